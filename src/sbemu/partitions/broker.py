@@ -1,0 +1,618 @@
+"""One partition's message broker: sequence numbers, sub-queues, locks, settlement, expiry.
+
+A partition [SB partitioning P1] holds one or more sub-queues: a queue and its dead-letter
+queue, or (for a topic partition) each subscription and its dead-letter queue. Everything here
+is in memory and authoritative; the store is the durable copy, written through a WriteBatch
+that the server commits once per event-loop turn (group commit). Rules:
+
+- A new message becomes visible (peekable, deliverable) only after the commit that stores it,
+  and the sender is acknowledged only then: an accepted message is never lost.
+- Settlements change memory at once and are confirmed to the client after their commit.
+- Locks live in memory only: they are released on restart [issue 2, durability].
+- No clocks: every operation takes `now_ms` (Unix milliseconds).
+
+Sequence numbers are per partition, starting at 1; on a partitioned entity the partition id
+sits in the top 16 bits [SB partitioning P11, contract 9].
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import MessageLockLost, MessageNotFound, ServiceBusError
+from .records import (
+    IncomingMessage,
+    LogEvent,
+    MessageRecord,
+    MessageState,
+    decode_message,
+    encode_log,
+    encode_message,
+)
+from .store import PartitionStore, WriteBatch
+
+Done = Callable[[Exception | None], None]
+
+DLQ_SUFFIX = "/$deadletterqueue"
+MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
+TTL_EXPIRED_REASON = "TTLExpiredException"
+SEQUENCE_BITS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class SubQueueSettings:
+    """Delivery rules of one sub-queue (a queue, a subscription, or a dead-letter queue)."""
+
+    lock_duration_ms: int
+    max_delivery_count: int | None  # None: never dead-letter on delivery count (DLQs)
+    default_ttl_ms: int | None  # None: messages never expire here (DLQs)
+    dead_letter_on_expiration: bool
+    dead_letter_queue: str | None  # name of the sub-queue that takes dead letters
+
+
+@dataclass(slots=True)
+class Lock:
+    """A peek-lock held on one message."""
+
+    token: uuid.UUID
+    queue: SubQueue
+    seq: int
+    until_ms: int
+
+
+def make_lock_token(partition_id: int) -> uuid.UUID:
+    """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    raw[14:16] = partition_id.to_bytes(2, "big")
+    return uuid.UUID(bytes=bytes(raw))
+
+
+def partition_of_token(token: uuid.UUID) -> int:
+    """The partition id a lock token was issued by."""
+    return token.int & 0xFFFF
+
+
+class SubQueue:
+    """The messages of one sub-queue in one partition, and which of them are ready."""
+
+    def __init__(self, name: str, settings: SubQueueSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.records: dict[int, MessageRecord] = {}
+        self._ready: list[int] = []
+        self._ready_set: set[int] = set()
+        self.locks: dict[int, Lock] = {}
+
+    def make_ready(self, seq: int) -> None:
+        """Put a stored message (back) in line for delivery, in sequence order."""
+        if seq not in self._ready_set:
+            self._ready_set.add(seq)
+            heapq.heappush(self._ready, seq)
+
+    def unready(self, seq: int) -> None:
+        """Take a message out of line (lazy: the heap entry is skipped later)."""
+        self._ready_set.discard(seq)
+
+    def pop_ready(self) -> MessageRecord | None:
+        """The ready message with the lowest sequence number, taken out of line."""
+        while self._ready:
+            seq = heapq.heappop(self._ready)
+            if seq in self._ready_set:
+                self._ready_set.discard(seq)
+                rec = self.records.get(seq)
+                if rec is not None:
+                    return rec
+        return None
+
+    @property
+    def ready_count(self) -> int:
+        """How many messages wait for delivery."""
+        return len(self._ready_set)
+
+    def active_count(self) -> int:
+        """Messages that are active (ready or locked), as Azure's ActiveMessageCount."""
+        return sum(1 for r in self.records.values() if r.state == MessageState.ACTIVE)
+
+
+class PartitionBroker:
+    """One partition of one entity: its sub-queues, counters, locks and pending writes."""
+
+    def __init__(
+        self,
+        store: PartitionStore,
+        *,
+        namespace: str,
+        entity: str,
+        partition_id: int,
+        partitioned: bool,
+        queues: dict[str, SubQueueSettings],
+        mark_dirty: Callable[[PartitionBroker], None],
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.entity = entity
+        self.partition_id = partition_id
+        self.partitioned = partitioned
+        self.queues = {name: SubQueue(name, s) for name, s in queues.items()}
+        self.locks: dict[uuid.UUID, Lock] = {}
+        self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
+        self._expiry_heap: list[tuple[int, str, int]] = []
+        self._scheduled_heap: list[tuple[int, str, int]] = []
+        self._mark_dirty = mark_dirty
+        self._batch = WriteBatch()
+        self._callbacks: list[Done] = []
+        self._next_seq = 1
+        self._next_offset = 0
+        self.on_ready: Callable[[str], None] = lambda queue: None
+        self.healthy = True
+
+    # ---------------------------------------------------------------- load
+    def load(self) -> None:
+        """Read the store back: counters and messages; every lock starts released."""
+        state = self.store.load()
+        self._next_seq = state.meta.get("next_sequence", 1)
+        self._next_offset = state.meta.get("next_log_offset", 0)
+        for name, values in state.queues.items():
+            sq = self.queues.get(name)
+            if sq is None:  # a sub-queue no longer configured: keep its data, serve nothing
+                continue
+            for value in values:
+                rec = decode_message(value)
+                sq.records[rec.sequence_number] = rec
+                self._track(sq, rec)
+
+    def _track(self, sq: SubQueue, rec: MessageRecord) -> None:
+        """Put a visible record in the structures that serve it, by its state."""
+        if rec.state == MessageState.ACTIVE:
+            sq.make_ready(rec.sequence_number)
+            if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
+                heapq.heappush(self._expiry_heap, (rec.expires_at_ms, sq.name, rec.sequence_number))
+        elif rec.state == MessageState.SCHEDULED and rec.scheduled_enqueue_time_ms is not None:
+            heapq.heappush(
+                self._scheduled_heap, (rec.scheduled_enqueue_time_ms, sq.name, rec.sequence_number)
+            )
+
+    # ---------------------------------------------------------------- writes
+    def _put(self, sq: SubQueue, rec: MessageRecord) -> None:
+        self._batch.put(sq.name, rec.sequence_number, encode_message(rec))
+        self._dirty()
+
+    def _delete(self, sq: SubQueue, seq: int) -> None:
+        self._batch.delete(sq.name, seq)
+        self._dirty()
+
+    def _log(
+        self, sq: SubQueue, event: LogEvent, rec: MessageRecord, now_ms: int, reason: str | None = None
+    ) -> None:
+        offset = self._next_offset
+        self._next_offset += 1
+        self._batch.log.append(
+            (
+                offset,
+                encode_log(
+                    namespace=self.namespace,
+                    entity=self.entity,
+                    queue=sq.name,
+                    partition=self.partition_id,
+                    offset=offset,
+                    event=event,
+                    record=rec,
+                    event_ms=now_ms,
+                    reason=reason,
+                ),
+            )
+        )
+        self._batch.meta["next_log_offset"] = self._next_offset
+        self._dirty()
+
+    def after_commit(self, done: Done) -> None:
+        """Run `done` once the writes queued so far are committed."""
+        self._callbacks.append(done)
+        self._dirty()
+
+    def _dirty(self) -> None:
+        self._mark_dirty(self)
+
+    def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
+        """Hand the pending writes and their completions to the committer (None: nothing)."""
+        if not self._batch and not self._callbacks:
+            return None
+        batch, callbacks = self._batch, self._callbacks
+        self._batch, self._callbacks = WriteBatch(), []
+        return batch, callbacks
+
+    @staticmethod
+    def commit_done(callbacks: list[Done], error: Exception | None) -> None:
+        """Run the completions of a committed (or failed) batch, in order."""
+        for cb in callbacks:
+            cb(error)
+
+    # ---------------------------------------------------------------- sending
+    def sequence_base(self) -> int:
+        """The partition id shifted into the top 16 bits (0 on non-partitioned entities)."""
+        return (self.partition_id << SEQUENCE_BITS) if self.partitioned else 0
+
+    def enqueue(
+        self,
+        targets: list[str],
+        messages: list[IncomingMessage],
+        now_ms: int,
+        done: Done,
+    ) -> list[int]:
+        """Store messages in each target sub-queue; visible and acknowledged after the commit.
+
+        Returns the sequence numbers given to the messages, in order.
+        """
+        staged: list[tuple[SubQueue, MessageRecord]] = []
+        numbers: list[int] = []
+        base = self.sequence_base()
+        for msg in messages:
+            seq = base | self._next_seq
+            numbers.append(seq)
+            self._next_seq += 1
+            for name in targets:
+                sq = self.queues[name]
+                rec = self._new_record(sq, msg, seq, now_ms)
+                self._put(sq, rec)
+                event = LogEvent.SCHEDULED if rec.state == MessageState.SCHEDULED else LogEvent.ENQUEUED
+                self._log(sq, event, rec, now_ms)
+                staged.append((sq, rec))
+        self._batch.meta["next_sequence"] = self._next_seq
+
+        def on_commit(error: Exception | None) -> None:
+            if error is None:
+                touched: set[str] = set()
+                for sq, rec in staged:
+                    sq.records[rec.sequence_number] = rec
+                    self._track(sq, rec)
+                    touched.add(sq.name)
+                for name in touched:
+                    self.on_ready(name)
+            done(error)
+
+        self.after_commit(on_commit)
+        return numbers
+
+    @staticmethod
+    def _new_record(
+        sq: SubQueue, msg: IncomingMessage, seq: int, now_ms: int
+    ) -> MessageRecord:
+        # The effective TTL is the smaller of the message's and the entity's default.
+        ttl = msg.ttl_ms
+        default = sq.settings.default_ttl_ms
+        if default is not None and (ttl is None or ttl == 0 or ttl > default):
+            ttl = default
+        scheduled = msg.scheduled_enqueue_time_ms
+        state = MessageState.ACTIVE
+        if scheduled is not None and scheduled > now_ms:
+            state = MessageState.SCHEDULED
+        else:
+            scheduled = None
+        start = scheduled if scheduled is not None else now_ms
+        return MessageRecord(
+            sequence_number=seq,
+            enqueued_time_ms=now_ms,
+            state=state,
+            delivery_count=0,
+            message_id=msg.message_id,
+            session_id=msg.session_id,
+            partition_key=msg.partition_key,
+            ttl_ms=ttl,
+            expires_at_ms=(start + ttl) if ttl is not None else None,
+            durable=msg.durable,
+            priority=msg.priority,
+            annotation_count=msg.annotation_count,
+            annotations=msg.annotations,
+            tail=msg.tail,
+            size=msg.size,
+            scheduled_enqueue_time_ms=scheduled,
+        )
+
+    # ---------------------------------------------------------------- delivery
+    def has_ready(self, queue: str) -> bool:
+        """Whether a sub-queue has a message waiting."""
+        return self.queues[queue].ready_count > 0
+
+    def take_next(
+        self, queue: str, now_ms: int, peek_lock: bool
+    ) -> tuple[MessageRecord, Lock | None] | None:
+        """Take the next deliverable message: locked (peek-lock) or removed (receive-and-delete)."""
+        sq = self.queues[queue]
+        while True:
+            rec = sq.pop_ready()
+            if rec is None:
+                return None
+            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.default_ttl_ms is not None:
+                self._expire(sq, rec, now_ms)
+                continue
+            if peek_lock:
+                return rec, self._lock(sq, rec, now_ms)
+            # Receive-and-delete: consumed when put on the wire [contract 4.2].
+            del sq.records[rec.sequence_number]
+            self._delete(sq, rec.sequence_number)
+            self._log(sq, LogEvent.DELIVERED, rec, now_ms)
+            self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+            return rec, None
+
+    def take_deferred(
+        self, queue: str, seq: int, now_ms: int, peek_lock: bool
+    ) -> tuple[MessageRecord, Lock | None]:
+        """Fetch a deferred message by sequence number: locked, or removed (receive-and-delete)."""
+        sq = self.queues[queue]
+        rec = sq.records.get(seq)
+        if rec is None or rec.state != MessageState.DEFERRED or seq in sq.locks:
+            raise MessageNotFound(
+                f"Failed to lock one or more specified messages. Either the message is already "
+                f"locked or it does not exist. The sequence number {seq} is not a deferred "
+                "message that can be received."
+            )
+        if peek_lock:
+            return rec, self._lock(sq, rec, now_ms)
+        del sq.records[seq]
+        self._delete(sq, seq)
+        self._log(sq, LogEvent.DELIVERED, rec, now_ms)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+        return rec, None
+
+    def _lock(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> Lock:
+        lock = Lock(
+            make_lock_token(self.partition_id),
+            sq,
+            rec.sequence_number,
+            now_ms + sq.settings.lock_duration_ms,
+        )
+        sq.locks[rec.sequence_number] = lock
+        self.locks[lock.token] = lock
+        heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
+        self._log(sq, LogEvent.DELIVERED, rec, now_ms)
+        return lock
+
+    def _expire(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A message outlived its TTL: dead-letter it or drop it."""
+        sq.unready(rec.sequence_number)
+        if sq.settings.dead_letter_on_expiration and sq.settings.dead_letter_queue:
+            self._move_to_dlq(
+                sq, rec, now_ms, TTL_EXPIRED_REASON, "The message expired and was dead lettered."
+            )
+        else:
+            del sq.records[rec.sequence_number]
+            self._delete(sq, rec.sequence_number)
+            self._log(sq, LogEvent.EXPIRED, rec, now_ms)
+
+    def _move_to_dlq(
+        self,
+        sq: SubQueue,
+        rec: MessageRecord,
+        now_ms: int,
+        reason: str | None,
+        description: str | None,
+        overrides: dict[str, bytes] | None = None,
+    ) -> None:
+        assert sq.settings.dead_letter_queue is not None
+        dlq = self.queues[sq.settings.dead_letter_queue]
+        del sq.records[rec.sequence_number]
+        sq.unready(rec.sequence_number)
+        self._delete(sq, rec.sequence_number)
+        moved = rec.copy()
+        moved.state = MessageState.ACTIVE
+        moved.dead_letter_reason = reason
+        moved.dead_letter_description = description
+        moved.dead_letter_source = None
+        if overrides:
+            merged = dict(moved.property_overrides or {})
+            merged.update(overrides)
+            moved.property_overrides = merged
+        dlq.records[moved.sequence_number] = moved
+        dlq.make_ready(moved.sequence_number)
+        self._put(dlq, moved)
+        self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
+        self.on_ready(dlq.name)
+
+    # ---------------------------------------------------------------- settlement
+    def _live_lock(self, token: uuid.UUID, now_ms: int) -> Lock:
+        lock = self.locks.get(token)
+        if lock is None or lock.until_ms <= now_ms:
+            raise MessageLockLost(
+                "The lock supplied is invalid. Either the lock expired, or the message has "
+                "already been removed from the queue."
+            )
+        return lock
+
+    def _unlock(self, lock: Lock) -> MessageRecord:
+        del self.locks[lock.token]
+        del lock.queue.locks[lock.seq]
+        return lock.queue.records[lock.seq]
+
+    def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
+        """Delete a locked message; `done` runs after the commit."""
+        lock = self._live_lock(token, now_ms)
+        rec = self._unlock(lock)
+        sq = lock.queue
+        del sq.records[rec.sequence_number]
+        self._delete(sq, rec.sequence_number)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+        self.after_commit(done)
+
+    def abandon(
+        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+    ) -> None:
+        """Unlock with delivery count + 1; dead-letter when MaxDeliveryCount is reached."""
+        lock = self._live_lock(token, now_ms)
+        rec = self._unlock(lock)
+        self._redeliver(lock.queue, rec, now_ms, overrides, LogEvent.ABANDONED)
+        self.after_commit(done)
+
+    def release(self, token: uuid.UUID, now_ms: int) -> None:
+        """Unlock without counting a delivery attempt [contract 4.7]."""
+        lock = self.locks.get(token)
+        if lock is None:
+            return
+        rec = self._unlock(lock)
+        lock.queue.make_ready(rec.sequence_number)
+        self._log(lock.queue, LogEvent.RELEASED, rec, now_ms)
+        self.on_ready(lock.queue.name)
+
+    def _redeliver(
+        self,
+        sq: SubQueue,
+        rec: MessageRecord,
+        now_ms: int,
+        overrides: dict[str, bytes] | None,
+        event: LogEvent,
+    ) -> None:
+        rec.delivery_count += 1
+        if overrides:
+            merged = dict(rec.property_overrides or {})
+            merged.update(overrides)
+            rec.property_overrides = merged
+        limit = sq.settings.max_delivery_count
+        if rec.state == MessageState.DEFERRED:
+            # A deferred message stays deferred when its lock ends [Azure: deferral].
+            self._put(sq, rec)
+            self._log(sq, event, rec, now_ms)
+            return
+        if limit is not None and rec.delivery_count >= limit and sq.settings.dead_letter_queue:
+            self._log(sq, event, rec, now_ms)
+            self._move_to_dlq(
+                sq,
+                rec,
+                now_ms,
+                MAX_DELIVERY_COUNT_REASON,
+                f"Message could not be consumed after {limit} delivery attempts.",
+            )
+            return
+        self._put(sq, rec)
+        self._log(sq, event, rec, now_ms)
+        sq.make_ready(rec.sequence_number)
+        self.on_ready(sq.name)
+
+    def defer(
+        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+    ) -> None:
+        """Set a locked message aside; it is fetched later by sequence number."""
+        lock = self._live_lock(token, now_ms)
+        rec = self._unlock(lock)
+        rec.state = MessageState.DEFERRED
+        if overrides:
+            merged = dict(rec.property_overrides or {})
+            merged.update(overrides)
+            rec.property_overrides = merged
+        self._put(lock.queue, rec)
+        self._log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
+        self.after_commit(done)
+
+    def dead_letter(
+        self,
+        token: uuid.UUID,
+        now_ms: int,
+        reason: str | None,
+        description: str | None,
+        overrides: dict[str, bytes] | None,
+        done: Done,
+    ) -> None:
+        """Move a locked message to the dead-letter queue with reason and description."""
+        lock = self._live_lock(token, now_ms)
+        rec = self._unlock(lock)
+        sq = lock.queue
+        if sq.settings.dead_letter_queue is None:
+            raise ServiceBusError("A message in a dead-letter queue cannot be dead-lettered again.")
+        self._move_to_dlq(sq, rec, now_ms, reason, description, overrides)
+        self.after_commit(done)
+
+    def renew(self, token: uuid.UUID, now_ms: int) -> int:
+        """Extend a lock by the lock duration from now; returns the new locked-until (ms)."""
+        lock = self._live_lock(token, now_ms)
+        lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
+        heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.token))
+        return lock.until_ms
+
+    def lock_of(self, token: uuid.UUID) -> Lock | None:
+        """The live lock for a token, if any (no expiry check)."""
+        return self.locks.get(token)
+
+    # ---------------------------------------------------------------- browsing
+    def peek(self, queue: str, from_seq: int, count: int) -> list[MessageRecord]:
+        """Up to `count` messages with sequence number >= from_seq, oldest first, not locked."""
+        sq = self.queues[queue]
+        seqs = sorted(s for s in sq.records if s >= from_seq)[:count]
+        return [sq.records[s] for s in seqs]
+
+    def counts(self, queue: str) -> dict[str, int]:
+        """Runtime counts of a sub-queue, as Azure reports them."""
+        sq = self.queues[queue]
+        active = deferred = scheduled = 0
+        for r in sq.records.values():
+            if r.state == MessageState.ACTIVE:
+                active += 1
+            elif r.state == MessageState.DEFERRED:
+                deferred += 1
+            else:
+                scheduled += 1
+        return {"active": active, "deferred": deferred, "scheduled": scheduled}
+
+    # ---------------------------------------------------------------- time
+    def on_timer(self, now_ms: int) -> None:
+        """Expire locks and messages, activate scheduled messages that are due."""
+        heap = self._lock_heap
+        while heap and heap[0][0] <= now_ms:
+            until, _seq, token = heapq.heappop(heap)
+            lock = self.locks.get(token)
+            if lock is None or lock.until_ms != until:
+                continue  # settled, or renewed (a newer heap entry exists)
+            rec = self._unlock(lock)
+            self._redeliver(lock.queue, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
+        exp = self._expiry_heap
+        while exp and exp[0][0] <= now_ms:
+            _at, name, seq = heapq.heappop(exp)
+            sq = self.queues[name]
+            rec = sq.records.get(seq)
+            if rec is None or seq in sq.locks or rec.state != MessageState.ACTIVE:
+                continue  # gone, or locked: checked again when it comes back
+            self._expire(sq, rec, now_ms)
+        sched = self._scheduled_heap
+        while sched and sched[0][0] <= now_ms:
+            _at, name, seq = heapq.heappop(sched)
+            sq = self.queues[name]
+            rec = sq.records.get(seq)
+            if rec is None or rec.state != MessageState.SCHEDULED:
+                continue  # cancelled
+            self._activate(sq, rec, now_ms)
+
+    def _activate(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A scheduled message is due: it is enqueued anew with a new sequence number [D3]."""
+        del sq.records[rec.sequence_number]
+        self._delete(sq, rec.sequence_number)
+        new = rec.copy()
+        new.sequence_number = self.sequence_base() | self._next_seq
+        self._next_seq += 1
+        self._batch.meta["next_sequence"] = self._next_seq
+        new.state = MessageState.ACTIVE
+        new.enqueued_time_ms = now_ms
+        new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
+        sq.records[new.sequence_number] = new
+        self._put(sq, new)
+        self._log(sq, LogEvent.ACTIVATED, new, now_ms)
+        self._track(sq, new)
+        self.on_ready(sq.name)
+
+    def cancel_scheduled(self, queue: str, seq: int, now_ms: int) -> bool:
+        """Drop a scheduled message by its sequence number; False if there is none."""
+        sq = self.queues[queue]
+        rec = sq.records.get(seq)
+        if rec is None or rec.state != MessageState.SCHEDULED:
+            return False
+        del sq.records[seq]
+        self._delete(sq, seq)
+        self._log(sq, LogEvent.CANCELLED, rec, now_ms)
+        return True
+
+    def next_deadline(self) -> int | None:
+        """The earliest time (ms) on_timer has work, or None."""
+        times = [h[0][0] for h in (self._lock_heap, self._expiry_heap, self._scheduled_heap) if h]
+        return min(times) if times else None

@@ -1,0 +1,182 @@
+"""msgpack schema of what a partition stores: messages and the partition log.
+
+This is the contract between the broker, the store and sparkjobs/. Every record starts with its
+schema version so readers can refuse what they do not understand.
+
+Message record (value in a queue's LMDB database, key = 8-byte big-endian sequence number):
+    [version=1, sequence_number, enqueued_time_ms, state, delivery_count, message_id, session_id,
+     partition_key, ttl_ms, expires_at_ms, durable, priority, annotation_count, annotations,
+     tail, size, scheduled_enqueue_time_ms, dead_letter_reason, dead_letter_description,
+     dead_letter_source, property_overrides, original_sequence_number]
+`annotations` and `tail` are the client's encoded message-annotation entries and the encoded
+properties/application-properties/body sections, opaque to this package (the protocol side
+scans and rebuilds them). `property_overrides` maps application property names to encoded
+AMQP values applied on delivery (dead-letter reason, abandon's properties-to-modify).
+
+Log record (value in the partition's `log` database, key = 8-byte big-endian dense offset):
+    {"v": 1, "ns", "entity", "queue", "partition", "offset", "event", "seq", "message_id",
+     "session_id", "partition_key", "enqueued_ms", "event_ms", "size", "delivery_count",
+     "reason"}
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import msgpack
+
+MESSAGE_SCHEMA_VERSION = 1
+LOG_SCHEMA_VERSION = 1
+
+
+class MessageState(enum.IntEnum):
+    """x-opt-message-state values [contract 3.7]."""
+
+    ACTIVE = 0
+    DEFERRED = 1
+    SCHEDULED = 2
+
+
+class LogEvent(str, enum.Enum):
+    """What happened to a message, as written to the partition log."""
+
+    ENQUEUED = "enqueued"
+    DELIVERED = "delivered"
+    COMPLETED = "completed"
+    ABANDONED = "abandoned"
+    RELEASED = "released"
+    DEFERRED = "deferred"
+    DEADLETTERED = "deadlettered"
+    EXPIRED = "expired"
+    LOCK_EXPIRED = "lock_expired"
+    SCHEDULED = "scheduled"
+    ACTIVATED = "activated"
+    CANCELLED = "cancelled"
+
+
+@dataclass(slots=True)
+class IncomingMessage:
+    """What the protocol side hands over for one message to enqueue: routing fields + bytes."""
+
+    message_id: str | None
+    session_id: str | None
+    partition_key: str | None
+    ttl_ms: int | None
+    durable: bool
+    priority: int | None
+    annotation_count: int
+    annotations: bytes
+    tail: bytes
+    size: int
+    scheduled_enqueue_time_ms: int | None = None
+    via_partition_key: str | None = None
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One stored message of one sub-queue of one partition."""
+
+    sequence_number: int
+    enqueued_time_ms: int
+    state: MessageState
+    delivery_count: int
+    message_id: str | None
+    session_id: str | None
+    partition_key: str | None
+    ttl_ms: int | None
+    expires_at_ms: int | None
+    durable: bool
+    priority: int | None
+    annotation_count: int
+    annotations: bytes
+    tail: bytes
+    size: int
+    scheduled_enqueue_time_ms: int | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    dead_letter_source: str | None = None
+    property_overrides: dict[str, bytes] | None = field(default=None)
+    original_sequence_number: int | None = None
+
+    def copy(self) -> MessageRecord:
+        """A shallow copy (bytes are immutable, overrides dict is copied)."""
+        return MessageRecord(
+            self.sequence_number, self.enqueued_time_ms, self.state, self.delivery_count,
+            self.message_id, self.session_id, self.partition_key, self.ttl_ms,
+            self.expires_at_ms, self.durable, self.priority, self.annotation_count,
+            self.annotations, self.tail, self.size, self.scheduled_enqueue_time_ms,
+            self.dead_letter_reason, self.dead_letter_description, self.dead_letter_source,
+            dict(self.property_overrides) if self.property_overrides else None,
+            self.original_sequence_number,
+        )
+
+
+def encode_message(r: MessageRecord) -> bytes:
+    """Serialise a message record (schema version 1)."""
+    return msgpack.packb(
+        [
+            MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
+            r.delivery_count, r.message_id, r.session_id, r.partition_key, r.ttl_ms,
+            r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations, r.tail,
+            r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
+            r.dead_letter_description, r.dead_letter_source, r.property_overrides,
+            r.original_sequence_number,
+        ],
+        use_bin_type=True,
+    )
+
+
+def decode_message(data: bytes) -> MessageRecord:
+    """Deserialise a message record; refuses unknown schema versions."""
+    f = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    if not f or f[0] != MESSAGE_SCHEMA_VERSION:
+        raise ValueError(f"unknown message record version {f[0] if f else None!r}")
+    return MessageRecord(
+        f[1], f[2], MessageState(f[3]), f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12],
+        f[13], f[14], f[15], f[16], f[17], f[18], f[19], f[20], f[21],
+    )
+
+
+def encode_log(
+    *,
+    namespace: str,
+    entity: str,
+    queue: str,
+    partition: int,
+    offset: int,
+    event: LogEvent,
+    record: MessageRecord,
+    event_ms: int,
+    reason: str | None = None,
+) -> bytes:
+    """Serialise one partition-log record (schema version 1)."""
+    return msgpack.packb(
+        {
+            "v": LOG_SCHEMA_VERSION,
+            "ns": namespace,
+            "entity": entity,
+            "queue": queue,
+            "partition": partition,
+            "offset": offset,
+            "event": event.value,
+            "seq": record.sequence_number,
+            "message_id": record.message_id,
+            "session_id": record.session_id,
+            "partition_key": record.partition_key,
+            "enqueued_ms": record.enqueued_time_ms,
+            "event_ms": event_ms,
+            "size": record.size,
+            "delivery_count": record.delivery_count,
+            "reason": reason,
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_log(data: bytes) -> dict:
+    """Deserialise one partition-log record."""
+    d = msgpack.unpackb(data, raw=False)
+    if d.get("v") != LOG_SCHEMA_VERSION:
+        raise ValueError(f"unknown log record version {d.get('v')!r}")
+    return d

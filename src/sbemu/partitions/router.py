@@ -1,0 +1,520 @@
+"""Entities and their partitions: routing sends, serving receivers, finding locks.
+
+An Entity is a queue or topic made of one partition (not partitioned) or several
+[SB partitioning P1-P3]. Sends are routed by key [P6, P7] or round-robin [P8]; a receiver
+sees one EntityView that draws from every partition [P10]; lock tokens carry their partition
+id so settlement goes straight to the right broker.
+
+The router never reads a clock or touches a socket: callers pass `now_ms`. It asks for a
+flush through the `wake` callable whenever a broker has pending writes or a view has
+pending dispatch work; the server then calls run_pending() and commits dirty brokers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import quote
+
+from ..errors import (
+    EntityNotFound,
+    InvalidOperation,
+    MessageLockLost,
+    MessageNotFound,
+    NotImplementedOperation,
+)
+from .broker import (
+    DLQ_SUFFIX,
+    SEQUENCE_BITS,
+    Done,
+    Lock,
+    PartitionBroker,
+    SubQueueSettings,
+    partition_of_token,
+)
+from .keys import partition_for_key, partition_key_of
+from .records import IncomingMessage, MessageRecord
+from .store import PartitionStore
+
+MAIN = "main"
+TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
+MIB = 1024 * 1024
+
+
+class StorageLayoutError(Exception):
+    """The data directory does not match the configuration (e.g. a changed partition count)."""
+
+
+@dataclass(slots=True)
+class Delivered:
+    """One message handed to a consumer: the record, its lock (peek-lock) and where it lives."""
+
+    record: MessageRecord
+    lock: Lock | None
+    partition_id: int | None  # None on non-partitioned entities
+    view: EntityView
+
+
+class Consumer(Protocol):
+    """A receiver link as the router sees it."""
+
+    peek_lock: bool
+
+    def credit(self) -> int:
+        """How many more messages it may take now."""
+
+    def deliver(self, delivered: Delivered) -> None:
+        """Hand over one message (the consumer puts it on the wire)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntitySpec:
+    """What the router needs to know of a configured queue or topic."""
+
+    namespace: str
+    name: str
+    kind: str  # "queue" | "topic"
+    partition_count: int
+    partitioned: bool
+    max_size_mb: int
+    requires_duplicate_detection: bool
+    duplicate_detection_window_ms: int
+    requires_session: bool
+    subqueues: dict[str, SubQueueSettings]
+
+
+class EntityView:
+    """A receivable sub-queue across all partitions: a queue, a DLQ or a subscription."""
+
+    def __init__(self, entity: Entity, queue: str) -> None:
+        self.entity = entity
+        self.queue = queue
+        self.consumers: list[Consumer] = []
+        self._next_partition = 0
+        self._next_consumer = 0
+
+    @property
+    def address(self) -> str:
+        """The entity path of this view, as clients name it."""
+        if self.queue == MAIN:
+            return self.entity.name
+        return f"{self.entity.name}/{self.queue.removeprefix(MAIN + '/')}"
+
+    def attach(self, consumer: Consumer) -> None:
+        """Register a receiver; it is served in arrival order with the others."""
+        self.consumers.append(consumer)
+
+    def detach(self, consumer: Consumer) -> None:
+        """Forget a receiver (its locks stay until they expire, as on the service)."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+
+    def dispatch(self, now_ms: int) -> None:
+        """Hand ready messages to consumers with credit: one each per round, partitions in turn."""
+        consumers = self.consumers
+        if len(consumers) == 1:
+            consumer = consumers[0]
+            for _ in range(consumer.credit()):
+                delivered = self._take(now_ms, consumer.peek_lock)
+                if delivered is None:
+                    return
+                consumer.deliver(delivered)
+            return
+        while consumers:
+            progressed = False
+            start = self._next_consumer % len(consumers)
+            for consumer in consumers[start:] + consumers[:start]:
+                if consumer.credit() <= 0:
+                    continue
+                delivered = self._take(now_ms, consumer.peek_lock)
+                if delivered is None:
+                    self._next_consumer += 1
+                    return
+                consumer.deliver(delivered)
+                progressed = True
+            self._next_consumer += 1
+            if not progressed:
+                return
+
+    def _take(self, now_ms: int, peek_lock: bool) -> Delivered | None:
+        parts = self.entity.partitions
+        n = len(parts)
+        for i in range(n):
+            idx = (self._next_partition + i) % n
+            broker = parts[idx]
+            if not broker.healthy or not broker.has_ready(self.queue):
+                continue
+            taken = broker.take_next(self.queue, now_ms, peek_lock)
+            if taken is None:
+                continue
+            self._next_partition = (idx + 1) % n
+            rec, lock = taken
+            pid = broker.partition_id if self.entity.partitioned else None
+            return Delivered(rec, lock, pid, self)
+        return None
+
+    def peek(self, from_seq: int, count: int) -> list[tuple[MessageRecord, int | None]]:
+        """Up to `count` messages from every partition with sequence >= from_seq, in order.
+
+        [SB partitioning P12, P13] allow fewer or not-globally-oldest results; returning a
+        merged, ordered page lets clients page with last-seen + 1 without skipping any.
+        """
+        found: list[tuple[MessageRecord, int | None]] = []
+        for broker in self.entity.partitions:
+            if not broker.healthy:
+                continue
+            pid = broker.partition_id if self.entity.partitioned else None
+            found.extend((rec, pid) for rec in broker.peek(self.queue, from_seq, count))
+        found.sort(key=lambda item: item[0].sequence_number)
+        return found[:count]
+
+
+class Entity:
+    """A queue or topic and its partitions."""
+
+    def __init__(self, spec: EntitySpec, partitions: list[PartitionBroker]) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.partitioned = spec.partitioned
+        self.partitions = partitions
+        self.views = {name: EntityView(self, name) for name in spec.subqueues}
+        self._round_robin = 0
+        self._recent_ids: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- sending
+    def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
+        """Store messages, all-or-nothing per partition; `done` runs after every commit.
+
+        Returns the sequence numbers given to the stored messages (duplicates dropped by
+        duplicate detection get none).
+        """
+        if self.spec.kind != "queue":
+            raise NotImplementedOperation(
+                f"Sending to topic '{self.name}' is not supported yet by sbemu."
+            )
+        spec = self.spec
+        if spec.requires_session:
+            for msg in messages:
+                if msg.session_id is None:
+                    raise InvalidOperation(
+                        f"The SessionId was not set on a message, and it cannot be sent to the "
+                        f"entity '{self.name}'. Entities that have session support enabled can "
+                        "only receive messages that have the SessionId set to a valid value."
+                    )
+        messages = self._drop_duplicates(messages, now_ms)
+        if not messages:
+            done(None)
+            return []
+        groups = self._route(messages)
+        targets = [MAIN]
+        remaining = len(groups)
+        failure: list[Exception] = []
+
+        def part_done(error: Exception | None) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if error is not None:
+                failure.append(error)
+            if remaining == 0:
+                done(failure[0] if failure else None)
+
+        numbers: list[int] = []
+        for pid, msgs in groups.items():
+            numbers.extend(self.partitions[pid].enqueue(targets, msgs, now_ms, part_done))
+        return numbers
+
+    def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
+        """Group messages by partition; key-less messages of one send share one partition."""
+        n = len(self.partitions)
+        if n == 1:
+            for msg in messages:  # still enforce [P6]'s SessionId/PartitionKey rule
+                partition_key_of(msg.session_id, msg.partition_key, None, False)
+            return {0: messages}
+        dup = self.spec.requires_duplicate_detection
+        groups: dict[int, list[IncomingMessage]] = {}
+        keys: set[str] = set()
+        keyless_pid: int | None = None
+        for msg in messages:
+            key = partition_key_of(msg.session_id, msg.partition_key, msg.message_id, dup)
+            if key is None:
+                if keyless_pid is None:
+                    keyless_pid = self._next_round_robin()
+                pid = keyless_pid
+            else:
+                keys.add(key)
+                pid = partition_for_key(key, n)
+            groups.setdefault(pid, []).append(msg)
+        if dup and len(keys) > 1:
+            raise InvalidOperation(
+                "Batching brokered messages with distinct SessionId, PartitionKey, or MessageId "
+                "is not supported for an entity with partitioning and duplicate detection enabled."
+            )
+        return groups
+
+    def _next_round_robin(self) -> int:
+        """[P8] the next healthy partition in turn."""
+        n = len(self.partitions)
+        for _ in range(n):
+            pid = self._round_robin % n
+            self._round_robin += 1
+            if self.partitions[pid].healthy:
+                return pid
+        return self._round_robin % n
+
+    def _drop_duplicates(
+        self, messages: list[IncomingMessage], now_ms: int
+    ) -> list[IncomingMessage]:
+        """Duplicate detection: a MessageId seen inside the window is accepted and dropped."""
+        if not self.spec.requires_duplicate_detection:
+            return messages
+        window = self.spec.duplicate_detection_window_ms
+        seen = self._recent_ids
+        if len(seen) > 10_000:
+            for mid in [m for m, t in seen.items() if t + window <= now_ms]:
+                del seen[mid]
+        kept = []
+        for msg in messages:
+            mid = msg.message_id
+            if mid is not None:
+                first = seen.get(mid)
+                if first is not None and first + window > now_ms:
+                    continue
+                seen[mid] = now_ms
+            kept.append(msg)
+        return kept
+
+    # ---------------------------------------------------------------- locks
+    def _broker_for(self, token: uuid.UUID) -> PartitionBroker:
+        pid = partition_of_token(token)
+        if pid >= len(self.partitions):
+            raise MessageLockLost(
+                "The lock supplied is invalid. Either the lock expired, or the message has "
+                "already been removed from the queue."
+            )
+        return self.partitions[pid]
+
+    def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
+        """Complete a locked message."""
+        self._broker_for(token).complete(token, now_ms, done)
+
+    def abandon(
+        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+    ) -> None:
+        """Abandon a locked message (delivery count + 1)."""
+        self._broker_for(token).abandon(token, now_ms, overrides, done)
+
+    def defer(
+        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+    ) -> None:
+        """Defer a locked message."""
+        self._broker_for(token).defer(token, now_ms, overrides, done)
+
+    def dead_letter(
+        self,
+        token: uuid.UUID,
+        now_ms: int,
+        reason: str | None,
+        description: str | None,
+        overrides: dict[str, bytes] | None,
+        done: Done,
+    ) -> None:
+        """Dead-letter a locked message."""
+        self._broker_for(token).dead_letter(token, now_ms, reason, description, overrides, done)
+
+    def release(self, token: uuid.UUID, now_ms: int) -> None:
+        """Unlock without counting a delivery."""
+        try:
+            broker = self._broker_for(token)
+        except MessageLockLost:
+            return
+        broker.release(token, now_ms)
+
+    def renew(self, token: uuid.UUID, now_ms: int) -> int:
+        """Renew a lock; returns the new locked-until (ms)."""
+        return self._broker_for(token).renew(token, now_ms)
+
+    def partition_of_sequence(self, seq: int) -> PartitionBroker:
+        """The partition that issued a sequence number [P11]."""
+        pid = (seq >> SEQUENCE_BITS) if self.partitioned else 0
+        if pid >= len(self.partitions):
+            raise MessageNotFound(f"No message with sequence number {seq}.")
+        return self.partitions[pid]
+
+    def receive_deferred(
+        self, queue: str, numbers: list[int], now_ms: int, peek_lock: bool
+    ) -> list[tuple[MessageRecord, Lock | None, int | None]]:
+        """Fetch deferred messages by sequence number (all must exist)."""
+        out = []
+        for seq in numbers:
+            broker = self.partition_of_sequence(seq)
+            rec, lock = broker.take_deferred(queue, seq, now_ms, peek_lock)
+            out.append((rec, lock, broker.partition_id if self.partitioned else None))
+        return out
+
+    def cancel_scheduled(self, numbers: list[int], now_ms: int, done: Done) -> None:
+        """Cancel scheduled messages by sequence number; unknown numbers are an error."""
+        brokers = []
+        for seq in numbers:
+            broker = self.partition_of_sequence(seq)
+            if not broker.cancel_scheduled(MAIN, seq, now_ms):
+                raise MessageNotFound(f"The scheduled message with sequence number {seq} was not found.")
+            brokers.append(broker)
+        if not brokers:
+            done(None)
+            return
+        remaining = len(brokers)
+        failure: list[Exception] = []
+
+        def one_done(error: Exception | None) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if error is not None:
+                failure.append(error)
+            if remaining == 0:
+                done(failure[0] if failure else None)
+
+        for broker in brokers:
+            broker.after_commit(one_done)
+
+
+def subqueue_names_for_queue() -> list[str]:
+    """The sub-queues of a queue: itself, its DLQ and its transfer DLQ."""
+    return [MAIN, MAIN + DLQ_SUFFIX, MAIN + TRANSFER_DLQ_SUFFIX]
+
+
+def resolve_view_name(entity_names: Iterable[str], path: str) -> tuple[str, str]:
+    """Split a normalised entity path into (entity name, sub-queue name)."""
+    lowered = path.lower()
+    sub = MAIN
+    if lowered.endswith(TRANSFER_DLQ_SUFFIX):
+        lowered = lowered[: -len(TRANSFER_DLQ_SUFFIX)]
+        sub = MAIN + TRANSFER_DLQ_SUFFIX
+    elif lowered.endswith(DLQ_SUFFIX):
+        lowered = lowered[: -len(DLQ_SUFFIX)]
+        sub = MAIN + DLQ_SUFFIX
+    names = set(entity_names)
+    if lowered in names:
+        return lowered, sub
+    marker = "/subscriptions/"
+    idx = lowered.rfind(marker)
+    if idx > 0 and lowered[:idx] in names:
+        sub_name = lowered[idx + len(marker):]
+        suffix = sub.removeprefix(MAIN)
+        return lowered[:idx], f"subscriptions/{sub_name}{suffix}"
+    raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
+
+
+class Router:
+    """All entities of all namespaces, their partition brokers, and the pending-work sets."""
+
+    def __init__(self, data_dir: Path, wake: Callable[[], None]) -> None:
+        self.data_dir = Path(data_dir)
+        self._wake = wake
+        self.entities: dict[tuple[str, str], Entity] = {}
+        self.dirty: set[PartitionBroker] = set()
+        self._pending_views: set[EntityView] = set()
+
+    # ---------------------------------------------------------------- set-up
+    def add_entity(self, spec: EntitySpec) -> Entity:
+        """Open (or create) the partition stores of an entity and load them."""
+        base = self.data_dir / quote(spec.namespace.lower(), safe="") / quote(
+            spec.name.lower(), safe=""
+        )
+        self._check_layout(base, spec)
+        partitions = []
+        for pid in range(spec.partition_count):
+            store = PartitionStore(
+                str(base / f"partition-{pid:02d}"), map_size=spec.max_size_mb * MIB
+            )
+            broker = PartitionBroker(
+                store,
+                namespace=spec.namespace,
+                entity=spec.name,
+                partition_id=pid,
+                partitioned=spec.partitioned,
+                queues=spec.subqueues,
+                mark_dirty=self._mark_dirty,
+            )
+            broker.load()
+            partitions.append(broker)
+        entity = Entity(spec, partitions)
+        for broker in partitions:
+            broker.on_ready = self._ready_hook(entity)
+        self.entities[(spec.namespace.lower(), spec.name.lower())] = entity
+        return entity
+
+    @staticmethod
+    def _check_layout(base: Path, spec: EntitySpec) -> None:
+        """[SB partitioning P4] partitioning can never change on an existing entity."""
+        manifest = base / "entity.json"
+        wanted = {"partition_count": spec.partition_count, "partitioned": spec.partitioned}
+        if manifest.exists():
+            have = json.loads(manifest.read_text())
+            if have != wanted:
+                raise StorageLayoutError(
+                    f"{spec.namespace}/{spec.name}: the data directory holds this entity with "
+                    f"{have['partition_count']} partition(s) (partitioned={have['partitioned']}); "
+                    f"the configuration asks for {spec.partition_count}. Partitioning cannot be "
+                    "changed on an existing entity; use a new data directory or entity name."
+                )
+            return
+        os.makedirs(base, exist_ok=True)
+        manifest.write_text(json.dumps(wanted))
+
+    def _ready_hook(self, entity: Entity) -> Callable[[str], None]:
+        def on_ready(queue: str) -> None:
+            view = entity.views.get(queue)
+            if view is not None and view.consumers:
+                self._pending_views.add(view)
+                self._wake()
+
+        return on_ready
+
+    def _mark_dirty(self, broker: PartitionBroker) -> None:
+        if broker not in self.dirty:
+            self.dirty.add(broker)
+            self._wake()
+
+    # ---------------------------------------------------------------- lookup
+    def lookup(self, namespace: str, path: str) -> tuple[Entity, EntityView]:
+        """The entity and view a normalised path names; raises EntityNotFound."""
+        ns = namespace.lower()
+        names = [name for (n, name) in self.entities if n == ns]
+        entity_name, sub = resolve_view_name(names, path)
+        entity = self.entities[(ns, entity_name)]
+        view = entity.views.get(sub)
+        if view is None:
+            raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
+        return entity, view
+
+    # ---------------------------------------------------------------- turn work
+    def run_pending(self, now_ms: int) -> None:
+        """Serve views that got new messages since the last turn."""
+        while self._pending_views:
+            views, self._pending_views = self._pending_views, set()
+            for view in views:
+                view.dispatch(now_ms)
+
+    def take_dirty(self) -> list[PartitionBroker]:
+        """Brokers with writes to commit."""
+        dirty, self.dirty = list(self.dirty), set()
+        return dirty
+
+    def on_timer(self, now_ms: int) -> None:
+        """Lock expiry, TTL expiry and scheduled activation on every partition."""
+        for entity in self.entities.values():
+            for broker in entity.partitions:
+                deadline = broker.next_deadline()
+                if deadline is not None and deadline <= now_ms:
+                    broker.on_timer(now_ms)
+
+    def close(self) -> None:
+        """Close every store (after the final commit)."""
+        for entity in self.entities.values():
+            for broker in entity.partitions:
+                broker.store.close()

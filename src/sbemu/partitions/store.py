@@ -1,0 +1,152 @@
+"""LMDB storage of one partition: the only module that imports lmdb.
+
+One LMDB environment per partition [SB partitioning P1]. Inside it:
+  meta            counters: next sequence number, next log offset
+  log             the append-only partition log (key: 8-byte big-endian offset)
+  q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
+                  key: 8-byte big-endian sequence number, value: records.encode_message()
+
+Writes arrive as a WriteBatch and are committed in one durable transaction (group commit: the
+caller collects a whole event-loop turn of work per partition into one batch). commit() runs
+in a worker thread; py-lmdb releases the GIL while LMDB syncs.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+import lmdb
+
+_U64 = struct.Struct(">Q")
+META_DB = b"meta"
+LOG_DB = b"log"
+
+
+class StoreError(Exception):
+    """A storage fault of one partition."""
+
+
+class StoreFull(StoreError):
+    """The partition reached its configured maximum size (LMDB map full)."""
+
+
+class StoreUnavailable(StoreError):
+    """The partition's store failed (I/O error, corruption, closed)."""
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """The writes of one group commit, applied in order in one transaction."""
+
+    ops: list[tuple[int, str, int, bytes | None]] = field(default_factory=list)
+    meta: dict[str, int] = field(default_factory=dict)
+    log: list[tuple[int, bytes]] = field(default_factory=list)
+
+    def put(self, queue: str, seq: int, value: bytes) -> None:
+        """Queue a put of one message record."""
+        self.ops.append((0, queue, seq, value))
+
+    def delete(self, queue: str, seq: int) -> None:
+        """Queue a delete of one message record."""
+        self.ops.append((1, queue, seq, None))
+
+    def __bool__(self) -> bool:
+        return bool(self.ops or self.meta or self.log)
+
+
+@dataclass(slots=True)
+class StoredState:
+    """Everything load() read back: counters and each sub-queue's records in key order."""
+
+    meta: dict[str, int]
+    queues: dict[str, list[bytes]]
+
+
+def key_of(seq: int) -> bytes:
+    """The LMDB key of a sequence number or log offset."""
+    return _U64.pack(seq)
+
+
+class PartitionStore:
+    """One partition's LMDB environment."""
+
+    def __init__(self, path: str, *, map_size: int, durable: bool = True) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        try:
+            self._env = lmdb.open(
+                path,
+                map_size=map_size,
+                max_dbs=8192,
+                max_readers=512,
+                sync=durable,
+                metasync=durable,
+                readahead=False,
+            )
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
+        self._dbs: dict[str, object] = {}
+        with self._env.begin(write=True) as txn:
+            self._meta = self._env.open_db(META_DB, txn=txn)
+            self._log = self._env.open_db(LOG_DB, txn=txn)
+
+    def _db(self, queue: str, txn: lmdb.Transaction) -> object:
+        db = self._dbs.get(queue)
+        if db is None:
+            db = self._env.open_db(b"q:" + queue.encode("utf-8"), txn=txn)
+            self._dbs[queue] = db
+        return db
+
+    def load(self) -> StoredState:
+        """Read counters and every sub-queue's records (in sequence order)."""
+        meta: dict[str, int] = {}
+        queues: dict[str, list[bytes]] = {}
+        with self._env.begin(write=True) as txn:
+            for k, v in txn.cursor(db=self._meta):
+                meta[k.decode()] = _U64.unpack(v)[0]
+            names = []
+            for k, _ in txn.cursor():  # the main database lists the named databases
+                if k.startswith(b"q:"):
+                    names.append(k[2:].decode("utf-8"))
+            for name in names:
+                db = self._db(name, txn)
+                queues[name] = [bytes(v) for _, v in txn.cursor(db=db)]
+        return StoredState(meta, queues)
+
+    def commit(self, batch: WriteBatch) -> None:
+        """Apply a batch in one durable transaction; raises StoreFull / StoreUnavailable."""
+        try:
+            with self._env.begin(write=True) as txn:
+                for op, queue, seq, value in batch.ops:
+                    db = self._db(queue, txn)
+                    if op == 0:
+                        txn.put(_U64.pack(seq), value, db=db)
+                    else:
+                        txn.delete(_U64.pack(seq), db=db)
+                for name, number in batch.meta.items():
+                    txn.put(name.encode(), _U64.pack(number), db=self._meta)
+                for offset, value in batch.log:
+                    txn.put(_U64.pack(offset), value, db=self._log, append=True)
+        except lmdb.MapFullError as exc:
+            raise StoreFull(f"partition store {self.path} is full") from exc
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def read_log(self, start: int, limit: int) -> list[tuple[int, bytes]]:
+        """Read up to `limit` log records from offset `start`."""
+        out: list[tuple[int, bytes]] = []
+        with self._env.begin() as txn:
+            cur = txn.cursor(db=self._log)
+            if not cur.set_range(_U64.pack(start)):
+                return out
+            for k, v in cur:
+                out.append((_U64.unpack(k)[0], bytes(v)))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def close(self) -> None:
+        """Close the environment (after the last commit)."""
+        self._env.close()

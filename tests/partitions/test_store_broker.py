@@ -1,0 +1,246 @@
+"""Store (real LMDB in a temp dir) and partition broker semantics, with a fake clock."""
+
+import uuid
+
+import pytest
+
+from sbemu.errors import MessageLockLost, MessageNotFound
+from sbemu.partitions.broker import (
+    DLQ_SUFFIX,
+    PartitionBroker,
+    SubQueueSettings,
+    make_lock_token,
+    partition_of_token,
+)
+from sbemu.partitions.records import (
+    IncomingMessage,
+    LogEvent,
+    MessageState,
+    decode_log,
+    decode_message,
+    encode_message,
+)
+from sbemu.partitions.store import PartitionStore, WriteBatch
+
+MAIN = "main"
+DLQ = MAIN + DLQ_SUFFIX
+SETTINGS = {
+    MAIN: SubQueueSettings(5_000, 3, 60_000, True, DLQ),
+    DLQ: SubQueueSettings(5_000, None, None, False, None),
+}
+
+
+def msg(i, ttl=None, **kw):
+    return IncomingMessage(
+        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=ttl, durable=True,
+        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+        **kw,
+    )
+
+
+class Harness:
+    """A broker whose group commits are run synchronously by the test."""
+
+    def __init__(self, path, partition_id=0, partitioned=False):
+        self.path = path
+        self.partition_id = partition_id
+        self.partitioned = partitioned
+        self.open()
+
+    def open(self):
+        self.store = PartitionStore(str(self.path), map_size=64 << 20)
+        self.broker = PartitionBroker(
+            self.store, namespace="ns", entity="q", partition_id=self.partition_id,
+            partitioned=self.partitioned, queues=SETTINGS, mark_dirty=lambda b: None,
+        )
+        self.broker.load()
+
+    def commit(self):
+        taken = self.broker.take_commit()
+        if taken:
+            batch, callbacks = taken
+            if batch:
+                self.store.commit(batch)
+            self.broker.commit_done(callbacks, None)
+
+    def reopen(self):
+        self.store.close()
+        self.open()
+
+    def send(self, *messages, now=1000):
+        results = []
+        seqs = self.broker.enqueue([MAIN], list(messages), now, results.append)
+        assert results == []  # not acknowledged before the commit
+        self.commit()
+        assert results == [None]
+        return seqs
+
+
+@pytest.fixture
+def h(tmp_path):
+    return Harness(tmp_path / "p0")
+
+
+def test_store_roundtrip_and_log(tmp_path):
+    store = PartitionStore(str(tmp_path / "s"), map_size=16 << 20)
+    b = WriteBatch()
+    b.put("main", 2, b"two")
+    b.put("main", 1, b"one")
+    b.delete("main", 2)
+    b.meta["next_sequence"] = 3
+    b.log.append((0, b"L0"))
+    store.commit(b)
+    state = store.load()
+    assert state.queues["main"] == [b"one"]
+    assert state.meta["next_sequence"] == 3
+    assert store.read_log(0, 10) == [(0, b"L0")]
+    store.close()
+
+
+def test_message_record_roundtrip():
+    from sbemu.partitions.records import MessageRecord
+
+    rec = MessageRecord(7, 123, MessageState.DEFERRED, 2, "id", "s", "p", 1000, 1123, True, 4, 1,
+                        b"ann", b"tail", 99, None, "r", "d", None, {"k": b"\xa1\x01v"}, None)
+    assert decode_message(encode_message(rec)) == rec
+
+
+def test_sequence_numbers_start_at_one_and_survive_restart(h):
+    assert h.send(msg(1), msg(2), msg(3)) == [1, 2, 3]
+    h.reopen()
+    assert h.send(msg(4)) == [4]
+
+
+def test_partition_id_in_top_16_bits(tmp_path):
+    h = Harness(tmp_path / "p5", partition_id=5, partitioned=True)
+    assert h.send(msg(1)) == [(5 << 48) | 1]
+
+
+def test_not_visible_before_commit(h):
+    h.broker.enqueue([MAIN], [msg(1)], 1000, lambda e: None)
+    assert h.broker.take_next(MAIN, 1000, True) is None
+    assert h.broker.peek(MAIN, 0, 10) == []
+    h.commit()
+    assert h.broker.peek(MAIN, 0, 10)[0].message_id == "m1"
+
+
+def test_peek_lock_complete(h):
+    h.send(msg(1), msg(2))
+    rec, lock = h.broker.take_next(MAIN, 1000, True)
+    assert rec.sequence_number == 1 and lock.until_ms == 6000
+    done = []
+    h.broker.complete(lock.token, 2000, done.append)
+    assert done == []
+    h.commit()
+    assert done == [None]
+    h.reopen()
+    assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
+
+
+def test_complete_after_lock_expiry_is_lock_lost(h):
+    h.send(msg(1))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    with pytest.raises(MessageLockLost):
+        h.broker.complete(lock.token, 6000, lambda e: None)
+    with pytest.raises(MessageLockLost):
+        h.broker.complete(uuid.uuid4(), 1000, lambda e: None)
+
+
+def test_lock_expiry_redelivers_with_count_and_renew_extends(h):
+    h.send(msg(1))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    assert h.broker.renew(lock.token, 4000) == 9000
+    h.broker.on_timer(6000)
+    assert h.broker.take_next(MAIN, 6000, True) is None  # renewed: still locked
+    h.broker.on_timer(9000)
+    rec, _lock = h.broker.take_next(MAIN, 9000, True)
+    assert rec.delivery_count == 1
+
+
+def test_abandon_counts_and_dead_letters_at_max_delivery_count(h):
+    h.send(msg(1))
+    for attempt in range(3):
+        rec, lock = h.broker.take_next(MAIN, 1000, True)
+        assert rec.delivery_count == attempt
+        h.broker.abandon(lock.token, 1000, None, lambda e: None)
+    h.commit()
+    assert h.broker.take_next(MAIN, 1000, True) is None
+    rec, lock = h.broker.take_next(DLQ, 1000, True)
+    assert rec.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert rec.delivery_count == 3
+    h.reopen()  # survives restart, lock released
+    assert h.broker.peek(DLQ, 0, 10)[0].dead_letter_reason == "MaxDeliveryCountExceeded"
+
+
+def test_release_does_not_count(h):
+    h.send(msg(1))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.release(lock.token, 1000)
+    rec, _ = h.broker.take_next(MAIN, 1000, True)
+    assert rec.delivery_count == 0
+
+
+def test_dead_letter_with_reason(h):
+    h.send(msg(1))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.dead_letter(lock.token, 1000, "bad", "very bad", None, lambda e: None)
+    h.commit()
+    h.reopen()
+    rec = h.broker.peek(DLQ, 0, 10)[0]
+    assert (rec.dead_letter_reason, rec.dead_letter_description) == ("bad", "very bad")
+
+
+def test_defer_and_receive_deferred(h):
+    h.send(msg(1))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.defer(lock.token, 1000, None, lambda e: None)
+    h.commit()
+    assert h.broker.take_next(MAIN, 1000, True) is None
+    assert h.broker.peek(MAIN, 0, 10)[0].state == MessageState.DEFERRED
+    with pytest.raises(MessageNotFound):
+        h.broker.take_deferred(MAIN, 99, 1000, True)
+    rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
+    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.commit()
+    assert h.broker.peek(MAIN, 0, 10) == []
+
+
+def test_receive_and_delete_removes_durably(h):
+    h.send(msg(1))
+    rec, lock = h.broker.take_next(MAIN, 1000, False)
+    assert lock is None and rec.message_id == "m1"
+    h.commit()
+    h.reopen()
+    assert h.broker.peek(MAIN, 0, 10) == []
+
+
+def test_ttl_expiry_dead_letters_when_configured(h):
+    h.send(msg(1, ttl=500), now=1000)
+    h.broker.on_timer(1600)
+    h.commit()
+    rec = h.broker.peek(DLQ, 0, 10)[0]
+    assert rec.dead_letter_reason == "TTLExpiredException"
+
+
+def test_scheduled_message_activates_with_new_sequence_number(h):
+    h.send(msg(1, scheduled_enqueue_time_ms=5000), now=1000)
+    assert h.broker.take_next(MAIN, 1000, True) is None
+    assert h.broker.peek(MAIN, 0, 10)[0].state == MessageState.SCHEDULED
+    h.broker.on_timer(5000)
+    rec, _ = h.broker.take_next(MAIN, 5000, True)
+    assert rec.sequence_number == 2
+
+
+def test_log_records_every_change_in_the_same_commit(h):
+    h.send(msg(1))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.commit()
+    events = [decode_log(v)["event"] for _, v in h.store.read_log(0, 10)]
+    assert events == [LogEvent.ENQUEUED.value, LogEvent.DELIVERED.value, LogEvent.COMPLETED.value]
+
+
+def test_lock_token_carries_partition():
+    for pid in (0, 7, 15):
+        token = make_lock_token(pid)
+        assert partition_of_token(token) == pid and token.version == 4

@@ -1,0 +1,827 @@
+"""One AMQP connection: our SASL layer, then the proton engine (sans-IO).
+
+Bytes and `now` (Unix seconds) go in through receive_data(); bytes come out of
+data_to_send(); next_deadline()/handle_timer() drive proton's idle-timeout heartbeats. The
+adapter (listener.py) owns the socket and the clock. Work that completes later (a group
+commit confirming a send or a settlement) calls `on_output` so the adapter flushes.
+
+Links are ours to track: proton engine objects never carry broker state (house style); the
+`_links` map holds one small object per link, keyed by the proton link.
+
+Contract traps honoured here (asb-amqp-contract.md section 0): refused attach = null
+source/target + detach(closed, error) (5); echo the client's termini byte-for-byte (4); sender
+links get max-message-size, immediate credit, settled dispositions, and tolerance for
+transfers beyond credit (6); the delivery tag is the lock token in .NET Guid byte order (7);
+settlement echoes the requested outcome with no error (8, 9); drain and credit revocation (12);
+annotation types (13).
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from proton import (
+    Collector,
+    Condition,
+    Connection,
+    Delivery,
+    Event,
+    Link,
+    Message,
+    Terminus,
+    Transport,
+)
+
+from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
+from cproton_ffi import lib as _lib
+
+from ..errors import (
+    EntityNotFound,
+    InvalidOperation,
+    MessageSizeExceeded,
+    NotImplementedOperation,
+    ServiceBusError,
+    Unauthorized,
+)
+from ..partitions.records import IncomingMessage
+from ..partitions.router import Delivered, Entity, EntityView, Router
+from . import cbs, codec, sections
+from .sasl import SaslError, SaslServer, SaslState
+
+log = logging.getLogger("sbemu.connection")
+
+MAX_FRAME_SIZE = 262_144
+SENDER_CREDIT = 1000
+SESSION_CAPACITY = 1 << 30
+DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
+
+# Pre-encoded annotation keys (contract 3.7): the delivery path only encodes values.
+K_SEQUENCE = codec.enc_symbol("x-opt-sequence-number")
+K_ENQUEUED = codec.enc_symbol("x-opt-enqueued-time")
+K_LOCKED_UNTIL = codec.enc_symbol("x-opt-locked-until")
+K_PARTITION_ID = codec.enc_symbol("x-opt-partition-id")
+K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
+K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
+K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """What the protocol side needs of a namespace: keys, rights and size limits."""
+
+    name: str
+    keys: dict[str, str]  # SAS key name -> key
+    rights: dict[str, frozenset[str]]  # SAS key name -> {"Manage", "Send", "Listen"}
+    max_message_size: int
+
+
+@dataclass(slots=True)
+class Services:
+    """Everything a connection talks to, handed in by the server."""
+
+    router: Router
+    namespaces: dict[str, NamespaceInfo]  # lower-cased name -> info
+    default_namespace: str
+
+    def namespace_for(self, hostname: str | None) -> NamespaceInfo:
+        """Pick the namespace a client addresses: by host name (first label), else the default."""
+        if hostname:
+            host = hostname.lower()
+            if host in self.namespaces:
+                return self.namespaces[host]
+            first = host.split(".", 1)[0]
+            if first in self.namespaces:
+                return self.namespaces[first]
+        return self.namespaces[self.default_namespace]
+
+    def check_plain(self, hostname: str | None, username: str, password: str) -> bool:
+        """SASL PLAIN: user = SAS key name, password = key."""
+        ns = self.namespace_for(hostname)
+        key = ns.keys.get(username)
+        return key is not None and hmac.compare_digest(key.encode(), password.encode())
+
+
+# ------------------------------------------------------------------------ link kinds
+@dataclass(eq=False)
+class ReplyLink:
+    """A client receiver for request/response replies ($cbs or $management)."""
+
+    link: Link
+    node: str  # normalised node address the link is attached to
+    pending: deque[bytes] = field(default_factory=deque)
+
+
+@dataclass(eq=False)
+class RequestLink:
+    """A client sender of $cbs or $management requests."""
+
+    link: Link
+    node: str  # "$cbs" or the entity path of the management node
+    entity: Entity | None = None
+    view: EntityView | None = None
+
+
+@dataclass(eq=False)
+class SendLink:
+    """A client sender to an entity."""
+
+    link: Link
+    entity: Entity
+    address: str
+
+
+@dataclass(eq=False)
+class ReceiveLink:
+    """A client receiver on an entity view; the router sees it as a Consumer."""
+
+    conn: AmqpConnection
+    link: Link
+    entity: Entity
+    view: EntityView
+    peek_lock: bool
+    unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
+    closed: bool = False
+
+    def credit(self) -> int:
+        """Credit the client granted and we have not used yet [AMQP 2.6.7]."""
+        if self.closed:
+            return 0
+        return self.link.credit
+
+    def deliver(self, delivered: Delivered) -> None:
+        """Put one message on the wire."""
+        self.conn._send_delivery(self, delivered)
+
+
+_LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink
+
+
+class AmqpConnection:
+    """One client connection."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, services: Services, now: float) -> None:
+        self.services = services
+        self.id = next(self._ids)
+        self.now = now
+        self._sasl = SaslServer(services.check_plain)
+        self._transport: Transport | None = None
+        self._conn: Connection | None = None
+        self._collector: Collector | None = None
+        self._out = bytearray()
+        self._links: dict[Link, _LinkState] = {}
+        self._grants: list[cbs.SasGrant] = []
+        self._plain_rights: frozenset[str] | None = None
+        self.namespace: NamespaceInfo = services.namespace_for(None)
+        self.closed = False
+        self.on_output: Callable[[], None] = lambda: None
+        self._tag_counter = itertools.count(1)
+
+    # ------------------------------------------------------------------ IO surface
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Feed bytes from the socket."""
+        self.now = now
+        if self.closed:
+            return
+        if self._transport is None:
+            try:
+                self._sasl.receive(data)
+            except SaslError as exc:
+                log.info("connection %d: SASL protocol error: %s", self.id, exc)
+                self._out += self._sasl.output
+                self._sasl.output.clear()
+                self.closed = True
+                return
+            self._out += self._sasl.output
+            self._sasl.output.clear()
+            if self._sasl.state == SaslState.FAILED:
+                self.closed = True
+                return
+            if self._sasl.state != SaslState.DONE:
+                return
+            self._start_amqp()
+            data = self._sasl.remainder
+            if not data:
+                return
+        self._push(data)
+
+    def _start_amqp(self) -> None:
+        result = self._sasl.result
+        assert result is not None
+        self.namespace = self.services.namespace_for(result.hostname)
+        if result.mechanism == "PLAIN" and result.username is not None:
+            self._plain_rights = self.namespace.rights.get(result.username, frozenset())
+        transport = Transport(Transport.SERVER)
+        transport.max_frame_size = MAX_FRAME_SIZE
+        conn = Connection()
+        collector = Collector()
+        conn.collect(collector)
+        transport.bind(conn)
+        self._transport, self._conn, self._collector = transport, conn, collector
+
+    def _push(self, data: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        view = memoryview(data)
+        while view:
+            capacity = transport.capacity()
+            if capacity < 0:
+                break  # input side closed (error or close): drop the rest
+            if capacity == 0:
+                self._process()
+                capacity = transport.capacity()
+                if capacity <= 0:
+                    break
+            chunk = view[:capacity]
+            transport.push(bytes(chunk))
+            view = view[len(chunk):]
+            self._process()
+        self._process()
+
+    def data_to_send(self) -> bytes:
+        """Bytes to write to the socket now (may be empty)."""
+        transport = self._transport
+        if transport is not None:
+            self._process()
+            while True:
+                pending = transport.pending()
+                if pending <= 0:
+                    if pending < 0:
+                        self.closed = True
+                    break
+                self._out += transport.peek(pending)
+                transport.pop(pending)
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When handle_timer() should run next (Unix seconds), if ever."""
+        if self._transport is None or self.closed:
+            return None
+        deadline = self._transport.tick(self.now)
+        return deadline or None
+
+    def handle_timer(self, now: float) -> None:
+        """Let proton send heartbeats / detect idle peers."""
+        self.now = now
+        if self._transport is not None and not self.closed:
+            self._transport.tick(now)
+            self._process()
+
+    def connection_lost(self) -> None:
+        """The socket is gone: forget our links (locks stay until they expire)."""
+        self.closed = True
+        for state in list(self._links.values()):
+            if isinstance(state, ReceiveLink):
+                state.closed = True
+                state.view.detach(state)
+        self._links.clear()
+        if self._transport is not None:
+            self._transport.close_tail()
+            self._transport.close_head()
+            self._transport.unbind()
+            self._transport = None
+
+    @property
+    def now_ms(self) -> int:
+        """The current time in Unix milliseconds, as last told by the adapter."""
+        return int(self.now * 1000)
+
+    # ------------------------------------------------------------------ events
+    def _process(self) -> None:
+        collector = self._collector
+        if collector is None:
+            return
+        while True:
+            event = collector.peek()
+            if event is None:
+                break
+            try:
+                self._dispatch(event)
+            except Exception as exc:  # one error path per scope: the link, else the connection
+                self._fail(event, exc)
+            collector.pop()
+
+    def _dispatch(self, event: Event) -> None:
+        t = event.type
+        if t == Event.DELIVERY:
+            self._on_delivery(event.link, event.delivery)
+        elif t == Event.LINK_FLOW:
+            self._on_link_flow(event.link)
+        elif t == Event.LINK_REMOTE_OPEN:
+            self._on_link_remote_open(event.link)
+        elif t in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
+            self._on_link_remote_close(event.link)
+        elif t == Event.SESSION_REMOTE_OPEN:
+            session = event.session
+            # Keep the incoming window wide: Python's sender stops when it thinks it is shut
+            # [contract 1.4].
+            session.incoming_capacity = SESSION_CAPACITY
+            session.open()
+        elif t == Event.SESSION_REMOTE_CLOSE:
+            event.session.close()
+        elif t == Event.CONNECTION_REMOTE_OPEN:
+            conn = event.connection
+            conn.container = f"sbemu-{self.id}"
+            hostname = conn.remote_hostname
+            if hostname and self._sasl.result and self._sasl.result.mechanism is None:
+                self.namespace = self.services.namespace_for(hostname)
+            conn.open()
+        elif t == Event.CONNECTION_REMOTE_CLOSE:
+            event.connection.close()
+        elif t == Event.TRANSPORT_ERROR:
+            cond = event.transport.condition
+            log.info("connection %d: transport error: %s", self.id, cond)
+        elif t == Event.TRANSPORT_CLOSED:
+            self.closed = True
+
+    def _fail(self, event: Event, exc: Exception) -> None:
+        link = event.link
+        if not isinstance(exc, ServiceBusError):
+            log.exception("connection %d: unexpected error on %s", self.id, event.type)
+            exc = ServiceBusError(f"Internal error: {exc}")
+        if link is not None:
+            self._close_link(link, exc)
+        elif self._conn is not None:
+            self._conn.condition = Condition(exc.condition, exc.description)
+            self._conn.close()
+
+    # ------------------------------------------------------------------ attach
+    def _on_link_remote_open(self, link: Link) -> None:
+        if link.remote_target.type == Terminus.COORDINATOR:
+            self._refuse(link, NotImplementedOperation("Transactions are not supported yet by sbemu."))
+            return
+        address = (link.remote_target.address if link.is_receiver else link.remote_source.address) or ""
+        path = cbs.normalize_entity_path(address)
+        try:
+            if path == "$cbs":
+                state: _LinkState = (
+                    RequestLink(link, "$cbs") if link.is_receiver else ReplyLink(link, "$cbs")
+                )
+            elif address.lower().rstrip("/").endswith("$management"):
+                entity, view = self.services.router.lookup(self.namespace.name, path)
+                self._authorize(path, ("Manage", "Listen", "Send"))
+                state = (
+                    RequestLink(link, path, entity, view)
+                    if link.is_receiver
+                    else ReplyLink(link, path)
+                )
+            elif link.is_receiver:
+                entity, view = self.services.router.lookup(self.namespace.name, path)
+                if view.queue != "main":
+                    raise InvalidOperation(
+                        f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
+                    )
+                self._authorize(path, ("Send",))
+                state = SendLink(link, entity, path)
+            else:
+                entity, view = self.services.router.lookup(self.namespace.name, path)
+                self._authorize(path, ("Listen",))
+                source_filter = link.remote_source.filter
+                if source_filter is not None and _has_session_filter(source_filter):
+                    raise NotImplementedOperation("Session receivers are not supported yet by sbemu.")
+                peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
+                state = ReceiveLink(self, link, entity, view, peek_lock)
+        except ServiceBusError as exc:
+            self._refuse(link, exc)
+            return
+        # Echo the client's termini as given [contract 3.1, 4.4].
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        if link.is_receiver:
+            link.snd_settle_mode = link.remote_snd_settle_mode
+            link.rcv_settle_mode = Link.RCV_FIRST
+            link.max_message_size = self.namespace.max_message_size
+        else:
+            link.snd_settle_mode = link.remote_snd_settle_mode
+            link.rcv_settle_mode = link.remote_rcv_settle_mode
+            link.max_message_size = self.namespace.max_message_size
+        self._links[link] = state
+        link.open()
+        if link.is_receiver:
+            link.flow(SENDER_CREDIT)
+        if isinstance(state, ReceiveLink):
+            state.view.attach(state)
+
+    def _authorize(self, path: str, rights: tuple[str, ...]) -> None:
+        if self._plain_rights is not None and any(r in self._plain_rights for r in rights):
+            return
+        now = self.now
+        for grant in self._grants:
+            if grant.expires_at > now and cbs.covers(grant.scope, path):
+                held = self.namespace.rights.get(grant.key_name, frozenset())
+                if "Manage" in held or any(r in held for r in rights):
+                    return
+        raise Unauthorized(
+            f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
+            f"operation on '{path}'. Put a valid token on $cbs for this entity first."
+        )
+
+    def _refuse(self, link: Link, exc: ServiceBusError) -> None:
+        """[contract 3.1, 8] attach with null source and target, then detach(closed, error)."""
+        link.source.type = Terminus.UNSPECIFIED
+        link.target.type = Terminus.UNSPECIFIED
+        link.open()
+        link.condition = Condition(exc.condition, exc.description)
+        link.close()
+
+    def _close_link(self, link: Link, exc: ServiceBusError) -> None:
+        state = self._links.pop(link, None)
+        if isinstance(state, ReceiveLink):
+            state.closed = True
+            state.view.detach(state)
+        link.condition = Condition(exc.condition, exc.description)
+        link.close()
+
+    def _on_link_remote_close(self, link: Link) -> None:
+        state = self._links.pop(link, None)
+        if isinstance(state, ReceiveLink):
+            state.closed = True
+            state.view.detach(state)
+        link.close()
+
+    # ------------------------------------------------------------------ flow
+    def _on_link_flow(self, link: Link) -> None:
+        state = self._links.get(link)
+        if isinstance(state, ReceiveLink):
+            state.view.dispatch(self.now_ms)
+            if link.drain_mode:
+                # [AMQP 2.6.7] drain: use up what we can, then give back the rest of the credit.
+                link.drained()
+        elif isinstance(state, ReplyLink):
+            self._flush_replies(state)
+        elif isinstance(state, SendLink | RequestLink):
+            self._top_up_credit(link)
+
+    @staticmethod
+    def _top_up_credit(link: Link) -> None:
+        if link.credit < SENDER_CREDIT // 2:
+            link.flow(SENDER_CREDIT - link.credit)
+
+    # ------------------------------------------------------------------ deliveries in
+    def _on_delivery(self, link: Link, delivery: Delivery) -> None:
+        state = self._links.get(link)
+        if state is None:
+            if link.is_receiver and delivery.readable and not delivery.partial:
+                link.recv(delivery.pending)
+                link.advance()
+            delivery.settle()
+            return
+        if isinstance(state, ReceiveLink):
+            self._on_disposition(state, delivery)
+            return
+        if isinstance(state, ReplyLink):
+            if delivery.settled:
+                delivery.settle()
+            return
+        if delivery.aborted:
+            delivery.settle()
+            return
+        if delivery.partial:
+            limit = self.namespace.max_message_size
+            if isinstance(state, SendLink) and delivery.pending > limit + 64 * 1024:
+                # A message far beyond the limit: do not buffer it; close the link.
+                self._close_link(
+                    link,
+                    MessageSizeExceeded(
+                        f"The received message exceeds the maximum message size of {limit} bytes."
+                    ),
+                )
+            return
+        data = link.recv(delivery.pending)
+        link.advance()
+        self._top_up_credit(link)
+        if isinstance(state, SendLink):
+            self._on_message(state, delivery, data)
+        else:
+            self._on_request(state, delivery, data)
+
+    def _on_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
+        try:
+            messages = self._incoming(data)
+            state.entity.send(
+                messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
+            )
+        except ServiceBusError as exc:
+            self._settle_incoming(delivery, exc)
+
+    def _incoming(self, data: bytes) -> list[IncomingMessage]:
+        """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4]."""
+        limit = self.namespace.max_message_size
+        if len(data) > limit:
+            raise MessageSizeExceeded(
+                f"The received message (size {len(data)} bytes) exceeds the limit "
+                f"({limit} bytes) currently allowed on the link."
+            )
+        try:
+            inner = _batch_payloads(data)
+            if inner is not None:
+                try:
+                    return [_to_incoming(sections.scan_message(p)) for p in inner]
+                except sections.SectionError:
+                    pass  # not an envelope after all: a message whose body looks like one
+            return [_to_incoming(sections.scan_message(data))]
+        except sections.SectionError as exc:
+            raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
+
+    def _settle_incoming(self, delivery: Delivery, error: Exception | None) -> None:
+        if error is None:
+            delivery.update(Delivery.ACCEPTED)
+        else:
+            if not isinstance(error, ServiceBusError):
+                error = _storage_error(error)
+            delivery.local.condition = Condition(error.condition, error.description)
+            delivery.update(Delivery.REJECTED)
+        delivery.settle()
+        self.on_output()
+
+    # ------------------------------------------------------------------ deliveries out
+    def _send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
+        rec = delivered.record
+        lock = delivered.lock
+        stamps = [
+            (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
+            (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
+        ]
+        if lock is not None:
+            stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(lock.until_ms)))
+        if delivered.partition_id is not None:
+            stamps.append((K_PARTITION_ID, codec.enc_short(delivered.partition_id)))
+        data = encode_record(rec, stamps)
+        if lock is not None:
+            tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
+        else:
+            tag = next(self._tag_counter).to_bytes(8, "big")
+        link = state.link
+        delivery = link.delivery(tag)
+        link.send(data)
+        link.advance()
+        if lock is None:
+            delivery.settle()  # receive-and-delete: pre-settled [contract 4.2]
+        else:
+            state.unsettled[tag] = lock.token
+
+    def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
+        tag = raw_tag(delivery)
+        token = state.unsettled.pop(tag, None)
+        outcome = delivery.remote_state
+        if token is None or outcome is None:
+            if delivery.settled:
+                delivery.settle()
+            return
+        entity = state.entity
+        now_ms = self.now_ms
+        needs_reply = not delivery.settled
+
+        def done(error: Exception | None) -> None:
+            if needs_reply:
+                if error is None:
+                    # [contract 5.2] echo the requested outcome type with no error.
+                    delivery.update(outcome)
+                else:
+                    err = error if isinstance(error, ServiceBusError) else _storage_error(error)
+                    delivery.local.condition = Condition(err.condition, err.description)
+                    delivery.update(Delivery.REJECTED)
+            delivery.settle()
+            self.on_output()
+
+        try:
+            if outcome == Delivery.ACCEPTED:
+                entity.complete(token, now_ms, done)
+            elif outcome == Delivery.RELEASED:
+                entity.release(token, now_ms)
+                done(None)
+            elif outcome == Delivery.MODIFIED:
+                overrides = _encode_overrides(delivery.remote.annotations)
+                if delivery.remote.undeliverable:
+                    entity.defer(token, now_ms, overrides, done)
+                else:
+                    entity.abandon(token, now_ms, overrides, done)
+            elif outcome == Delivery.REJECTED:
+                reason, description, overrides = _dead_letter_details(delivery.remote.condition)
+                entity.dead_letter(token, now_ms, reason, description, overrides, done)
+            else:
+                done(InvalidOperation(f"Unsupported delivery outcome {outcome}."))
+        except ServiceBusError as exc:
+            done(exc)
+
+    # ------------------------------------------------------------------ requests
+    def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
+        if not delivery.settled:
+            delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        request = Message()
+        try:
+            request.decode(data)
+        except Exception as exc:
+            log.info("connection %d: undecodable request on %s: %s", self.id, state.node, exc)
+            return
+        if state.node == "$cbs":
+            self._on_put_token(state, request)
+        else:
+            from .management import handle_request
+
+            handle_request(self, state, request)
+
+    def _on_put_token(self, state: RequestLink, request: Message) -> None:
+        props = request.properties or {}
+        operation = props.get("operation")
+        token = request.body
+        status, description = 202, "Accepted"
+        if operation != "put-token":
+            status, description = 400, f"Unsupported $cbs operation {operation!r}."
+        elif not isinstance(token, str) or not token.startswith("SharedAccessSignature "):
+            status, description = 401, "Only SharedAccessSignature tokens are accepted."
+        else:
+            try:
+                grant = cbs.verify_sas_token(token, self.namespace.keys, self.now)
+            except cbs.TokenError as exc:
+                status, description = exc.status_code, exc.description
+            else:
+                audience = props.get("name")
+                if isinstance(audience, str):
+                    wanted = cbs.normalize_entity_path(audience)
+                    if not cbs.covers(grant.scope, wanted):
+                        status, description = 401, (
+                            f"The token's resource '{grant.scope}' does not cover the "
+                            f"audience '{wanted}'."
+                        )
+                if status < 300:
+                    self._grants = [g for g in self._grants if g.expires_at > self.now]
+                    self._grants.append(grant)
+        from proton import int32
+
+        response = Message(
+            correlation_id=request.id,
+            properties={"status-code": int32(status), "status-description": description},
+            body=None,
+        )
+        self.send_reply(state, request, response)
+
+    def send_reply(self, state: RequestLink, request: Message, response: Message) -> None:
+        """Route a response to the client's reply link in this connection [contract 6.1]."""
+        reply = self._find_reply_link(state, request.reply_to)
+        if reply is None:
+            log.info("connection %d: no reply link for %s", self.id, state.node)
+            return
+        reply.pending.append(response.encode())
+        self._flush_replies(reply)
+        self.on_output()
+
+    def _find_reply_link(self, state: RequestLink, reply_to: str | None) -> ReplyLink | None:
+        candidates = [s for s in self._links.values() if isinstance(s, ReplyLink)]
+        if reply_to:
+            matches = [s for s in candidates if (s.link.remote_target.address or "") == reply_to]
+            if len(matches) == 1:
+                return matches[0]
+            if matches:
+                candidates = matches
+        same_node = [s for s in candidates if s.node == state.node]
+        same_session = [s for s in same_node if s.link.session == state.link.session]
+        for group in (same_session, same_node):
+            if group:
+                return group[0]
+        return None
+
+    def _flush_replies(self, reply: ReplyLink) -> None:
+        link = reply.link
+        while reply.pending and link.credit > 0:
+            data = reply.pending.popleft()
+            delivery = link.delivery(next(self._tag_counter).to_bytes(8, "big"))
+            link.send(data)
+            link.advance()
+            delivery.settle()
+
+
+# ------------------------------------------------------------------------ helpers
+def raw_tag(delivery: Delivery) -> bytes:
+    """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
+    tag = _lib.pn_delivery_tag(delivery._impl)
+    return bytes(_ffi.unpack(tag.start, tag.size))
+
+
+def _batch_payloads(data: bytes) -> list[bytes] | None:
+    """The inner messages if `data` is a batch envelope, else None.
+
+    A batch is marked by message-format 0x80013700 on the transfer [contract 3.4], but the
+    python-qpid-proton binding does not expose a delivery's message-format. So an envelope is
+    recognised by its shape: a body of data sections that each hold a whole encoded message
+    (starting with a section descriptor 0x00 0x53 0x70..0x78) and scan cleanly.
+    """
+    try:
+        parts = sections.split_batch(data)
+    except sections.SectionError:
+        return None
+    for part in parts:
+        if len(part) < 3 or part[0] != 0x00 or part[1] != 0x53 or not 0x70 <= part[2] <= 0x78:
+            return None
+    return parts
+
+
+def _has_session_filter(data: object) -> bool:
+    try:
+        filters = data.get_object()  # type: ignore[attr-defined]
+    except Exception:
+        return False
+    return isinstance(filters, dict) and any(
+        str(k) == "com.microsoft:session-filter" for k in filters
+    )
+
+
+def _to_incoming(scanned: sections.ScannedMessage) -> IncomingMessage:
+    return IncomingMessage(
+        message_id=scanned.message_id,
+        session_id=scanned.session_id,
+        partition_key=scanned.partition_key,
+        ttl_ms=scanned.ttl_ms,
+        durable=scanned.durable,
+        priority=scanned.priority,
+        annotation_count=scanned.annotation_count,
+        annotations=scanned.annotations,
+        tail=scanned.tail,
+        size=scanned.size,
+        scheduled_enqueue_time_ms=scanned.scheduled_enqueue_time_ms,
+        via_partition_key=scanned.via_partition_key,
+    )
+
+
+def encode_record(rec, stamps: list[tuple[bytes, bytes]]) -> bytes:  # type: ignore[no-untyped-def]
+    """Rebuild a stored message for the wire with broker annotations stamped on."""
+    overrides = rec.property_overrides
+    if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
+        overrides = dict(overrides or {})
+        if rec.dead_letter_reason is not None:
+            overrides["DeadLetterReason"] = codec.enc_string(rec.dead_letter_reason)
+        if rec.dead_letter_description is not None:
+            overrides["DeadLetterErrorDescription"] = codec.enc_string(rec.dead_letter_description)
+    if rec.dead_letter_source is not None:
+        stamps = stamps + [(K_DEADLETTER_SOURCE, codec.enc_string(rec.dead_letter_source))]
+    if rec.scheduled_enqueue_time_ms is not None:
+        stamps = stamps + [(K_SCHEDULED, codec.enc_timestamp(rec.scheduled_enqueue_time_ms))]
+    return sections.build_message(
+        durable=rec.durable,
+        priority=rec.priority,
+        ttl_ms=rec.ttl_ms,
+        delivery_count=rec.delivery_count,
+        annotations=rec.annotations,
+        annotation_count=rec.annotation_count,
+        stamps=stamps,
+        tail=rec.tail,
+        property_overrides=overrides,
+    )
+
+
+def _encode_overrides(annotations: object) -> dict[str, bytes] | None:
+    """properties-to-modify (modified.message-annotations) as encoded application properties."""
+    if not annotations or not isinstance(annotations, dict):
+        return None
+    return {str(k): codec.encode(_plain(v)) for k, v in annotations.items()}
+
+
+def _dead_letter_details(
+    condition: Condition | None,
+) -> tuple[str | None, str | None, dict[str, bytes] | None]:
+    """Reason, description and other property updates from a rejected outcome's error."""
+    if condition is None:
+        return None, None, None
+    info = dict(condition.info or {}) if isinstance(condition.info, dict) else {}
+    info = {str(k): v for k, v in info.items()}
+    reason = info.pop("DeadLetterReason", None)
+    description = info.pop("DeadLetterErrorDescription", None)
+    if description is None and condition.name == DEAD_LETTER_CONDITION:
+        description = condition.description
+    overrides = {k: codec.encode(_plain(v)) for k, v in info.items()} or None
+    return (
+        str(reason) if reason is not None else None,
+        str(description) if description is not None else None,
+        overrides,
+    )
+
+
+def _plain(value: object) -> object:
+    """proton's decoded value as a plain Python value the codec can encode."""
+    from proton import symbol, timestamp
+
+    if isinstance(value, timestamp):
+        return codec.Timestamp(int(value))
+    if isinstance(value, symbol):
+        return codec.Symbol(str(value))
+    return value
+
+
+def _storage_error(error: Exception) -> ServiceBusError:
+    """A store fault seen by a client: transient, retried by the SDKs."""
+    from ..errors import ServerBusy
+
+    return ServerBusy(f"The partition store is unavailable: {error}")
+
+
+__all__ = ["AmqpConnection", "NamespaceInfo", "Services", "EntityNotFound"]

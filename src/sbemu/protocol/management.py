@@ -1,0 +1,313 @@
+"""The `$management` node of an entity: request/response operations [contract 6].
+
+Requests arrive as full AMQP messages (decoded with proton: this is not the hot path) and get
+a response with `statusCode` (int), `statusDescription` (string), `errorCondition` (symbol) on
+failure, the request's message-id as correlation-id (same AMQP type), and an amqp-value map
+with string keys. Operations that change state answer after their group commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from proton import Array, Data, Message, int32, symbol, timestamp
+
+from ..errors import (
+    ArgumentError,
+    InvalidOperation,
+    MessageLockLost,
+    NotImplementedOperation,
+    ServiceBusError,
+)
+from ..partitions.records import MessageRecord, MessageState
+from . import codec, sections
+
+if TYPE_CHECKING:
+    from .connection import AmqpConnection, RequestLink
+
+Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
+UNDESCRIBED = None
+
+
+def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -> None:
+    """Run one management request and send its response on the client's reply link."""
+    props = {str(k): v for k, v in (request.properties or {}).items()}
+    operation = str(props.get("operation") or "")
+    raw_body = request.body if isinstance(request.body, dict) else {}
+    body = {str(k): v for k, v in raw_body.items()}
+    replied = False
+
+    def reply(
+        status: int,
+        description: str,
+        result: dict[str, Any] | None = None,
+        condition: str | None = None,
+    ) -> None:
+        nonlocal replied
+        if replied:
+            return
+        replied = True
+        app: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
+        if condition is not None:
+            app["errorCondition"] = symbol(condition)
+        response = Message(correlation_id=request.id, properties=app, body=result or {})
+        conn.send_reply(state, request, response)
+
+    handler = OPERATIONS.get(operation)
+    try:
+        if handler is None:
+            raise NotImplementedOperation(f"The management operation '{operation}' is not supported.")
+        handler(conn, state, body, reply)
+    except ServiceBusError as exc:
+        reply(exc.status_code, exc.description, None, exc.condition)
+
+
+def _reply_error(reply: Reply) -> Callable[[Exception | None], None]:
+    """A completion that answers 200, or the error's status and condition."""
+
+    def done(error: Exception | None) -> None:
+        if error is None:
+            reply(200, "OK", {}, None)
+        elif isinstance(error, ServiceBusError):
+            reply(error.status_code, error.description, None, error.condition)
+        else:
+            reply(503, f"The partition store is unavailable: {error}", None, "com.microsoft:server-busy")
+
+    return done
+
+
+def _elements(value: object) -> list[Any]:
+    """An AMQP array or list from proton as a Python list."""
+    if value is None:
+        return []
+    if isinstance(value, Array):
+        return list(value.elements)
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
+    out = []
+    for item in _elements(body.get("lock-tokens")):
+        if isinstance(item, uuid.UUID):
+            out.append(item)
+        elif isinstance(item, bytes | bytearray) and len(item) == 16:
+            out.append(uuid.UUID(bytes=bytes(item)))
+        else:
+            raise ArgumentError(f"lock-tokens must be an array of uuid, not {type(item).__name__}.")
+    return out
+
+
+def _encoded_message(
+    rec: MessageRecord,
+    partition_id: int | None,
+    locked_until_ms: int | None,
+    with_state: bool,
+) -> bytes:
+    from .connection import (
+        K_ENQUEUED,
+        K_LOCKED_UNTIL,
+        K_MESSAGE_STATE,
+        K_PARTITION_ID,
+        K_SEQUENCE,
+        encode_record,
+    )
+
+    stamps = [
+        (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
+        (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
+    ]
+    if locked_until_ms is not None:
+        stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(locked_until_ms)))
+    if partition_id is not None:
+        stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
+    if with_state:
+        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+    return encode_record(rec, stamps)
+
+
+# ------------------------------------------------------------------------ operations
+def _renew_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    assert state.entity is not None
+    expirations = [state.entity.renew(t, conn.now_ms) for t in _tokens(body)]
+    reply(
+        200,
+        "OK",
+        {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *[timestamp(ms) for ms in expirations])},
+        None,
+    )
+
+
+def _peek(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    assert state.view is not None
+    if body.get("session-id") is not None:
+        raise NotImplementedOperation("Session receivers are not supported yet by sbemu.")
+    start = int(body.get("from-sequence-number") or 0)
+    count = int(body.get("message-count") or 1)
+    if count <= 0:
+        raise ArgumentError("message-count must be positive.")
+    found = state.view.peek(start, count)
+    if not found:
+        reply(204, "No messages to peek.", {}, None)
+        return
+    reply(
+        200,
+        "OK",
+        {"messages": [{"message": _encoded_message(rec, pid, None, True)} for rec, pid in found]},
+        None,
+    )
+
+
+DISPOSITIONS = ("completed", "abandoned", "suspended", "defered", "deferred")
+
+
+def _update_disposition(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity = state.entity
+    assert entity is not None
+    status = str(body.get("disposition-status") or "")
+    if status not in DISPOSITIONS:
+        raise ArgumentError(f"Unknown disposition-status '{status}'.")
+    tokens = _tokens(body)
+    overrides = None
+    modify = body.get("properties-to-modify")
+    if isinstance(modify, dict) and modify:
+        from .connection import _plain
+
+        overrides = {str(k): codec.encode(_plain(v)) for k, v in modify.items()}
+    if not tokens:
+        reply(200, "OK", {}, None)
+        return
+    remaining = len(tokens)
+    failure: list[Exception] = []
+    finish = _reply_error(reply)
+
+    def one_done(error: Exception | None) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if error is not None:
+            failure.append(error)
+        if remaining == 0:
+            finish(failure[0] if failure else None)
+
+    now_ms = conn.now_ms
+    for token in tokens:
+        try:
+            if status == "completed":
+                entity.complete(token, now_ms, one_done)
+            elif status == "abandoned":
+                entity.abandon(token, now_ms, overrides, one_done)
+            elif status == "suspended":
+                reason = body.get("deadletter-reason")
+                description = body.get("deadletter-description")
+                entity.dead_letter(
+                    token,
+                    now_ms,
+                    str(reason) if reason is not None else None,
+                    str(description) if description is not None else None,
+                    overrides,
+                    one_done,
+                )
+            else:
+                entity.defer(token, now_ms, overrides, one_done)
+        except MessageLockLost as exc:
+            one_done(exc)
+
+
+def _receive_by_sequence_number(
+    conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
+) -> None:
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    if body.get("session-id") is not None:
+        raise NotImplementedOperation("Session receivers are not supported yet by sbemu.")
+    numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
+    mode = int(body.get("receiver-settle-mode") or 0)
+    peek_lock = mode == 1
+    taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
+    messages = []
+    for rec, lock, pid in taken:
+        item: dict[str, Any] = {
+            "message": _encoded_message(rec, pid, lock.until_ms if lock else None, False)
+        }
+        if lock is not None:
+            item["lock-token"] = lock.token
+        messages.append(item)
+    reply(200, "OK", {"messages": messages}, None)
+
+
+def _schedule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity = state.entity
+    assert entity is not None
+    from .connection import _to_incoming
+
+    incoming = []
+    for item in _elements(body.get("messages")):
+        if not isinstance(item, dict):
+            raise ArgumentError("messages must be a list of maps.")
+        item = {str(k): v for k, v in item.items()}
+        data = item.get("message")
+        if not isinstance(data, bytes | bytearray):
+            raise ArgumentError("Each scheduled message needs an encoded 'message'.")
+        if len(data) > conn.namespace.max_message_size:
+            from ..errors import MessageSizeExceeded
+
+            raise MessageSizeExceeded(
+                f"The message (size {len(data)} bytes) exceeds the limit of "
+                f"{conn.namespace.max_message_size} bytes."
+            )
+        try:
+            scanned = sections.scan_message(bytes(data))
+        except sections.SectionError as exc:
+            raise ArgumentError(f"A scheduled message could not be decoded: {exc}") from exc
+        if scanned.scheduled_enqueue_time_ms is None:
+            raise ArgumentError("A scheduled message needs x-opt-scheduled-enqueue-time.")
+        incoming.append(_to_incoming(scanned))
+    numbers: list[int] = []
+
+    def done(error: Exception | None) -> None:
+        if error is None:
+            reply(200, "OK", {"sequence-numbers": Array(UNDESCRIBED, Data.LONG, *numbers)}, None)
+        else:
+            _reply_error(reply)(error)
+
+    numbers.extend(entity.send(incoming, conn.now_ms, done))
+
+
+def _cancel_scheduled(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity = state.entity
+    assert entity is not None
+    numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
+    entity.cancel_scheduled(numbers, conn.now_ms, _reply_error(reply))
+
+
+def _get_message_sessions(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity = state.entity
+    assert entity is not None
+    if not entity.spec.requires_session:
+        raise InvalidOperation(
+            f"The entity '{entity.name}' does not have sessions enabled (RequiresSession=false)."
+        )
+    raise NotImplementedOperation("Sessions are not supported yet by sbemu.")
+
+
+def _session_operation(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    raise NotImplementedOperation("Sessions are not supported yet by sbemu.")
+
+
+OPERATIONS: dict[str, Callable[[AmqpConnection, RequestLink, dict, Reply], None]] = {
+    "com.microsoft:renew-lock": _renew_lock,
+    "com.microsoft:peek-message": _peek,
+    "com.microsoft:update-disposition": _update_disposition,
+    "com.microsoft:receive-by-sequence-number": _receive_by_sequence_number,
+    "com.microsoft:schedule-message": _schedule,
+    "com.microsoft:cancel-scheduled-message": _cancel_scheduled,
+    "com.microsoft:get-message-sessions": _get_message_sessions,
+    "com.microsoft:renew-session-lock": _session_operation,
+    "com.microsoft:get-session-state": _session_operation,
+    "com.microsoft:set-session-state": _session_operation,
+}
+
+__all__ = ["handle_request", "MessageState"]

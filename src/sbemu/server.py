@@ -1,0 +1,330 @@
+"""Wiring: configuration -> router and partition stores, AMQP listener, admin HTTP, timers.
+
+This is where the event loop meets the core. Once per loop turn (`_turn`) the router's pending
+dispatch runs and every partition with pending writes gets one durable LMDB commit in a worker
+thread (group commit: one transaction per partition per turn, at most one in flight per
+partition; py-lmdb releases the GIL while it syncs). Completions run back on the loop, in
+order, after their commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import fcntl
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
+from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
+from .partitions.router import (
+    MAIN,
+    TRANSFER_DLQ_SUFFIX,
+    EntitySpec,
+    Router,
+    StorageLayoutError,
+)
+from .partitions.store import StoreError
+from .protocol.connection import NamespaceInfo, Services
+from .protocol.listener import AmqpProtocol
+
+log = logging.getLogger("sbemu.server")
+
+TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
+# Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
+NEVER_MS = 100 * 365 * 24 * 3600 * 1000
+
+
+class StartupError(Exception):
+    """The server cannot start: unusable port, data directory or stored layout."""
+
+
+def _ttl(ms: int | None) -> int | None:
+    return None if ms is None or ms <= 0 or ms >= NEVER_MS else ms
+
+
+def _dlq_settings(lock_duration_ms: int) -> SubQueueSettings:
+    # Dead-letter queues keep messages until they are received: no TTL, no delivery limit.
+    return SubQueueSettings(lock_duration_ms, None, None, False, None)
+
+
+def _receivable(
+    prefix: str,
+    lock_duration_ms: int,
+    max_delivery_count: int,
+    default_ttl_ms: int | None,
+    dead_letter_on_expiration: bool,
+) -> dict[str, SubQueueSettings]:
+    return {
+        prefix: SubQueueSettings(
+            lock_duration_ms,
+            max_delivery_count,
+            _ttl(default_ttl_ms),
+            dead_letter_on_expiration,
+            prefix + DLQ_SUFFIX,
+        ),
+        prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
+        prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
+    }
+
+
+def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
+    """The router's view of a configured queue."""
+    return EntitySpec(
+        namespace=ns.name,
+        name=q.name,
+        kind="queue",
+        partition_count=q.partition_count,
+        partitioned=q.enable_partitioning or q.partition_count > 1,
+        max_size_mb=q.max_size_mb,
+        requires_duplicate_detection=q.requires_duplicate_detection,
+        duplicate_detection_window_ms=q.duplicate_detection_window_ms,
+        requires_session=q.requires_session,
+        subqueues=_receivable(
+            MAIN,
+            q.lock_duration_ms,
+            q.max_delivery_count,
+            q.default_message_ttl_ms,
+            q.dead_lettering_on_message_expiration,
+        ),
+    )
+
+
+def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
+    """The router's view of a configured topic: one sub-queue set per subscription."""
+    subqueues: dict[str, SubQueueSettings] = {}
+    for sub in t.subscriptions:
+        subqueues.update(_subscription_queues(sub))
+    return EntitySpec(
+        namespace=ns.name,
+        name=t.name,
+        kind="topic",
+        partition_count=t.partition_count,
+        partitioned=t.enable_partitioning or t.partition_count > 1,
+        max_size_mb=t.max_size_mb,
+        requires_duplicate_detection=t.requires_duplicate_detection,
+        duplicate_detection_window_ms=t.duplicate_detection_window_ms,
+        requires_session=False,
+        subqueues=subqueues,
+    )
+
+
+def _subscription_queues(sub: SubscriptionConfig) -> dict[str, SubQueueSettings]:
+    return _receivable(
+        f"subscriptions/{sub.name.lower()}",
+        sub.lock_duration_ms,
+        sub.max_delivery_count,
+        sub.default_message_ttl_ms,
+        sub.dead_lettering_on_message_expiration,
+    )
+
+
+def namespace_info(ns: NamespaceConfig) -> NamespaceInfo:
+    """Keys, rights and limits of a namespace for the protocol side."""
+    return NamespaceInfo(
+        name=ns.name,
+        keys={p.key_name: p.key for p in ns.sas_policies},
+        rights={p.key_name: frozenset(p.rights) for p in ns.sas_policies},
+        max_message_size=ns.max_message_size_bytes,
+    )
+
+
+class Server:
+    """The running emulator: listeners, stores, commit pipeline and timers."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        data_dir: Path,
+        host: str,
+        port: int,
+        admin_port: int,
+    ) -> None:
+        self.config = config
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.amqp_port = port
+        self.admin_port = admin_port
+        self.router: Router | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._amqp_server: asyncio.Server | None = None
+        self._admin_server: asyncio.Server | None = None
+        self._connections: set[AmqpProtocol] = set()
+        self._turn_scheduled = False
+        self._inflight: set[PartitionBroker] = set()
+        self._again: set[PartitionBroker] = set()
+        self._idle = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._lock_fd: int | None = None
+        self.started_at = 0.0
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> None:
+        """Open stores, bind the AMQP and admin listeners; raises StartupError."""
+        self._loop = asyncio.get_running_loop()
+        self._lock_data_dir()
+        self.router = Router(self.data_dir, self._wake)
+        try:
+            for ns in self.config.namespaces:
+                for q in ns.queues:
+                    self.router.add_entity(queue_spec(ns, q))
+                for t in ns.topics:
+                    self.router.add_entity(topic_spec(ns, t))
+        except (StorageLayoutError, StoreError) as exc:
+            raise StartupError(str(exc)) from exc
+        except OSError as exc:
+            raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
+        )
+        infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
+        services = Services(self.router, infos, self.config.namespaces[0].name.lower())
+        try:
+            self._amqp_server = await self._loop.create_server(
+                lambda: AmqpProtocol(services, self._connections),
+                self.host,
+                self.amqp_port,
+                reuse_address=True,
+            )
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
+            ) from exc
+        self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
+        from .admin.http import start_admin
+
+        try:
+            self._admin_server = await start_admin(
+                self.host, self.admin_port, {"/health": self._health}
+            )
+        except OSError as exc:
+            self._amqp_server.close()
+            raise StartupError(
+                f"cannot listen on {self.host}:{self.admin_port} (admin): {exc.strerror or exc}"
+            ) from exc
+        self.admin_port = self._admin_server.sockets[0].getsockname()[1]
+        self.started_at = time.time()
+        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+        log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
+
+    def _lock_data_dir(self) -> None:
+        """One server per data directory: LMDB would allow two, our in-memory state would not."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StartupError(
+                f"data dir {self.data_dir} is in use by another sbemu process"
+            ) from exc
+        self._lock_fd = fd
+
+    async def stop(self) -> None:
+        """Stop accepting, finish pending commits, close connections and stores."""
+        if self._timer is not None:
+            self._timer.cancel()
+        for server in (self._amqp_server, self._admin_server):
+            if server is not None:
+                server.close()
+        for proto in list(self._connections):
+            proto.close()
+        if self.router is not None:
+            self._turn()
+            while self._inflight or self.router.dirty:
+                self._idle.clear()
+                if not self._inflight:
+                    self._turn()
+                    continue
+                await self._idle.wait()
+            self.router.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ------------------------------------------------------------------ turn work
+    def _wake(self) -> None:
+        if not self._turn_scheduled and self._loop is not None:
+            self._turn_scheduled = True
+            self._loop.call_soon(self._turn)
+
+    def _turn(self) -> None:
+        self._turn_scheduled = False
+        router = self.router
+        assert router is not None
+        router.run_pending(int(time.time() * 1000))
+        for broker in router.take_dirty():
+            self._commit(broker)
+
+    def _commit(self, broker: PartitionBroker) -> None:
+        if broker in self._inflight:
+            self._again.add(broker)
+            return
+        taken = broker.take_commit()
+        if taken is None:
+            return
+        batch, callbacks = taken
+        if not batch:
+            broker.commit_done(callbacks, None)
+            return
+        assert self._loop is not None and self._executor is not None
+        self._inflight.add(broker)
+        future = self._loop.run_in_executor(self._executor, broker.store.commit, batch)
+        future.add_done_callback(lambda f: self._committed(broker, callbacks, f))
+
+    def _committed(
+        self, broker: PartitionBroker, callbacks: list[Any], future: asyncio.Future[None]
+    ) -> None:
+        self._inflight.discard(broker)
+        error = future.exception()
+        if error is not None:
+            log.error("partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error)
+        broker.commit_done(callbacks, error)
+        if broker in self._again:
+            self._again.discard(broker)
+            self._commit(broker)
+        if not self._inflight:
+            self._idle.set()
+        self._wake()
+
+    def _on_timer(self) -> None:
+        assert self._loop is not None and self.router is not None
+        self.router.on_timer(int(time.time() * 1000))
+        self._wake()
+        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+
+    # ------------------------------------------------------------------ health
+    def _health(self) -> tuple[int, dict[str, Any]]:
+        router = self.router
+        entities = []
+        if router is not None:
+            for (ns, _), entity in router.entities.items():
+                healthy = all(p.healthy for p in entity.partitions)
+                entities.append(
+                    {
+                        "namespace": ns,
+                        "name": entity.name,
+                        "kind": entity.spec.kind,
+                        "partitions": len(entity.partitions),
+                        "status": "Available" if healthy else "Limited",
+                    }
+                )
+        return 200, {
+            "status": "healthy",
+            "version": __version__,
+            "uptime_seconds": round(time.time() - self.started_at, 3),
+            "connections": len(self._connections),
+            "namespaces": [ns.name for ns in self.config.namespaces],
+            "entities": entities,
+        }

@@ -1,0 +1,347 @@
+"""The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
+
+``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
+[--log-level L]``; each option has an environment twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``,
+``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``) and a flag wins over
+its variable. Port 0 asks for an ephemeral port.
+
+Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration or start-up
+problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
+level); 1 when stopping fails; 130 when interrupted before the server is up.
+
+Once the server is up, three lines go to stdout (tests and scripts parse them)::
+
+    sbemu <version> listening on amqp://<host>:<amqp_port> for namespace <ns>[, <ns>...]
+    health on http://<host>:<admin_port>/health
+    connection string: Endpoint=sb://localhost[:<port>];SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;
+
+New subcommands (report, export-logs, partition offline/online) plug in as one
+``_add_<name>(subcommands)`` function that registers a parser and its handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sbemu import __version__
+from sbemu.config import Config, ConfigError, default_config, load_config
+
+__all__ = [
+    "Settings",
+    "UsageError",
+    "build_parser",
+    "connection_string",
+    "main",
+    "ready_lines",
+    "resolve_settings",
+]
+
+log = logging.getLogger("sbemu")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 5672
+DEFAULT_ADMIN_PORT = 5300  # Microsoft's emulator serves /health on 5300 too
+DEFAULT_DATA_DIR = ".sbemu"  # under the current directory
+DEFAULT_LOG_LEVEL = "info"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+STOP_TIMEOUT = 30.0  # seconds for Server.stop() after a failed start
+
+ENV_CONFIG = "SBEMU_CONFIG"
+ENV_DATA_DIR = "SBEMU_DATA_DIR"
+ENV_HOST = "SBEMU_HOST"
+ENV_PORT = "SBEMU_PORT"
+ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
+ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A setting given on the command line or in the environment is unusable (one line)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What ``serve`` runs with, after flags, environment and defaults are merged."""
+
+    config_path: Path | None  # None: the embedded default configuration
+    data_dir: Path  # absolute
+    host: str
+    port: int  # AMQP; 0 = ephemeral
+    admin_port: int  # HTTP health/admin; 0 = ephemeral
+    log_level: str  # one of LOG_LEVELS
+
+
+# ================================================================================================
+# Parsing
+# ================================================================================================
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``sbemu`` parser; each subcommand's handler is stored as ``args.handler``."""
+    parser = argparse.ArgumentParser(
+        prog="sbemu", description="Local emulator of Azure Service Bus with partitioned entities."
+    )
+    parser.add_argument("--version", action="version", version=f"sbemu {__version__}")
+    subcommands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(subcommands)
+    return parser
+
+
+def _add_serve(subcommands: Any) -> None:
+    serve = subcommands.add_parser(
+        "serve",
+        help="run the emulator until SIGINT/SIGTERM",
+        description="Run the emulator. Every option falls back to its environment variable, "
+        "then to the default.",
+    )
+    # Defaults are None so resolve_settings can tell "not given" from "given as the default".
+    serve.add_argument(
+        "--config", metavar="PATH", help=f"Config.json to load [{ENV_CONFIG}; default: embedded]"
+    )
+    serve.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"where partition stores live [{ENV_DATA_DIR}; default: ./{DEFAULT_DATA_DIR}]",
+    )
+    serve.add_argument(
+        "--host", metavar="H", help=f"address to bind [{ENV_HOST}; default: {DEFAULT_HOST}]"
+    )
+    serve.add_argument(
+        "--port",
+        metavar="P",
+        help=f"AMQP port, 0 = ephemeral [{ENV_PORT}; default: {DEFAULT_PORT}]",
+    )
+    serve.add_argument(
+        "--admin-port",
+        metavar="P",
+        help=f"health/admin HTTP port, 0 = ephemeral [{ENV_ADMIN_PORT}; default: {DEFAULT_ADMIN_PORT}]",
+    )
+    serve.add_argument(
+        "--log-level",
+        metavar="L",
+        help=f"{', '.join(LOG_LEVELS)} [{ENV_LOG_LEVEL}; default: {DEFAULT_LOG_LEVEL}]",
+    )
+    serve.set_defaults(handler=_serve)
+
+
+def resolve_settings(
+    args: argparse.Namespace, env: Mapping[str, str], cwd: Path | None = None
+) -> Settings:
+    """Merge flags over environment over defaults; raises UsageError for an unusable value.
+
+    An environment variable set to the empty string counts as unset. Relative paths are taken
+    from ``cwd`` (default: the current directory).
+    """
+    base = cwd if cwd is not None else Path.cwd()
+
+    def pick(flag: str, env_name: str) -> tuple[str | None, str]:
+        value = getattr(args, flag.replace("-", "_"), None)
+        if value is not None:
+            return value, f"--{flag}"
+        value = env.get(env_name) or None
+        return value, env_name
+
+    def path(value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else base / p
+
+    config_value, _ = pick("config", ENV_CONFIG)
+    data_dir_value, _ = pick("data-dir", ENV_DATA_DIR)
+    host, host_source = pick("host", ENV_HOST)
+    if host is not None and not host.strip():
+        raise UsageError(f"invalid {host_source}: the host is empty")
+    level, level_source = pick("log-level", ENV_LOG_LEVEL)
+    if level is not None and level.strip().lower() not in LOG_LEVELS:
+        raise UsageError(f"invalid {level_source} {level!r}: use one of {', '.join(LOG_LEVELS)}")
+    return Settings(
+        config_path=path(config_value) if config_value else None,
+        data_dir=path(data_dir_value or DEFAULT_DATA_DIR),
+        host=host.strip() if host else DEFAULT_HOST,
+        port=_port(*pick("port", ENV_PORT), default=DEFAULT_PORT),
+        admin_port=_port(*pick("admin-port", ENV_ADMIN_PORT), default=DEFAULT_ADMIN_PORT),
+        log_level=level.strip().lower() if level else DEFAULT_LOG_LEVEL,
+    )
+
+
+def _port(value: str | None, source: str, *, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        port = int(value.strip(), 10)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise UsageError(f"invalid {source} {value!r}: must be an integer from 0 to 65535")
+    return port
+
+
+# ================================================================================================
+# Entry point
+# ================================================================================================
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``sbemu`` command line; returns the process exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or argparse's own usage error
+        return exc.code if isinstance(exc.code, int) else 2
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except UsageError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> int:
+    """Print ``message`` as one ``sbemu: ...`` line on stderr; returns exit code 2."""
+    print("sbemu: " + " ".join(message.splitlines()), file=sys.stderr, flush=True)
+    return 2
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+def _run(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main`` on a uvloop event loop (the standard loop when uvloop is missing)."""
+    try:
+        import uvloop
+    except ImportError:  # uvloop is a dependency, but has no Windows build
+        loop_factory = None
+    else:
+        loop_factory = uvloop.new_event_loop
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(main)
+    if loop_factory is not None:  # pragma: no cover - Python 3.10
+        uvloop.install()
+    return asyncio.run(main)  # pragma: no cover - Python 3.10
+
+
+# ================================================================================================
+# serve
+# ================================================================================================
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = resolve_settings(args, os.environ)
+    _configure_logging(settings.log_level)
+    try:
+        config = load_config(settings.config_path) if settings.config_path else default_config()
+    except ConfigError as exc:
+        return _fail(f"config error: {exc}")
+    return _run(_serve_async(config, settings))
+
+
+async def _serve_async(config: Config, settings: Settings) -> int:
+    try:
+        from sbemu.server import Server, StartupError  # lazily: `sbemu --help` stays light
+
+        server = Server(
+            config,
+            data_dir=settings.data_dir,
+            host=settings.host,
+            port=settings.port,
+            admin_port=settings.admin_port,
+        )
+    except Exception as exc:
+        log.debug("cannot create the server", exc_info=True)
+        return _fail(f"cannot start: {type(exc).__name__}: {exc}")
+    try:
+        await server.start()
+    except asyncio.CancelledError:  # Ctrl-C during start-up: release, then let it propagate
+        await _stop_quietly(server)
+        raise
+    except StartupError as exc:
+        log.debug("start-up failed", exc_info=True)
+        await _stop_quietly(server)
+        return _fail(str(exc))
+    except Exception as exc:
+        log.debug("start-up failed", exc_info=True)
+        await _stop_quietly(server)
+        return _fail(f"cannot start: {type(exc).__name__}: {exc}")
+
+    for line in ready_lines(config, settings.host, server.amqp_port, server.admin_port):
+        print(line)
+    sys.stdout.flush()
+
+    await _wait_for_stop_signal()
+    log.info("stopping")
+    try:
+        await server.stop()
+    except Exception as exc:
+        log.debug("stop failed", exc_info=True)
+        _fail(f"stop failed: {type(exc).__name__}: {exc}")
+        return 1
+    log.info("stopped")
+    return 0
+
+
+async def _stop_quietly(server: Any) -> None:
+    """Release whatever a failed start() had opened; its errors only reach the debug log."""
+    try:
+        await asyncio.wait_for(server.stop(), STOP_TIMEOUT)
+    except Exception:
+        log.debug("stop after failed start-up failed", exc_info=True)
+
+
+async def _wait_for_stop_signal() -> None:
+    """Return on the first SIGINT or SIGTERM; a second one then acts as the default would."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    installed = []
+    for sig in signals:
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # no signal support (e.g. not main thread)
+            pass
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> list[str]:
+    """The three lines printed once the server listens (see the module docstring)."""
+    shown_host = f"[{host}]" if ":" in host else host
+    names = ", ".join(ns.name for ns in config.namespaces)
+    return [
+        f"sbemu {__version__} listening on amqp://{shown_host}:{amqp_port} for namespace {names}",
+        f"health on http://{shown_host}:{admin_port}/health",
+        f"connection string: {connection_string(config, amqp_port)}",
+    ]
+
+
+def connection_string(config: Config, amqp_port: int) -> str:
+    """The emulator connection string for the first namespace's first SAS policy."""
+    policy = config.namespaces[0].sas_policies[0]
+    endpoint = "sb://localhost" if amqp_port == DEFAULT_PORT else f"sb://localhost:{amqp_port}"
+    return (
+        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};"
+        f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
+    )

@@ -1,0 +1,336 @@
+"""The command line: settings precedence (pure), ready lines, and `python -m sbemu serve` exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sbemu import __version__
+from sbemu.cli import (
+    DEFAULT_PORT,
+    Settings,
+    UsageError,
+    build_parser,
+    connection_string,
+    main,
+    ready_lines,
+    resolve_settings,
+)
+from sbemu.config import default_config, parse_config
+
+SERVER_REASON = "sbemu.server is not importable yet (written in parallel)"
+
+
+def settings(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path = Path("/work")
+) -> Settings:
+    return resolve_settings(build_parser().parse_args(["serve", *argv]), env or {}, cwd)
+
+
+# ------------------------------------------------------------------------------------------------
+# resolve_settings: flag > environment > default
+# ------------------------------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    assert settings([]) == Settings(
+        config_path=None,
+        data_dir=Path("/work/.sbemu"),
+        host="127.0.0.1",
+        port=5672,
+        admin_port=5300,
+        log_level="info",
+    )
+
+
+ENV = {
+    "SBEMU_CONFIG": "env.json",
+    "SBEMU_DATA_DIR": "/data/env",
+    "SBEMU_HOST": "0.0.0.0",
+    "SBEMU_PORT": "5673",
+    "SBEMU_ADMIN_PORT": "5301",
+    "SBEMU_LOG_LEVEL": "DEBUG",
+}
+
+
+def test_environment_over_defaults() -> None:
+    assert settings([], ENV) == Settings(
+        config_path=Path("/work/env.json"),
+        data_dir=Path("/data/env"),
+        host="0.0.0.0",
+        port=5673,
+        admin_port=5301,
+        log_level="debug",
+    )
+
+
+def test_flags_over_environment() -> None:
+    argv = [
+        "--config", "/etc/flag.json",
+        "--data-dir", "flagdata",
+        "--host", "::1",
+        "--port", "0",
+        "--admin-port", "0",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    assert settings(argv, ENV) == Settings(
+        config_path=Path("/etc/flag.json"),
+        data_dir=Path("/work/flagdata"),
+        host="::1",
+        port=0,
+        admin_port=0,
+        log_level="warning",
+    )
+
+
+def test_flags_and_environment_mix_per_setting() -> None:
+    s = settings(["--port", "6000"], {"SBEMU_PORT": "7000", "SBEMU_ADMIN_PORT": "7001"})
+    assert (s.port, s.admin_port) == (6000, 7001)
+
+
+def test_empty_environment_values_count_as_unset() -> None:
+    assert settings([], dict.fromkeys(ENV, "")) == settings([])
+
+
+def test_home_directory_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert settings(["--data-dir", "~/sb"]).data_dir == Path("/home/someone/sb")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "fragment"),
+    [
+        (["--port", "99999"], {}, "invalid --port '99999'"),
+        (["--port", "-1"], {}, "invalid --port"),
+        (["--port", "http"], {}, "invalid --port 'http'"),
+        ([], {"SBEMU_PORT": "5672x"}, "invalid SBEMU_PORT '5672x'"),
+        (["--admin-port", "65536"], {}, "invalid --admin-port"),
+        ([], {"SBEMU_ADMIN_PORT": "1e3"}, "invalid SBEMU_ADMIN_PORT"),
+        (["--log-level", "loud"], {}, "invalid --log-level 'loud'"),
+        ([], {"SBEMU_LOG_LEVEL": "trace"}, "invalid SBEMU_LOG_LEVEL"),
+        (["--host", " "], {}, "invalid --host"),
+    ],
+)
+def test_unusable_values(argv: list[str], env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment):
+        settings(argv, env)
+
+
+# ------------------------------------------------------------------------------------------------
+# What serve prints
+# ------------------------------------------------------------------------------------------------
+
+
+def test_connection_string_omits_the_default_port() -> None:
+    config = default_config()
+    assert connection_string(config, DEFAULT_PORT) == (
+        "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
+    assert connection_string(config, 40000).startswith("Endpoint=sb://localhost:40000;")
+
+
+def test_connection_string_uses_first_namespace_first_policy() -> None:
+    config = parse_config(
+        {
+            "UserConfig": {
+                "Namespaces": [
+                    {
+                        "Name": "first-ns",
+                        "SharedAccessPolicies": [
+                            {"KeyName": "app", "Key": "s3cret", "Rights": ["Send", "Listen"]},
+                            {"KeyName": "other", "Key": "x", "Rights": ["Manage"]},
+                        ],
+                    },
+                    {"Name": "second-ns"},
+                ]
+            }
+        },
+        "mem",
+    )
+    assert connection_string(config, 5672) == (
+        "Endpoint=sb://localhost;SharedAccessKeyName=app;SharedAccessKey=s3cret;"
+        "UseDevelopmentEmulator=true;"
+    )
+    lines = ready_lines(config, "::1", 5672, 5300)
+    assert (
+        lines[0]
+        == f"sbemu {__version__} listening on amqp://[::1]:5672 for namespace first-ns, second-ns"
+    )
+    assert lines[1] == "health on http://[::1]:5300/health"
+
+
+def test_ready_lines() -> None:
+    assert ready_lines(default_config(), "127.0.0.1", 5672, 5300) == [
+        f"sbemu {__version__} listening on amqp://127.0.0.1:5672 for namespace sbemulatorns",
+        "health on http://127.0.0.1:5300/health",
+        "connection string: Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------
+# main() in process
+# ------------------------------------------------------------------------------------------------
+
+
+def test_main_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "serve" in capsys.readouterr().err
+
+
+def test_main_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"sbemu {__version__}"
+
+
+def test_main_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--bogus"]) == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_main_bad_setting_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--admin-port", "70000"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sbemu: invalid --admin-port '70000': must be an integer from 0 to 65535\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# python -m sbemu serve, as a subprocess
+# ------------------------------------------------------------------------------------------------
+
+
+def sbemu(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SBEMU_")}
+    return subprocess.run(
+        [sys.executable, "-m", "sbemu", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_broken_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"UserConfig": {"Namespaces": [\n')
+    result = sbemu(
+        "serve", "--config", str(broken), "--port", "0", "--admin-port", "0", cwd=tmp_path
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"sbemu: config error: {broken}: line 2 column 1: invalid JSON")
+    assert result.stdout == ""
+
+
+def test_invalid_config_exits_2_with_json_path(tmp_path: Path) -> None:
+    config = tmp_path / "Config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "UserConfig": {
+                    "Namespaces": [
+                        {
+                            "Name": "sbemulatorns",
+                            "Queues": [{"Name": "q", "Properties": {"LockDuration": "PT1S"}}],
+                        }
+                    ]
+                }
+            }
+        )
+    )
+    result = sbemu("serve", "--config", str(config), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"sbemu: config error: {config}: UserConfig.Namespaces[0].Queues[0].Properties.LockDuration: "
+        "PT1S is out of range: must be between PT5S and PT5M\n"
+    )
+
+
+def test_missing_config_file_exits_2(tmp_path: Path) -> None:
+    result = sbemu("serve", "--config", "nope.json", cwd=tmp_path)
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"sbemu: config error: {tmp_path / 'nope.json'}: cannot read file: No such file or directory\n"
+    )
+
+
+def test_out_of_range_port_exits_2_with_one_line(tmp_path: Path) -> None:
+    result = sbemu("serve", "--port", "99999", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == "sbemu: invalid --port '99999': must be an integer from 0 to 65535\n"
+
+
+def test_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("sbemu.server", reason=SERVER_REASON)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = sbemu(
+            "serve", "--port", str(port), "--admin-port", "0", "--data-dir", str(tmp_path / "data"),
+            "--log-level", "warning",  # the one line is the CLI's; info chatter is not under test
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("sbemu: ") and str(port) in lines[0]
+    assert result.stdout == ""
+
+
+def test_serve_prints_ready_lines_serves_health_and_stops_on_sigterm(tmp_path: Path) -> None:
+    pytest.importorskip("sbemu.server", reason=SERVER_REASON)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SBEMU_")}
+    env["SBEMU_DATA_DIR"] = str(tmp_path / "data")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().rstrip("\n") for _ in range(3)]
+        assert lines[0].startswith(f"sbemu {__version__} listening on amqp://127.0.0.1:"), lines
+        assert lines[0].endswith(" for namespace sbemulatorns")
+        amqp_port = int(lines[0].split("amqp://127.0.0.1:")[1].split()[0])
+        assert amqp_port not in (0, 5672)
+        assert lines[1].startswith("health on http://127.0.0.1:") and lines[1].endswith("/health")
+        assert lines[2] == (
+            f"connection string: Endpoint=sb://localhost:{amqp_port};"
+            "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+            "UseDevelopmentEmulator=true;"
+        )
+        health_url = lines[1].removeprefix("health on ")
+        with urllib.request.urlopen(health_url, timeout=10) as response:
+            assert response.status == 200
+            assert json.load(response)["status"] == "healthy"
+        with socket.create_connection(("127.0.0.1", amqp_port), timeout=10):
+            pass  # the AMQP port accepts connections
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()

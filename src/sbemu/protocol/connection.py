@@ -36,6 +36,7 @@ from proton import (
     Message,
     Terminus,
     Transport,
+    symbol,
 )
 
 from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
@@ -351,7 +352,7 @@ class AmqpConnection:
         if link is not None:
             self._close_link(link, exc)
         elif self._conn is not None:
-            self._conn.condition = Condition(exc.condition, exc.description)
+            self._conn.condition = error_condition(exc)
             self._conn.close()
 
     # ------------------------------------------------------------------ attach
@@ -430,7 +431,7 @@ class AmqpConnection:
         link.source.type = Terminus.UNSPECIFIED
         link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = Condition(exc.condition, exc.description)
+        link.condition = error_condition(exc)
         link.close()
 
     def _close_link(self, link: Link, exc: ServiceBusError) -> None:
@@ -438,7 +439,7 @@ class AmqpConnection:
         if isinstance(state, ReceiveLink):
             state.closed = True
             state.view.detach(state)
-        link.condition = Condition(exc.condition, exc.description)
+        link.condition = error_condition(exc)
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
@@ -538,7 +539,7 @@ class AmqpConnection:
         else:
             if not isinstance(error, ServiceBusError):
                 error = _storage_error(error)
-            delivery.local.condition = Condition(error.condition, error.description)
+            delivery.local.condition = error_condition(error)
             delivery.update(Delivery.REJECTED)
         delivery.settle()
         self.on_output()
@@ -588,7 +589,7 @@ class AmqpConnection:
                     delivery.update(outcome)
                 else:
                     err = error if isinstance(error, ServiceBusError) else _storage_error(error)
-                    delivery.local.condition = Condition(err.condition, err.description)
+                    delivery.local.condition = error_condition(err)
                     delivery.update(Delivery.REJECTED)
             delivery.settle()
             self.on_output()
@@ -702,6 +703,20 @@ class AmqpConnection:
 
 
 # ------------------------------------------------------------------------ helpers
+def error_condition(error: ServiceBusError) -> Condition:
+    """An AMQP error with its info map always present.
+
+    pyamqp reads `error[2]` (info) of a rejected outcome without checking its length, and proton
+    drops a trailing null field, so an error without info crashes the SDK's send callback. The
+    service puts a tracking id there; so do we.
+    """
+    return Condition(
+        error.condition,
+        error.description,
+        {symbol("com.microsoft:tracking-id"): uuid.uuid4().hex},
+    )
+
+
 def raw_tag(delivery: Delivery) -> bytes:
     """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
     tag = _lib.pn_delivery_tag(delivery._impl)

@@ -1,0 +1,456 @@
+"""Integration fixtures: a real ``python -m sbemu serve`` subprocess on loopback, real SDKs.
+
+One server per test module (``server``), configured from the module's ``SBEMU_QUEUES`` list when
+it defines one (else ``DEFAULT_QUEUES``). Tests that stop, kill or restart the process take
+``own_server`` (one per test). Everything here speaks to the server only over its public surface:
+the three ready lines on stdout, AMQP on the printed port, SIGTERM/SIGKILL.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+NAMESPACE = "sbemulatorns"
+KEY_NAME = "RootManageSharedAccessKey"
+KEY = "SAS_KEY_VALUE"
+SEND_ONLY_KEY_NAME = "sendonly"
+SEND_ONLY_KEY = "SEND_ONLY_KEY_VALUE"
+LISTEN_ONLY_KEY_NAME = "listenonly"
+LISTEN_ONLY_KEY = "LISTEN_ONLY_KEY_VALUE"
+
+START_TIMEOUT = 20.0  # seconds to wait for the three ready lines
+STOP_TIMEOUT = 20.0  # seconds to wait for a clean exit after SIGTERM
+PARTITIONS = 16  # Standard-tier partition count [SB partitioning P2]
+
+_LISTEN_RE = re.compile(r"listening on amqp://([\w.\-\[\]:]+?):(\d+) ")
+_HEALTH_RE = re.compile(r"health on http://([\w.\-\[\]:]+?):(\d+)/health")
+_CONN_RE = re.compile(r"connection string: (\S+)")
+
+
+# ------------------------------------------------------------------------------- configuration
+
+
+def queue_def(
+    name: str,
+    *,
+    lock_duration: str = "PT5S",
+    max_delivery_count: int = 3,
+    partitioned: bool = False,
+    duplicate_detection: bool = False,
+    ttl: str = "PT1H",
+    dead_letter_on_expiration: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One queue entry of a Config.json (Microsoft's keys plus sbemu's EnablePartitioning)."""
+    props: dict[str, Any] = {
+        "LockDuration": lock_duration,
+        "MaxDeliveryCount": max_delivery_count,
+        "RequiresSession": False,
+        "RequiresDuplicateDetection": duplicate_detection,
+        "DeadLetteringOnMessageExpiration": dead_letter_on_expiration,
+        "DefaultMessageTimeToLive": ttl,
+        "DuplicateDetectionHistoryTimeWindow": "PT20S",
+        "ForwardTo": "",
+        "ForwardDeadLetteredMessagesTo": "",
+    }
+    if partitioned:
+        props["EnablePartitioning"] = True
+    props.update(extra)
+    return {"Name": name, "Properties": props}
+
+
+# The queues the brief asks for, plus a few spare ones so tests in one module need not share.
+DEFAULT_QUEUES: list[dict[str, Any]] = [
+    queue_def("q1"),
+    queue_def("pq", partitioned=True),
+    queue_def("pqdup", partitioned=True, duplicate_detection=True),
+    queue_def("lockq"),
+]
+
+
+def make_config(queues: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A full Config.json document for namespace sbemulatorns with three SAS policies."""
+    return {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": NAMESPACE,
+                    "SharedAccessPolicies": [
+                        {"KeyName": KEY_NAME, "Key": KEY, "Rights": ["Manage", "Send", "Listen"]},
+                        {"KeyName": SEND_ONLY_KEY_NAME, "Key": SEND_ONLY_KEY, "Rights": ["Send"]},
+                        {
+                            "KeyName": LISTEN_ONLY_KEY_NAME,
+                            "Key": LISTEN_ONLY_KEY,
+                            "Rights": ["Listen"],
+                        },
+                    ],
+                    "Queues": list(queues),
+                    "Topics": [],
+                }
+            ],
+            "Logging": {"Type": "File"},
+        }
+    }
+
+
+# ------------------------------------------------------------------------------- the process
+
+
+class ServerError(RuntimeError):
+    """The server process did not start, or did not stop as expected."""
+
+
+class ServerProcess:
+    """A ``python -m sbemu serve`` subprocess with a known config file and data directory."""
+
+    def __init__(self, config_path: Path, data_dir: Path, log_dir: Path) -> None:
+        self.config_path = Path(config_path)
+        self.data_dir = Path(data_dir)
+        self.log_dir = Path(log_dir)
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.admin_port = 0
+        self.conn_str = ""
+        self.host = "127.0.0.1"
+        self._starts = 0
+        self._stderr_path: Path | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    # -- life cycle
+    def start(self) -> ServerProcess:
+        """Start the process and wait (up to START_TIMEOUT s) for its three ready lines."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self._starts += 1
+        self._stderr_path = self.log_dir / f"server-{self._starts}.stderr"
+        stderr = open(self._stderr_path, "w")  # noqa: SIM115 - handed to the child
+        cmd = [
+            sys.executable,
+            "-m",
+            "sbemu",
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+            "--log-level",
+            "warning",
+        ]
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        stderr.close()
+        self._lines = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
+        self._await_ready()
+        return self
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        # Keep reading stdout for the whole life of the process so it never blocks on a pipe.
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def _await_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        seen: list[str] = []
+        port = conn = admin = None
+        while port is None or conn is None or admin is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._abort()
+                raise ServerError(
+                    f"server not ready after {START_TIMEOUT}s; stdout={seen!r}; "
+                    f"stderr={self.stderr_text()!r}"
+                )
+            try:
+                line = self._lines.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                continue
+            if line is None:  # EOF: the process is gone
+                assert self.proc is not None
+                rc = self.proc.wait(timeout=5)
+                raise ServerError(
+                    f"server exited with {rc} before it was ready; stdout={seen!r}; "
+                    f"stderr={self.stderr_text()!r}"
+                )
+            seen.append(line.rstrip("\n"))
+            if m := _LISTEN_RE.search(line):
+                port = int(m.group(2))
+            elif m := _HEALTH_RE.search(line):
+                admin = int(m.group(2))
+            elif m := _CONN_RE.search(line):
+                conn = m.group(1)
+        self.port, self.admin_port, self.conn_str = port, admin, conn
+
+    def _abort(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait for exit; returns the exit code (0 expected)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+                raise ServerError(
+                    f"server did not stop within {timeout}s of SIGTERM; "
+                    f"stderr={self.stderr_text()!r}"
+                ) from None
+        return self.proc.returncode
+
+    def kill(self) -> int:
+        """SIGKILL (the crash test) and wait; returns the exit code (-9)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait(timeout=10)
+
+    def restart(self, *, kill: bool = False) -> ServerProcess:
+        """Stop (SIGTERM, or SIGKILL when ``kill``) and start again on the same data dir."""
+        if kill:
+            self.kill()
+        else:
+            rc = self.stop()
+            if rc != 0:
+                raise ServerError(f"SIGTERM exit code {rc}; stderr={self.stderr_text()!r}")
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_text(self) -> str:
+        if self._stderr_path is None or not self._stderr_path.exists():
+            return ""
+        return self._stderr_path.read_text(errors="replace")[-4000:]
+
+    # -- addresses and credentials
+    @property
+    def endpoint(self) -> str:
+        return f"sb://localhost:{self.port}"
+
+    def conn_str_for(self, key_name: str = KEY_NAME, key: str = KEY) -> str:
+        """A connection string for this server with the given SAS key name and key."""
+        return (
+            f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={key_name};"
+            f"SharedAccessKey={key};UseDevelopmentEmulator=true;"
+        )
+
+    def conn_str_with_token(self, token: str) -> str:
+        """A connection string carrying a precomputed SharedAccessSignature."""
+        return f"Endpoint=sb://localhost:{self.port};SharedAccessSignature={token};UseDevelopmentEmulator=true"
+
+    def audience(self, entity: str = "") -> str:
+        """The CBS audience the Python SDK uses: sb://localhost:<port>/<entity>."""
+        return f"sb://localhost:{self.port}/{entity}"
+
+    def amqp_url(self) -> str:
+        return f"amqp://127.0.0.1:{self.port}"
+
+
+def start_server(tmp: Path, queues: Iterable[dict[str, Any]]) -> ServerProcess:
+    """Write a config under ``tmp`` and start a server on ``tmp/data``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = tmp / "config.json"
+    cfg.write_text(json.dumps(make_config(queues), indent=2))
+    server = ServerProcess(cfg, tmp / "data", tmp)
+    return server.start()
+
+
+def _shutdown(server: ServerProcess) -> None:
+    if server.running:
+        try:
+            server.stop()
+        except ServerError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the whole module (queues from the module's SBEMU_QUEUES)."""
+    queues = getattr(request.module, "SBEMU_QUEUES", DEFAULT_QUEUES)
+    srv = start_server(tmp_path_factory.mktemp("sbemu"), queues)
+    try:
+        yield srv
+    finally:
+        _shutdown(srv)
+
+
+@pytest.fixture()
+def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server for one test (tests that stop, kill or restart it)."""
+    queues = getattr(request.module, "SBEMU_QUEUES", DEFAULT_QUEUES)
+    srv = start_server(tmp_path / "sbemu", queues)
+    try:
+        yield srv
+    finally:
+        _shutdown(srv)
+
+
+# ------------------------------------------------------------------------------- SDK helpers
+
+
+@pytest.fixture()
+def sb_client(server: ServerProcess) -> Iterator[Any]:
+    """A sync ServiceBusClient on the module's server (retry_total=1 keeps failures quick)."""
+    from azure.servicebus import ServiceBusClient
+
+    client = ServiceBusClient.from_connection_string(server.conn_str, retry_total=1, retry_backoff_factor=0.2)
+    with client:
+        yield client
+
+
+def make_sas_token(uri: str, key_name: str, key: str, expiry: int) -> str:
+    """A Service Bus SAS token signing ``uri`` (unencoded) until ``expiry`` (unix seconds)."""
+    sr = urllib.parse.quote_plus(uri)
+    to_sign = f"{sr}\n{expiry}".encode()
+    sig = base64.b64encode(hmac.new(key.encode(), to_sign, hashlib.sha256).digest()).decode()
+    return (
+        f"SharedAccessSignature sr={sr}&sig={urllib.parse.quote_plus(sig)}"
+        f"&se={expiry}&skn={urllib.parse.quote_plus(key_name)}"
+    )
+
+
+def partition_of(sequence_number: int) -> int:
+    """The partition id carried in the top 16 bits of a sequence number [SB partitioning P11]."""
+    return sequence_number >> 48
+
+
+def receive_n(receiver: Any, n: int, *, timeout: float = 15.0, max_wait_time: float = 1.0) -> list[Any]:
+    """Receive until ``n`` messages arrived or ``timeout`` s passed (works sync only)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        batch = receiver.receive_messages(max_message_count=min(n - len(got), 100), max_wait_time=max_wait_time)
+        got.extend(batch)
+    return got
+
+
+def drain(client: Any, queue_name: str, *, sub_queue: Any = None, max_wait_time: float = 1.0) -> int:
+    """Receive-and-delete everything currently receivable on a queue; returns the count."""
+    from azure.servicebus import ServiceBusReceiveMode
+
+    total = 0
+    with client.get_queue_receiver(
+        queue_name,
+        sub_queue=sub_queue,
+        receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+        max_wait_time=max_wait_time,
+    ) as receiver:
+        while True:
+            batch = receiver.receive_messages(max_message_count=100, max_wait_time=max_wait_time)
+            if not batch:
+                return total
+            total += len(batch)
+
+
+def send_plain(client: Any, queue_name: str, messages: Iterable[Any]) -> None:
+    """Send each message on its own (one transfer each), on one sender link."""
+    with client.get_queue_sender(queue_name) as sender:
+        for m in messages:
+            sender.send_messages(m)
+
+
+def body_text(message: Any) -> str:
+    """The body of a received message as text (data sections joined)."""
+    body = message.body
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body).decode()
+    if isinstance(body, str):
+        return body
+    return b"".join(bytes(b) for b in body).decode()
+
+
+# ------------------------------------------------------------------------------- raw AMQP helpers
+
+
+def proton_connect(
+    server: ServerProcess,
+    *,
+    mech: str = "PLAIN",
+    user: str = KEY_NAME,
+    password: str = KEY,
+    timeout: float = 10.0,
+) -> Any:
+    """A python-qpid-proton BlockingConnection to the server (SASL PLAIN by default)."""
+    from proton.utils import BlockingConnection
+
+    kwargs: dict[str, Any] = {"sasl_enabled": True, "allowed_mechs": mech}
+    if mech == "PLAIN":
+        kwargs.update(user=user, password=password)
+    return BlockingConnection(server.amqp_url(), timeout=timeout, **kwargs)
+
+
+def cbs_put_token(conn: Any, audience: str, token: str, *, timeout: float = 10.0) -> tuple[int, str]:
+    """Send one put-token on ``$cbs`` over a proton BlockingConnection (the JS SDK's shape:
+    string message-id, reply-to = the response link's name); returns (status-code, description)."""
+    import uuid as _uuid
+
+    from proton import Message
+
+    reply_name = f"cbs-{_uuid.uuid4()}"
+    receiver = conn.create_receiver("$cbs", name=reply_name)
+    sender = conn.create_sender("$cbs", name=f"cbs-req-{_uuid.uuid4()}")
+    request_id = str(_uuid.uuid4())
+    request = Message(
+        id=request_id,
+        reply_to=reply_name,
+        properties={
+            "operation": "put-token",
+            "type": "servicebus.windows.net:sastoken",
+            "name": audience,
+        },
+        body=token,
+    )
+    sender.send(request, timeout=timeout)
+    response = receiver.receive(timeout=timeout)
+    if receiver.fetcher.unsettled:  # the contract says pre-settled; tolerate either
+        receiver.accept()
+    assert response.correlation_id == request_id, (
+        f"CBS response correlation-id {response.correlation_id!r} != request id {request_id!r}"
+    )
+    sender.close()
+    receiver.close()
+    props = response.properties or {}
+    return int(props.get("status-code", -1)), str(props.get("status-description", ""))
+
+
+# Test modules import the helpers above as ``from integration_support import ...``: the name
+# "conftest" is ambiguous once other test directories grow their own conftest.py, an alias is
+# not (pytest imports this file before any test module of this directory).
+sys.modules.setdefault("integration_support", sys.modules[__name__])

@@ -94,7 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sbemu {__version__}")
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(subcommands)
+    _add_report(subcommands)
+    _add_export_logs(subcommands)
     return parser
+
+
+def _add_report(subcommands: Any) -> None:
+    from sbemu.reporting import add_report_parser  # no pyspark import until the job runs
+
+    add_report_parser(subcommands)
+
+
+def _add_export_logs(subcommands: Any) -> None:
+    from sbemu.reporting import add_export_logs_parser
+
+    add_export_logs_parser(subcommands)
 
 
 def _add_serve(subcommands: Any) -> None:

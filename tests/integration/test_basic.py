@@ -29,6 +29,7 @@ SBEMU_QUEUES = [
         "b-many",
         "b-bytes",
         "b-none",
+        "b-wait",
     )
 ]
 
@@ -236,3 +237,35 @@ def test_empty_receive_returns_quickly(sb_client):
         t0 = time.monotonic()
         assert receiver.receive_messages(max_message_count=5, max_wait_time=1) == []
         assert time.monotonic() - t0 < 4
+
+
+def test_waiting_receiver_gets_a_message_sent_later(sb_client):
+    """A receive call that is already waiting (credit outstanding) gets a message that another
+    connection sends while it waits, well before max_wait_time runs out."""
+    import threading
+    import time
+
+    with sb_client.get_queue_receiver("b-wait", max_wait_time=8) as receiver, sb_client.get_queue_sender(
+        "b-wait"
+    ) as sender:
+        receiver.peek_messages(max_message_count=1)  # links open before the clock starts
+        sender.send_messages(ServiceBusMessage("warm-up"))
+        (warm,) = receive_n(receiver, 1)
+        receiver.complete_message(warm)
+
+        def send_later() -> None:
+            time.sleep(1.0)
+            sender.send_messages(ServiceBusMessage("later"))
+
+        thread = threading.Thread(target=send_later)
+        t0 = time.monotonic()
+        thread.start()
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=8)
+        waited = time.monotonic() - t0
+        thread.join()
+        assert [body_text(m) for m in got] == ["later"], (
+            f"waiting receiver got {len(got)} messages in {waited:.1f}s; the message sent after 1 s "
+            "was not delivered while the receive call waited"
+        )
+        assert waited < 4.0
+        receiver.complete_message(got[0])

@@ -1,0 +1,474 @@
+#!/usr/bin/env python
+"""sbemu throughput benchmark: ``make bench`` (``.venv/bin/python bench/bench.py [options]``).
+
+Starts its own server (``python -m sbemu serve`` on ephemeral ports, temporary data directory)
+with a plain queue ``bench`` and a partitioned queue ``benchp`` (16 partitions), then for each
+queue:
+
+* proton: an event-driven python-qpid-proton client (``Container`` + ``MessagingHandler``, SASL
+  PLAIN) sends ``--count`` durable messages of ``--size`` bytes keeping the link's credit window
+  full; send msg/s counts only deliveries the broker *accepted*. Then a receiver with prefetch
+  1000 and auto-accept (peek-lock + complete) takes them all back.
+* sdk: the azure-servicebus sync SDK sends the same number in ``create_message_batch`` batches,
+  then receives with ``receive_messages(max_message_count=500)`` (prefetch 500) and completes
+  each message.
+
+Every phase checks that each message sent was received exactly once (by an index carried in
+the message) and that the queue is empty afterwards; the script exits 1 if any message is lost
+(or a phase fails), 0 otherwise. Options: ``--count``, ``--size``, ``--only proton|sdk``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KEY_NAME = "RootManageSharedAccessKey"
+KEY = "SAS_KEY_VALUE"
+QUEUES = ("bench", "benchp")
+START_TIMEOUT = 30.0
+IDLE_TIMEOUT = 30.0  # seconds without progress before a phase is declared stuck
+
+
+# ------------------------------------------------------------------------------- server
+
+
+def _queue(name: str, partitioned: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "LockDuration": "PT1M",
+        "MaxDeliveryCount": 10,
+        "RequiresSession": False,
+        "RequiresDuplicateDetection": False,
+        "DeadLetteringOnMessageExpiration": False,
+        "DefaultMessageTimeToLive": "PT1H",
+        "DuplicateDetectionHistoryTimeWindow": "PT20S",
+        "ForwardTo": "",
+        "ForwardDeadLetteredMessagesTo": "",
+        "MaxSizeInMegabytes": 1024,
+    }
+    if partitioned:
+        props["EnablePartitioning"] = True
+    return {"Name": name, "Properties": props}
+
+
+def _config() -> dict[str, Any]:
+    return {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": "sbemulatorns",
+                    "Queues": [_queue("bench", False), _queue("benchp", True)],
+                    "Topics": [],
+                }
+            ],
+            "Logging": {"Type": "File"},
+        }
+    }
+
+
+class Server:
+    """``python -m sbemu serve`` as a subprocess; parses the ready lines for port and conn str."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.config = workdir / "config.json"
+        self.config.write_text(json.dumps(_config(), indent=2))
+        self.stderr_path = workdir / "server.stderr"
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.conn_str = ""
+
+    def start(self) -> None:
+        stderr = open(self.stderr_path, "w")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "sbemu", "serve",
+                "--config", str(self.config),
+                "--data-dir", str(self.workdir / "data"),
+                "--port", "0", "--admin-port", "0", "--log-level", "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+        stderr.close()
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not (self.port and self.conn_str):
+            try:
+                line = lines.get(timeout=max(0.05, deadline - time.monotonic()))
+            except queue.Empty:
+                line = ""
+            if line is None or time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"bench: server did not start:\n{self.stderr_path.read_text()[-3000:]}")
+            if m := re.search(r"listening on amqp://[^:]+:(\d+)", line):
+                self.port = int(m.group(1))
+            elif m := re.search(r"connection string: (\S+)", line):
+                self.conn_str = m.group(1)
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://127.0.0.1:{self.port}"
+
+
+# ------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Result:
+    client: str
+    queue: str
+    count: int
+    size: int
+    send_rate: float = 0.0
+    receive_rate: float = 0.0
+    sent_ok: int = 0  # acknowledged (accepted) sends
+    received: int = 0  # distinct messages received
+    duplicates: int = 0
+    leftover: int = 0  # still in the queue after the receive phase
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> int:
+        return self.count - self.received
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.sent_ok == self.count and self.lost == 0
+
+
+# ------------------------------------------------------------------------------- proton client
+
+
+def _proton_phase(url: str, address: str, count: int, size: int, prefix: str) -> Result:
+    from proton import Message
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    result = Result("proton", address, count, size)
+    payload = os.urandom(size)
+
+    class Watchdog:
+        """Stops the container when a phase makes no progress for IDLE_TIMEOUT seconds."""
+
+        def __init__(self, handler: Any) -> None:
+            self.handler = handler
+            self.last = -1
+            self.since = time.monotonic()
+
+        def on_timer_task(self, event: Any) -> None:
+            progress = self.handler.progress()
+            if progress != self.last:
+                self.last, self.since = progress, time.monotonic()
+            elif time.monotonic() - self.since > IDLE_TIMEOUT:
+                self.handler.fail(f"no progress for {IDLE_TIMEOUT:.0f}s at {progress}/{count}")
+                return
+            if not self.handler.done:
+                event.container.schedule(1.0, self)
+
+    class Base(MessagingHandler):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.conn: Any = None
+            self.done = False
+
+        def connect(self, container: Any) -> Any:
+            self.conn = container.connect(
+                url, user=KEY_NAME, password=KEY, sasl_enabled=True, allowed_mechs="PLAIN"
+            )
+            container.schedule(1.0, Watchdog(self))
+            return self.conn
+
+        def finish(self) -> None:
+            self.done = True
+            if self.conn is not None:
+                self.conn.close()
+
+        def fail(self, why: str) -> None:
+            result.errors.append(why)
+            self.finish()
+
+        def on_transport_error(self, event: Any) -> None:
+            cond = event.transport.condition
+            if not self.done:
+                result.errors.append(f"transport error: {cond}")
+            self.done = True
+
+        def on_connection_error(self, event: Any) -> None:
+            self.fail(f"connection error: {event.connection.remote_condition}")
+
+        def on_link_error(self, event: Any) -> None:
+            self.fail(f"link error: {event.link.remote_condition}")
+
+    class Sender(Base):
+        def __init__(self) -> None:
+            super().__init__(auto_settle=True)
+            self.sent = self.accepted = self.refused = 0
+            self.t0 = self.t1 = 0.0
+
+        def progress(self) -> int:
+            return self.accepted + self.refused
+
+        def on_start(self, event: Any) -> None:
+            event.container.create_sender(self.connect(event.container), address)
+
+        def on_link_opened(self, event: Any) -> None:
+            if not self.t0:
+                self.t0 = time.perf_counter()
+
+        def on_sendable(self, event: Any) -> None:
+            sender = event.sender
+            while sender.credit and self.sent < count:
+                msg = Message(
+                    id=f"{prefix}-{self.sent}", body=payload, durable=True, properties={"i": self.sent}
+                )
+                msg.inferred = True  # body as a data section, as the SDKs send bytes
+                sender.send(msg)
+                self.sent += 1
+
+        def _settled(self) -> None:
+            if self.accepted + self.refused == count:
+                self.t1 = time.perf_counter()
+                self.finish()
+
+        def on_accepted(self, event: Any) -> None:
+            self.accepted += 1
+            self._settled()
+
+        def on_rejected(self, event: Any) -> None:
+            self.refused += 1
+            if self.refused <= 3:
+                result.errors.append(f"send rejected: {event.delivery.remote.condition}")
+            self._settled()
+
+        def on_released(self, event: Any) -> None:
+            self.refused += 1
+            if self.refused <= 3:
+                result.errors.append("send released")
+            self._settled()
+
+    class Receiver(Base):
+        def __init__(self, expected: int, idle_stop: float | None = None) -> None:
+            super().__init__(prefetch=1000, auto_accept=True)
+            self.expected = expected
+            self.idle_stop = idle_stop
+            self.seen: set[int] = set()
+            self.messages = 0
+            self.t0 = self.t1 = 0.0
+            self.last_message = time.monotonic()
+
+        def progress(self) -> int:
+            return self.messages
+
+        def on_start(self, event: Any) -> None:
+            event.container.create_receiver(self.connect(event.container), address)
+            if self.idle_stop is not None:
+                event.container.schedule(self.idle_stop, self)
+
+        def on_timer_task(self, event: Any) -> None:  # only for the leftover check
+            if self.done:
+                return
+            if time.monotonic() - self.last_message >= self.idle_stop:
+                self.finish()
+            else:
+                event.container.schedule(0.5, self)
+
+        def on_link_opened(self, event: Any) -> None:
+            if not self.t0:
+                self.t0 = time.perf_counter()
+
+        def on_message(self, event: Any) -> None:
+            self.messages += 1
+            self.last_message = time.monotonic()
+            props = event.message.properties or {}
+            index = props.get("i")
+            if index is None or index in self.seen:
+                result.duplicates += index is not None
+            else:
+                self.seen.add(int(index))
+            if self.expected and len(self.seen) >= self.expected:
+                self.t1 = time.perf_counter()
+                # Let auto-accept run for this delivery before closing.
+                event.container.schedule(0, _Closer(self))
+
+    class _Closer:
+        def __init__(self, handler: Any) -> None:
+            self.handler = handler
+
+        def on_timer_task(self, event: Any) -> None:
+            self.handler.finish()
+
+    sender = Sender()
+    Container(sender).run()
+    result.sent_ok = sender.accepted
+    if sender.t1 > sender.t0:
+        result.send_rate = sender.accepted / (sender.t1 - sender.t0)
+    if result.errors:
+        return result
+
+    receiver = Receiver(count)
+    Container(receiver).run()
+    result.received = len(receiver.seen)
+    if receiver.t1 > receiver.t0:
+        result.receive_rate = len(receiver.seen) / (receiver.t1 - receiver.t0)
+
+    # Anything left in the queue (e.g. accepts that did not take effect)?
+    check = Receiver(0, idle_stop=2.0)
+    Container(check).run()
+    result.leftover = check.messages
+    return result
+
+
+# ------------------------------------------------------------------------------- SDK client
+
+
+def _sdk_phase(conn_str: str, address: str, count: int, size: int, prefix: str) -> Result:
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+    from azure.servicebus.exceptions import MessageSizeExceededError
+
+    result = Result("sdk", address, count, size)
+    payload = os.urandom(size)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str) as client:
+            with client.get_queue_sender(address) as sender:
+                sender.create_message_batch()  # opens the link before the clock starts
+                t0 = time.perf_counter()
+                batch = sender.create_message_batch()
+                for i in range(count):
+                    msg = ServiceBusMessage(payload, message_id=f"{prefix}-{i}", application_properties={"i": i})
+                    try:
+                        batch.add_message(msg)
+                    except MessageSizeExceededError:
+                        sender.send_messages(batch)
+                        result.sent_ok += len(batch)
+                        batch = sender.create_message_batch()
+                        batch.add_message(msg)
+                if len(batch):
+                    sender.send_messages(batch)
+                    result.sent_ok += len(batch)
+                result.send_rate = result.sent_ok / (time.perf_counter() - t0)
+
+            seen: set[int] = set()
+            with client.get_queue_receiver(address, prefetch_count=500, max_wait_time=5) as receiver:
+                receiver.peek_messages(max_message_count=1)  # link + management open first
+                t0 = time.perf_counter()
+                empty = 0
+                while len(seen) < count and empty < int(IDLE_TIMEOUT / 5):
+                    got = receiver.receive_messages(max_message_count=500, max_wait_time=5)
+                    empty = 0 if got else empty + 1
+                    for m in got:
+                        receiver.complete_message(m)
+                        index = (m.application_properties or {}).get(b"i")
+                        if index is None or index in seen:
+                            result.duplicates += index is not None
+                        else:
+                            seen.add(int(index))
+                elapsed = time.perf_counter() - t0
+            result.received = len(seen)
+            result.receive_rate = len(seen) / elapsed if elapsed > 0 else 0.0
+            if len(seen) < count:
+                result.errors.append(f"receive stalled at {len(seen)}/{count}")
+
+            with client.get_queue_receiver(
+                address, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2
+            ) as receiver:
+                while True:
+                    got = receiver.receive_messages(max_message_count=500, max_wait_time=2)
+                    if not got:
+                        break
+                    result.leftover += len(got)
+    except Exception as exc:  # report, do not hide: the phase fails
+        result.errors.append(f"{type(exc).__name__}: {exc}")
+    return result
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def _table(results: list[Result]) -> str:
+    head = f"{'client':<7} {'queue':<7} {'count':>7} {'size':>6} {'send msg/s':>11} {'receive msg/s':>14} {'lost':>5} {'dup':>4} {'left':>5}  status"
+    rows = [head, "-" * len(head)]
+    for r in results:
+        status = "ok" if r.ok else "FAIL: " + "; ".join(r.errors or [f"sent_ok={r.sent_ok}"])
+        rows.append(
+            f"{r.client:<7} {r.queue:<7} {r.count:>7} {r.size:>6} {r.send_rate:>11.0f} "
+            f"{r.receive_rate:>14.0f} {r.lost:>5} {r.duplicates:>4} {r.leftover:>5}  {status}"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
+    parser.add_argument("--size", type=int, default=1024, help="body bytes per message [1024]")
+    parser.add_argument("--only", choices=("proton", "sdk"), help="run one client only")
+    parser.add_argument("--queue", choices=QUEUES, action="append", help="queue(s) to use [both]")
+    parser.add_argument("--keep-data", action="store_true", help="keep the server's temp dir")
+    args = parser.parse_args(argv)
+    if args.count <= 0 or args.size < 0:
+        parser.error("--count must be > 0 and --size >= 0")
+
+    workdir = Path(tempfile.mkdtemp(prefix="sbemu-bench-"))
+    server = Server(workdir)
+    server.start()
+    print(f"sbemu bench: server on {server.url}, data in {workdir / 'data'}", flush=True)
+    results: list[Result] = []
+    try:
+        for q in args.queue or QUEUES:
+            if args.only in (None, "proton"):
+                print(f"  proton {q}: {args.count} x {args.size} B ...", flush=True)
+                results.append(_proton_phase(server.url, q, args.count, args.size, f"p-{q}"))
+            if args.only in (None, "sdk"):
+                print(f"  sdk    {q}: {args.count} x {args.size} B ...", flush=True)
+                results.append(_sdk_phase(server.conn_str, q, args.count, args.size, f"s-{q}"))
+    finally:
+        rc = server.stop()
+        if rc not in (0, None):
+            print(f"bench: server exited with {rc} on SIGTERM", file=sys.stderr)
+        if not args.keep_data:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(_table(results))
+    failed = [r for r in results if not r.ok]
+    if failed:
+        lost = sum(max(r.lost, 0) for r in failed)
+        print(f"\nbench: {len(failed)} phase(s) failed; {lost} message(s) lost", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

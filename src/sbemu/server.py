@@ -58,6 +58,7 @@ def _receivable(
     max_delivery_count: int,
     default_ttl_ms: int | None,
     dead_letter_on_expiration: bool,
+    requires_session: bool,
 ) -> dict[str, SubQueueSettings]:
     return {
         prefix: SubQueueSettings(
@@ -66,6 +67,7 @@ def _receivable(
             _ttl(default_ttl_ms),
             dead_letter_on_expiration,
             prefix + DLQ_SUFFIX,
+            requires_session,
         ),
         prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
         prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
@@ -90,6 +92,7 @@ def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
             q.max_delivery_count,
             q.default_message_ttl_ms,
             q.dead_lettering_on_message_expiration,
+            q.requires_session,
         ),
     )
 
@@ -120,6 +123,7 @@ def _subscription_queues(sub: SubscriptionConfig) -> dict[str, SubQueueSettings]
         sub.max_delivery_count,
         sub.default_message_ttl_ms,
         sub.dead_lettering_on_message_expiration,
+        sub.requires_session,
     )
 
 

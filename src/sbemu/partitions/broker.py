@@ -23,7 +23,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import MessageLockLost, MessageNotFound, ServiceBusError
+from ..errors import (
+    InvalidOperation,
+    MessageLockLost,
+    MessageNotFound,
+    ServiceBusError,
+    SessionCannotBeLocked,
+    SessionLockLost,
+)
 from .records import (
     IncomingMessage,
     LogEvent,
@@ -52,6 +59,7 @@ class SubQueueSettings:
     default_ttl_ms: int | None  # None: messages never expire here (DLQs)
     dead_letter_on_expiration: bool
     dead_letter_queue: str | None  # name of the sub-queue that takes dead letters
+    requires_session: bool = False
 
 
 @dataclass(slots=True)
@@ -62,6 +70,35 @@ class Lock:
     queue: SubQueue
     seq: int
     until_ms: int
+    session: SessionLock | None = None  # message locks of a session live as long as it does
+
+
+@dataclass(slots=True, eq=False)
+class SessionLock:
+    """One receiver's exclusive hold on a session [contract 4.4]."""
+
+    queue: SubQueue
+    session_id: str
+    owner: object
+    until_ms: int
+
+
+class SessionState:
+    """One session of a session-enabled sub-queue: its ready line, lock and state."""
+
+    __slots__ = ("session_id", "ready", "ready_set", "lock", "state", "state_changed_ms")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.ready: list[int] = []
+        self.ready_set: set[int] = set()
+        self.lock: SessionLock | None = None
+        self.state: bytes | None = None
+        self.state_changed_ms = 0
+
+    def locked(self, now_ms: int) -> bool:
+        """Whether a live lock holds this session."""
+        return self.lock is not None and self.lock.until_ms > now_ms
 
 
 def make_lock_token(partition_id: int) -> uuid.UUID:
@@ -79,7 +116,11 @@ def partition_of_token(token: uuid.UUID) -> int:
 
 
 class SubQueue:
-    """The messages of one sub-queue in one partition, and which of them are ready."""
+    """The messages of one sub-queue in one partition, and which of them are ready.
+
+    A session-enabled sub-queue keeps one ready line per session (FIFO inside a session);
+    the others keep a single line in sequence order.
+    """
 
     def __init__(self, name: str, settings: SubQueueSettings) -> None:
         self.name = name
@@ -88,23 +129,50 @@ class SubQueue:
         self._ready: list[int] = []
         self._ready_set: set[int] = set()
         self.locks: dict[int, Lock] = {}
+        self.sessions: dict[str, SessionState] = {}
 
-    def make_ready(self, seq: int) -> None:
+    def session(self, session_id: str) -> SessionState:
+        """The session's state, created on first use."""
+        sess = self.sessions.get(session_id)
+        if sess is None:
+            sess = self.sessions[session_id] = SessionState(session_id)
+        return sess
+
+    def make_ready(self, rec: MessageRecord) -> None:
         """Put a stored message (back) in line for delivery, in sequence order."""
+        seq = rec.sequence_number
+        if self.settings.requires_session:
+            sess = self.session(rec.session_id or "")
+            if seq not in sess.ready_set:
+                sess.ready_set.add(seq)
+                heapq.heappush(sess.ready, seq)
+            return
         if seq not in self._ready_set:
             self._ready_set.add(seq)
             heapq.heappush(self._ready, seq)
 
-    def unready(self, seq: int) -> None:
+    def unready(self, rec: MessageRecord) -> None:
         """Take a message out of line (lazy: the heap entry is skipped later)."""
-        self._ready_set.discard(seq)
+        if self.settings.requires_session:
+            sess = self.sessions.get(rec.session_id or "")
+            if sess is not None:
+                sess.ready_set.discard(rec.sequence_number)
+            return
+        self._ready_set.discard(rec.sequence_number)
 
-    def pop_ready(self) -> MessageRecord | None:
-        """The ready message with the lowest sequence number, taken out of line."""
-        while self._ready:
-            seq = heapq.heappop(self._ready)
-            if seq in self._ready_set:
-                self._ready_set.discard(seq)
+    def pop_ready(self, session_id: str | None = None) -> MessageRecord | None:
+        """The ready message with the lowest sequence number (of one session), taken out of line."""
+        if session_id is not None:
+            sess = self.sessions.get(session_id)
+            if sess is None:
+                return None
+            heap, ready = sess.ready, sess.ready_set
+        else:
+            heap, ready = self._ready, self._ready_set
+        while heap:
+            seq = heapq.heappop(heap)
+            if seq in ready:
+                ready.discard(seq)
                 rec = self.records.get(seq)
                 if rec is not None:
                     return rec
@@ -112,8 +180,17 @@ class SubQueue:
 
     @property
     def ready_count(self) -> int:
-        """How many messages wait for delivery."""
+        """How many messages wait for delivery (outside sessions)."""
         return len(self._ready_set)
+
+    def available_session(self, now_ms: int) -> SessionState | None:
+        """An unlocked session with a ready message (the one whose next message is oldest)."""
+        best: SessionState | None = None
+        for sess in self.sessions.values():
+            if sess.ready_set and not sess.locked(now_ms):
+                if best is None or min(sess.ready_set) < min(best.ready_set):
+                    best = sess
+        return best
 
     def active_count(self) -> int:
         """Messages that are active (ready or locked), as Azure's ActiveMessageCount."""
@@ -144,12 +221,14 @@ class PartitionBroker:
         self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
         self._expiry_heap: list[tuple[int, str, int]] = []
         self._scheduled_heap: list[tuple[int, str, int]] = []
+        self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
         self._batch = WriteBatch()
         self._callbacks: list[Done] = []
         self._next_seq = 1
         self._next_offset = 0
         self.on_ready: Callable[[str], None] = lambda queue: None
+        self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
         self.healthy = True
 
     # ---------------------------------------------------------------- load
@@ -166,11 +245,17 @@ class PartitionBroker:
                 rec = decode_message(value)
                 sq.records[rec.sequence_number] = rec
                 self._track(sq, rec)
+        for name, states in state.session_states.items():
+            sq = self.queues.get(name)
+            if sq is None:
+                continue
+            for session_id, data in states.items():
+                sq.session(session_id).state = data
 
     def _track(self, sq: SubQueue, rec: MessageRecord) -> None:
         """Put a visible record in the structures that serve it, by its state."""
         if rec.state == MessageState.ACTIVE:
-            sq.make_ready(rec.sequence_number)
+            sq.make_ready(rec)
             if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
                 heapq.heappush(self._expiry_heap, (rec.expires_at_ms, sq.name, rec.sequence_number))
         elif rec.state == MessageState.SCHEDULED and rec.scheduled_enqueue_time_ms is not None:
@@ -316,23 +401,34 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- delivery
     def has_ready(self, queue: str) -> bool:
-        """Whether a sub-queue has a message waiting."""
+        """Whether a sub-queue has a message waiting (outside sessions)."""
         return self.queues[queue].ready_count > 0
 
     def take_next(
-        self, queue: str, now_ms: int, peek_lock: bool
+        self,
+        queue: str,
+        now_ms: int,
+        peek_lock: bool,
+        session: SessionLock | None = None,
     ) -> tuple[MessageRecord, Lock | None] | None:
-        """Take the next deliverable message: locked (peek-lock) or removed (receive-and-delete)."""
+        """Take the next deliverable message: locked (peek-lock) or removed (receive-and-delete).
+
+        With `session`, only that session's messages, and only while its lock is live.
+        """
         sq = self.queues[queue]
+        if session is not None:
+            sess = sq.sessions.get(session.session_id)
+            if sess is None or sess.lock is not session or session.until_ms <= now_ms:
+                return None
         while True:
-            rec = sq.pop_ready()
+            rec = sq.pop_ready(session.session_id if session is not None else None)
             if rec is None:
                 return None
             if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.default_ttl_ms is not None:
                 self._expire(sq, rec, now_ms)
                 continue
             if peek_lock:
-                return rec, self._lock(sq, rec, now_ms)
+                return rec, self._lock(sq, rec, now_ms, session)
             # Receive-and-delete: consumed when put on the wire [contract 4.2].
             del sq.records[rec.sequence_number]
             self._delete(sq, rec.sequence_number)
@@ -360,22 +456,21 @@ class PartitionBroker:
         self._log(sq, LogEvent.COMPLETED, rec, now_ms)
         return rec, None
 
-    def _lock(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> Lock:
-        lock = Lock(
-            make_lock_token(self.partition_id),
-            sq,
-            rec.sequence_number,
-            now_ms + sq.settings.lock_duration_ms,
-        )
+    def _lock(
+        self, sq: SubQueue, rec: MessageRecord, now_ms: int, session: SessionLock | None = None
+    ) -> Lock:
+        until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
+        lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session)
         sq.locks[rec.sequence_number] = lock
         self.locks[lock.token] = lock
-        heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
+        if session is None:  # a session's message locks end with the session lock
+            heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
         self._log(sq, LogEvent.DELIVERED, rec, now_ms)
         return lock
 
     def _expire(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
         """A message outlived its TTL: dead-letter it or drop it."""
-        sq.unready(rec.sequence_number)
+        sq.unready(rec)
         if sq.settings.dead_letter_on_expiration and sq.settings.dead_letter_queue:
             self._move_to_dlq(
                 sq, rec, now_ms, TTL_EXPIRED_REASON, "The message expired and was dead lettered."
@@ -396,8 +491,8 @@ class PartitionBroker:
     ) -> None:
         assert sq.settings.dead_letter_queue is not None
         dlq = self.queues[sq.settings.dead_letter_queue]
+        sq.unready(rec)
         del sq.records[rec.sequence_number]
-        sq.unready(rec.sequence_number)
         self._delete(sq, rec.sequence_number)
         moved = rec.copy()
         moved.state = MessageState.ACTIVE
@@ -409,7 +504,7 @@ class PartitionBroker:
             merged.update(overrides)
             moved.property_overrides = merged
         dlq.records[moved.sequence_number] = moved
-        dlq.make_ready(moved.sequence_number)
+        dlq.make_ready(moved)
         self._put(dlq, moved)
         self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
         self.on_ready(dlq.name)
@@ -417,6 +512,15 @@ class PartitionBroker:
     # ---------------------------------------------------------------- settlement
     def _live_lock(self, token: uuid.UUID, now_ms: int) -> Lock:
         lock = self.locks.get(token)
+        if lock is not None and lock.session is not None:
+            session = lock.session
+            current = lock.queue.sessions.get(session.session_id)
+            if current is None or current.lock is not session or session.until_ms <= now_ms:
+                raise SessionLockLost(
+                    f"The session lock for session '{session.session_id}' was lost. "
+                    "Accept the session again."
+                )
+            return lock
         if lock is None or lock.until_ms <= now_ms:
             raise MessageLockLost(
                 "The lock supplied is invalid. Either the lock expired, or the message has "
@@ -454,7 +558,8 @@ class PartitionBroker:
         if lock is None:
             return
         rec = self._unlock(lock)
-        lock.queue.make_ready(rec.sequence_number)
+        if rec.state == MessageState.ACTIVE:
+            lock.queue.make_ready(rec)
         self._log(lock.queue, LogEvent.RELEASED, rec, now_ms)
         self.on_ready(lock.queue.name)
 
@@ -489,7 +594,7 @@ class PartitionBroker:
             return
         self._put(sq, rec)
         self._log(sq, event, rec, now_ms)
-        sq.make_ready(rec.sequence_number)
+        sq.make_ready(rec)
         self.on_ready(sq.name)
 
     def defer(
@@ -528,6 +633,11 @@ class PartitionBroker:
     def renew(self, token: uuid.UUID, now_ms: int) -> int:
         """Extend a lock by the lock duration from now; returns the new locked-until (ms)."""
         lock = self._live_lock(token, now_ms)
+        if lock.session is not None:
+            raise InvalidOperation(
+                "The lock of a message received from a session cannot be renewed; renew the "
+                "session lock instead."
+            )
         lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
         heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.token))
         return lock.until_ms
@@ -537,10 +647,17 @@ class PartitionBroker:
         return self.locks.get(token)
 
     # ---------------------------------------------------------------- browsing
-    def peek(self, queue: str, from_seq: int, count: int) -> list[MessageRecord]:
-        """Up to `count` messages with sequence number >= from_seq, oldest first, not locked."""
+    def peek(
+        self, queue: str, from_seq: int, count: int, session_id: str | None = None
+    ) -> list[MessageRecord]:
+        """Up to `count` messages with sequence number >= from_seq, oldest first (locks ignored)."""
         sq = self.queues[queue]
-        seqs = sorted(s for s in sq.records if s >= from_seq)[:count]
+        if session_id is not None:
+            seqs = sorted(
+                s for s, r in sq.records.items() if s >= from_seq and r.session_id == session_id
+            )[:count]
+        else:
+            seqs = sorted(s for s in sq.records if s >= from_seq)[:count]
         return [sq.records[s] for s in seqs]
 
     def counts(self, queue: str) -> dict[str, int]:
@@ -575,6 +692,15 @@ class PartitionBroker:
             if rec is None or seq in sq.locks or rec.state != MessageState.ACTIVE:
                 continue  # gone, or locked: checked again when it comes back
             self._expire(sq, rec, now_ms)
+        sessions = self._session_heap
+        while sessions and sessions[0][0] <= now_ms:
+            until, name, session_id = heapq.heappop(sessions)
+            sess = self.queues[name].sessions.get(session_id)
+            if sess is None or sess.lock is None or sess.lock.until_ms != until:
+                continue  # released, or renewed
+            lost = sess.lock
+            self._end_session(lost, now_ms, count_delivery=True)
+            self.on_session_lost(lost)
         sched = self._scheduled_heap
         while sched and sched[0][0] <= now_ms:
             _at, name, seq = heapq.heappop(sched)
@@ -612,7 +738,105 @@ class PartitionBroker:
         self._log(sq, LogEvent.CANCELLED, rec, now_ms)
         return True
 
+    # ---------------------------------------------------------------- sessions
+    def accept_session(
+        self, queue: str, session_id: str | None, owner: object, now_ms: int
+    ) -> SessionLock | None:
+        """Lock a named session, or the next available one (None if there is none)."""
+        sq = self.queues[queue]
+        if session_id is None:
+            sess = sq.available_session(now_ms)
+            if sess is None:
+                return None
+        else:
+            sess = sq.session(session_id)
+            if sess.locked(now_ms) and sess.lock is not None and sess.lock.owner is not owner:
+                raise SessionCannotBeLocked(
+                    f"The requested session '{session_id}' cannot be accepted. It may be locked "
+                    "by another receiver."
+                )
+        lock = SessionLock(sq, sess.session_id, owner, now_ms + sq.settings.lock_duration_ms)
+        sess.lock = lock
+        heapq.heappush(self._session_heap, (lock.until_ms, sq.name, sess.session_id))
+        return lock
+
+    def _session_lock(
+        self, queue: str, session_id: str, owner: object | None, now_ms: int
+    ) -> SessionLock:
+        sess = self.queues[queue].sessions.get(session_id)
+        lock = sess.lock if sess is not None else None
+        if lock is None or lock.until_ms <= now_ms or (owner is not None and lock.owner is not owner):
+            raise SessionLockLost(
+                f"The session lock for session '{session_id}' has expired or is not held by "
+                "this receiver."
+            )
+        return lock
+
+    def renew_session(self, queue: str, session_id: str, owner: object | None, now_ms: int) -> int:
+        """Extend a session lock (and its message locks); returns the new locked-until (ms)."""
+        lock = self._session_lock(queue, session_id, owner, now_ms)
+        lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
+        for msg_lock in lock.queue.locks.values():
+            if msg_lock.session is lock:
+                msg_lock.until_ms = lock.until_ms
+        heapq.heappush(self._session_heap, (lock.until_ms, queue, session_id))
+        return lock.until_ms
+
+    def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
+        """Who holds a live lock on the session, if anyone."""
+        sess = self.queues[queue].sessions.get(session_id)
+        return sess.lock.owner if sess is not None and sess.locked(now_ms) and sess.lock else None
+
+    def release_session(self, lock: SessionLock, now_ms: int) -> None:
+        """The receiver closed: end its session lock; its unsettled messages become ready."""
+        sess = lock.queue.sessions.get(lock.session_id)
+        if sess is not None and sess.lock is lock:
+            self._end_session(lock, now_ms, count_delivery=False)
+
+    def _end_session(self, lock: SessionLock, now_ms: int, count_delivery: bool) -> None:
+        sq = lock.queue
+        sess = sq.sessions[lock.session_id]
+        sess.lock = None
+        for msg_lock in [m for m in sq.locks.values() if m.session is lock]:
+            rec = self._unlock(msg_lock)
+            if count_delivery:
+                self._redeliver(sq, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
+            else:
+                if rec.state == MessageState.ACTIVE:
+                    sq.make_ready(rec)
+                self._log(sq, LogEvent.RELEASED, rec, now_ms)
+        if sess.ready_set:
+            self.on_ready(sq.name)
+
+    def get_session_state(self, queue: str, session_id: str) -> bytes | None:
+        """A session's stored state (None if it has none)."""
+        sess = self.queues[queue].sessions.get(session_id)
+        return sess.state if sess is not None else None
+
+    def set_session_state(
+        self, queue: str, session_id: str, state: bytes | None, now_ms: int, done: Done
+    ) -> None:
+        """Store (or clear) a session's state durably; `done` runs after the commit."""
+        sess = self.queues[queue].session(session_id)
+        sess.state = state
+        sess.state_changed_ms = now_ms
+        self._batch.put_session_state(queue, session_id, state)
+        self._dirty()
+        self.after_commit(done)
+
+    def session_ids(self, queue: str, changed_after_ms: int | None = None) -> list[str]:
+        """Sessions with messages or state (or, with changed_after_ms, whose state changed since)."""
+        sq = self.queues[queue]
+        if changed_after_ms is not None:
+            return sorted(
+                sid for sid, sess in sq.sessions.items() if sess.state_changed_ms > changed_after_ms
+            )
+        with_messages = {r.session_id or "" for r in sq.records.values()}
+        with_state = {sid for sid, sess in sq.sessions.items() if sess.state is not None}
+        return sorted(with_messages | with_state)
+
     def next_deadline(self) -> int | None:
         """The earliest time (ms) on_timer has work, or None."""
-        times = [h[0][0] for h in (self._lock_heap, self._expiry_heap, self._scheduled_heap) if h]
+        heaps = (self._lock_heap, self._expiry_heap, self._scheduled_heap, self._session_heap)
+        times = [h[0][0] for h in heaps if h]
         return min(times) if times else None

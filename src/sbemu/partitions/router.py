@@ -34,6 +34,7 @@ from .broker import (
     Done,
     Lock,
     PartitionBroker,
+    SessionLock,
     SubQueueSettings,
     partition_of_token,
 )
@@ -64,12 +65,23 @@ class Consumer(Protocol):
     """A receiver link as the router sees it."""
 
     peek_lock: bool
+    session: SessionLock | None  # set for session receivers once a session is accepted
+    session_broker: PartitionBroker | None
 
     def credit(self) -> int:
         """How many more messages it may take now."""
 
     def deliver(self, delivered: Delivered) -> None:
         """Hand over one message (the consumer puts it on the wire)."""
+
+
+@dataclass(slots=True)
+class SessionWaiter:
+    """A next-available-session receiver waiting for a session [contract 4.4]."""
+
+    owner: object
+    deadline_ms: int
+    callback: Callable[[tuple[PartitionBroker, SessionLock] | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +107,14 @@ class EntityView:
         self.entity = entity
         self.queue = queue
         self.consumers: list[Consumer] = []
+        self.session_waiters: list[SessionWaiter] = []
         self._next_partition = 0
         self._next_consumer = 0
+
+    @property
+    def requires_session(self) -> bool:
+        """Whether receivers of this view must be session receivers."""
+        return self.entity.partitions[0].queues[self.queue].settings.requires_session
 
     @property
     def address(self) -> str:
@@ -114,13 +132,66 @@ class EntityView:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
 
+    # ------------------------------------------------------------ sessions
+    def accept_session(
+        self, session_id: str | None, owner: object, now_ms: int
+    ) -> tuple[PartitionBroker, SessionLock] | None:
+        """Lock a named session (on its partition [P6]) or the next available one anywhere."""
+        parts = self.entity.partitions
+        if session_id is not None:
+            broker = self.entity.partition_for_session(session_id)
+            return broker, broker.accept_session(self.queue, session_id, owner, now_ms)  # type: ignore[return-value]
+        n = len(parts)
+        for i in range(n):
+            broker = parts[(self._next_partition + i) % n]
+            if not broker.healthy:
+                continue
+            lock = broker.accept_session(self.queue, None, owner, now_ms)
+            if lock is not None:
+                self._next_partition = (self._next_partition + i + 1) % n
+                return broker, lock
+        return None
+
+    def wait_for_session(
+        self,
+        owner: object,
+        deadline_ms: int,
+        callback: Callable[[tuple[PartitionBroker, SessionLock] | None], None],
+    ) -> None:
+        """Call back when a session becomes available, or with None at the deadline."""
+        self.session_waiters.append(SessionWaiter(owner, deadline_ms, callback))
+
+    def cancel_wait(self, owner: object) -> None:
+        """Forget a waiter whose link went away."""
+        self.session_waiters = [w for w in self.session_waiters if w.owner is not owner]
+
+    def _serve_waiters(self, now_ms: int) -> None:
+        while self.session_waiters:
+            waiter = self.session_waiters[0]
+            accepted = self.accept_session(None, waiter.owner, now_ms)
+            if accepted is None:
+                return
+            self.session_waiters.pop(0)
+            waiter.callback(accepted)
+
+    def expire_waiters(self, now_ms: int) -> None:
+        """Time out session waiters whose deadline passed."""
+        due = [w for w in self.session_waiters if w.deadline_ms <= now_ms]
+        if due:
+            self.session_waiters = [w for w in self.session_waiters if w.deadline_ms > now_ms]
+            for waiter in due:
+                waiter.callback(None)
+
+    # ------------------------------------------------------------ dispatch
     def dispatch(self, now_ms: int) -> None:
         """Hand ready messages to consumers with credit: one each per round, partitions in turn."""
+        if self.session_waiters:
+            self._serve_waiters(now_ms)
         consumers = self.consumers
         if len(consumers) == 1:
             consumer = consumers[0]
             for _ in range(consumer.credit()):
-                delivered = self._take(now_ms, consumer.peek_lock)
+                delivered = self._take(now_ms, consumer)
                 if delivered is None:
                     return
                 consumer.deliver(delivered)
@@ -131,8 +202,10 @@ class EntityView:
             for consumer in consumers[start:] + consumers[:start]:
                 if consumer.credit() <= 0:
                     continue
-                delivered = self._take(now_ms, consumer.peek_lock)
+                delivered = self._take(now_ms, consumer)
                 if delivered is None:
+                    if consumer.session is not None:
+                        continue  # its session is empty; others may still have messages
                     self._next_consumer += 1
                     return
                 consumer.deliver(delivered)
@@ -141,7 +214,19 @@ class EntityView:
             if not progressed:
                 return
 
-    def _take(self, now_ms: int, peek_lock: bool) -> Delivered | None:
+    def _take(self, now_ms: int, consumer: Consumer) -> Delivered | None:
+        peek_lock = consumer.peek_lock
+        session = consumer.session
+        if session is not None:
+            broker = consumer.session_broker
+            assert broker is not None
+            taken = broker.take_next(self.queue, now_ms, peek_lock, session)
+            if taken is None:
+                return None
+            pid = broker.partition_id if self.entity.partitioned else None
+            return Delivered(taken[0], taken[1], pid, self)
+        if self.entity.spec.requires_session and self.queue == MAIN:
+            return None  # a session entity serves session receivers only
         parts = self.entity.partitions
         n = len(parts)
         for i in range(n):
@@ -158,18 +243,25 @@ class EntityView:
             return Delivered(rec, lock, pid, self)
         return None
 
-    def peek(self, from_seq: int, count: int) -> list[tuple[MessageRecord, int | None]]:
+    def peek(
+        self, from_seq: int, count: int, session_id: str | None = None
+    ) -> list[tuple[MessageRecord, int | None]]:
         """Up to `count` messages from every partition with sequence >= from_seq, in order.
 
         [SB partitioning P12, P13] allow fewer or not-globally-oldest results; returning a
         merged, ordered page lets clients page with last-seen + 1 without skipping any.
         """
         found: list[tuple[MessageRecord, int | None]] = []
-        for broker in self.entity.partitions:
+        brokers = self.entity.partitions
+        if session_id is not None:
+            brokers = [self.entity.partition_for_session(session_id)]
+        for broker in brokers:
             if not broker.healthy:
                 continue
             pid = broker.partition_id if self.entity.partitioned else None
-            found.extend((rec, pid) for rec in broker.peek(self.queue, from_seq, count))
+            found.extend(
+                (rec, pid) for rec in broker.peek(self.queue, from_seq, count, session_id)
+            )
         found.sort(key=lambda item: item[0].sequence_number)
         return found[:count]
 
@@ -338,6 +430,19 @@ class Entity:
         """Renew a lock; returns the new locked-until (ms)."""
         return self._broker_for(token).renew(token, now_ms)
 
+    def partition_for_session(self, session_id: str) -> PartitionBroker:
+        """[P6] a session lives on the partition its SessionId hashes to."""
+        n = len(self.partitions)
+        return self.partitions[partition_for_key(session_id, n) if n > 1 else 0]
+
+    def session_ids(self, queue: str, changed_after_ms: int | None) -> list[str]:
+        """Session ids with messages or state over all partitions, sorted."""
+        ids: set[str] = set()
+        for broker in self.partitions:
+            if broker.healthy:
+                ids.update(broker.session_ids(queue, changed_after_ms))
+        return sorted(ids)
+
     def partition_of_sequence(self, seq: int) -> PartitionBroker:
         """The partition that issued a sequence number [P11]."""
         pid = (seq >> SEQUENCE_BITS) if self.partitioned else 0
@@ -409,6 +514,13 @@ def resolve_view_name(entity_names: Iterable[str], path: str) -> tuple[str, str]
     raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
 
 
+def _notify_session_lost(lock: SessionLock) -> None:
+    """Tell the receiver holding a session that its lock expired (it detaches the link)."""
+    callback = getattr(lock.owner, "session_lost", None)
+    if callback is not None:
+        callback(lock)
+
+
 class Router:
     """All entities of all namespaces, their partition brokers, and the pending-work sets."""
 
@@ -445,6 +557,7 @@ class Router:
         entity = Entity(spec, partitions)
         for broker in partitions:
             broker.on_ready = self._ready_hook(entity)
+            broker.on_session_lost = _notify_session_lost
         self.entities[(spec.namespace.lower(), spec.name.lower())] = entity
         return entity
 
@@ -469,7 +582,7 @@ class Router:
     def _ready_hook(self, entity: Entity) -> Callable[[str], None]:
         def on_ready(queue: str) -> None:
             view = entity.views.get(queue)
-            if view is not None and view.consumers:
+            if view is not None and (view.consumers or view.session_waiters):
                 self._pending_views.add(view)
                 self._wake()
 
@@ -508,6 +621,9 @@ class Router:
     def on_timer(self, now_ms: int) -> None:
         """Lock expiry, TTL expiry and scheduled activation on every partition."""
         for entity in self.entities.values():
+            for view in entity.views.values():
+                if view.session_waiters:
+                    view.expire_waiters(now_ms)
             for broker in entity.partitions:
                 deadline = broker.next_deadline()
                 if deadline is not None and deadline <= now_ms:

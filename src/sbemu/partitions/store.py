@@ -5,6 +5,7 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
   log             the append-only partition log (key: 8-byte big-endian offset)
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
+  s:<sub-queue>   session state of a session-enabled sub-queue, key: UTF-8 session id
 
 Writes arrive as a WriteBatch and are committed in one durable transaction (group commit: the
 caller collects a whole event-loop turn of work per partition into one batch). commit() runs
@@ -41,6 +42,7 @@ class WriteBatch:
     """The writes of one group commit, applied in order in one transaction."""
 
     ops: list[tuple[int, str, int, bytes | None]] = field(default_factory=list)
+    session_ops: list[tuple[str, str, bytes | None]] = field(default_factory=list)
     meta: dict[str, int] = field(default_factory=dict)
     log: list[tuple[int, bytes]] = field(default_factory=list)
 
@@ -52,8 +54,12 @@ class WriteBatch:
         """Queue a delete of one message record."""
         self.ops.append((1, queue, seq, None))
 
+    def put_session_state(self, queue: str, session_id: str, state: bytes | None) -> None:
+        """Queue a write (or, with None, a delete) of one session's state."""
+        self.session_ops.append((queue, session_id, state))
+
     def __bool__(self) -> bool:
-        return bool(self.ops or self.meta or self.log)
+        return bool(self.ops or self.meta or self.log or self.session_ops)
 
 
 @dataclass(slots=True)
@@ -62,6 +68,7 @@ class StoredState:
 
     meta: dict[str, int]
     queues: dict[str, list[bytes]]
+    session_states: dict[str, dict[str, bytes]]
 
 
 def key_of(seq: int) -> bytes:
@@ -92,28 +99,33 @@ class PartitionStore:
             self._meta = self._env.open_db(META_DB, txn=txn)
             self._log = self._env.open_db(LOG_DB, txn=txn)
 
-    def _db(self, queue: str, txn: lmdb.Transaction) -> object:
-        db = self._dbs.get(queue)
+    def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> object:
+        name = prefix + queue.encode("utf-8")
+        db = self._dbs.get(name)
         if db is None:
-            db = self._env.open_db(b"q:" + queue.encode("utf-8"), txn=txn)
-            self._dbs[queue] = db
+            db = self._env.open_db(name, txn=txn)
+            self._dbs[name] = db
         return db
 
     def load(self) -> StoredState:
         """Read counters and every sub-queue's records (in sequence order)."""
         meta: dict[str, int] = {}
         queues: dict[str, list[bytes]] = {}
+        states: dict[str, dict[str, bytes]] = {}
         with self._env.begin(write=True) as txn:
             for k, v in txn.cursor(db=self._meta):
                 meta[k.decode()] = _U64.unpack(v)[0]
-            names = []
-            for k, _ in txn.cursor():  # the main database lists the named databases
-                if k.startswith(b"q:"):
-                    names.append(k[2:].decode("utf-8"))
+            names = [bytes(k) for k, _ in txn.cursor()]  # the main db lists the named dbs
             for name in names:
-                db = self._db(name, txn)
-                queues[name] = [bytes(v) for _, v in txn.cursor(db=db)]
-        return StoredState(meta, queues)
+                if name.startswith(b"q:"):
+                    db = self._db(name[2:].decode("utf-8"), txn)
+                    queues[name[2:].decode("utf-8")] = [bytes(v) for _, v in txn.cursor(db=db)]
+                elif name.startswith(b"s:"):
+                    db = self._db(name[2:].decode("utf-8"), txn, b"s:")
+                    states[name[2:].decode("utf-8")] = {
+                        bytes(k).decode("utf-8"): bytes(v) for k, v in txn.cursor(db=db)
+                    }
+        return StoredState(meta, queues, states)
 
     def commit(self, batch: WriteBatch) -> None:
         """Apply a batch in one durable transaction; raises StoreFull / StoreUnavailable."""
@@ -125,6 +137,12 @@ class PartitionStore:
                         txn.put(_U64.pack(seq), value, db=db)
                     else:
                         txn.delete(_U64.pack(seq), db=db)
+                for queue, session_id, state in batch.session_ops:
+                    db = self._db(queue, txn, b"s:")
+                    if state is None:
+                        txn.delete(session_id.encode("utf-8"), db=db)
+                    else:
+                        txn.put(session_id.encode("utf-8"), state, db=db)
                 for name, number in batch.meta.items():
                     txn.put(name.encode(), _U64.pack(number), db=self._meta)
                 for offset, value in batch.log:

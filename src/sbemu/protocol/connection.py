@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
+from cproton_ffi import lib as _lib
 from proton import (
     Collector,
     Condition,
@@ -39,17 +41,17 @@ from proton import (
     symbol,
 )
 
-from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
-from cproton_ffi import lib as _lib
-
 from ..errors import (
     EntityNotFound,
     InvalidOperation,
     MessageSizeExceeded,
     NotImplementedOperation,
+    OperationTimeout,
     ServiceBusError,
+    SessionLockLost,
     Unauthorized,
 )
+from ..partitions.broker import PartitionBroker, SessionLock
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
@@ -148,6 +150,9 @@ class ReceiveLink:
     peek_lock: bool
     unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
     closed: bool = False
+    session: SessionLock | None = None
+    session_broker: PartitionBroker | None = None
+    waiting: bool = False  # next-available session receiver not answered yet
 
     def credit(self) -> int:
         """Credit the client granted and we have not used yet [AMQP 2.6.7]."""
@@ -158,6 +163,16 @@ class ReceiveLink:
     def deliver(self, delivered: Delivered) -> None:
         """Put one message on the wire."""
         self.conn._send_delivery(self, delivered)
+
+    def session_lost(self, lock: SessionLock) -> None:
+        """The session lock expired: detach with session-lock-lost [contract 4.4]."""
+        if self.closed or lock is not self.session:
+            return
+        self.conn._close_link(
+            self.link,
+            SessionLockLost(f"The session lock for session '{lock.session_id}' has expired."),
+        )
+        self.conn.on_output()
 
 
 _LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink
@@ -282,8 +297,7 @@ class AmqpConnection:
         self.closed = True
         for state in list(self._links.values()):
             if isinstance(state, ReceiveLink):
-                state.closed = True
-                state.view.detach(state)
+                self._end_receiver(state)
         self._links.clear()
         if self._transport is not None:
             self._transport.close_tail()
@@ -386,11 +400,20 @@ class AmqpConnection:
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
                 self._authorize(path, ("Listen",))
-                source_filter = link.remote_source.filter
-                if source_filter is not None and _has_session_filter(source_filter):
-                    raise NotImplementedOperation("Session receivers are not supported yet by sbemu.")
+                is_session, session_id = _session_filter(link.remote_source.filter)
                 peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
                 state = ReceiveLink(self, link, entity, view, peek_lock)
+                if view.requires_session != is_session:
+                    raise InvalidOperation(
+                        f"It is not possible for an entity that requires sessions to create a "
+                        f"non-sessionful message receiver ('{path}')."
+                        if view.requires_session
+                        else f"The entity '{path}' does not require sessions; a session "
+                        "receiver cannot be created on it."
+                    )
+                if is_session:
+                    self._attach_session_receiver(link, state, session_id)
+                    return
         except ServiceBusError as exc:
             self._refuse(link, exc)
             return
@@ -411,6 +434,62 @@ class AmqpConnection:
             link.flow(SENDER_CREDIT)
         if isinstance(state, ReceiveLink):
             state.view.attach(state)
+
+    def _attach_session_receiver(
+        self, link: Link, state: ReceiveLink, session_id: str | None
+    ) -> None:
+        """Accept a named session, or wait (up to com.microsoft:timeout) for any free one."""
+        accepted = state.view.accept_session(session_id, state, self.now_ms)
+        if accepted is not None:
+            self._open_session_link(link, state, accepted)
+            return
+        props = link.remote_properties or {}
+        timeout = next(
+            (v for k, v in props.items() if str(k) == "com.microsoft:timeout"), None
+        )
+        wait_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else 60_000
+        state.waiting = True
+        self._links[link] = state
+
+        def on_session(result: tuple[PartitionBroker, SessionLock] | None) -> None:
+            state.waiting = False
+            if state.closed:
+                if result is not None:
+                    result[0].release_session(result[1], self.now_ms)
+                return
+            self._links.pop(link, None)
+            if result is None:
+                self._refuse(
+                    link,
+                    OperationTimeout(
+                        "The operation did not complete within the allotted timeout: no "
+                        "session with messages became available."
+                    ),
+                )
+            else:
+                self._open_session_link(link, state, result)
+            self.on_output()
+
+        state.view.wait_for_session(state, self.now_ms + wait_ms, on_session)
+
+    def _open_session_link(
+        self, link: Link, state: ReceiveLink, accepted: tuple[PartitionBroker, SessionLock]
+    ) -> None:
+        broker, lock = accepted
+        state.session, state.session_broker = lock, broker
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        # The reply names the session granted (never null) [contract 4.4].
+        link.source.filter.clear()
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): lock.session_id})
+        link.properties = {symbol("com.microsoft:locked-until-utc"): dotnet_ticks(lock.until_ms)}
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
+        link.max_message_size = self.namespace.max_message_size
+        self._links[link] = state
+        link.open()
+        state.view.attach(state)
+        state.view.dispatch(self.now_ms)
 
     def _authorize(self, path: str, rights: tuple[str, ...]) -> None:
         if self._plain_rights is not None and any(r in self._plain_rights for r in rights):
@@ -435,24 +514,34 @@ class AmqpConnection:
         link.close()
 
     def _close_link(self, link: Link, exc: ServiceBusError) -> None:
-        state = self._links.pop(link, None)
-        if isinstance(state, ReceiveLink):
-            state.closed = True
-            state.view.detach(state)
+        self._forget_link(link)
         link.condition = error_condition(exc)
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
+        self._forget_link(link)
+        link.close()
+
+    def _forget_link(self, link: Link) -> None:
         state = self._links.pop(link, None)
         if isinstance(state, ReceiveLink):
-            state.closed = True
-            state.view.detach(state)
-        link.close()
+            self._end_receiver(state)
+
+    def _end_receiver(self, state: ReceiveLink) -> None:
+        """A receiver went away: stop serving it; a session it held is released."""
+        state.closed = True
+        state.view.detach(state)
+        if state.waiting:
+            state.view.cancel_wait(state)
+        if state.session is not None and state.session_broker is not None:
+            state.session_broker.release_session(state.session, self.now_ms)
 
     # ------------------------------------------------------------------ flow
     def _on_link_flow(self, link: Link) -> None:
         state = self._links.get(link)
         if isinstance(state, ReceiveLink):
+            if state.waiting:
+                return
             state.view.dispatch(self.now_ms)
             if link.drain_mode:
                 # [AMQP 2.6.7] drain: use up what we can, then give back the rest of the credit.
@@ -741,14 +830,32 @@ def _batch_payloads(data: bytes) -> list[bytes] | None:
     return parts
 
 
-def _has_session_filter(data: object) -> bool:
+TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000
+
+
+def dotnet_ticks(unix_ms: int) -> int:
+    """.NET ticks (100 ns since 0001-01-01 UTC) for com.microsoft:locked-until-utc [contract 4.4]."""
+    return unix_ms * 10_000 + TICKS_AT_UNIX_EPOCH
+
+
+def _session_filter(data: object) -> tuple[bool, str | None]:
+    """(is a session receiver, requested session id or None for next-available)."""
     try:
+        data.rewind()  # type: ignore[attr-defined]
+        data.next()  # type: ignore[attr-defined]
         filters = data.get_object()  # type: ignore[attr-defined]
     except Exception:
-        return False
-    return isinstance(filters, dict) and any(
-        str(k) == "com.microsoft:session-filter" for k in filters
-    )
+        return False, None
+    if not isinstance(filters, dict):
+        return False, None
+    for key, value in filters.items():
+        if str(key) == "com.microsoft:session-filter":
+            if value is None:
+                return True, None
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            return True, str(value)
+    return False, None
 
 
 def _to_incoming(scanned: sections.ScannedMessage) -> IncomingMessage:

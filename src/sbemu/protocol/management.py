@@ -20,6 +20,7 @@ from ..errors import (
     MessageLockLost,
     NotImplementedOperation,
     ServiceBusError,
+    SessionLockLost,
 )
 from ..partitions.records import MessageRecord, MessageState
 from . import codec, sections
@@ -94,7 +95,7 @@ def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
     for item in _elements(body.get("lock-tokens")):
         if isinstance(item, uuid.UUID):
             out.append(item)
-        elif isinstance(item, bytes | bytearray) and len(item) == 16:
+        elif isinstance(item, bytes | bytearray | memoryview) and len(item) == 16:
             out.append(uuid.UUID(bytes=bytes(item)))
         else:
             raise ArgumentError(f"lock-tokens must be an array of uuid, not {type(item).__name__}.")
@@ -143,13 +144,12 @@ def _renew_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Rep
 
 def _peek(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.view is not None
-    if body.get("session-id") is not None:
-        raise NotImplementedOperation("Session receivers are not supported yet by sbemu.")
+    session_id = body.get("session-id")
     start = int(body.get("from-sequence-number") or 0)
     count = int(body.get("message-count") or 1)
     if count <= 0:
         raise ArgumentError("message-count must be positive.")
-    found = state.view.peek(start, count)
+    found = state.view.peek(start, count, str(session_id) if session_id is not None else None)
     if not found:
         reply(204, "No messages to peek.", {}, None)
         return
@@ -222,7 +222,7 @@ def _receive_by_sequence_number(
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
     if body.get("session-id") is not None:
-        raise NotImplementedOperation("Session receivers are not supported yet by sbemu.")
+        _owned_session(conn, state, str(body["session-id"]))
     numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
     mode = int(body.get("receiver-settle-mode") or 0)
     peek_lock = mode == 1
@@ -249,7 +249,7 @@ def _schedule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
             raise ArgumentError("messages must be a list of maps.")
         item = {str(k): v for k, v in item.items()}
         data = item.get("message")
-        if not isinstance(data, bytes | bytearray):
+        if not isinstance(data, bytes | bytearray | memoryview):
             raise ArgumentError("Each scheduled message needs an encoded 'message'.")
         if len(data) > conn.namespace.max_message_size:
             from ..errors import MessageSizeExceeded
@@ -283,18 +283,99 @@ def _cancel_scheduled(conn: AmqpConnection, state: RequestLink, body: dict, repl
     entity.cancel_scheduled(numbers, conn.now_ms, _reply_error(reply))
 
 
-def _get_message_sessions(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
-    entity = state.entity
-    assert entity is not None
-    if not entity.spec.requires_session:
-        raise InvalidOperation(
-            f"The entity '{entity.name}' does not have sessions enabled (RequiresSession=false)."
+# .NET DateTime.MaxValue in Unix ms, as the SDKs send it to mean "list every session" [6.3].
+LIST_ALL_SESSIONS_MS = 253_402_300_800_000
+
+
+def _owned_session(conn: AmqpConnection, state: RequestLink, session_id: str) -> object:
+    """The session's lock owner, which must be a receiver on this connection [contract 6.4]."""
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    if not view.requires_session:
+        raise InvalidOperation(f"The entity '{view.address}' does not require sessions.")
+    broker = entity.partition_for_session(session_id)
+    owner = broker.session_owner(view.queue, session_id, conn.now_ms)
+    if owner is None or getattr(owner, "conn", None) is not conn:
+        raise SessionLockLost(
+            f"The session lock for session '{session_id}' has expired or is not held by this "
+            "client. Accept the session first."
         )
-    raise NotImplementedOperation("Sessions are not supported yet by sbemu.")
+    return owner
 
 
-def _session_operation(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
-    raise NotImplementedOperation("Sessions are not supported yet by sbemu.")
+def _session_id(body: dict) -> str:
+    value = body.get("session-id")
+    if value is None:
+        raise ArgumentError("session-id is required.")
+    return str(value)
+
+
+def _renew_session_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    session_id = _session_id(body)
+    owner = _owned_session(conn, state, session_id)
+    broker = entity.partition_for_session(session_id)
+    until = broker.renew_session(view.queue, session_id, owner, conn.now_ms)
+    receiver = owner
+    if hasattr(receiver, "link"):
+        from proton import symbol as _symbol
+
+        from .connection import dotnet_ticks
+
+        receiver.link.properties = {_symbol("com.microsoft:locked-until-utc"): dotnet_ticks(until)}
+    reply(200, "OK", {"expiration": timestamp(until)}, None)
+
+
+def _get_session_state(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    session_id = _session_id(body)
+    _owned_session(conn, state, session_id)
+    data = entity.partition_for_session(session_id).get_session_state(view.queue, session_id)
+    reply(200, "OK", {"session-state": data}, None)
+
+
+def _set_session_state(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    session_id = _session_id(body)
+    _owned_session(conn, state, session_id)
+    data = body.get("session-state")
+    if data is not None and not isinstance(data, bytes | bytearray | memoryview):
+        raise ArgumentError("session-state must be binary or null.")
+    entity.partition_for_session(session_id).set_session_state(
+        view.queue,
+        session_id,
+        bytes(data) if data is not None else None,
+        conn.now_ms,
+        _reply_error(reply),
+    )
+
+
+def _get_message_sessions(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    if not view.requires_session:
+        raise InvalidOperation(
+            f"The entity '{view.address}' does not have sessions enabled (RequiresSession=false)."
+        )
+    skip = int(body.get("skip") or 0)
+    top = int(body.get("top") or 100)
+    since = body.get("last-updated-time")
+    changed_after = None
+    if since is not None and int(since) < LIST_ALL_SESSIONS_MS:
+        changed_after = int(since)
+    ids = entity.session_ids(view.queue, changed_after)[skip : skip + top]
+    if not ids:
+        reply(204, "No sessions.", {}, None)
+        return
+    reply(
+        200,
+        "OK",
+        {"skip": int32(skip + len(ids)), "sessions-ids": Array(UNDESCRIBED, Data.STRING, *ids)},
+        None,
+    )
 
 
 OPERATIONS: dict[str, Callable[[AmqpConnection, RequestLink, dict, Reply], None]] = {
@@ -305,9 +386,9 @@ OPERATIONS: dict[str, Callable[[AmqpConnection, RequestLink, dict, Reply], None]
     "com.microsoft:schedule-message": _schedule,
     "com.microsoft:cancel-scheduled-message": _cancel_scheduled,
     "com.microsoft:get-message-sessions": _get_message_sessions,
-    "com.microsoft:renew-session-lock": _session_operation,
-    "com.microsoft:get-session-state": _session_operation,
-    "com.microsoft:set-session-state": _session_operation,
+    "com.microsoft:renew-session-lock": _renew_session_lock,
+    "com.microsoft:get-session-state": _get_session_state,
+    "com.microsoft:set-session-state": _set_session_state,
 }
 
 __all__ = ["handle_request", "MessageState"]

@@ -123,7 +123,9 @@ class Server:
                 line = ""
             if line is None or time.monotonic() > deadline:
                 self.stop()
-                raise SystemExit(f"bench: server did not start:\n{self.stderr_path.read_text()[-3000:]}")
+                raise SystemExit(
+                    f"bench: server did not start:\n{self.stderr_path.read_text()[-3000:]}"
+                )
             if m := re.search(r"listening on amqp://[^:]+:(\d+)", line):
                 self.port = int(m.group(1))
             elif m := re.search(r"connection string: (\S+)", line):
@@ -253,7 +255,10 @@ def _proton_phase(url: str, address: str, count: int, size: int, prefix: str) ->
             sender = event.sender
             while sender.credit and self.sent < count:
                 msg = Message(
-                    id=f"{prefix}-{self.sent}", body=payload, durable=True, properties={"i": self.sent}
+                    id=f"{prefix}-{self.sent}",
+                    body=payload,
+                    durable=True,
+                    properties={"i": self.sent},
                 )
                 msg.inferred = True  # body as a data section, as the SDKs send bytes
                 sender.send(msg)
@@ -368,7 +373,9 @@ def _sdk_phase(conn_str: str, address: str, count: int, size: int, prefix: str) 
                 t0 = time.perf_counter()
                 batch = sender.create_message_batch()
                 for i in range(count):
-                    msg = ServiceBusMessage(payload, message_id=f"{prefix}-{i}", application_properties={"i": i})
+                    msg = ServiceBusMessage(
+                        payload, message_id=f"{prefix}-{i}", application_properties={"i": i}
+                    )
                     try:
                         batch.add_message(msg)
                     except MessageSizeExceededError:
@@ -382,7 +389,9 @@ def _sdk_phase(conn_str: str, address: str, count: int, size: int, prefix: str) 
                 result.send_rate = result.sent_ok / (time.perf_counter() - t0)
 
             seen: set[int] = set()
-            with client.get_queue_receiver(address, prefetch_count=500, max_wait_time=5) as receiver:
+            with client.get_queue_receiver(
+                address, prefetch_count=500, max_wait_time=5
+            ) as receiver:
                 receiver.peek_messages(max_message_count=1)  # link + management open first
                 t0 = time.perf_counter()
                 empty = 0

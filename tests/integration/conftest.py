@@ -301,7 +301,9 @@ def _shutdown(server: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """One server for the whole module (queues from the module's SBEMU_QUEUES)."""
     queues = getattr(request.module, "SBEMU_QUEUES", DEFAULT_QUEUES)
     srv = start_server(tmp_path_factory.mktemp("sbemu"), queues)
@@ -322,6 +324,25 @@ def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve
         _shutdown(srv)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Attach the server's stderr (warnings, tracebacks) to a failing test's report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for name in ("own_server", "server"):
+        srv = getattr(item, "funcargs", {}).get(name)
+        if isinstance(srv, ServerProcess):
+            text = srv.stderr_text().strip()
+            alive = (
+                "running"
+                if srv.running
+                else f"exited rc={srv.proc.returncode if srv.proc else None}"
+            )
+            report.sections.append((f"sbemu server stderr ({alive})", text or "(empty)"))
+
+
 # ------------------------------------------------------------------------------- SDK helpers
 
 
@@ -330,7 +351,9 @@ def sb_client(server: ServerProcess) -> Iterator[Any]:
     """A sync ServiceBusClient on the module's server (retry_total=1 keeps failures quick)."""
     from azure.servicebus import ServiceBusClient
 
-    client = ServiceBusClient.from_connection_string(server.conn_str, retry_total=1, retry_backoff_factor=0.2)
+    client = ServiceBusClient.from_connection_string(
+        server.conn_str, retry_total=1, retry_backoff_factor=0.2
+    )
     with client:
         yield client
 
@@ -351,17 +374,23 @@ def partition_of(sequence_number: int) -> int:
     return sequence_number >> 48
 
 
-def receive_n(receiver: Any, n: int, *, timeout: float = 15.0, max_wait_time: float = 1.0) -> list[Any]:
+def receive_n(
+    receiver: Any, n: int, *, timeout: float = 15.0, max_wait_time: float = 1.0
+) -> list[Any]:
     """Receive until ``n`` messages arrived or ``timeout`` s passed (works sync only)."""
     got: list[Any] = []
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
-        batch = receiver.receive_messages(max_message_count=min(n - len(got), 100), max_wait_time=max_wait_time)
+        batch = receiver.receive_messages(
+            max_message_count=min(n - len(got), 100), max_wait_time=max_wait_time
+        )
         got.extend(batch)
     return got
 
 
-def drain(client: Any, queue_name: str, *, sub_queue: Any = None, max_wait_time: float = 1.0) -> int:
+def drain(
+    client: Any, queue_name: str, *, sub_queue: Any = None, max_wait_time: float = 1.0
+) -> int:
     """Receive-and-delete everything currently receivable on a queue; returns the count."""
     from azure.servicebus import ServiceBusReceiveMode
 
@@ -416,7 +445,9 @@ def proton_connect(
     return BlockingConnection(server.amqp_url(), timeout=timeout, **kwargs)
 
 
-def cbs_put_token(conn: Any, audience: str, token: str, *, timeout: float = 10.0) -> tuple[int, str]:
+def cbs_put_token(
+    conn: Any, audience: str, token: str, *, timeout: float = 10.0
+) -> tuple[int, str]:
     """Send one put-token on ``$cbs`` over a proton BlockingConnection (the JS SDK's shape:
     string message-id, reply-to = the response link's name); returns (status-code, description)."""
     import uuid as _uuid

@@ -22,16 +22,22 @@ SBEMU_QUEUES = [
 
 
 def _client(server) -> ServiceBusClient:
-    return ServiceBusClient.from_connection_string(server.conn_str, retry_total=1, retry_backoff_factor=0.2)
+    return ServiceBusClient.from_connection_string(
+        server.conn_str, retry_total=1, retry_backoff_factor=0.2
+    )
 
 
-async def _receive_n(receiver, n: int, *, timeout: float = 15.0, max_wait_time: float = 1.0) -> list:
+async def _receive_n(
+    receiver, n: int, *, timeout: float = 15.0, max_wait_time: float = 1.0
+) -> list:
     got: list = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while len(got) < n and loop.time() < deadline:
         got.extend(
-            await receiver.receive_messages(max_message_count=min(100, n - len(got)), max_wait_time=max_wait_time)
+            await receiver.receive_messages(
+                max_message_count=min(100, n - len(got)), max_wait_time=max_wait_time
+            )
         )
     return got
 
@@ -39,7 +45,9 @@ async def _receive_n(receiver, n: int, *, timeout: float = 15.0, max_wait_time: 
 async def test_async_send_receive_complete(server):
     async with _client(server) as client:
         async with client.get_queue_sender("a-basic") as sender:
-            await sender.send_messages(ServiceBusMessage("async-1", message_id="a1", application_properties={"n": 1}))
+            await sender.send_messages(
+                ServiceBusMessage("async-1", message_id="a1", application_properties={"n": 1})
+            )
         async with client.get_queue_receiver("a-basic", max_wait_time=5) as receiver:
             (m,) = await _receive_n(receiver, 1)
             assert body_text(m) == "async-1"
@@ -68,17 +76,26 @@ async def test_async_abandon_redelivers(server):
 async def test_async_dead_letter_and_max_delivery(server):
     async with _client(server) as client:
         async with client.get_queue_sender("a-dlq") as sender:
-            await sender.send_messages([ServiceBusMessage("explicit", message_id="x"), ServiceBusMessage("poison", message_id="p")])
+            await sender.send_messages(
+                [
+                    ServiceBusMessage("explicit", message_id="x"),
+                    ServiceBusMessage("poison", message_id="p"),
+                ]
+            )
         async with client.get_queue_receiver("a-dlq", max_wait_time=5) as receiver:
             got = {m.message_id: m for m in await _receive_n(receiver, 2)}
-            await receiver.dead_letter_message(got["x"], reason="async-reason", error_description="async-desc")
+            await receiver.dead_letter_message(
+                got["x"], reason="async-reason", error_description="async-desc"
+            )
             await receiver.abandon_message(got["p"])
             for attempt in (1, 2):
                 (p,) = await _receive_n(receiver, 1, timeout=8)
                 assert p.message_id == "p" and p.delivery_count == attempt
                 await receiver.abandon_message(p)
             assert await receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
-        async with client.get_queue_receiver("a-dlq", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5) as dlq:
+        async with client.get_queue_receiver(
+            "a-dlq", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+        ) as dlq:
             dead = {m.message_id: m for m in await _receive_n(dlq, 2, timeout=8)}
             assert set(dead) == {"x", "p"}
             assert dead["x"].dead_letter_reason == "async-reason"
@@ -139,7 +156,9 @@ async def test_async_concurrent_senders_and_receiver(server):
                 await sender.send_messages(ServiceBusMessage(f"c-{k}-{i}", message_id=f"c-{k}-{i}"))
 
     async with _client(server) as client:
-        async with client.get_queue_receiver("a-conc", max_wait_time=5, prefetch_count=20) as receiver:
+        async with client.get_queue_receiver(
+            "a-conc", max_wait_time=5, prefetch_count=20
+        ) as receiver:
             received: list = []
             sent = asyncio.Event()
 
@@ -159,7 +178,9 @@ async def test_async_concurrent_senders_and_receiver(server):
             await asyncio.wait_for(asyncio.gather(receive(), send_all()), timeout=60)
             ids = [m.message_id for m in received]
             assert len(ids) == len(set(ids)), "duplicates received"
-            assert len(ids) == per_sender * senders, f"received {len(ids)} of {per_sender * senders}"
+            assert len(ids) == per_sender * senders, (
+                f"received {len(ids)} of {per_sender * senders}"
+            )
 
 
 async def test_async_unknown_entity(server):

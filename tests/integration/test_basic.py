@@ -60,7 +60,11 @@ def test_send_one_receive_peek_lock_complete(sb_client):
         assert isinstance(m.sequence_number, int) and m.sequence_number > 0
         assert m.enqueued_time_utc is not None
         # Loopback, same clock: allow some slack either side.
-        assert before - dt.timedelta(seconds=5) <= m.enqueued_time_utc <= _now() + dt.timedelta(seconds=5)
+        assert (
+            before - dt.timedelta(seconds=5)
+            <= m.enqueued_time_utc
+            <= _now() + dt.timedelta(seconds=5)
+        )
         assert m.lock_token is not None
         assert m.locked_until_utc is not None and m.locked_until_utc > _now(), (
             f"peek-lock lock must be in the future, got {m.locked_until_utc}"
@@ -107,7 +111,9 @@ def test_message_properties_round_trip(sb_client):
         assert m.reply_to == "reply-queue"
         assert m.time_to_live == dt.timedelta(minutes=5)
         assert m.expires_at_utc is not None and m.enqueued_time_utc is not None
-        assert abs((m.expires_at_utc - m.enqueued_time_utc) - dt.timedelta(minutes=5)) < dt.timedelta(seconds=2)
+        assert abs(
+            (m.expires_at_utc - m.enqueued_time_utc) - dt.timedelta(minutes=5)
+        ) < dt.timedelta(seconds=2)
         props = _props(m)
         # pyamqp decodes AMQP strings to bytes, so text values come back as UTF-8 bytes.
         expected = {k: (v.encode() if isinstance(v, str) else v) for k, v in app.items()}
@@ -139,7 +145,9 @@ def test_send_batch(sb_client):
             "a batch must become 10 separate messages, in order"
         )
         seqs = [m.sequence_number for m in got]
-        assert seqs == sorted(seqs) and len(set(seqs)) == 10, f"each batch member gets its own seq: {seqs}"
+        assert seqs == sorted(seqs) and len(set(seqs)) == 10, (
+            f"each batch member gets its own seq: {seqs}"
+        )
         assert [_props(m)["i"] for m in got] == list(range(10))
         for m in got:
             receiver.complete_message(m)
@@ -178,7 +186,9 @@ def test_sequence_numbers_increase_in_send_order(sb_client):
         got = receive_n(receiver, 5)
         assert [body_text(m) for m in got] == [f"s-{i}" for i in range(5)], "plain queue is FIFO"
         seqs = [m.sequence_number for m in got]
-        assert all(b > a for a, b in zip(seqs, seqs[1:])), f"not strictly increasing: {seqs}"
+        assert all(b > a for a, b in zip(seqs, seqs[1:], strict=False)), (
+            f"not strictly increasing: {seqs}"
+        )
         # A non-partitioned entity leaves the partition bits (top 16) zero [contract §9].
         assert all(s >> 48 == 0 for s in seqs), f"partition bits set on a plain queue: {seqs}"
         enq = [m.enqueued_time_utc for m in got]
@@ -211,13 +221,17 @@ def test_peek_plain_queue(sb_client):
     send_plain(sb_client, "b-peek", [ServiceBusMessage(f"p-{i}") for i in range(5)])
     with sb_client.get_queue_receiver("b-peek", max_wait_time=5) as receiver:
         first = receiver.peek_messages(max_message_count=3)
-        assert [body_text(m) for m in first] == ["p-0", "p-1", "p-2"], "peek returns the oldest first"
+        assert [body_text(m) for m in first] == ["p-0", "p-1", "p-2"], (
+            "peek returns the oldest first"
+        )
         assert all(m.sequence_number > 0 for m in first)
         # The SDK continues after the last peeked sequence number.
         rest = receiver.peek_messages(max_message_count=10)
         assert [body_text(m) for m in rest] == ["p-3", "p-4"]
         # Explicit start: from the first sequence number again.
-        again = receiver.peek_messages(max_message_count=1, sequence_number=first[0].sequence_number)
+        again = receiver.peek_messages(
+            max_message_count=1, sequence_number=first[0].sequence_number
+        )
         assert [m.sequence_number for m in again] == [first[0].sequence_number]
         # Peek does not lock and does not count as a delivery.
         got = receive_n(receiver, 5)
@@ -245,9 +259,10 @@ def test_waiting_receiver_gets_a_message_sent_later(sb_client):
     import threading
     import time
 
-    with sb_client.get_queue_receiver("b-wait", max_wait_time=8) as receiver, sb_client.get_queue_sender(
-        "b-wait"
-    ) as sender:
+    with (
+        sb_client.get_queue_receiver("b-wait", max_wait_time=8) as receiver,
+        sb_client.get_queue_sender("b-wait") as sender,
+    ):
         receiver.peek_messages(max_message_count=1)  # links open before the clock starts
         sender.send_messages(ServiceBusMessage("warm-up"))
         (warm,) = receive_n(receiver, 1)

@@ -126,11 +126,15 @@ def test_raw_cbs_status_codes(server):
     conn = proton_connect(server, mech="ANONYMOUS")
     try:
         status, desc = cbs_put_token(
-            conn, server.audience("e-token"), make_sas_token(server.audience("e-token"), KEY_NAME, KEY, now + 600)
+            conn,
+            server.audience("e-token"),
+            make_sas_token(server.audience("e-token"), KEY_NAME, KEY, now + 600),
         )
         assert status in (200, 202), f"valid token refused: {status} {desc}"
         status, desc = cbs_put_token(
-            conn, server.audience("e-token"), make_sas_token(server.audience("e-token"), KEY_NAME, KEY, now - 60)
+            conn,
+            server.audience("e-token"),
+            make_sas_token(server.audience("e-token"), KEY_NAME, KEY, now - 60),
         )
         assert status == 401, f"expired token: {status} {desc}"
         status, desc = cbs_put_token(
@@ -140,7 +144,9 @@ def test_raw_cbs_status_codes(server):
         )
         assert status == 401, f"bad signature: {status} {desc}"
         status, desc = cbs_put_token(
-            conn, server.audience("pq"), make_sas_token(server.audience("q1"), KEY_NAME, KEY, now + 600)
+            conn,
+            server.audience("pq"),
+            make_sas_token(server.audience("q1"), KEY_NAME, KEY, now + 600),
         )
         assert status in (401, 403), f"token for q1 used for pq: {status} {desc}"
     finally:
@@ -153,7 +159,9 @@ def test_raw_cbs_token_then_send_over_anonymous_connection(server):
     conn = proton_connect(server, mech="ANONYMOUS")
     try:
         audience = server.audience("e-token")
-        status, desc = cbs_put_token(conn, audience, make_sas_token(audience, KEY_NAME, KEY, int(time.time()) + 600))
+        status, desc = cbs_put_token(
+            conn, audience, make_sas_token(audience, KEY_NAME, KEY, int(time.time()) + 600)
+        )
         assert status in (200, 202), desc
         sender = conn.create_sender("e-token")
         sender.send(Message(body="after-cbs", id="after-cbs-1"))
@@ -219,7 +227,9 @@ def test_oversize_message_rejected_by_server(server):
         delivery = sender.send(Message(body=b"y" * (300 * 1024)), error_states=[])
         assert delivery.remote_state == Delivery.REJECTED, f"remote state {delivery.remote_state}"
         condition = delivery.remote.condition
-        assert condition is not None and condition.name == "amqp:link:message-size-exceeded", condition
+        assert condition is not None and condition.name == "amqp:link:message-size-exceeded", (
+            condition
+        )
         # The link stays usable for normal messages.
         ok = sender.send(Message(body=b"small", id="after-big"), error_states=[])
         assert ok.remote_state == Delivery.ACCEPTED
@@ -251,7 +261,7 @@ def _read_until_closed(sock: socket.socket, timeout: float) -> tuple[bytes, bool
     while time.monotonic() < deadline:
         try:
             chunk = sock.recv(4096)
-        except socket.timeout:
+        except TimeoutError:
             continue
         except OSError:
             return data, True

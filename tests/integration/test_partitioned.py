@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
-from integration_support import PARTITIONS, body_text, partition_of, queue_def, receive_n, send_plain
+from integration_support import (
+    PARTITIONS,
+    body_text,
+    partition_of,
+    queue_def,
+    receive_n,
+    send_plain,
+)
 
 from sbemu.partitions.keys import partition_for_key
 
@@ -45,7 +52,9 @@ def test_keyless_messages_round_robin_over_all_partitions(sb_client):
     """P8: no key -> round-robin; P11: partition id in the top 16 bits; P10: one receiver
     sees all partitions."""
     n = 2 * PARTITIONS
-    send_plain(sb_client, "pq-rr", [ServiceBusMessage(f"rr-{i}", message_id=f"rr-{i}") for i in range(n)])
+    send_plain(
+        sb_client, "pq-rr", [ServiceBusMessage(f"rr-{i}", message_id=f"rr-{i}") for i in range(n)]
+    )
     got = _receive_all_and_complete(sb_client, "pq-rr", n)
     assert sorted(body_text(m) for m in got) == sorted(f"rr-{i}" for i in range(n))
     seqs = [m.sequence_number for m in got]
@@ -96,11 +105,15 @@ def test_same_partition_key_same_partition(sb_client):
 def test_message_id_is_not_a_key_without_duplicate_detection(sb_client):
     """P6.3: without RequiresDuplicateDetection MessageId never pins a partition."""
     send_plain(
-        sb_client, "pq-mid", [ServiceBusMessage(f"mid-{i}", message_id="always-the-same") for i in range(PARTITIONS)]
+        sb_client,
+        "pq-mid",
+        [ServiceBusMessage(f"mid-{i}", message_id="always-the-same") for i in range(PARTITIONS)],
     )
     got = _receive_all_and_complete(sb_client, "pq-mid", PARTITIONS)
     pids = {partition_of(m.sequence_number) for m in got}
-    assert len(pids) == PARTITIONS, f"same message id must still round-robin, got partitions {sorted(pids)}"
+    assert len(pids) == PARTITIONS, (
+        f"same message id must still round-robin, got partitions {sorted(pids)}"
+    )
 
 
 def test_message_id_is_the_key_with_duplicate_detection(sb_client):
@@ -120,7 +133,9 @@ def test_message_id_is_the_key_with_duplicate_detection(sb_client):
             f"message_id {x!r} landed on {where[('id', x)]}, partition_key {x!r} on {where[('key', x)]}"
         )
         assert where[("id", x)] == partition_for_key(x, PARTITIONS)
-    assert len({where[("id", x)] for x in ids}) > 1, "different ids should not all share one partition"
+    assert len({where[("id", x)] for x in ids}) > 1, (
+        "different ids should not all share one partition"
+    )
 
 
 def test_duplicate_detection_on_partitioned_queue_drops_copies(sb_client):
@@ -183,7 +198,9 @@ def test_batches_on_partitioned_queue(sb_client):
             keyed.add_message(ServiceBusMessage(f"kb-{i}", partition_key="batch-key"))
         sender.send_messages(keyed)
     got = _receive_all_and_complete(sb_client, "pq-batch", 30)
-    assert sorted(body_text(m) for m in got) == sorted([f"nb-{i}" for i in range(20)] + [f"kb-{i}" for i in range(10)])
+    assert sorted(body_text(m) for m in got) == sorted(
+        [f"nb-{i}" for i in range(20)] + [f"kb-{i}" for i in range(10)]
+    )
     assert len({m.sequence_number for m in got}) == 30
     keyed_pids = {partition_of(m.sequence_number) for m in got if body_text(m).startswith("kb-")}
     assert keyed_pids == {partition_for_key("batch-key", PARTITIONS)}
@@ -212,7 +229,9 @@ def test_settlement_on_partitioned_queue(sb_client):
         assert again[0].sequence_number == got["st-1"].sequence_number
         receiver.abandon_message(again[0])  # MaxDeliveryCount 2 reached -> DLQ
         assert receiver.receive_messages(max_message_count=5, max_wait_time=1) == []
-    with sb_client.get_queue_receiver("pq-settle", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5) as dlq:
+    with sb_client.get_queue_receiver(
+        "pq-settle", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+    ) as dlq:
         dead = {m.message_id: m for m in receive_n(dlq, 2, timeout=10)}
         assert set(dead) == {"st-1", "st-3"}
         assert dead["st-1"].dead_letter_reason == "MaxDeliveryCountExceeded"

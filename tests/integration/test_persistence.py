@@ -20,7 +20,9 @@ N = 50
 
 
 def _client(server) -> ServiceBusClient:
-    return ServiceBusClient.from_connection_string(server.conn_str, retry_total=1, retry_backoff_factor=0.2)
+    return ServiceBusClient.from_connection_string(
+        server.conn_str, retry_total=1, retry_backoff_factor=0.2
+    )
 
 
 def _send_individually(server, queue: str, n: int, prefix: str) -> None:
@@ -122,7 +124,9 @@ def test_dead_lettered_message_survives_restart(own_server):
     with _client(own_server) as c:
         with c.get_queue_receiver("q1", max_wait_time=1) as r:
             assert r.receive_messages(max_message_count=1, max_wait_time=1) == []
-        with c.get_queue_receiver("q1", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=3) as dlq:
+        with c.get_queue_receiver(
+            "q1", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=3
+        ) as dlq:
             got = receive_n(dlq, 1, timeout=8)
             assert [d.message_id for d in got] == ["dl-0"], "dead-lettered message lost in restart"
             assert got[0].dead_letter_reason == "kept"
@@ -162,7 +166,9 @@ def test_locks_are_released_on_restart(own_server):
     own_server.start()
     with _client(own_server) as c, c.get_queue_receiver("lockq", max_wait_time=3) as r:
         got = receive_n(r, 1, timeout=6)
-        assert [g.message_id for g in got] == ["lk-0"], "locked message not receivable after restart"
+        assert [g.message_id for g in got] == ["lk-0"], (
+            "locked message not receivable after restart"
+        )
         # Azure counts the lost lock as a delivery attempt; accept either view of it.
         assert got[0].delivery_count in (0, 1)
         r.complete_message(got[0])

@@ -8,9 +8,15 @@ import time
 
 import pytest
 from azure.servicebus import ServiceBusMessage
-from integration_support import KEY_NAME, body_text, proton_connect, queue_def, receive_n, send_plain
-from proton import Delivery, Message
-from proton import ConnectionException
+from integration_support import (
+    KEY_NAME,
+    body_text,
+    proton_connect,
+    queue_def,
+    receive_n,
+    send_plain,
+)
+from proton import ConnectionException, Delivery, Message
 
 SBEMU_QUEUES = [
     queue_def("q1"),
@@ -47,7 +53,10 @@ def test_plain_sasl_send_and_receive(server):
     # Accepted = completed: nothing left for the SDK either.
     from azure.servicebus import ServiceBusClient
 
-    with ServiceBusClient.from_connection_string(server.conn_str) as c, c.get_queue_receiver("q1", max_wait_time=1) as r:
+    with (
+        ServiceBusClient.from_connection_string(server.conn_str) as c,
+        c.get_queue_receiver("q1", max_wait_time=1) as r,
+    ):
         assert r.receive_messages(max_message_count=5, max_wait_time=1) == []
 
 
@@ -89,14 +98,21 @@ def test_proton_sends_sdk_receives(server, sb_client):
         assert m.correlation_id == "corr"
         assert m.subject == "subj"
         assert m.content_type == "application/octet-stream"
-        props = {(k.decode() if isinstance(k, bytes) else k): v for k, v in m.application_properties.items()}
+        props = {
+            (k.decode() if isinstance(k, bytes) else k): v
+            for k, v in m.application_properties.items()
+        }
         assert props["n"] == 7 and props["k"] in ("v", b"v")
         assert m.delivery_count == 0
         r.complete_message(m)
 
 
 def test_sdk_sends_proton_receives(server, sb_client):
-    send_plain(sb_client, "r-interop", [ServiceBusMessage("from-sdk", message_id="sdk-1", application_properties={"a": 1})])
+    send_plain(
+        sb_client,
+        "r-interop",
+        [ServiceBusMessage("from-sdk", message_id="sdk-1", application_properties={"a": 1})],
+    )
     conn = proton_connect(server)
     try:
         receiver = conn.create_receiver("r-interop", credit=1)
@@ -141,7 +157,9 @@ def test_proton_release_and_reject(server, sb_client):
         conn.close()
     with sb_client.get_queue_receiver("r-release", max_wait_time=1) as r:
         assert r.receive_messages(max_message_count=1, max_wait_time=1) == []
-    with sb_client.get_queue_receiver("r-release", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5) as dlq:
+    with sb_client.get_queue_receiver(
+        "r-release", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+    ) as dlq:
         dead = receive_n(dlq, 1, timeout=5)
         assert [m.message_id for m in dead] == ["rej-1"], "rejected message is not in the DLQ"
         dlq.complete_message(dead[0])
@@ -163,7 +181,10 @@ def test_proton_partitioned_queue_annotations(server):
         pids = {m.annotations["x-opt-sequence-number"] >> 48 for m in seen if m.body != "keyed"}
         assert pids == set(range(16))
         for m in seen:
-            assert m.annotations.get("x-opt-partition-id") == m.annotations["x-opt-sequence-number"] >> 48
+            assert (
+                m.annotations.get("x-opt-partition-id")
+                == m.annotations["x-opt-sequence-number"] >> 48
+            )
         keyed = next(m for m in seen if m.body == "keyed")
         assert keyed.annotations.get("x-opt-partition-key") == "the-key"
     finally:

@@ -80,7 +80,9 @@ def test_max_delivery_count_moves_message_to_dlq(sb_client):
             receiver.abandon_message(m)
         # Three deliveries + abandons with MaxDeliveryCount 3: no fourth delivery.
         assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
-    with sb_client.get_queue_receiver("s-maxdc", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5) as dlq:
+    with sb_client.get_queue_receiver(
+        "s-maxdc", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+    ) as dlq:
         got = receive_n(dlq, 1, timeout=10)
         assert got, "the message is not in the dead-letter queue"
         (d,) = got
@@ -92,14 +94,20 @@ def test_max_delivery_count_moves_message_to_dlq(sb_client):
 
 
 def test_dead_letter_with_reason_and_description(sb_client):
-    send_plain(sb_client, "s-dl", [ServiceBusMessage("bad", message_id="dl-1", application_properties={"k": "v"})])
+    send_plain(
+        sb_client,
+        "s-dl",
+        [ServiceBusMessage("bad", message_id="dl-1", application_properties={"k": "v"})],
+    )
     with sb_client.get_queue_receiver("s-dl", max_wait_time=5) as receiver:
         (m,) = receive_n(receiver, 1)
         receiver.dead_letter_message(m, reason="bad-order", error_description="order 42 is broken")
         assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == [], (
             "a dead-lettered message must leave the main queue"
         )
-    with sb_client.get_queue_receiver("s-dl", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5) as dlq:
+    with sb_client.get_queue_receiver(
+        "s-dl", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+    ) as dlq:
         peeked = dlq.peek_messages(max_message_count=5)
         assert [p.message_id for p in peeked] == ["dl-1"], "DLQ peek should show the message"
         (d,) = receive_n(dlq, 1, timeout=10)
@@ -107,7 +115,10 @@ def test_dead_letter_with_reason_and_description(sb_client):
         assert body_text(d) == "bad"
         assert d.dead_letter_reason == "bad-order"
         assert d.dead_letter_error_description == "order 42 is broken"
-        props = {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.application_properties.items()}
+        props = {
+            (k.decode() if isinstance(k, bytes) else k): v
+            for k, v in d.application_properties.items()
+        }
         assert props.get("k") in ("v", b"v"), "original application properties are kept"
         dlq.complete_message(d)
     _assert_empty(sb_client, "s-dl", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
@@ -146,7 +157,9 @@ def test_lock_expiry_redelivers_with_incremented_count(sb_client):
         t0 = _now()
         assert m1.locked_until_utc is not None
         lock_left = (m1.locked_until_utc - t0).total_seconds()
-        assert 2.0 < lock_left <= LOCK_SECONDS + 1.0, f"LockDuration PT5S, lock left {lock_left:.1f}s"
+        assert 2.0 < lock_left <= LOCK_SECONDS + 1.0, (
+            f"LockDuration PT5S, lock left {lock_left:.1f}s"
+        )
         # Not redelivered while the lock holds.
         assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
         _sleep_until(m1.locked_until_utc, 0.5)
@@ -172,9 +185,10 @@ def test_lock_expiry_wakes_a_waiting_receiver(sb_client):
     """A receiver already waiting (credit outstanding) gets the message as soon as another
     receiver's lock on it expires; it must not need a fresh receive call."""
     send_plain(sb_client, "s-wake", [ServiceBusMessage("wake", message_id="wk-1")])
-    with sb_client.get_queue_receiver("s-wake", max_wait_time=5) as holder, sb_client.get_queue_receiver(
-        "s-wake", max_wait_time=10
-    ) as waiter:
+    with (
+        sb_client.get_queue_receiver("s-wake", max_wait_time=5) as holder,
+        sb_client.get_queue_receiver("s-wake", max_wait_time=10) as waiter,
+    ):
         waiter.peek_messages(max_message_count=1)  # open the link before the clock starts
         (m1,) = receive_n(holder, 1)
         t0 = time.monotonic()
@@ -203,9 +217,10 @@ def test_renewing_a_lost_lock_raises(sb_client):
 
 def test_renew_lock_extends_locked_until(sb_client):
     send_plain(sb_client, "s-renew", [ServiceBusMessage("keep", message_id="rn-1")])
-    with sb_client.get_queue_receiver("s-renew", max_wait_time=5) as receiver, sb_client.get_queue_receiver(
-        "s-renew", max_wait_time=1
-    ) as other:
+    with (
+        sb_client.get_queue_receiver("s-renew", max_wait_time=5) as receiver,
+        sb_client.get_queue_receiver("s-renew", max_wait_time=1) as other,
+    ):
         other.peek_messages(max_message_count=1)  # open the second link now, not on the clock
         (m,) = receive_n(receiver, 1)
         first_until = m.locked_until_utc

@@ -29,8 +29,10 @@ from .partitions.router import (
     StorageLayoutError,
 )
 from .partitions.store import StoreError
+from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.listener import AmqpProtocol
+from .protocol.views import encode_property, encode_symbol
 
 log = logging.getLogger("sbemu.server")
 
@@ -113,6 +115,19 @@ def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
         duplicate_detection_window_ms=t.duplicate_detection_window_ms,
         requires_session=False,
         subqueues=subqueues,
+        subscriptions=tuple(
+            SubscriptionSpec(
+                sub.name,
+                tuple(
+                    RuleSource(
+                        r.name, r.filter_type, r.sql_expression, r.correlation, r.action_expression
+                    )
+                    for r in sub.rules
+                ),
+                sub.dead_lettering_on_filter_evaluation_exceptions,
+            )
+            for sub in t.subscriptions
+        ),
     )
 
 
@@ -173,7 +188,7 @@ class Server:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
         self._lock_data_dir()
-        self.router = Router(self.data_dir, self._wake)
+        self.router = Router(self.data_dir, self._wake, encode_property, encode_symbol)
         try:
             for ns in self.config.namespaces:
                 for q in ns.queues:
@@ -182,6 +197,8 @@ class Server:
                     self.router.add_entity(topic_spec(ns, t))
         except (StorageLayoutError, StoreError) as exc:
             raise StartupError(str(exc)) from exc
+        except RuleDefinitionError as exc:
+            raise StartupError(f"{self.config.source}: {exc.description}") from exc
         except OSError as exc:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
         self._executor = concurrent.futures.ThreadPoolExecutor(

@@ -8,6 +8,7 @@ from sbemu.errors import MessageLockLost, MessageNotFound
 from sbemu.partitions.broker import (
     DLQ_SUFFIX,
     PartitionBroker,
+    Route,
     SubQueueSettings,
     make_lock_token,
     partition_of_token,
@@ -69,7 +70,7 @@ class Harness:
 
     def send(self, *messages, now=1000):
         results = []
-        seqs = self.broker.enqueue([MAIN], list(messages), now, results.append)
+        seqs = self.broker.enqueue(list(messages), [[Route(MAIN)]] * len(messages), now, results.append)
         assert results == []  # not acknowledged before the commit
         self.commit()
         assert results == [None]
@@ -117,7 +118,7 @@ def test_partition_id_in_top_16_bits(tmp_path):
 
 
 def test_not_visible_before_commit(h):
-    h.broker.enqueue([MAIN], [msg(1)], 1000, lambda e: None)
+    h.broker.enqueue([msg(1)], [[Route(MAIN)]], 1000, lambda e: None)
     assert h.broker.take_next(MAIN, 1000, True) is None
     assert h.broker.peek(MAIN, 0, 10) == []
     h.commit()

@@ -62,6 +62,16 @@ class SubQueueSettings:
     requires_session: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one copy of an incoming message goes (a topic sends one per matching rule)."""
+
+    queue: str
+    overrides: dict[str, bytes] | None = None  # encoded application-property changes
+    dead_letter_reason: str | None = None  # set when the copy goes straight to a DLQ
+    dead_letter_description: str | None = None
+
+
 @dataclass(slots=True)
 class Lock:
     """A peek-lock held on one message."""
@@ -325,28 +335,47 @@ class PartitionBroker:
 
     def enqueue(
         self,
-        targets: list[str],
         messages: list[IncomingMessage],
+        routes: list[list[Route]],
         now_ms: int,
         done: Done,
-    ) -> list[int]:
-        """Store messages in each target sub-queue; visible and acknowledged after the commit.
+    ) -> list[int | None]:
+        """Store each message in the sub-queues its routes name; visible and acknowledged after
+        the commit, all or nothing (one transaction).
 
-        Returns the sequence numbers given to the messages, in order.
+        Returns each message's sequence number (None for a message routed nowhere). Copies of a
+        message share its sequence number [Azure: topic sequence numbers], except a second copy
+        in the same sub-queue (several rule actions matched), which gets a number of its own.
         """
         staged: list[tuple[SubQueue, MessageRecord]] = []
-        numbers: list[int] = []
+        numbers: list[int | None] = []
         base = self.sequence_base()
-        for msg in messages:
+        for msg, targets in zip(messages, routes, strict=True):
+            if not targets:
+                numbers.append(None)
+                continue
             seq = base | self._next_seq
-            numbers.append(seq)
             self._next_seq += 1
-            for name in targets:
-                sq = self.queues[name]
-                rec = self._new_record(sq, msg, seq, now_ms)
+            numbers.append(seq)
+            used: set[str] = set()
+            for route in targets:
+                sq = self.queues[route.queue]
+                copy_seq = seq
+                if route.queue in used:
+                    copy_seq = base | self._next_seq
+                    self._next_seq += 1
+                used.add(route.queue)
+                rec = self._new_record(sq, msg, copy_seq, now_ms)
+                if route.overrides:
+                    rec.property_overrides = dict(route.overrides)
+                if route.dead_letter_reason is not None:
+                    rec.dead_letter_reason = route.dead_letter_reason
+                    rec.dead_letter_description = route.dead_letter_description
                 self._put(sq, rec)
                 event = LogEvent.SCHEDULED if rec.state == MessageState.SCHEDULED else LogEvent.ENQUEUED
                 self._log(sq, event, rec, now_ms)
+                if route.dead_letter_reason is not None:
+                    self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, route.dead_letter_reason)
                 staged.append((sq, rec))
         self._batch.meta["next_sequence"] = self._next_seq
 

@@ -22,6 +22,7 @@ Log record (value in the partition's `log` database, key = 8-byte big-endian den
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgpack
@@ -71,6 +72,8 @@ class IncomingMessage:
     size: int
     scheduled_enqueue_time_ms: int | None = None
     via_partition_key: str | None = None
+    # Lazily decodes the properties for topic filters (a sbemu.filters.MessageView).
+    view: Callable[[], object] | None = None
 
 
 @dataclass(slots=True)

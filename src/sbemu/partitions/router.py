@@ -26,7 +26,6 @@ from ..errors import (
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
-    NotImplementedOperation,
 )
 from .broker import (
     DLQ_SUFFIX,
@@ -34,6 +33,7 @@ from .broker import (
     Done,
     Lock,
     PartitionBroker,
+    Route,
     SessionLock,
     SubQueueSettings,
     partition_of_token,
@@ -41,8 +41,10 @@ from .broker import (
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .store import PartitionStore
+from .subscriptions import Subscriptions, SubscriptionSpec
 
 MAIN = "main"
+QUEUE_ROUTE = Route(MAIN)
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 MIB = 1024 * 1024
 
@@ -98,6 +100,7 @@ class EntitySpec:
     duplicate_detection_window_ms: int
     requires_session: bool
     subqueues: dict[str, SubQueueSettings]
+    subscriptions: tuple[SubscriptionSpec, ...] = ()
 
 
 class EntityView:
@@ -114,7 +117,13 @@ class EntityView:
     @property
     def requires_session(self) -> bool:
         """Whether receivers of this view must be session receivers."""
-        return self.entity.partitions[0].queues[self.queue].settings.requires_session
+        sq = self.entity.partitions[0].queues.get(self.queue)
+        return sq is not None and sq.settings.requires_session
+
+    @property
+    def receivable(self) -> bool:
+        """False for a topic's own address, which only takes sends."""
+        return self.queue in self.entity.partitions[0].queues
 
     @property
     def address(self) -> str:
@@ -269,12 +278,20 @@ class EntityView:
 class Entity:
     """A queue or topic and its partitions."""
 
-    def __init__(self, spec: EntitySpec, partitions: list[PartitionBroker]) -> None:
+    def __init__(
+        self,
+        spec: EntitySpec,
+        partitions: list[PartitionBroker],
+        subscriptions: Subscriptions | None = None,
+    ) -> None:
         self.spec = spec
+        self.subscriptions = subscriptions
         self.name = spec.name
         self.partitioned = spec.partitioned
         self.partitions = partitions
         self.views = {name: EntityView(self, name) for name in spec.subqueues}
+        if MAIN not in self.views:  # a topic: its own address is for senders only
+            self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
         self._recent_ids: dict[str, int] = {}
 
@@ -285,10 +302,6 @@ class Entity:
         Returns the sequence numbers given to the stored messages (duplicates dropped by
         duplicate detection get none).
         """
-        if self.spec.kind != "queue":
-            raise NotImplementedOperation(
-                f"Sending to topic '{self.name}' is not supported yet by sbemu."
-            )
         spec = self.spec
         if spec.requires_session:
             for msg in messages:
@@ -303,7 +316,6 @@ class Entity:
             done(None)
             return []
         groups = self._route(messages)
-        targets = [MAIN]
         remaining = len(groups)
         failure: list[Exception] = []
 
@@ -317,8 +329,16 @@ class Entity:
 
         numbers: list[int] = []
         for pid, msgs in groups.items():
-            numbers.extend(self.partitions[pid].enqueue(targets, msgs, now_ms, part_done))
+            routes = self._targets(msgs)
+            got = self.partitions[pid].enqueue(msgs, routes, now_ms, part_done)
+            numbers.extend(n for n in got if n is not None)
         return numbers
+
+    def _targets(self, messages: list[IncomingMessage]) -> list[list[Route]]:
+        """Where each message goes: the queue, or the matching subscriptions of a topic."""
+        if self.subscriptions is None:
+            return [[QUEUE_ROUTE]] * len(messages)
+        return [self.subscriptions.route(msg) for msg in messages]
 
     def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
         """Group messages by partition; key-less messages of one send share one partition."""
@@ -524,9 +544,17 @@ def _notify_session_lost(lock: SessionLock) -> None:
 class Router:
     """All entities of all namespaces, their partition brokers, and the pending-work sets."""
 
-    def __init__(self, data_dir: Path, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        wake: Callable[[], None],
+        encode_value: Callable[[object], bytes] | None = None,
+        encode_symbol: Callable[[object], bytes] | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self._wake = wake
+        self._encode_value = encode_value
+        self._encode_symbol = encode_symbol
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
@@ -554,7 +582,18 @@ class Router:
             )
             broker.load()
             partitions.append(broker)
-        entity = Entity(spec, partitions)
+        subscriptions = None
+        if spec.kind == "topic":
+            if self._encode_value is None or self._encode_symbol is None:
+                raise ValueError("topics need value encoders for rule actions")
+            subscriptions = Subscriptions(
+                spec.name,
+                spec.subscriptions,
+                base / "rules.json",
+                self._encode_value,
+                self._encode_symbol,
+            )
+        entity = Entity(spec, partitions, subscriptions)
         for broker in partitions:
             broker.on_ready = self._ready_hook(entity)
             broker.on_session_lost = _notify_session_lost

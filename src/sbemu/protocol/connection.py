@@ -56,6 +56,7 @@ from ..partitions.records import IncomingMessage
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
 from .sasl import SaslError, SaslServer, SaslState
+from .views import message_view
 
 log = logging.getLogger("sbemu.connection")
 
@@ -400,6 +401,11 @@ class AmqpConnection:
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
                 self._authorize(path, ("Listen",))
+                if not view.receivable:
+                    raise InvalidOperation(
+                        f"Cannot receive from topic '{path}': receive from one of its "
+                        "subscriptions ('<topic>/Subscriptions/<name>')."
+                    )
                 is_session, session_id = _session_filter(link.remote_source.filter)
                 peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
                 state = ReceiveLink(self, link, entity, view, peek_lock)
@@ -596,14 +602,14 @@ class AmqpConnection:
 
     def _on_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
         try:
-            messages = self._incoming(data)
+            messages = self._incoming(data, state.entity.subscriptions is not None)
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
             )
         except ServiceBusError as exc:
             self._settle_incoming(delivery, exc)
 
-    def _incoming(self, data: bytes) -> list[IncomingMessage]:
+    def _incoming(self, data: bytes, for_topic: bool = False) -> list[IncomingMessage]:
         """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4]."""
         limit = self.namespace.max_message_size
         if len(data) > limit:
@@ -615,10 +621,10 @@ class AmqpConnection:
             inner = _batch_payloads(data)
             if inner is not None:
                 try:
-                    return [_to_incoming(sections.scan_message(p)) for p in inner]
+                    return [_to_incoming(sections.scan_message(p), for_topic) for p in inner]
                 except sections.SectionError:
                     pass  # not an envelope after all: a message whose body looks like one
-            return [_to_incoming(sections.scan_message(data))]
+            return [_to_incoming(sections.scan_message(data), for_topic)]
         except sections.SectionError as exc:
             raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
 
@@ -858,7 +864,7 @@ def _session_filter(data: object) -> tuple[bool, str | None]:
     return False, None
 
 
-def _to_incoming(scanned: sections.ScannedMessage) -> IncomingMessage:
+def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> IncomingMessage:
     return IncomingMessage(
         message_id=scanned.message_id,
         session_id=scanned.session_id,
@@ -872,6 +878,7 @@ def _to_incoming(scanned: sections.ScannedMessage) -> IncomingMessage:
         size=scanned.size,
         scheduled_enqueue_time_ms=scanned.scheduled_enqueue_time_ms,
         via_partition_key=scanned.via_partition_key,
+        view=(lambda: message_view(scanned)) if for_topic else None,
     )
 
 

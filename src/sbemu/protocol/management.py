@@ -264,7 +264,7 @@ def _schedule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
             raise ArgumentError(f"A scheduled message could not be decoded: {exc}") from exc
         if scanned.scheduled_enqueue_time_ms is None:
             raise ArgumentError("A scheduled message needs x-opt-scheduled-enqueue-time.")
-        incoming.append(_to_incoming(scanned))
+        incoming.append(_to_incoming(scanned, entity.subscriptions is not None))
     numbers: list[int] = []
 
     def done(error: Exception | None) -> None:

@@ -25,6 +25,7 @@ from sbemu.protocol.codec import (
     DecodeError,
     _decode,
     _skip,
+    enc_list,
     enc_map_body,
     enc_string,
     enc_symbol,
@@ -499,7 +500,64 @@ def build_message(
     return b"".join(parts)
 
 
+# property_overrides keys with this prefix name a properties-section field (set by a rule
+# action's `SET sys.To = ...`); an empty value removes an application property (REMOVE).
+SYSTEM_OVERRIDE_PREFIX = "\x00sys."
+REMOVE = b""
+_SYSTEM_FIELDS = {
+    "MessageId": 0, "To": 2, "Label": 3, "Subject": 3, "ReplyTo": 4, "CorrelationId": 5,
+    "ContentType": 6, "SessionId": 10, "ReplyToSessionId": 12,
+}
+
+
 def _apply_overrides(tail: bytes, overrides: Mapping[str, bytes]) -> bytes:
+    """Apply application-property and system-property overrides to tail."""
+    system = {k: v for k, v in overrides.items() if k.startswith(SYSTEM_OVERRIDE_PREFIX)}
+    if system:
+        tail = _apply_system_overrides(tail, system)
+        overrides = {k: v for k, v in overrides.items() if k not in system}
+        if not overrides:
+            return tail
+    return _apply_user_overrides(tail, overrides)
+
+
+def _apply_system_overrides(tail: bytes, system: Mapping[str, bytes]) -> bytes:
+    """Rewrite properties-section fields; other fields keep their original encodings."""
+    pos, n = 0, len(tail)
+    fields: list[bytes] = []
+    start = end = 0
+    while pos < n:
+        code, vpos = _section_code(tail, pos)
+        end = _skip(tail, vpos)
+        if code == PROPERTIES:
+            start = pos
+            c = tail[vpos]
+            if c == 0xC0:
+                count, p = tail[vpos + 2], vpos + 3
+            elif c == 0xD0:
+                count, p = _unpack_I(tail, vpos + 5)[0], vpos + 9
+            else:
+                count, p = 0, end
+            for _ in range(count):
+                q = _skip(tail, p)
+                fields.append(tail[p:q])
+                p = q
+            break
+        pos = end
+    else:
+        start = end = 0  # no properties section: create one at the front of the tail
+    for key, value in system.items():
+        index = _SYSTEM_FIELDS.get(key[len(SYSTEM_OVERRIDE_PREFIX):])
+        if index is None:
+            continue
+        while len(fields) <= index:
+            fields.append(_NULL)
+        fields[index] = value if value != REMOVE else _NULL
+    section = b"\x00\x53\x73" + enc_list(fields)
+    return tail[:start] + section + tail[end:]
+
+
+def _apply_user_overrides(tail: bytes, overrides: Mapping[str, bytes]) -> bytes:
     """Replace/append application properties in tail, leaving other bytes untouched."""
     pos, n = 0, len(tail)
     insert_at = n
@@ -511,8 +569,11 @@ def _apply_overrides(tail: bytes, overrides: Mapping[str, bytes]) -> bytes:
         if code >= DATA and insert_at == n:
             insert_at = pos  # application-properties precede the body [AMQP 1.0 3.2]
         pos = end
-    entries = b"".join([enc_string(k) + v for k, v in overrides.items()])
-    section = _APP_PROPS_PREFIX + enc_map_body(entries, len(overrides))
+    kept = {k: v for k, v in overrides.items() if v != REMOVE}
+    if not kept:
+        return tail
+    entries = b"".join([enc_string(k) + v for k, v in kept.items()])
+    section = _APP_PROPS_PREFIX + enc_map_body(entries, len(kept))
     return tail[:insert_at] + section + tail[insert_at:]
 
 
@@ -531,16 +592,19 @@ def _rewrite_app_props(buf: bytes, vpos: int, end: int, overrides: Mapping[str, 
         key, kend = _decode(buf, p)
         vend = _skip(buf, kend)
         if key in overrides:
-            parts.append(buf[p:kend])  # keep the key's original encoding
-            parts.append(overrides[key])
             used.add(key)
+            if overrides[key] == REMOVE:
+                pairs -= 1
+            else:
+                parts.append(buf[p:kend])  # keep the key's original encoding
+                parts.append(overrides[key])
         else:
             parts.append(buf[p:vend])
         p = vend
     if p != end:
         raise SectionError("application-properties entries do not match the map size")
     for k, v in overrides.items():
-        if k not in used:
+        if k not in used and v != REMOVE:
             parts.append(enc_string(k))
             parts.append(v)
             pairs += 1

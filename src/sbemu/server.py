@@ -302,16 +302,20 @@ class Server:
         assert self._loop is not None and self._executor is not None
         self._inflight.add(broker)
         future = self._loop.run_in_executor(self._executor, broker.store.commit, batch)
-        future.add_done_callback(lambda f: self._committed(broker, callbacks, f))
+        future.add_done_callback(lambda f: self._committed(broker, batch, callbacks, f))
 
     def _committed(
-        self, broker: PartitionBroker, callbacks: list[Any], future: asyncio.Future[None]
+        self,
+        broker: PartitionBroker,
+        batch: Any,
+        callbacks: list[Any],
+        future: asyncio.Future[None],
     ) -> None:
         self._inflight.discard(broker)
         error = future.exception()
         if error is not None:
             log.error("partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error)
-        broker.commit_done(callbacks, error)
+        broker.commit_done(callbacks, error, batch)
         if broker in self._again:
             self._again.discard(broker)
             self._commit(broker)

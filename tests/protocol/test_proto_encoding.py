@@ -66,15 +66,6 @@ def test_values_python_needs_explicitly(session_frames):
             assert t[5].type == Data.UINT and t[6].type == Data.UINT
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug (contract trap 1): performatives come from proton, which trims trailing "
-        "null/default fields and writes end/close as list0: open has 4 of 10 fields, begin 5/8, "
-        "attach 11/14, transfer 4/11, disposition 5/6, end/close 0/1 encoded as list0 (0x45). "
-        "azure-servicebus <= 7.14 indexes these lists positionally (transfer payload at index 11)"
-    ),
-)
 def test_performatives_are_full_length_lists(session_frames):
     short = []
     for f in session_frames:

@@ -274,14 +274,6 @@ def test_oversized_message_rejected_link_survives(services):
     fresh_connection_works(services)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: a transfer with an empty payload makes link.recv() return None and "
-        "AmqpConnection._incoming raises TypeError (len(None)); the link is detached with "
-        "amqp:internal-error instead of the delivery being rejected with a decode error"
-    ),
-)
 def test_empty_transfer_payload_rejected_not_internal_error(services):
     p = EnginePair(services, sasl="PLAIN").open()
     snd = p.sender("queue.1")
@@ -291,14 +283,6 @@ def test_empty_transfer_payload_rejected_not_internal_error(services):
     assert p.send(snd, Message(body=b"fine")).remote_state == Delivery.ACCEPTED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: when proton stops reading after an undecodable or unknown performative "
-        "(transport capacity -1, no condition, nothing pending), AmqpConnection neither sends "
-        "close nor sets `closed`: the socket stays open and silent forever (zombie connection)"
-    ),
-)
 @pytest.mark.parametrize(
     "frame", [UNDECODABLE_PERFORMATIVE, UNKNOWN_PERFORMATIVE], ids=["undecodable", "unknown-code"]
 )
@@ -587,13 +571,6 @@ def test_socket_undecodable_body_rejected(server, name):
     socket_roundtrip_works(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: after an undecodable performative the server neither answers close nor "
-        "drops the socket (proton closed its input side; AmqpConnection does not notice)"
-    ),
-)
 def test_socket_undecodable_performative_closed(server):
     s = RawSocket(server.port)
     try:

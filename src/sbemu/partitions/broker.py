@@ -27,6 +27,8 @@ from ..errors import (
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
+    QuotaExceeded,
+    ServerBusy,
     ServiceBusError,
     SessionCannotBeLocked,
     SessionLockLost,
@@ -40,7 +42,7 @@ from .records import (
     encode_log,
     encode_message,
 )
-from .store import PartitionStore, WriteBatch
+from .store import PartitionStore, StoreFull, WriteBatch
 
 Done = Callable[[Exception | None], None]
 
@@ -239,7 +241,12 @@ class PartitionBroker:
         self._next_offset = 0
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
+        # healthy: False while taken offline or after a store I/O fault (no sends, no receives:
+        # its messages wait, neither lost nor delivered). accepting: False once the store is
+        # full (no new messages; receivers still drain it) until a commit frees space.
         self.healthy = True
+        self.accepting = True
+        self.unhealthy_reason: str | None = None
 
     # ---------------------------------------------------------------- load
     def load(self) -> None:
@@ -322,11 +329,44 @@ class PartitionBroker:
         self._batch, self._callbacks = WriteBatch(), []
         return batch, callbacks
 
-    @staticmethod
-    def commit_done(callbacks: list[Done], error: Exception | None) -> None:
-        """Run the completions of a committed (or failed) batch, in order."""
+    def commit_done(
+        self, callbacks: list[Done], error: Exception | None, batch: WriteBatch | None = None
+    ) -> None:
+        """Run the completions of a committed (or failed) batch, in order.
+
+        A store fault marks the partition: full stops new messages, an I/O fault takes it out
+        of service; completions see the error the SDKs map (quota, or server-busy: retried).
+        """
+        failure: Exception | None = None
+        if error is not None:
+            failure = self.store_failed(error)
+        elif not self.accepting and batch is not None and any(op[0] == 1 for op in batch.ops):
+            self.accepting = True  # messages were removed: there is room again
         for cb in callbacks:
-            cb(error)
+            cb(failure)
+
+    def store_failed(self, error: Exception) -> ServiceBusError:
+        """Record a store fault on this partition; returns the error to report."""
+        where = f"partition {self.partition_id} of '{self.entity}'"
+        if isinstance(error, StoreFull):
+            self.accepting = False
+            return QuotaExceeded(
+                f"The store of {where} is full (MaxSizeInMegabytes reached); the message was "
+                "not stored."
+            )
+        self.healthy = False
+        self.unhealthy_reason = f"store fault: {error}"
+        return ServerBusy(f"The store of {where} is unavailable: {error}")
+
+    def set_online(self, online: bool, reason: str | None = None) -> None:
+        """Take the partition out of service (operator command) or bring it back."""
+        self.healthy = online
+        self.unhealthy_reason = None if online else (reason or "taken offline")
+        if online:
+            self.accepting = True
+            for name, sq in self.queues.items():
+                if sq.ready_count or any(s.ready_set for s in sq.sessions.values()):
+                    self.on_ready(name)
 
     # ---------------------------------------------------------------- sending
     def sequence_base(self) -> int:

@@ -26,6 +26,9 @@ from ..errors import (
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
+    QuotaExceeded,
+    ServerBusy,
+    ServiceBusError,
 )
 from .broker import (
     DLQ_SUFFIX,
@@ -293,6 +296,7 @@ class Entity:
         if MAIN not in self.views:  # a topic: its own address is for senders only
             self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
+        self._keyless_pid: int | None = None
         self._recent_ids: dict[str, int] = {}
 
     # ---------------------------------------------------------------- sending
@@ -327,12 +331,58 @@ class Entity:
             if remaining == 0:
                 done(failure[0] if failure else None)
 
+        for pid in groups:
+            self._check_available(pid)
         numbers: list[int] = []
         for pid, msgs in groups.items():
-            routes = self._targets(msgs)
-            got = self.partitions[pid].enqueue(msgs, routes, now_ms, part_done)
-            numbers.extend(n for n in got if n is not None)
+            keyless = pid == self._keyless_pid
+            numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
         return numbers
+
+    def _enqueue(
+        self,
+        pid: int,
+        msgs: list[IncomingMessage],
+        now_ms: int,
+        done: Done,
+        keyless: bool,
+        attempt: int,
+    ) -> list[int]:
+        """Enqueue on one partition; key-less messages fail over when it turns out full [P8]."""
+        broker = self.partitions[pid]
+
+        def on_done(error: Exception | None) -> None:
+            if error is not None and keyless and not broker.accepting:
+                if attempt + 1 < len(self.partitions):
+                    try:
+                        nxt = self._next_round_robin()
+                        self._check_available(nxt)
+                    except ServiceBusError as exc:
+                        done(exc)
+                        return
+                    self._enqueue(nxt, msgs, now_ms, done, keyless, attempt + 1)
+                    return
+            done(error)
+
+        got = broker.enqueue(msgs, self._targets(msgs), now_ms, on_done)
+        return [n for n in got if n is not None]
+
+    def _check_available(self, pid: int) -> None:
+        """A send pinned to a partition fails while it is out of service or full [P7]."""
+        broker = self.partitions[pid]
+        if not broker.healthy:
+            raise ServerBusy(
+                f"Partition {pid} of '{self.name}' is unavailable "
+                f"({broker.unhealthy_reason or 'offline'}); the send can be retried."
+            )
+        if not broker.accepting:
+            if all(not p.accepting for p in self.partitions):
+                raise QuotaExceeded(
+                    f"Every partition of '{self.name}' is full (MaxSizeInMegabytes reached)."
+                )
+            raise ServerBusy(
+                f"Partition {pid} of '{self.name}' is full; the send can be retried."
+            )
 
     def _targets(self, messages: list[IncomingMessage]) -> list[list[Route]]:
         """Where each message goes: the queue, or the matching subscriptions of a topic."""
@@ -343,6 +393,7 @@ class Entity:
     def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
         """Group messages by partition; key-less messages of one send share one partition."""
         n = len(self.partitions)
+        self._keyless_pid = None
         if n == 1:
             for msg in messages:  # still enforce [P6]'s SessionId/PartitionKey rule
                 partition_key_of(msg.session_id, msg.partition_key, None, False)
@@ -351,11 +402,12 @@ class Entity:
         groups: dict[int, list[IncomingMessage]] = {}
         keys: set[str] = set()
         keyless_pid: int | None = None
+        self._keyless_pid = None
         for msg in messages:
             key = partition_key_of(msg.session_id, msg.partition_key, msg.message_id, dup)
             if key is None:
                 if keyless_pid is None:
-                    keyless_pid = self._next_round_robin()
+                    keyless_pid = self._keyless_pid = self._next_round_robin()
                 pid = keyless_pid
             else:
                 keys.add(key)
@@ -369,12 +421,12 @@ class Entity:
         return groups
 
     def _next_round_robin(self) -> int:
-        """[P8] the next healthy partition in turn."""
+        """[P8] the next partition in turn that is in service and has room."""
         n = len(self.partitions)
         for _ in range(n):
             pid = self._round_robin % n
             self._round_robin += 1
-            if self.partitions[pid].healthy:
+            if self.partitions[pid].healthy and self.partitions[pid].accepting:
                 return pid
         return self._round_robin % n
 
@@ -408,7 +460,10 @@ class Entity:
                 "The lock supplied is invalid. Either the lock expired, or the message has "
                 "already been removed from the queue."
             )
-        return self.partitions[pid]
+        broker = self.partitions[pid]
+        if not broker.healthy:
+            raise ServerBusy(f"Partition {pid} of '{self.name}' is unavailable.")
+        return broker
 
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Complete a locked message."""
@@ -664,9 +719,43 @@ class Router:
                 if view.session_waiters:
                     view.expire_waiters(now_ms)
             for broker in entity.partitions:
+                if not broker.healthy:
+                    continue  # offline: its locks and timers wait until it is back
                 deadline = broker.next_deadline()
                 if deadline is not None and deadline <= now_ms:
                     broker.on_timer(now_ms)
+
+    def set_partition_online(self, namespace: str, entity: str, pid: int, online: bool) -> dict:
+        """Operator command: take one partition out of service or bring it back."""
+        found = self.entities.get((namespace.lower(), entity.lower()))
+        if found is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}/{entity}' could not be found.")
+        if not 0 <= pid < len(found.partitions):
+            raise EntityNotFound(
+                f"'{namespace}/{entity}' has partitions 0..{len(found.partitions) - 1}, not {pid}."
+            )
+        found.partitions[pid].set_online(online)
+        return self.partition_status(found)
+
+    @staticmethod
+    def partition_status(entity: Entity) -> dict:
+        """Health of an entity and each partition [P18: Limited when any is unhealthy]."""
+        parts = [
+            {
+                "partition": b.partition_id,
+                "online": b.healthy,
+                "accepting": b.accepting,
+                "reason": b.unhealthy_reason,
+            }
+            for b in entity.partitions
+        ]
+        healthy = all(b.healthy and b.accepting for b in entity.partitions)
+        return {
+            "namespace": entity.spec.namespace,
+            "entity": entity.name,
+            "status": "Available" if healthy else "Limited",
+            "partitions": parts,
+        }
 
     def close(self) -> None:
         """Close every store (after the final commit)."""

@@ -55,6 +55,7 @@ from ..partitions.broker import PartitionBroker, SessionLock
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
+from .frames import FramePadder
 from .sasl import SaslError, SaslServer, SaslState
 from .views import message_view
 
@@ -200,6 +201,7 @@ class AmqpConnection:
         self.closed = False
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
+        self._padder = FramePadder()
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -273,8 +275,13 @@ class AmqpConnection:
                     if pending < 0:
                         self.closed = True
                     break
-                self._out += transport.peek(pending)
+                self._out += self._padder.feed(transport.peek(pending))
                 transport.pop(pending)
+            if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
+                # proton stopped reading (a frame it could not decode) and has nothing left
+                # to say: close the socket rather than leave a silent connection open.
+                log.info("connection %d: input closed by the engine; closing", self.id)
+                self.closed = True
         out = bytes(self._out)
         self._out.clear()
         return out
@@ -592,7 +599,7 @@ class AmqpConnection:
                     ),
                 )
             return
-        data = link.recv(delivery.pending)
+        data = link.recv(delivery.pending) or b""  # an empty transfer payload comes back as None
         link.advance()
         self._top_up_credit(link)
         if isinstance(state, SendLink):

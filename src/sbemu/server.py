@@ -222,7 +222,10 @@ class Server:
 
         try:
             self._admin_server = await start_admin(
-                self.host, self.admin_port, {"/health": self._health}
+                self.host,
+                self.admin_port,
+                {"/health": self._health, "/partitions": self._partitions},
+                post_routes={"/partitions/": self._partition_command},
             )
         except OSError as exc:
             self._amqp_server.close()
@@ -314,7 +317,9 @@ class Server:
         self._inflight.discard(broker)
         error = future.exception()
         if error is not None:
-            log.error("partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error)
+            log.error(
+                "partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error
+            )
         broker.commit_done(callbacks, error, batch)
         if broker in self._again:
             self._again.discard(broker)
@@ -328,6 +333,36 @@ class Server:
         self.router.on_timer(int(time.time() * 1000))
         self._wake()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+
+    # ------------------------------------------------------------------ operator commands
+    def _partitions(self) -> tuple[int, dict[str, Any]]:
+        assert self.router is not None
+        return 200, {
+            "entities": [self.router.partition_status(e) for e in self.router.entities.values()]
+        }
+
+    def _partition_command(self, rest: str) -> tuple[int, dict[str, Any]]:
+        """POST /partitions/<namespace>/<entity>/<n>/(offline|online)."""
+        from urllib.parse import unquote
+
+        from .errors import ServiceBusError
+
+        assert self.router is not None
+        parts = [unquote(p) for p in rest.strip("/").split("/")]
+        if len(parts) < 4 or parts[-1] not in ("offline", "online") or not parts[-2].isdigit():
+            return 400, {
+                "error": "expected /partitions/<namespace>/<entity>/<partition>/(offline|online)"
+            }
+        namespace, entity = parts[0], "/".join(parts[1:-2])
+        try:
+            status = self.router.set_partition_online(
+                namespace, entity, int(parts[-2]), parts[-1] == "online"
+            )
+        except ServiceBusError as exc:
+            return exc.status_code, {"error": exc.description}
+        log.warning("partition %s of %s/%s is now %s", parts[-2], namespace, entity, parts[-1])
+        self._wake()
+        return 200, status
 
     # ------------------------------------------------------------------ health
     def _health(self) -> tuple[int, dict[str, Any]]:

@@ -21,6 +21,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = ["Route", "RouteResult", "start_admin"]
@@ -54,16 +55,18 @@ async def start_admin(
     routes: Mapping[str, Route],
     *,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    post_routes: Mapping[str, Callable[[str], Any]] | None = None,
 ) -> asyncio.Server:
     """Listen on ``host:port`` (0 = ephemeral) and answer GET/HEAD on ``routes`` with JSON.
 
     Raises OSError when the address cannot be bound.
     """
     table = dict(routes)
+    posts = dict(post_routes or {})
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _serve_one(reader, writer, table, request_timeout)
+            await _serve_one(reader, writer, table, request_timeout, posts)
         except (ConnectionError, asyncio.TimeoutError) as exc:
             log.debug("admin connection dropped: %r", exc)
         except Exception:  # a guard: one bad connection never stops the listener
@@ -83,6 +86,7 @@ async def _serve_one(
     writer: asyncio.StreamWriter,
     routes: Mapping[str, Route],
     request_timeout: float,
+    post_routes: Mapping[str, Callable[[str], Any]] | None = None,
 ) -> None:
     try:
         method, target = await asyncio.wait_for(_read_head(reader), request_timeout)
@@ -95,6 +99,18 @@ async def _serve_one(
     if not method:
         return  # the peer connected and closed without a request
     path = urlsplit(target).path or "/"
+    if method == "POST" and post_routes:
+        # POST routes are prefixes; the handler gets the rest of the path (operator commands).
+        for prefix, handler in post_routes.items():
+            if path.startswith(prefix):
+                try:
+                    status, body = handler(path[len(prefix) :])
+                    status = HTTPStatus(status)
+                except Exception:
+                    log.exception("admin route %s failed", path)
+                    status, body = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"}
+                await _respond(writer, status, body)
+                return
     if method not in ("GET", "HEAD"):
         await _respond(
             writer,

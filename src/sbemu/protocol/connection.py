@@ -25,6 +25,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
 from cproton_ffi import lib as _lib
@@ -45,7 +46,6 @@ from ..errors import (
     EntityNotFound,
     InvalidOperation,
     MessageSizeExceeded,
-    NotImplementedOperation,
     OperationTimeout,
     ServiceBusError,
     SessionLockLost,
@@ -57,6 +57,13 @@ from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
 from .frames import FramePadder
 from .sasl import SaslError, SaslServer, SaslState
+from .transactions import (
+    TRANSACTIONAL_STATE,
+    StagedSettlement,
+    TransactionCoordinator,
+    descriptor_code,
+    transactional_outcome,
+)
 from .views import message_view
 
 log = logging.getLogger("sbemu.connection")
@@ -133,6 +140,13 @@ class RequestLink:
 
 
 @dataclass(eq=False)
+class CoordinatorLink:
+    """A client's transaction controller link (target `coordinator`)."""
+
+    link: Link
+
+
+@dataclass(eq=False)
 class SendLink:
     """A client sender to an entity."""
 
@@ -177,7 +191,7 @@ class ReceiveLink:
         self.conn.on_output()
 
 
-_LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink
+_LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink | CoordinatorLink
 
 
 class AmqpConnection:
@@ -202,6 +216,7 @@ class AmqpConnection:
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
         self._padder = FramePadder()
+        self.transactions = TransactionCoordinator(self)
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -260,7 +275,7 @@ class AmqpConnection:
                     break
             chunk = view[:capacity]
             transport.push(bytes(chunk))
-            view = view[len(chunk):]
+            view = view[len(chunk) :]
             self._process()
         self._process()
 
@@ -306,6 +321,7 @@ class AmqpConnection:
         for state in list(self._links.values()):
             if isinstance(state, ReceiveLink):
                 self._end_receiver(state)
+        self.transactions.rollback_all()
         self._links.clear()
         if self._transport is not None:
             self._transport.close_tail()
@@ -380,9 +396,16 @@ class AmqpConnection:
     # ------------------------------------------------------------------ attach
     def _on_link_remote_open(self, link: Link) -> None:
         if link.remote_target.type == Terminus.COORDINATOR:
-            self._refuse(link, NotImplementedOperation("Transactions are not supported yet by sbemu."))
+            link.source.copy(link.remote_source)
+            link.target.copy(link.remote_target)
+            link.rcv_settle_mode = Link.RCV_FIRST
+            self._links[link] = CoordinatorLink(link)
+            link.open()
+            link.flow(SENDER_CREDIT)
             return
-        address = (link.remote_target.address if link.is_receiver else link.remote_source.address) or ""
+        address = (
+            link.remote_target.address if link.is_receiver else link.remote_source.address
+        ) or ""
         path = cbs.normalize_entity_path(address)
         try:
             if path == "$cbs":
@@ -457,9 +480,7 @@ class AmqpConnection:
             self._open_session_link(link, state, accepted)
             return
         props = link.remote_properties or {}
-        timeout = next(
-            (v for k, v in props.items() if str(k) == "com.microsoft:timeout"), None
-        )
+        timeout = next((v for k, v in props.items() if str(k) == "com.microsoft:timeout"), None)
         wait_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else 60_000
         state.waiting = True
         self._links[link] = state
@@ -539,6 +560,8 @@ class AmqpConnection:
         state = self._links.pop(link, None)
         if isinstance(state, ReceiveLink):
             self._end_receiver(state)
+        elif isinstance(state, CoordinatorLink):
+            self.transactions.rollback_all()  # [AMQP 4.4] open transactions roll back
 
     def _end_receiver(self, state: ReceiveLink) -> None:
         """A receiver went away: stop serving it; a session it held is released."""
@@ -602,12 +625,23 @@ class AmqpConnection:
         data = link.recv(delivery.pending) or b""  # an empty transfer payload comes back as None
         link.advance()
         self._top_up_credit(link)
+        if isinstance(state, CoordinatorLink):
+            control = Message()
+            try:
+                control.decode(data)
+            except Exception:
+                control.body = None
+            self.transactions.on_control(delivery, control.body)
+            return
         if isinstance(state, SendLink):
             self._on_message(state, delivery, data)
         else:
             self._on_request(state, delivery, data)
 
     def _on_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
+        if delivery.remote_state == TRANSACTIONAL_STATE:
+            self._on_transactional_message(state, delivery, data)
+            return
         try:
             messages = self._incoming(data, state.entity.subscriptions is not None)
             state.entity.send(
@@ -615,6 +649,31 @@ class AmqpConnection:
             )
         except ServiceBusError as exc:
             self._settle_incoming(delivery, exc)
+
+    def _on_transactional_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
+        """A send inside a transaction: staged, answered transactional-state{accepted}."""
+        data_fields = list(delivery.remote.data or []) + [None]
+        txn = None
+        try:
+            txn = self.transactions.transaction(data_fields[0])
+            messages = self._incoming(data, state.entity.subscriptions is not None)
+            if state.entity.spec.requires_session:
+                for msg in messages:
+                    if msg.session_id is None:
+                        raise InvalidOperation(
+                            "A transactional message to a session-enabled entity must have a "
+                            "SessionId [P16]."
+                        )
+            self.transactions.stage_send(txn, state.entity, messages)
+        except ServiceBusError as exc:
+            if txn is not None:
+                self.transactions.fail(txn, exc.description)
+            self._settle_incoming(delivery, exc)
+            return
+        delivery.local.data = transactional_outcome(txn.txn_id, Delivery.ACCEPTED)
+        delivery.update(TRANSACTIONAL_STATE)
+        delivery.settle()
+        self.on_output()
 
     def _incoming(self, data: bytes, for_topic: bool = False) -> list[IncomingMessage]:
         """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4]."""
@@ -696,25 +755,79 @@ class AmqpConnection:
             delivery.settle()
             self.on_output()
 
+        if outcome == TRANSACTIONAL_STATE:
+            self._on_transactional_disposition(entity, token, delivery)
+            return
         try:
-            if outcome == Delivery.ACCEPTED:
-                entity.complete(token, now_ms, done)
-            elif outcome == Delivery.RELEASED:
-                entity.release(token, now_ms)
-                done(None)
-            elif outcome == Delivery.MODIFIED:
-                overrides = _encode_overrides(delivery.remote.annotations)
-                if delivery.remote.undeliverable:
-                    entity.defer(token, now_ms, overrides, done)
-                else:
-                    entity.abandon(token, now_ms, overrides, done)
+            if outcome == Delivery.MODIFIED:
+                details: Any = (delivery.remote.undeliverable, delivery.remote.annotations)
             elif outcome == Delivery.REJECTED:
-                reason, description, overrides = _dead_letter_details(delivery.remote.condition)
-                entity.dead_letter(token, now_ms, reason, description, overrides, done)
+                details = delivery.remote.condition
             else:
-                done(InvalidOperation(f"Unsupported delivery outcome {outcome}."))
+                details = None
+            self.apply_settlement(entity, token, int(outcome), details, now_ms, done)
         except ServiceBusError as exc:
             done(exc)
+
+    def apply_settlement(
+        self,
+        entity: Entity,
+        token: uuid.UUID,
+        outcome: int,
+        details: Any,
+        now_ms: int,
+        done: Callable[[Exception | None], None],
+    ) -> None:
+        """Apply an outcome [contract 5.1]: accepted completes, released unlocks, modified
+        abandons (or defers when undeliverable-here), rejected dead-letters."""
+        if outcome == Delivery.ACCEPTED:
+            entity.complete(token, now_ms, done)
+        elif outcome == Delivery.RELEASED:
+            entity.release(token, now_ms)
+            done(None)
+        elif outcome == Delivery.MODIFIED:
+            undeliverable, annotations = details or (False, None)
+            overrides = _encode_overrides(annotations)
+            if undeliverable:
+                entity.defer(token, now_ms, overrides, done)
+            else:
+                entity.abandon(token, now_ms, overrides, done)
+        elif outcome == Delivery.REJECTED:
+            reason, description, overrides = _dead_letter_details(details)
+            entity.dead_letter(token, now_ms, reason, description, overrides, done)
+        else:
+            done(InvalidOperation(f"Unsupported delivery outcome {outcome}."))
+
+    def _on_transactional_disposition(
+        self, entity: Entity, token: uuid.UUID, delivery: Delivery
+    ) -> None:
+        """A settlement inside a transaction: staged now, applied at commit [contract 7]."""
+        data = list(delivery.remote.data or []) + [None, None]
+        inner = data[1]
+        code = descriptor_code(inner)
+        try:
+            txn = self.transactions.transaction(data[0])
+            if code is None:
+                raise InvalidOperation("A transactional settlement needs an outcome.")
+            fields = list(inner.value or []) + [None, None, None]
+            details: Any = None
+            if code == Delivery.MODIFIED:
+                details = (bool(fields[1]), fields[2])
+            elif code == Delivery.REJECTED:
+                details = _condition_from_fields(fields[0])
+            self.transactions.stage_settlement(
+                txn, StagedSettlement(entity, token, code, details, delivery)
+            )
+        except ServiceBusError as exc:
+            delivery.local.condition = error_condition(exc)
+            delivery.update(Delivery.REJECTED)
+            delivery.settle()
+            self.on_output()
+            return
+        delivery.local.data = transactional_outcome(txn.txn_id, code)
+        delivery.update(TRANSACTIONAL_STATE)
+        delivery.settle()
+        self.on_output()
 
     # ------------------------------------------------------------------ requests
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
@@ -753,9 +866,12 @@ class AmqpConnection:
                 if isinstance(audience, str):
                     wanted = cbs.normalize_entity_path(audience)
                     if not cbs.covers(grant.scope, wanted):
-                        status, description = 401, (
-                            f"The token's resource '{grant.scope}' does not cover the "
-                            f"audience '{wanted}'."
+                        status, description = (
+                            401,
+                            (
+                                f"The token's resource '{grant.scope}' does not cover the "
+                                f"audience '{wanted}'."
+                            ),
                         )
                 if status < 300:
                     self._grants = [g for g in self._grants if g.expires_at > self.now]
@@ -920,6 +1036,18 @@ def _encode_overrides(annotations: object) -> dict[str, bytes] | None:
     if not annotations or not isinstance(annotations, dict):
         return None
     return {str(k): codec.encode(_plain(v)) for k, v in annotations.items()}
+
+
+def _condition_from_fields(error: Any) -> Condition | None:
+    """An AMQP error (described list: condition, description, info) as a proton Condition."""
+    if isinstance(error, Condition) or error is None:
+        return error
+    value = getattr(error, "value", error)
+    if isinstance(value, list | tuple) and value:
+        fields = list(value) + [None, None]
+        info = fields[2] if isinstance(fields[2], dict) else None
+        return Condition(str(fields[0]), fields[1], info)
+    return None
 
 
 def _dead_letter_details(

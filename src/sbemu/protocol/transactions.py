@@ -1,0 +1,239 @@
+"""Local transactions through the AMQP coordinator [AMQP 4, contract 7].
+
+A client attaches a sender to the `coordinator` target, declares a transaction (we answer
+`declared{txn-id}`), sends and settles with `transactional-state{txn-id}`, then discharges it.
+Work inside a transaction is staged here, per connection, and only applied at commit: staged
+sends are invisible until then and dropped on rollback; staged settlements (complete, abandon,
+defer, dead-letter) are applied at commit and forgotten on rollback. Everything a commit applies
+lands in the same event-loop turn, so each partition writes it in one LMDB transaction.
+Closing the coordinator link (or the connection) rolls back what is still open.
+
+Partitioned entities [SB partitioning P15, P16]: every message sent in a transaction needs a
+partition key (SessionId, PartitionKey, the transaction's via-partition-key, or MessageId on
+entities with duplicate detection), and all messages of one transaction to that entity must
+share it; so one transaction cannot span several sessions of a partitioned entity.
+Non-partitioned entities accept any keys, across sessions, as Azure does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from proton import Condition, Delivery, Described, ulong
+
+from ..errors import InvalidOperation, ServiceBusError
+from ..partitions.records import IncomingMessage
+from ..partitions.router import Entity
+
+if TYPE_CHECKING:
+    from .connection import AmqpConnection
+
+DECLARE = 0x31
+DISCHARGE = 0x32
+DECLARED = 0x33
+TRANSACTIONAL_STATE = 0x34
+ACCEPTED = 0x24
+REJECTED = 0x25
+RELEASED = 0x26
+MODIFIED = 0x27
+_SYMBOLIC = {
+    "amqp:declare:list": DECLARE,
+    "amqp:discharge:list": DISCHARGE,
+    "amqp:accepted:list": ACCEPTED,
+    "amqp:rejected:list": REJECTED,
+    "amqp:released:list": RELEASED,
+    "amqp:modified:list": MODIFIED,
+}
+
+
+def descriptor_code(value: object) -> int | None:
+    """The numeric code of a described value's descriptor (numeric or symbolic)."""
+    if not isinstance(value, Described):
+        return None
+    d = value.descriptor
+    if isinstance(d, int):
+        return int(d)
+    return _SYMBOLIC.get(str(d))
+
+
+@dataclass(eq=False)
+class StagedSettlement:
+    """A settlement to apply at commit."""
+
+    entity: Entity
+    token: Any
+    outcome: int
+    fields: list[Any]
+    delivery: Delivery
+
+
+@dataclass(eq=False)
+class Transaction:
+    """One declared transaction's staged work."""
+
+    txn_id: bytes
+    sends: list[tuple[Entity, list[IncomingMessage]]] = field(default_factory=list)
+    settlements: list[StagedSettlement] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)  # partitioned entity -> its key
+    failure: str | None = None  # a refused operation dooms the transaction
+
+
+class TransactionCoordinator:
+    """The transactions of one connection."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, conn: AmqpConnection) -> None:
+        self.conn = conn
+        self.open: dict[bytes, Transaction] = {}
+
+    # ------------------------------------------------------------ control messages
+    def on_control(self, delivery: Delivery, body: object) -> None:
+        """A declare or discharge arrived on the coordinator link."""
+        code = descriptor_code(body)
+        if code == DECLARE:
+            txn_id = next(self._ids).to_bytes(8, "big")
+            self.open[txn_id] = Transaction(txn_id)
+            delivery.local.data = [txn_id]
+            delivery.update(DECLARED)
+            delivery.settle()
+        elif code == DISCHARGE:
+            fields = list(body.value or []) + [None, None]  # type: ignore[attr-defined]
+            txn_id, fail = _txn_bytes(fields[0]), bool(fields[1])
+            txn = self.open.pop(txn_id, None) if txn_id is not None else None
+            if txn is None:
+                self._reject(delivery, "amqp:transaction:unknown-id", "Unknown transaction id.")
+            elif fail:
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
+            elif txn.failure is not None:
+                self._reject(
+                    delivery,
+                    "amqp:transaction:rollback",
+                    f"The transaction was rolled back: {txn.failure}",
+                )
+            else:
+                self._commit(txn, delivery)
+        else:
+            self._reject(delivery, "amqp:decode-error", "Expected declare or discharge.")
+        self.conn.on_output()
+
+    def _reject(self, delivery: Delivery, condition: str, description: str) -> None:
+        delivery.local.condition = Condition(condition, description, {"txn": "sbemu"})
+        delivery.update(Delivery.REJECTED)
+        delivery.settle()
+
+    def rollback_all(self) -> None:
+        """The coordinator link or the connection went away: drop every open transaction."""
+        self.open.clear()
+
+    # ------------------------------------------------------------ staging
+    def transaction(self, txn_id: object) -> Transaction:
+        """The open transaction a transactional-state names."""
+        key = _txn_bytes(txn_id)
+        txn = self.open.get(key) if key is not None else None
+        if txn is None:
+            error = ServiceBusError("The transaction is unknown or already discharged.")
+            error.condition = "amqp:transaction:unknown-id"
+            raise error
+        return txn
+
+    def stage_send(self, txn: Transaction, entity: Entity, messages: list[IncomingMessage]) -> None:
+        """Hold messages until commit, enforcing [P15, P16] on partitioned entities."""
+        try:
+            self._check_keys(txn, entity, messages)
+        except ServiceBusError as exc:
+            txn.failure = exc.description
+            raise
+        txn.sends.append((entity, messages))
+
+    def fail(self, txn: Transaction, reason: str) -> None:
+        """An operation inside the transaction was refused: it can only roll back now."""
+        txn.failure = txn.failure or reason
+
+    @staticmethod
+    def _check_keys(txn: Transaction, entity: Entity, messages: list[IncomingMessage]) -> None:
+        if entity.partitioned:
+            for msg in messages:
+                key = (
+                    msg.session_id
+                    or msg.partition_key
+                    or msg.via_partition_key
+                    or (msg.message_id if entity.spec.requires_duplicate_detection else None)
+                )
+                if key is None:
+                    raise InvalidOperation(
+                        f"A message sent to the partitioned entity '{entity.name}' within a "
+                        "transaction must have a partition key (SessionId, PartitionKey or "
+                        "MessageId)."
+                    )
+                if msg.session_id and msg.partition_key and msg.partition_key != msg.session_id:
+                    raise InvalidOperation(
+                        "The PartitionKey of a transactional message must equal its SessionId."
+                    )
+                first = txn.keys.setdefault(entity.name, key)
+                if first != key:
+                    raise InvalidOperation(
+                        f"All messages sent to the partitioned entity '{entity.name}' within "
+                        f"one transaction must share one partition key ('{first}', not "
+                        f"'{key}'); a transaction cannot span sessions or partitions."
+                    )
+
+    def stage_settlement(self, txn: Transaction, staged: StagedSettlement) -> None:
+        """Hold a settlement until commit; the lock must be live now."""
+        txn.settlements.append(staged)
+
+    # ------------------------------------------------------------ commit
+    def _commit(self, txn: Transaction, delivery: Delivery) -> None:
+        now_ms = self.conn.now_ms
+        ops: list[Callable[[Callable[[Exception | None], None]], None]] = []
+        for entity, messages in txn.sends:
+            ops.append(lambda cb, e=entity, m=messages: e.send(m, now_ms, cb))
+        for s in txn.settlements:
+            ops.append(
+                lambda cb, s=s: self.conn.apply_settlement(
+                    s.entity, s.token, s.outcome, s.fields, now_ms, cb
+                )
+            )
+        if not ops:
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+            return
+        remaining = len(ops)
+        failures: list[Exception] = []
+
+        def one_done(error: Exception | None) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if error is not None:
+                failures.append(error)
+            if remaining:
+                return
+            if failures:
+                first = failures[0]
+                text = first.description if isinstance(first, ServiceBusError) else str(first)
+                self._reject(delivery, "amqp:transaction:rollback", f"Commit failed: {text}")
+            else:
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
+            self.conn.on_output()
+
+        for op in ops:
+            try:
+                op(one_done)
+            except ServiceBusError as exc:
+                one_done(exc)
+
+
+def _txn_bytes(value: object) -> bytes | None:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return None
+
+
+def transactional_outcome(txn_id: bytes, code: int) -> list[Any]:
+    """The data of a transactional-state carrying an outcome (for our dispositions)."""
+    return [txn_id, Described(ulong(code), [])]

@@ -730,6 +730,8 @@ class AmqpConnection:
             delivery.settle()  # receive-and-delete: pre-settled [contract 4.2]
         else:
             state.unsettled[tag] = lock.token
+        # Dispatch may run from another connection's commit: ask the adapter to flush us.
+        self.on_output()
 
     def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
         tag = raw_tag(delivery)

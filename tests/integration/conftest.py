@@ -324,6 +324,36 @@ def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve
         _shutdown(srv)
 
 
+TEST_TIMEOUT = float(os.environ.get("SBEMU_IT_TIMEOUT", "90"))  # seconds per test call
+
+
+class IntegrationTestTimeout(BaseException):
+    """Raised into a test that ran past TEST_TIMEOUT: a BaseException, so the SDK's broad
+    ``except Exception`` retry loops cannot swallow it."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A per-test watchdog (no pytest-timeout here): a hung server must fail one test, not
+    stall the suite."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise IntegrationTestTimeout(f"{item.nodeid} still running after {TEST_TIMEOUT:.0f}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Attach the server's stderr (warnings, tracebacks) to a failing test's report."""

@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install run test lint bench report clean spark-check
+.PHONY: install install-spark java-check run test lint bench report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,10 +16,26 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Spark needs Java 17+: use the machine's, else install Debian's headless JRE when we can.
+java-check:
+	@if java -version >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Java not found: installing openjdk-17-jre-headless for Spark"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null) \
+	    || echo "WARNING: could not install Java; the Spark tests will be skipped"; \
+	else echo "WARNING: Java 17+ not found; the Spark tests will be skipped"; fi
+
+# pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
+$(SPARK_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,dev,spark]'
+	@touch $(SPARK_STAMP)
+
+install-spark: $(SPARK_STAMP) java-check
+
 run: install
 	$(VENV)/bin/sbemu serve $(ARGS)
 
-test: install
+test: install install-spark
 	$(PY) -m pytest -q tests
 
 lint: install

@@ -64,6 +64,41 @@ def _queue(name: str, partitioned: bool) -> dict[str, Any]:
     return {"Name": name, "Properties": props}
 
 
+# The topic of issue 4's bench: 5 subscriptions, mixed SQL and correlation filters. Each
+# message i carries band = "abcd"[i % 4], color = red when i % 5 == 0, subject = blue when
+# i % 3 == 0, so every subscription's expected count is known exactly.
+TOPIC = "bencht"
+SUBSCRIPTIONS: dict[str, tuple[dict[str, Any] | None, Any]] = {
+    "all": (None, lambda i: True),
+    "sql-even": (
+        {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "i % 2 = 0"}},
+        lambda i: i % 2 == 0,
+    ),
+    "sql-band": (
+        {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "band IN ('a', 'b') AND i >= 0"}},
+        lambda i: i % 4 in (0, 1),
+    ),
+    "corr-label": (
+        {"FilterType": "Correlation", "CorrelationFilter": {"Label": "blue"}},
+        lambda i: i % 3 == 0,
+    ),
+    "corr-prop": (
+        {"FilterType": "Correlation", "CorrelationFilter": {"Properties": {"color": "red"}}},
+        lambda i: i % 5 == 0,
+    ),
+}
+
+
+def _topic() -> dict[str, Any]:
+    subs = []
+    for name, (rule, _expect) in SUBSCRIPTIONS.items():
+        sub: dict[str, Any] = {"Name": name, "Properties": {"LockDuration": "PT1M"}}
+        if rule is not None:
+            sub["Rules"] = [{"Name": "r", "Properties": rule}]
+        subs.append(sub)
+    return {"Name": TOPIC, "Properties": {}, "Subscriptions": subs}
+
+
 def _config() -> dict[str, Any]:
     return {
         "UserConfig": {
@@ -71,7 +106,7 @@ def _config() -> dict[str, Any]:
                 {
                     "Name": "sbemulatorns",
                     "Queues": [_queue("bench", False), _queue("benchp", True)],
-                    "Topics": [],
+                    "Topics": [_topic()],
                 }
             ],
             "Logging": {"Type": "File"},
@@ -424,16 +459,85 @@ def _sdk_phase(conn_str: str, address: str, count: int, size: int, prefix: str) 
     return result
 
 
+def _topic_phase(conn_str: str, count: int, size: int) -> list[Result]:
+    """SDK batches into the 5-subscription topic; each subscription drained (receive-and-delete)."""
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+    from azure.servicebus.exceptions import MessageSizeExceededError
+
+    payload = os.urandom(size)
+    send = Result("sdk", TOPIC, count, size)
+    results = [send]
+    try:
+        with ServiceBusClient.from_connection_string(conn_str) as client:
+            with client.get_topic_sender(TOPIC) as sender:
+                sender.create_message_batch()
+                t0 = time.perf_counter()
+                batch = sender.create_message_batch()
+                for i in range(count):
+                    msg = ServiceBusMessage(
+                        payload,
+                        subject="blue" if i % 3 == 0 else "grey",
+                        application_properties={
+                            "i": i,
+                            "band": "abcd"[i % 4],
+                            "color": "red" if i % 5 == 0 else "green",
+                        },
+                    )
+                    try:
+                        batch.add_message(msg)
+                    except MessageSizeExceededError:
+                        sender.send_messages(batch)
+                        send.sent_ok += len(batch)
+                        batch = sender.create_message_batch()
+                        batch.add_message(msg)
+                if len(batch):
+                    sender.send_messages(batch)
+                    send.sent_ok += len(batch)
+                send.send_rate = send.sent_ok / (time.perf_counter() - t0)
+                send.received = count  # receive counts are per subscription below
+            for name, (_rule, expect) in SUBSCRIPTIONS.items():
+                wanted = {i for i in range(count) if expect(i)}
+                r = Result("sdk", f"{TOPIC}/{name}", len(wanted), size, sent_ok=len(wanted))
+                results.append(r)
+                seen: set[int] = set()
+                with client.get_subscription_receiver(
+                    TOPIC,
+                    name,
+                    receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                    prefetch_count=1000,
+                    max_wait_time=3,
+                ) as receiver:
+                    t0 = time.perf_counter()
+                    last = t0
+                    while True:
+                        got = receiver.receive_messages(max_message_count=1000, max_wait_time=3)
+                        if not got:
+                            break
+                        last = time.perf_counter()
+                        for m in got:
+                            index = int((m.application_properties or {}).get(b"i", -1))
+                            if index in seen or index not in wanted:
+                                r.duplicates += 1
+                            seen.add(index)
+                r.received = len(seen & wanted)
+                r.receive_rate = r.received / (last - t0) if last > t0 else 0.0
+                if r.received != len(wanted):
+                    r.errors.append(f"got {r.received} of {len(wanted)} matching messages")
+    except Exception as exc:
+        send.errors.append(f"{type(exc).__name__}: {exc}")
+    return results
+
+
 # ------------------------------------------------------------------------------- main
 
 
 def _table(results: list[Result]) -> str:
-    head = f"{'client':<7} {'queue':<7} {'count':>7} {'size':>6} {'send msg/s':>11} {'receive msg/s':>14} {'lost':>5} {'dup':>4} {'left':>5}  status"
+    head = f"{'client':<7} {'queue':<18} {'count':>7} {'size':>6} {'send msg/s':>11} {'receive msg/s':>14} {'lost':>5} {'dup':>4} {'left':>5}  status"
     rows = [head, "-" * len(head)]
     for r in results:
         status = "ok" if r.ok else "FAIL: " + "; ".join(r.errors or [f"sent_ok={r.sent_ok}"])
         rows.append(
-            f"{r.client:<7} {r.queue:<7} {r.count:>7} {r.size:>6} {r.send_rate:>11.0f} "
+            f"{r.client:<7} {r.queue:<18} {r.count:>7} {r.size:>6} {r.send_rate:>11.0f} "
             f"{r.receive_rate:>14.0f} {r.lost:>5} {r.duplicates:>4} {r.leftover:>5}  {status}"
         )
     return "\n".join(rows)
@@ -446,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("proton", "sdk"), help="run one client only")
     parser.add_argument("--queue", choices=QUEUES, action="append", help="queue(s) to use [both]")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's temp dir")
+    parser.add_argument(
+        "--topic-count", type=int, default=10_000, help="messages into the topic [10000; 0 = skip]"
+    )
     args = parser.parse_args(argv)
     if args.count <= 0 or args.size < 0:
         parser.error("--count must be > 0 and --size >= 0")
@@ -463,6 +570,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.only in (None, "sdk"):
                 print(f"  sdk    {q}: {args.count} x {args.size} B ...", flush=True)
                 results.append(_sdk_phase(server.conn_str, q, args.count, args.size, f"s-{q}"))
+        if args.topic_count > 0 and args.only in (None, "sdk"):
+            print(
+                f"  sdk    {TOPIC} (5 subscriptions): {args.topic_count} x {args.size} B ...",
+                flush=True,
+            )
+            results.extend(_topic_phase(server.conn_str, args.topic_count, args.size))
     finally:
         rc = server.stop()
         if rc not in (0, None):

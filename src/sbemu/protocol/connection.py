@@ -52,7 +52,7 @@ from ..errors import (
     Unauthorized,
 )
 from ..partitions.broker import PartitionBroker, SessionLock
-from ..partitions.records import IncomingMessage
+from ..partitions.records import IncomingMessage, MessageRecord
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
 from .frames import FramePadder
@@ -290,7 +290,9 @@ class AmqpConnection:
                     if pending < 0:
                         self.closed = True
                     break
-                self._out += self._padder.feed(transport.peek(pending))
+                chunk = transport.peek(pending)
+                assert chunk is not None  # pending > 0: peek returns bytes, never EOS
+                self._out += self._padder.feed(chunk)
                 transport.pop(pending)
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
@@ -351,33 +353,51 @@ class AmqpConnection:
 
     def _dispatch(self, event: Event) -> None:
         t = event.type
+        # proton types an event's context objects as Optional; each is always set for the
+        # event types that use it, so the asserts below cannot fire.
         if t == Event.DELIVERY:
-            self._on_delivery(event.link, event.delivery)
+            link, delivery = event.link, event.delivery
+            assert link is not None and delivery is not None
+            self._on_delivery(link, delivery)
         elif t == Event.LINK_FLOW:
-            self._on_link_flow(event.link)
+            link = event.link
+            assert link is not None
+            self._on_link_flow(link)
         elif t == Event.LINK_REMOTE_OPEN:
-            self._on_link_remote_open(event.link)
+            link = event.link
+            assert link is not None
+            self._on_link_remote_open(link)
         elif t in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
-            self._on_link_remote_close(event.link)
+            link = event.link
+            assert link is not None
+            self._on_link_remote_close(link)
         elif t == Event.SESSION_REMOTE_OPEN:
             session = event.session
+            assert session is not None
             # Keep the incoming window wide: Python's sender stops when it thinks it is shut
             # [contract 1.4].
             session.incoming_capacity = SESSION_CAPACITY
             session.open()
         elif t == Event.SESSION_REMOTE_CLOSE:
-            event.session.close()
+            session = event.session
+            assert session is not None
+            session.close()
         elif t == Event.CONNECTION_REMOTE_OPEN:
             conn = event.connection
+            assert conn is not None
             conn.container = f"sbemu-{self.id}"
             hostname = conn.remote_hostname
             if hostname and self._sasl.result and self._sasl.result.mechanism is None:
                 self.namespace = self.services.namespace_for(hostname)
             conn.open()
         elif t == Event.CONNECTION_REMOTE_CLOSE:
-            event.connection.close()
+            conn = event.connection
+            assert conn is not None
+            conn.close()
         elif t == Event.TRANSPORT_ERROR:
-            cond = event.transport.condition
+            transport = event.transport
+            assert transport is not None
+            cond = transport.condition
             log.info("connection %d: transport error: %s", self.id, cond)
         elif t == Event.TRANSPORT_CLOSED:
             self.closed = True
@@ -723,7 +743,7 @@ class AmqpConnection:
         else:
             tag = next(self._tag_counter).to_bytes(8, "big")
         link = state.link
-        delivery = link.delivery(tag)
+        delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
         link.send(data)
         link.advance()
         if lock is None:
@@ -804,7 +824,8 @@ class AmqpConnection:
         self, entity: Entity, token: uuid.UUID, delivery: Delivery
     ) -> None:
         """A settlement inside a transaction: staged now, applied at commit [contract 7]."""
-        data = list(delivery.remote.data or []) + [None, None]
+        # proton types disposition data as list[int]; it holds decoded AMQP values.
+        data: list[Any] = list(delivery.remote.data or []) + [None, None]
         inner = data[1]
         code = descriptor_code(inner)
         try:
@@ -850,7 +871,7 @@ class AmqpConnection:
             handle_request(self, state, request)
 
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
-        props = request.properties or {}
+        props: dict[Any, Any] = request.properties or {}
         operation = props.get("operation")
         token = request.body
         status, description = 202, "Accepted"
@@ -916,7 +937,8 @@ class AmqpConnection:
         link = reply.link
         while reply.pending and link.credit > 0:
             data = reply.pending.popleft()
-            delivery = link.delivery(next(self._tag_counter).to_bytes(8, "big"))
+            tag = next(self._tag_counter).to_bytes(8, "big")
+            delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
             link.send(data)
             link.advance()
             delivery.settle()
@@ -1007,7 +1029,7 @@ def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> I
     )
 
 
-def encode_record(rec, stamps: list[tuple[bytes, bytes]]) -> bytes:  # type: ignore[no-untyped-def]
+def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> bytes:
     """Rebuild a stored message for the wire with broker annotations stamped on."""
     overrides = rec.property_overrides
     if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
@@ -1058,7 +1080,7 @@ def _dead_letter_details(
     """Reason, description and other property updates from a rejected outcome's error."""
     if condition is None:
         return None, None, None
-    info = dict(condition.info or {}) if isinstance(condition.info, dict) else {}
+    info: dict[Any, Any] = dict(condition.info or {}) if isinstance(condition.info, dict) else {}
     info = {str(k): v for k, v in info.items()}
     reason = info.pop("DeadLetterReason", None)
     description = info.pop("DeadLetterErrorDescription", None)

@@ -47,3 +47,8 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# spark: reporting tables from the partition logs into ./reports (ARGS=--follow keeps running);
+# see sparkjobs/README.md
+report: install-spark
+	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)

@@ -611,6 +611,8 @@ def run_report(
 
     with _Progress(stderr, f"starting Spark ({master or 'local[*]'})"):
         spark = build_session(master=master)
+    stop = threading.Event()
+    restore = _stop_on_signals(stop, stderr)  # after Spark: replaces pyspark's SIGINT handler
     try:
         kind = "lmdb" if data_dir is not None else "segments"
         result = job.run(
@@ -623,6 +625,10 @@ def run_report(
             max_records_per_batch=max_records_per_batch,
             max_files_per_batch=max_files_per_batch,
             log=lambda line: print(line, file=stderr, flush=True),
+            on_tables=lambda total, rows: print(
+                job.format_summary(rows) + "\n", file=stdout, flush=True
+            ),
+            should_stop=stop.is_set,
         )
         print(job.format_summary(result.summary), file=stdout, flush=True)
         print(
@@ -635,8 +641,33 @@ def run_report(
         print(f"sbemu: {exc}", file=stderr)
         return 2
     finally:
+        restore()
         spark.stop()
     return 0
+
+
+def _stop_on_signals(stop: threading.Event, stderr: TextIO) -> Callable[[], None]:
+    """First SIGINT/SIGTERM: finish gracefully (stop the query, rebuild the tables); a second
+    SIGINT interrupts at once. Returns a function restoring the previous handlers."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+        print("stopping after the current batch (Ctrl-C again to abort)", file=stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
 
 
 # ================================================================================================

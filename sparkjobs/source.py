@@ -1,0 +1,352 @@
+"""The ``sbemu`` data source: partition logs as a Kafka-like event stream.
+
+    spark.readStream.format("sbemu").option("path", data_dir).load()   # streaming
+    spark.read.format("sbemu").option("path", data_dir).load()         # batch, all committed
+
+Each row is one partition-log record (EVENTS_SCHEMA). Offsets are per partition log, as JSON
+``{"<ns dir>/<entity dir>/partition-NN": next offset}``, so a checkpointed query resumes
+exactly where it stopped; partitions that appear later (new entities) start at offset 0.
+
+Options:
+  path                    emulator data directory (required)
+  maxRecordsPerBatch      cap on records per micro-batch, shared fairly between partitions
+                          (Trigger.AvailableNow honours it too: several batches)
+  maxRecordsPerPartition  split a partition's range into Spark tasks of at most N [100000]
+  startingOffsets         "earliest" (default), "latest", or a JSON offset dict
+
+The LMDB environments are opened lazily, inside read() (executors) and in the planner
+process, read-only with the lock file (see sbemu.reporting). Trigger.AvailableNow is supported
+(SupportsTriggerAvailableNow): the target is the end of every log when the query starts.
+
+`segments_stream()` / `segments_batch()` read the JSON-lines segments written by
+``sbemu export-logs`` with Spark's file source and map them to the same schema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sbemu import reporting
+
+EVENTS_SCHEMA = StructType(
+    [
+        StructField("namespace", StringType()),
+        StructField("entity", StringType()),
+        StructField("queue", StringType()),  # sub-queue: main, main/$deadletterqueue, ...
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),  # when the event happened (event_ms)
+        StructField("event", StringType()),
+        StructField("key", StringType()),  # session id, else partition key [P6]
+        StructField("sequence_number", LongType()),
+        StructField("message_id", StringType()),
+        StructField("session_id", StringType()),
+        StructField("partition_key", StringType()),
+        StructField("enqueued_time", TimestampType()),
+        StructField("size", LongType()),
+        StructField("delivery_count", IntegerType()),
+        StructField("reason", StringType()),
+    ]
+)
+assert tuple(EVENTS_SCHEMA.fieldNames()) == reporting.EVENT_COLUMNS
+
+# The raw log record as written by records.encode_log() (and as JSON in segment files).
+LOG_RECORD_SCHEMA = StructType(
+    [
+        StructField("v", IntegerType()),
+        StructField("ns", StringType()),
+        StructField("entity", StringType()),
+        StructField("queue", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("event", StringType()),
+        StructField("seq", LongType()),
+        StructField("message_id", StringType()),
+        StructField("session_id", StringType()),
+        StructField("partition_key", StringType()),
+        StructField("enqueued_ms", LongType()),
+        StructField("event_ms", LongType()),
+        StructField("size", LongType()),
+        StructField("delivery_count", IntegerType()),
+        StructField("reason", StringType()),
+    ]
+)
+
+DEFAULT_RECORDS_PER_PARTITION = 100_000
+Offsets = dict[str, int]
+
+
+class LogRange(InputPartition):
+    """Offsets [start, end) of one partition log: one Spark task."""
+
+    def __init__(self, key: str, path: str, start: int, end: int) -> None:
+        super().__init__((key, start, end))
+        self.key = key
+        self.path = path
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"LogRange({self.key}, {self.start}, {self.end})"
+
+
+def _positive_int(options: Any, name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return None
+    value = int(str(raw))
+    if value < 1:
+        raise ValueError(f"option {name} must be a positive integer, got {raw!r}")
+    return value
+
+
+class _Config:
+    """The data source options, validated once."""
+
+    def __init__(self, options: Any) -> None:
+        path = options.get("path")
+        if not path:
+            raise ValueError('the sbemu data source needs option("path", <data directory>)')
+        self.path = os.path.abspath(str(path))
+        self.max_records_per_batch = _positive_int(options, "maxRecordsPerBatch")
+        self.max_records_per_partition = (
+            _positive_int(options, "maxRecordsPerPartition") or DEFAULT_RECORDS_PER_PARTITION
+        )
+        self.starting = str(options.get("startingOffsets") or "earliest").strip()
+
+    def latest(self) -> Offsets:
+        """The committed end of every partition log now."""
+        return {p.key: reporting.log_end(p.path) for p in reporting.discover_partitions(self.path)}
+
+    def ranges(self, start: Offsets, end: Offsets) -> list[LogRange]:
+        """Tasks covering every partition's [start, end), split by maxRecordsPerPartition."""
+        out: list[LogRange] = []
+        step = self.max_records_per_partition
+        for key in sorted(end):
+            lo, hi = int(start.get(key, 0)), int(end[key])
+            path = os.path.join(self.path, *key.split("/"))
+            while lo < hi:
+                out.append(LogRange(key, path, lo, min(hi, lo + step)))
+                lo += step
+        return out
+
+
+def read_range(path: str, start: int, end: int, schema: StructType) -> Iterator[Any]:
+    """Arrow record batches of the events in one log range (runs in the executor)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    pa_schema = to_arrow_schema(schema, timezone="UTC")
+    for values in reporting.iter_log(path, start, end):
+        cols = reporting.log_to_event_columns(values)
+        arrays = []
+        for f in pa_schema:
+            data = cols[f.name]
+            if pa.types.is_timestamp(f.type):  # milliseconds -> Spark's microseconds
+                data = [None if v is None else v * 1000 for v in data]
+            arrays.append(pa.array(data, type=f.type))
+        yield pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
+
+
+def share(backlog: dict[str, int], budget: int) -> dict[str, int]:
+    """Split `budget` records fairly between partitions with a backlog (water-filling).
+
+    Small backlogs are served whole, the rest split evenly (the remainder one record each, in
+    name order), so the whole budget is used when there is enough data and every partition
+    with data makes progress whenever the budget allows.
+    """
+    alloc = {k: 0 for k in backlog}
+    pending = sorted((n, k) for k, n in backlog.items() if n > 0)
+    remaining = budget
+    while pending and remaining > 0:
+        fair, extra = divmod(remaining, len(pending))
+        n, k = pending[0]
+        if n <= fair:
+            alloc[k] = n
+            remaining -= n
+            pending.pop(0)
+            continue
+        for i, (_n, k) in enumerate(sorted(pending, key=lambda p: p[1])):
+            alloc[k] = fair + (1 if i < extra else 0)
+        break
+    return alloc
+
+
+class SbemuStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over the partition logs with per-partition offsets."""
+
+    def __init__(self, options: Any, schema: StructType) -> None:
+        self.config = _Config(options)
+        self.schema = schema
+        self._target: Offsets | None = None  # Trigger.AvailableNow: do not read past this
+
+    def initialOffset(self) -> dict:
+        start = self.config.starting
+        if start == "earliest":
+            return {k: 0 for k in self.config.latest()}
+        if start == "latest":
+            return self.config.latest()
+        try:
+            given = json.loads(start)
+        except ValueError as exc:
+            raise ValueError(
+                f'startingOffsets must be "earliest", "latest" or a JSON object, got {start!r}'
+            ) from exc
+        return {str(k): int(v) for k, v in given.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.config.max_records_per_batch
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.config.latest()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = self.config.latest()
+        if self._target is not None:  # AvailableNow: nothing that arrived after the start
+            latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
+        end: Offsets = {str(k): int(v) for k, v in start.items()}
+        backlog = {}
+        for key, last in latest.items():
+            first = end.setdefault(key, 0)
+            backlog[key] = max(0, last - first)
+        if isinstance(limit, ReadMaxRows):
+            backlog = share(backlog, limit.max_rows)
+        for key, n in backlog.items():
+            end[key] += n
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        return self.config.latest()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return self.config.ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, LogRange)
+        return read_range(partition.path, partition.start, partition.end, self.schema)
+
+    def commit(self, end: dict) -> None:
+        # Nothing to release. Log retention (not implemented) must not trim past `end`.
+        return None
+
+
+class SbemuBatchReader(DataSourceReader):
+    """Everything committed in the logs when the query is planned."""
+
+    def __init__(self, options: Any, schema: StructType) -> None:
+        self.config = _Config(options)
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = self.config.ranges({}, self.config.latest())
+        return ranges or [LogRange("", "", 0, 0)]  # Spark wants at least one partition
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, LogRange)
+        if partition.start >= partition.end:
+            return iter(())
+        return read_range(partition.path, partition.start, partition.end, self.schema)
+
+
+class SbemuDataSource(DataSource):
+    """``format("sbemu")``: the partition logs of an emulator data directory."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sbemu"
+
+    def schema(self) -> StructType:
+        return EVENTS_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SbemuBatchReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SbemuStreamReader(self.options, schema)
+
+
+# ================================================================================================
+# Segment files (sbemu export-logs) through Spark's file source
+# ================================================================================================
+
+
+def segments_glob(segments_dir: str) -> str:
+    """The glob of every segment file under an export directory."""
+    return os.path.join(
+        os.path.abspath(segments_dir), "*", "*", "partition-*", "*" + reporting.SEGMENT_SUFFIX
+    )
+
+
+def log_records_to_events(df: DataFrame) -> DataFrame:
+    """Map raw log records (LOG_RECORD_SCHEMA) to EVENTS_SCHEMA, exactly as the data source."""
+    v = F.col("v")
+    checked_ns: Column = F.when(v == 1, F.col("ns")).otherwise(
+        F.raise_error(F.concat(F.lit("unknown log record version "), v.cast("string")))
+    )
+    return df.select(
+        checked_ns.alias("namespace"),
+        F.col("entity"),
+        F.col("queue"),
+        F.col("partition"),
+        F.col("offset"),
+        F.timestamp_millis("event_ms").alias("timestamp"),
+        F.col("event"),
+        F.coalesce("session_id", "partition_key").alias("key"),
+        F.col("seq").alias("sequence_number"),
+        F.col("message_id"),
+        F.col("session_id"),
+        F.col("partition_key"),
+        F.timestamp_millis("enqueued_ms").alias("enqueued_time"),
+        F.col("size"),
+        F.col("delivery_count"),
+        F.col("reason"),
+    )
+
+
+def segments_stream(
+    spark: SparkSession, segments_dir: str, *, max_files_per_batch: int | None = None
+) -> DataFrame:
+    """The event stream of an export directory (each segment file read exactly once)."""
+    reader = (
+        spark.readStream.schema(LOG_RECORD_SCHEMA)
+        .option("mode", "FAILFAST")
+        .option("maxFileAge", "3650d")  # segments are never too old to count
+    )
+    if max_files_per_batch:
+        reader = reader.option("maxFilesPerTrigger", str(max_files_per_batch))
+    return log_records_to_events(reader.json(segments_glob(segments_dir)))
+
+
+def segments_batch(spark: SparkSession, segments_dir: str) -> DataFrame:
+    """All events of an export directory, as a batch DataFrame."""
+    df = spark.read.schema(LOG_RECORD_SCHEMA).option("mode", "FAILFAST").json(
+        segments_glob(segments_dir)
+    )
+    return log_records_to_events(df)

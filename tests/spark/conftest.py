@@ -1,0 +1,44 @@
+"""Spark test set-up: one local SparkSession for the whole run, skipped without pyspark/java.
+
+Tests that need Spark take the `spark` fixture; when pyspark, pyarrow or java is missing it
+skips them with the reason (install the `spark` extra: pip install -e '.[spark]').
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+for p in (str(ROOT), str(HERE)):  # sparkjobs/ lives at the repository root, not in src/
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+# Spark hands timestamps to Python as naive local times: make local time UTC for the run.
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+from sbemu.reporting import spark_missing_reason  # noqa: E402
+
+SPARK_MISSING = spark_missing_reason()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    if SPARK_MISSING:
+        pytest.skip(f"Spark tests need pyspark, pyarrow and java: {SPARK_MISSING}")
+    from sparkjobs.session import build_session
+
+    session = build_session(
+        "local[2]",
+        app_name="sbemu-tests",
+        shuffle_partitions=2,
+        conf={"spark.default.parallelism": 2},
+    )
+    yield session
+    session.stop()

@@ -1,0 +1,175 @@
+"""The whole way: azure-servicebus SDK -> `python -m sbemu serve` -> partition logs -> Spark.
+
+The job reads the logs while the server keeps them open and keeps writing (another process),
+which is how `sbemu report` is used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from spark_traffic import all_records, reference_tables, spark_tables
+
+from sbemu import reporting
+
+NS = "sbemulatorns"
+
+
+class Server:
+    def __init__(self, data_dir: str, log_path: str) -> None:
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
+             "--data-dir", data_dir],
+            stdout=subprocess.PIPE, stderr=self.log, text=True,
+        )
+        deadline = time.monotonic() + 30
+        line = ""
+        while "listening on" not in line:
+            assert time.monotonic() < deadline and self.proc.poll() is None, open(log_path).read()
+            line = self.proc.stdout.readline()
+        port = int(re.search(r"amqp://[^:]+:(\d+)", line).group(1))
+        self.conn = (
+            f"Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+            "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def receive(receiver, n: int, timeout: float = 20.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += receiver.receive_messages(max_message_count=n - len(got), max_wait_time=2)
+    assert len(got) == n
+    return got
+
+
+def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from sparkjobs import report
+
+    data, out = str(tmp_path / "data"), str(tmp_path / "reports")
+    t0 = time.monotonic()
+    server = Server(data, str(tmp_path / "server.log"))
+    print(f"server up {time.monotonic() - t0:.1f}s")
+    try:
+        with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
+            with client.get_queue_sender("queue.1") as s:
+                s.send_messages([ServiceBusMessage(f"body {i}", message_id=f"q1-{i}")
+                                 for i in range(10)])
+            with client.get_queue_receiver("queue.1", prefetch_count=0) as r:
+                msgs = receive(r, 10)
+                for m in msgs[:5]:
+                    r.complete_message(m)
+                for m in msgs[5:7]:
+                    r.abandon_message(m)
+                for m in msgs[7:]:
+                    r.dead_letter_message(m, reason="bad", error_description="test")
+            with client.get_queue_sender("queue.partitioned") as s:
+                s.send_messages([ServiceBusMessage(f"p{i}", partition_key="pk-1")
+                                 for i in range(6)])
+            with client.get_queue_receiver("queue.partitioned", prefetch_count=0) as r:
+                for m in receive(r, 6):
+                    r.complete_message(m)
+
+            # Keep sending to topic.1 while the first run reads the logs.
+            stop = threading.Event()
+            sent = []
+
+            def keep_sending() -> None:
+                with client.get_topic_sender("topic.1") as s:
+                    while not stop.is_set() and len(sent) < 400:
+                        s.send_messages([ServiceBusMessage("t") for _ in range(5)])
+                        sent.append(5)
+                        stop.wait(0.02)
+
+            sender = threading.Thread(target=keep_sending)
+            sender.start()
+            try:
+                print(f"sdk traffic {time.monotonic() - t0:.1f}s")
+                while not sent:
+                    time.sleep(0.05)
+                print(f"first send {time.monotonic() - t0:.1f}s")
+                first = report.run(spark, source="lmdb", path=data, out=out)
+            finally:
+                stop.set()
+                sender.join()
+        print(f"first run {time.monotonic() - t0:.1f}s")
+        second = report.run(spark, source="lmdb", path=data, out=out)
+        print(f"second run {time.monotonic() - t0:.1f}s")
+
+        records = all_records(data)  # the server is still up, holding its write handles
+        assert second.total_events == len(records) == first.total_events + second.new_events
+        assert first.new_events > 0 and second.new_events > 0
+        assert spark_tables(spark, out) == reference_tables(records, reporting.read_layout(data))
+
+        rows = {r["entity"]: r for r in second.summary}
+        assert (rows["queue.1"]["enqueued"], rows["queue.1"]["completed"],
+                rows["queue.1"]["abandoned"], rows["queue.1"]["deadlettered"]) == (10, 5, 2, 3)
+        assert rows["queue.1"]["delivered"] >= 10
+        reasons = {(r.entity, r.reason): r["count"] for r in
+                   spark.read.parquet(os.path.join(out, "deadletter_reasons")).collect()}
+        assert reasons == {("queue.1", "bad"): 3}
+        skew = {r.entity: r for r in
+                spark.read.parquet(os.path.join(out, "partition_skew")).collect()}
+        assert skew["queue.partitioned"].partitions == 16  # from entity.json
+        assert skew["queue.partitioned"].messages == skew["queue.partitioned"].max_per_partition == 6
+        assert sorted(skew["queue.partitioned"].messages_per_partition)[-2:] == [0, 6]
+        assert rows["queue.partitioned"]["completed"] == 6
+        topic_sent = sum(sent)
+        assert skew["topic.1"].messages == topic_sent
+        assert rows["topic.1"]["enqueued"] % topic_sent == 0  # one copy per subscription
+    finally:
+        server.stop()
+        reporting.close_all()
+
+
+def test_follow_mode_picks_up_new_traffic(spark, tmp_path):
+    """--follow: a processing-time trigger; tables are rebuilt after batches with events."""
+    from spark_traffic import NS as TNS
+    from spark_traffic import Entity, message
+    from sparkjobs import report
+
+    data, out = str(tmp_path / "data"), str(tmp_path / "reports")
+    q = Entity(data, TNS, "q")
+    q.send(0, [message("m0"), message("m1")], 1000)
+    batches: list[int] = []
+    stop = threading.Event()
+    result: list = []
+    job = threading.Thread(target=lambda: result.append(report.run(
+        spark, source="lmdb", path=data, out=out, follow=True, interval_seconds=0.5,
+        should_stop=stop.is_set, on_batch=lambda batch_id, rows: batches.append(rows))))
+    job.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sum(batches) < 2:
+            assert time.monotonic() < deadline and job.is_alive()
+            time.sleep(0.1)
+        q.send(0, [message("m2")], 2000)  # the writer stays open: Spark reads in other processes
+        while sum(batches) < 3:
+            assert time.monotonic() < deadline and job.is_alive()
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        job.join(60)
+        q.close()
+    assert not job.is_alive()
+    assert result[0].total_events == 3 and result[0].new_events == 3
+    traffic = spark.read.parquet(os.path.join(out, "traffic_by_minute")).collect()
+    assert sum(r.enqueued for r in traffic) == 3

@@ -330,7 +330,7 @@ class PartitionBroker:
         return batch, callbacks
 
     def commit_done(
-        self, callbacks: list[Done], error: Exception | None, batch: WriteBatch | None = None
+        self, callbacks: list[Done], error: BaseException | None, batch: WriteBatch | None = None
     ) -> None:
         """Run the completions of a committed (or failed) batch, in order.
 
@@ -345,7 +345,7 @@ class PartitionBroker:
         for cb in callbacks:
             cb(failure)
 
-    def store_failed(self, error: Exception) -> ServiceBusError:
+    def store_failed(self, error: BaseException) -> ServiceBusError:
         """Record a store fault on this partition; returns the error to report."""
         where = f"partition {self.partition_id} of '{self.entity}'"
         if isinstance(error, StoreFull):
@@ -745,6 +745,7 @@ class PartitionBroker:
     # ---------------------------------------------------------------- time
     def on_timer(self, now_ms: int) -> None:
         """Expire locks and messages, activate scheduled messages that are due."""
+        rec: MessageRecord | None  # the loops below also look records up (may be gone)
         heap = self._lock_heap
         while heap and heap[0][0] <= now_ms:
             until, _seq, token = heapq.heappop(heap)

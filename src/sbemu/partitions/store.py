@@ -17,8 +17,12 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import lmdb
+
+if TYPE_CHECKING:
+    from lmdb import _Database  # defined only in lmdb's type stubs
 
 _U64 = struct.Struct(">Q")
 META_DB = b"meta"
@@ -94,12 +98,12 @@ class PartitionStore:
             )
         except lmdb.Error as exc:
             raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
-        self._dbs: dict[str, object] = {}
+        self._dbs: dict[bytes, _Database] = {}
         with self._env.begin(write=True) as txn:
             self._meta = self._env.open_db(META_DB, txn=txn)
             self._log = self._env.open_db(LOG_DB, txn=txn)
 
-    def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> object:
+    def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> _Database:
         name = prefix + queue.encode("utf-8")
         db = self._dbs.get(name)
         if db is None:
@@ -134,6 +138,7 @@ class PartitionStore:
                 for op, queue, seq, value in batch.ops:
                     db = self._db(queue, txn)
                     if op == 0:
+                        assert value is not None  # WriteBatch.put always carries a value
                         txn.put(_U64.pack(seq), value, db=db)
                     else:
                         txn.delete(_U64.pack(seq), db=db)

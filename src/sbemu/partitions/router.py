@@ -438,6 +438,7 @@ class Entity:
             return messages
         window = self.spec.duplicate_detection_window_ms
         seen = self._recent_ids
+        mid: str | None  # a remembered id below, then each message's (optional) id
         if len(seen) > 10_000:
             for mid in [m for m, t in seen.items() if t + window <= now_ms]:
                 del seen[mid]

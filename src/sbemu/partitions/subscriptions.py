@@ -104,7 +104,7 @@ class RuleSource:
             sql_expression=data.get("sql_expression"),  # type: ignore[arg-type]
             correlation=corr if isinstance(corr, dict) else None,
             action_expression=data.get("action_expression"),  # type: ignore[arg-type]
-            created_ms=int(data.get("created_ms") or 0),  # type: ignore[arg-type]
+            created_ms=int(data.get("created_ms") or 0),  # type: ignore[call-overload]  # an int in rules.json
         )
 
 

@@ -94,10 +94,11 @@ class TransactionCoordinator:
     def on_control(self, delivery: Delivery, body: object) -> None:
         """A declare or discharge arrived on the coordinator link."""
         code = descriptor_code(body)
+        txn_id: bytes | None
         if code == DECLARE:
             txn_id = next(self._ids).to_bytes(8, "big")
             self.open[txn_id] = Transaction(txn_id)
-            delivery.local.data = [txn_id]
+            delivery.local.data = [txn_id]  # type: ignore[list-item]  # proton says list[int]; any AMQP values
             delivery.update(DECLARED)
             delivery.settle()
         elif code == DISCHARGE:
@@ -190,11 +191,12 @@ class TransactionCoordinator:
     def _commit(self, txn: Transaction, delivery: Delivery) -> None:
         now_ms = self.conn.now_ms
         ops: list[Callable[[Callable[[Exception | None], None]], None]] = []
+        # The ignores below: mypy cannot infer lambdas that bind through default arguments.
         for entity, messages in txn.sends:
-            ops.append(lambda cb, e=entity, m=messages: e.send(m, now_ms, cb))
+            ops.append(lambda cb, e=entity, m=messages: e.send(m, now_ms, cb))  # type: ignore[misc]
         for s in txn.settlements:
             ops.append(
-                lambda cb, s=s: self.conn.apply_settlement(
+                lambda cb, s=s: self.conn.apply_settlement(  # type: ignore[misc]
                     s.entity, s.token, s.outcome, s.fields, now_ms, cb
                 )
             )

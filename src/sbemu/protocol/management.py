@@ -34,7 +34,8 @@ UNDESCRIBED = None
 
 def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -> None:
     """Run one management request and send its response on the client's reply link."""
-    props = {str(k): v for k, v in (request.properties or {}).items()}
+    raw_props: dict[Any, Any] = request.properties or {}  # proton leaves properties untyped
+    props = {str(k): v for k, v in raw_props.items()}
     operation = str(props.get("operation") or "")
     raw_body = request.body if isinstance(request.body, dict) else {}
     body = {str(k): v for k, v in raw_body.items()}

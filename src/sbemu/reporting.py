@@ -524,7 +524,7 @@ def spark_missing_reason() -> str | None:
     if java_home and os.path.exists(os.path.join(java_home, "bin", "java")):
         return None
     if shutil.which("java") is None:
-        return "java is not installed (Spark needs a JDK 17+ on PATH or JAVA_HOME)"
+        return "java is not installed (Spark needs Java 17+ on PATH or in JAVA_HOME)"
     return None
 
 

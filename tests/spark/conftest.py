@@ -19,10 +19,6 @@ for p in (str(ROOT), str(HERE)):  # sparkjobs/ lives at the repository root, not
     if p not in sys.path:
         sys.path.insert(0, p)
 
-# Spark hands timestamps to Python as naive local times: make local time UTC for the run.
-os.environ["TZ"] = "UTC"
-time.tzset()
-
 from sbemu.reporting import spark_missing_reason  # noqa: E402
 
 SPARK_MISSING = spark_missing_reason()
@@ -34,6 +30,10 @@ def spark():
         pytest.skip(f"Spark tests need pyspark, pyarrow and java: {SPARK_MISSING}")
     from sparkjobs.session import build_session
 
+    # Spark hands timestamps to Python as naive local times: local time is UTC meanwhile.
+    saved_tz = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     session = build_session(
         "local[2]",
         app_name="sbemu-tests",
@@ -42,3 +42,8 @@ def spark():
     )
     yield session
     session.stop()
+    if saved_tz is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = saved_tz
+    time.tzset()

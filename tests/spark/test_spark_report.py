@@ -58,9 +58,7 @@ def assert_exactly_once(spark, out, data_dir):
 def test_report_exact_counts_then_only_new_events(spark, tmp_path):
     data, out = str(tmp_path / "data"), str(tmp_path / "reports")
     traffic_run1(data)
-    t = time.monotonic()
     first = run_job(spark, data, out)
-    print(f"run 1: {time.monotonic() - t:.1f}s")
     assert first.new_events == first.total_events == 51
 
     counts = {

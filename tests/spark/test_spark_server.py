@@ -65,9 +65,7 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
     from sparkjobs import report
 
     data, out = str(tmp_path / "data"), str(tmp_path / "reports")
-    t0 = time.monotonic()
     server = Server(data, str(tmp_path / "server.log"))
-    print(f"server up {time.monotonic() - t0:.1f}s")
     try:
         with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
             with client.get_queue_sender("queue.1") as s:
@@ -92,27 +90,31 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
             stop = threading.Event()
             sent = []
 
+            errors: list[BaseException] = []
+
             def keep_sending() -> None:
-                with client.get_topic_sender("topic.1") as s:
-                    while not stop.is_set() and len(sent) < 400:
-                        s.send_messages([ServiceBusMessage("t") for _ in range(5)])
-                        sent.append(5)
-                        stop.wait(0.02)
+                try:
+                    with client.get_topic_sender("topic.1") as s:
+                        while not stop.is_set() and len(sent) < 400:
+                            s.send_messages([ServiceBusMessage("t") for _ in range(5)])
+                            sent.append(5)
+                            stop.wait(0.02)
+                except BaseException as exc:  # reported by the main thread
+                    errors.append(exc)
 
             sender = threading.Thread(target=keep_sending)
             sender.start()
             try:
-                print(f"sdk traffic {time.monotonic() - t0:.1f}s")
+                deadline = time.monotonic() + 30
                 while not sent:
+                    assert not errors and time.monotonic() < deadline, errors
                     time.sleep(0.05)
-                print(f"first send {time.monotonic() - t0:.1f}s")
                 first = report.run(spark, source="lmdb", path=data, out=out)
             finally:
                 stop.set()
-                sender.join()
-        print(f"first run {time.monotonic() - t0:.1f}s")
+                sender.join(60)
+            assert not errors, errors
         second = report.run(spark, source="lmdb", path=data, out=out)
-        print(f"second run {time.monotonic() - t0:.1f}s")
 
         records = all_records(data)  # the server is still up, holding its write handles
         assert second.total_events == len(records) == first.total_events + second.new_events

@@ -171,7 +171,12 @@ class Subscriptions:
                 list(sources),
                 dead_letter_on_filter_exceptions=spec.dead_letter_on_filter_exceptions,
             )
-            sub.recompile()
+            try:
+                sub.recompile()
+            except RuleDefinitionError as exc:
+                raise RuleDefinitionError(
+                    f"topic '{topic}', subscription '{spec.name}': {exc.description}"
+                ) from exc
             self.by_name[spec.name.lower()] = sub
 
     # ---------------------------------------------------------------- routing

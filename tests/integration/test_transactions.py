@@ -510,17 +510,10 @@ def test_non_partitioned_session_queue_accepts_two_sessions(server, sdk):
 # ------------------------------------------------------------------------------- atomicity
 #
 # A discharge rejected with amqp:transaction:rollback tells the client that nothing of the
-# transaction happened. The server runs the staged operations of a commit independently and,
-# when one of them fails, rejects the discharge although the others were already applied.
-
-ATOMICITY_BUG = (
-    "server bug: TransactionCoordinator._commit applies each staged operation on its own; "
-    "when one fails (lock expired, partition unavailable) the discharge is rejected with "
-    "amqp:transaction:rollback but the other operations of the same transaction are kept"
-)
+# transaction happened: the server checks every staged operation (locks live, partitions in
+# service) before it applies any of them.
 
 
-@pytest.mark.xfail(strict=True, reason=ATOMICITY_BUG)
 def test_commit_failing_on_an_expired_lock_keeps_none_of_the_transaction(server, sdk):
     send_sdk(sdk, "tx-atomic-lock", "lk-0")
     gate = threading.Event()
@@ -553,7 +546,6 @@ def _admin_post(server: Any, path: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.mark.xfail(strict=True, reason=ATOMICITY_BUG)
 def test_commit_failing_on_an_offline_partition_keeps_none_of_the_transaction(server, sdk):
     key = "atomic-key"
     pid = partition_for_key(key, PARTITIONS)

@@ -466,6 +466,21 @@ class Entity:
             raise ServerBusy(f"Partition {pid} of '{self.name}' is unavailable.")
         return broker
 
+    def check_lock(self, token: uuid.UUID, now_ms: int) -> None:
+        """Raise the error a settlement would get now (lock lost, partition unavailable)."""
+        broker = self._broker_for(token)
+        lock = broker.lock_of(token)
+        if lock is None or (lock.session is None and lock.until_ms <= now_ms):
+            raise MessageLockLost(
+                "The lock supplied is invalid. Either the lock expired, or the message has "
+                "already been removed from the queue."
+            )
+
+    def check_send(self, messages: list[IncomingMessage]) -> None:
+        """Raise the error a send of these messages would get now (keys, availability)."""
+        for pid in self._route(messages):
+            self._check_available(pid)
+
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Complete a locked message."""
         self._broker_for(token).complete(token, now_ms, done)

@@ -190,6 +190,17 @@ class TransactionCoordinator:
     # ------------------------------------------------------------ commit
     def _commit(self, txn: Transaction, delivery: Delivery) -> None:
         now_ms = self.conn.now_ms
+        # Check everything first, so that a commit that cannot succeed applies nothing.
+        try:
+            for entity, messages in txn.sends:
+                entity.check_send(messages)
+            for staged in txn.settlements:
+                staged.entity.check_lock(staged.token, now_ms)
+        except ServiceBusError as exc:
+            self._reject(
+                delivery, "amqp:transaction:rollback", f"Commit failed: {exc.description}"
+            )
+            return
         ops: list[Callable[[Callable[[Exception | None], None]], None]] = []
         # The ignores below: mypy cannot infer lambdas that bind through default arguments.
         for entity, messages in txn.sends:

@@ -8,6 +8,7 @@ with string keys. Operations that change state answer after their group commit.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from ..errors import (
 )
 from ..partitions.records import MessageRecord, MessageState
 from . import codec, sections
+
+log = logging.getLogger("sbemu.management")
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection, RequestLink
@@ -57,6 +60,7 @@ def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -
         response = Message(correlation_id=request.id, properties=app, body=result or {})
         conn.send_reply(state, request, response)
 
+    log.debug("management %s on %s: %r", operation, state.node, body)
     handler = OPERATIONS.get(operation)
     try:
         if handler is None:
@@ -131,6 +135,16 @@ def _encoded_message(
     return encode_record(rec, stamps)
 
 
+def _with_lock_token(data: bytes, token: uuid.UUID) -> bytes:
+    """Insert a delivery-annotations section {x-opt-lock-token: uuid} after the header."""
+    # build_message always starts with a list8 header section: 00 53 70 c0 <size> ...
+    end = 5 + data[4] if data[:4] == b"\x00\x53\x70\xc0" else 0
+    section = b"\x00\x53\x71" + codec.enc_map(
+        [(codec.enc_symbol("x-opt-lock-token"), codec.enc_uuid(token))]
+    )
+    return data[:end] + section + data[end:]
+
+
 # ------------------------------------------------------------------------ operations
 def _renew_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.entity is not None
@@ -179,8 +193,7 @@ def _update_disposition(conn: AmqpConnection, state: RequestLink, body: dict, re
 
         overrides = {str(k): codec.encode(_plain(v)) for k, v in modify.items()}
     if not tokens:
-        reply(200, "OK", {}, None)
-        return
+        raise ArgumentError("update-disposition needs at least one lock token in lock-tokens.")
     remaining = len(tokens)
     failure: list[Exception] = []
     finish = _reply_error(reply)
@@ -230,11 +243,13 @@ def _receive_by_sequence_number(
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
     messages = []
     for rec, lock, pid in taken:
-        item: dict[str, Any] = {
-            "message": _encoded_message(rec, pid, lock.until_ms if lock else None, False)
-        }
+        data = _encoded_message(rec, pid, lock.until_ms if lock else None, False)
+        item: dict[str, Any] = {"message": data}
         if lock is not None:
             item["lock-token"] = lock.token
+            # azure-servicebus <= 7.14 reads the token from the embedded message's
+            # delivery-annotations instead of the map [contract 3.7: x-opt-lock-token].
+            item["message"] = _with_lock_token(data, lock.token)
         messages.append(item)
     reply(200, "OK", {"messages": messages}, None)
 

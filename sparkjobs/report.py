@@ -29,6 +29,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from sbemu import reporting
+from sbemu.partitions import retention
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
 from sparkjobs.tables import build_tables, layout_frame, summary
 
@@ -78,10 +79,17 @@ def events_stream(
     *,
     max_records_per_batch: int | None = None,
     max_files_per_batch: int | None = None,
+    reader_name: str | None = None,
 ) -> DataFrame:
-    """The event stream of a data directory (LMDB logs) or of an export directory (segments)."""
+    """The event stream of a data directory (LMDB logs) or of an export directory (segments).
+
+    `reader_name` (LMDB): register committed offsets under it, so retention keeps what this
+    stream has not read yet (sbemu.partitions.retention).
+    """
     if source == "lmdb":
         reader = spark.readStream.format("sbemu").option("path", path)
+        if reader_name:
+            reader = reader.option("readerName", reader_name)
         if max_records_per_batch:
             reader = reader.option("maxRecordsPerBatch", str(max_records_per_batch))
         return reader.load()
@@ -187,6 +195,7 @@ def run(
         path,
         max_records_per_batch=max_records_per_batch,
         max_files_per_batch=max_files_per_batch,
+        reader_name=retention.reader_name("report", out),
     )
     writer = (
         stream.writeStream.format("parquet")

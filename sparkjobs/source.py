@@ -5,14 +5,22 @@
 
 Each row is one partition-log record (EVENTS_SCHEMA). Offsets are per partition log, as JSON
 ``{"<ns dir>/<entity dir>/partition-NN": next offset}``, so a checkpointed query resumes
-exactly where it stopped; partitions that appear later (new entities) start at offset 0.
+exactly where it stopped; partitions that appear later (new entities) start where their
+log starts (offset 0 unless trimmed).
 
 Options:
   path                    emulator data directory (required)
   maxRecordsPerBatch      cap on records per micro-batch, shared fairly between partitions
                           (Trigger.AvailableNow honours it too: several batches)
   maxRecordsPerPartition  split a partition's range into Spark tasks of at most N [100000]
-  startingOffsets         "earliest" (default), "latest", or a JSON offset dict
+  startingOffsets         "earliest" (default: where each log starts), "latest", or JSON
+  readerName              register as this retention reader (sbemu.partitions.retention):
+                          each commit(end) records `end` per partition so the server does not
+                          trim what this query has not read; `sbemu report` sets
+                          report-<hash of --out>. Unset: nothing is registered.
+
+A range whose records were trimmed away (the server's size cap passed this reader) is an
+error (reporting.LogTrimmed), never skipped.
 
 The LMDB environments are opened lazily, inside read() (executors) and in the planner
 process, read-only with the lock file (see sbemu.reporting). Trigger.AvailableNow is supported
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -53,6 +62,7 @@ from pyspark.sql.types import (
 )
 
 from sbemu import reporting
+from sbemu.partitions.retention import register_reader
 
 EVENTS_SCHEMA = StructType(
     [
@@ -139,6 +149,16 @@ class _Config:
             _positive_int(options, "maxRecordsPerPartition") or DEFAULT_RECORDS_PER_PARTITION
         )
         self.starting = str(options.get("startingOffsets") or "earliest").strip()
+        self.reader_name = str(options.get("readerName") or "").strip() or None
+
+    def earliest(self) -> Offsets:
+        """Where every partition log starts now (above 0 once trimmed)."""
+        return {
+            p.key: reporting.log_start(p.path) for p in reporting.discover_partitions(self.path)
+        }
+
+    def partition_path(self, key: str) -> str:
+        return os.path.join(self.path, *key.split("/"))
 
     def latest(self) -> Offsets:
         """The committed end of every partition log now."""
@@ -150,7 +170,7 @@ class _Config:
         step = self.max_records_per_partition
         for key in sorted(end):
             lo, hi = int(start.get(key, 0)), int(end[key])
-            path = os.path.join(self.path, *key.split("/"))
+            path = self.partition_path(key)
             while lo < hi:
                 out.append(LogRange(key, path, lo, min(hi, lo + step)))
                 lo += step
@@ -209,7 +229,7 @@ class SbemuStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         start = self.config.starting
         if start == "earliest":
-            return {k: 0 for k in self.config.latest()}
+            return self.config.earliest()
         if start == "latest":
             return self.config.latest()
         try:
@@ -232,9 +252,13 @@ class SbemuStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:  # AvailableNow: nothing that arrived after the start
             latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
         end: Offsets = {str(k): int(v) for k, v in start.items()}
+        for key, pos in end.items():  # fail here, before planning, if the log passed us
+            reporting.check_start(self.config.partition_path(key), pos)
         backlog = {}
         for key, last in latest.items():
-            first = end.setdefault(key, 0)
+            if key not in end:  # a partition that appeared later: from where it starts
+                end[key] = reporting.log_start(self.config.partition_path(key))
+            first = end[key]
             backlog[key] = max(0, last - first)
         if isinstance(limit, ReadMaxRows):
             backlog = share(backlog, limit.max_rows)
@@ -253,8 +277,15 @@ class SbemuStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(partition.path, partition.start, partition.end, self.schema)
 
     def commit(self, end: dict) -> None:
-        # Nothing to release. Log retention (not implemented) must not trim past `end`.
-        return None
+        """Register `end` as this query's retention offset (with option readerName)."""
+        name = self.config.reader_name
+        if name is None:
+            return
+        now_ms = int(time.time() * 1000)
+        for key, offset in end.items():
+            path = self.config.partition_path(str(key))
+            if os.path.isdir(path):
+                register_reader(path, name, int(offset), now_ms)
 
 
 class SbemuBatchReader(DataSourceReader):
@@ -265,7 +296,7 @@ class SbemuBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = self.config.ranges({}, self.config.latest())
+        ranges = self.config.ranges(self.config.earliest(), self.config.latest())
         return ranges or [LogRange("", "", 0, 0)]  # Spark wants at least one partition
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

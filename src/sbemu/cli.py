@@ -1,9 +1,9 @@
 """The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
 
 ``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
-[--log-level L]``; each option has an environment twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``,
-``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``) and a flag wins over
-its variable. Port 0 asks for an ephemeral port.
+[--log-level L] [--log-retention-records N]``; each option has an environment twin
+(``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``,
+``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
 
 Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration or start-up
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
@@ -61,6 +61,7 @@ ENV_HOST = "SBEMU_HOST"
 ENV_PORT = "SBEMU_PORT"
 ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
 ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
+ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -79,6 +80,7 @@ class Settings:
     port: int  # AMQP; 0 = ephemeral
     admin_port: int  # HTTP health/admin; 0 = ephemeral
     log_level: str  # one of LOG_LEVELS
+    log_retention_records: int = 0  # per partition log; 0 = unlimited
 
 
 # ================================================================================================
@@ -199,6 +201,12 @@ def _add_serve(subcommands: Any) -> None:
         metavar="L",
         help=f"{', '.join(LOG_LEVELS)} [{ENV_LOG_LEVEL}; default: {DEFAULT_LOG_LEVEL}]",
     )
+    serve.add_argument(
+        "--log-retention-records",
+        metavar="N",
+        help="keep at most N records per partition log, even past a registered reader (which "
+        f"then fails loudly) [{ENV_LOG_RETENTION_RECORDS}; default: 0 = unlimited]",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -238,7 +246,20 @@ def resolve_settings(
         port=_port(*pick("port", ENV_PORT), default=DEFAULT_PORT),
         admin_port=_port(*pick("admin-port", ENV_ADMIN_PORT), default=DEFAULT_ADMIN_PORT),
         log_level=level.strip().lower() if level else DEFAULT_LOG_LEVEL,
+        log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
     )
+
+
+def _count(value: str | None, source: str) -> int:
+    if value is None:
+        return 0
+    try:
+        n = int(value.strip(), 10)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise UsageError(f"invalid {source} {value!r}: must be a non-negative integer")
+    return n
 
 
 def _port(value: str | None, source: str, *, default: int) -> int:
@@ -333,6 +354,7 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             host=settings.host,
             port=settings.port,
             admin_port=settings.admin_port,
+            log_retention_records=settings.log_retention_records,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)

@@ -39,9 +39,14 @@ records; the tail of a log is written as a shorter segment (one-shot runs: at th
 ``--follow``: once it has waited ``flush_interval`` seconds), so ranges are contiguous but
 not necessarily aligned to multiples of ``segment_records``.
 
-Retention (TODO, not done yet): nothing here deletes log records or segments. When the broker
-starts trimming logs it must not trim past what the slowest reader (a report checkpoint, an
-exporter) has consumed; readers here already tolerate a log that starts above offset 0.
+Retention (see sbemu.partitions.retention): readers register the next offset they need per
+partition (``<partition dir>/readers/<name>.json``): the report's Spark source on each
+committed batch (``report-<hash of --out>``), the exporter after each segment
+(``export-<hash of --to>``). The server trims below the slowest registered reader, and to
+``--log-retention-records`` if set, even past a reader; then the store's meta
+``log_trimmed_below`` is above that reader's offset and reading raises `LogTrimmed` (never a
+silent skip). A new reader (empty checkpoint, empty segment directory) starts at `log_start`.
+Segments are never deleted.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from typing import Any, TextIO
 from urllib.parse import unquote
 
 from sbemu.partitions.records import decode_log
+from sbemu.partitions.retention import reader_name, register_reader
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -73,8 +79,11 @@ __all__ = [
     "cmd_report",
     "discover_partitions",
     "export_logs",
+    "LogTrimmed",
+    "check_start",
     "iter_log",
     "log_end",
+    "log_start",
     "log_to_event_columns",
     "main",
     "read_layout",
@@ -85,6 +94,7 @@ _U64 = struct.Struct(">Q")
 LOG_DB = b"log"
 META_DB = b"meta"
 NEXT_OFFSET_META = b"next_log_offset"
+TRIMMED_BELOW_META = b"log_trimmed_below"
 MAX_READERS = 512  # the broker opens with 512; the first opener sizes the reader table
 READ_CHUNK = 8192  # records per read transaction
 OFFSET_DIGITS = 20
@@ -173,6 +183,10 @@ def read_layout(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
 # path -> (pid that opened it, environment, log database handle, meta database handle)
 _ENVS: dict[str, tuple[int, Any, Any, Any]] = {}
 _ENVS_LOCK = threading.Lock()
+
+
+class LogTrimmed(RuntimeError):
+    """A reader's next offset was trimmed away (the retention size cap passed it)."""
 
 
 class LogUnavailable(Exception):
@@ -265,15 +279,47 @@ def log_end(path: str) -> int:
         return 0
 
 
+def _trimmed_below(txn: Any, meta_db: Any) -> int:
+    raw = txn.get(TRIMMED_BELOW_META, db=meta_db)
+    return int(_U64.unpack(raw)[0]) if raw else 0
+
+
+def log_start(path: str) -> int:
+    """The first offset still readable (0 unless the log was trimmed); 0 if no store yet."""
+    try:
+        return int(_with_txn(path, lambda txn, _log, meta_db: _trimmed_below(txn, meta_db)))
+    except LogUnavailable:
+        return 0
+
+
+def _trimmed_error(path: str, pos: int, low: int) -> LogTrimmed:
+    return LogTrimmed(
+        f"{path}: log records {pos}..{low - 1} were trimmed before this reader read them "
+        f"(the log now starts at offset {low}; the server's --log-retention-records cap passed "
+        "this reader). Events are missing: restart the reader from a fresh checkpoint / "
+        "directory, or raise the cap."
+    )
+
+
+def check_start(path: str, start: int) -> None:
+    """Raise LogTrimmed if offset `start` of a log is gone."""
+    low = log_start(path)
+    if start < low:
+        raise _trimmed_error(path, start, low)
+
+
 def iter_log(path: str, start: int, end: int, chunk: int = READ_CHUNK) -> Iterator[list[bytes]]:
     """Raw log values with offsets in [start, end), in chunks, one read transaction per chunk.
 
-    Offsets missing inside the range (a trimmed log) are skipped.
+    Raises LogTrimmed when part of the range was trimmed (checked in each chunk's transaction).
     """
     pos = start
     while pos < end:
 
-        def take(txn: Any, log_db: Any, _meta: Any, pos: int = pos) -> tuple[list[bytes], int]:
+        def take(txn: Any, log_db: Any, meta_db: Any, pos: int = pos) -> tuple[list[bytes], int]:
+            low = _trimmed_below(txn, meta_db)
+            if pos < low:
+                raise _trimmed_error(path, pos, low)
             out: list[bytes] = []
             cur = txn.cursor(db=log_db)
             nxt = end
@@ -421,6 +467,7 @@ def export_pass(
         raise ValueError("segment_records must be at least 1")
     stats = ExportStats()
     to_root = Path(to_dir).resolve()
+    reader = reader_name("export", to_root)
     data_root = Path(data_dir).resolve()
     for part in discover_partitions(data_root):
         target = to_root / part.key
@@ -430,6 +477,8 @@ def export_pass(
         for stale in target.glob(".*.tmp"):  # a crash mid-write left this behind
             stale.unlink(missing_ok=True)
         start = exported_end(target)
+        if start == 0 and not any(SEGMENT_RE.match(n) for n in os.listdir(target)):
+            start = log_start(part.path)  # a new export begins where the log begins
         end = log_end(part.path)
         while start < end:
             full = end - start >= segment_records
@@ -437,10 +486,11 @@ def export_pass(
                 break
             stop = min(end, start + segment_records)
             values = [v for chunk in iter_log(part.path, start, stop) for v in chunk]
-            if not values:  # a trimmed hole: nothing to write for this range
+            if not values:  # defensive: no records in this range
                 start = stop
                 continue
             path, last = _write_segment(str(target), values, start)
+            register_reader(part.path, reader, last + 1, int(time.time() * 1000))
             stats.segments += 1
             stats.records += len(values)
             stats.written.append(path)

@@ -21,6 +21,7 @@ from typing import Any
 from . import __version__
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
+from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import (
     MAIN,
     TRANSFER_DLQ_SUFFIX,
@@ -28,7 +29,7 @@ from .partitions.router import (
     Router,
     StorageLayoutError,
 )
-from .partitions.store import StoreError
+from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.listener import AmqpProtocol
@@ -37,6 +38,8 @@ from .protocol.views import encode_property, encode_symbol
 log = logging.getLogger("sbemu.server")
 
 TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
+RETENTION_INTERVAL_MS = 10_000  # between log retention passes
+RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
 # Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
 NEVER_MS = 100 * 365 * 24 * 3600 * 1000
 
@@ -163,8 +166,12 @@ class Server:
         host: str,
         port: int,
         admin_port: int,
+        log_retention_records: int = 0,
     ) -> None:
         self.config = config
+        self.log_retention_records = max(0, log_retention_records)
+        self._retention: asyncio.Future[None] | None = None
+        self._retention_due_ms = 0
         self.data_dir = Path(data_dir)
         self.host = host
         self.amqp_port = port
@@ -262,6 +269,8 @@ class Server:
                 server.close()
         for proto in list(self._connections):
             proto.close()
+        if self._retention is not None:  # the pass uses the stores: let it finish first
+            await asyncio.wait([self._retention])
         if self.router is not None:
             self._turn()
             while self._inflight or self.router.dirty:
@@ -330,9 +339,59 @@ class Server:
 
     def _on_timer(self) -> None:
         assert self._loop is not None and self.router is not None
-        self.router.on_timer(int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        self.router.on_timer(now_ms)
         self._wake()
+        if now_ms >= self._retention_due_ms and self._retention is None:
+            self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
+            self._start_retention()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+
+    # ------------------------------------------------------------------ log retention
+    def _start_retention(self) -> None:
+        """Trim the partition logs in a worker thread (one pass at a time)."""
+        assert self._loop is not None and self._executor is not None and self.router is not None
+        brokers = [b for e in self.router.entities.values() for b in e.partitions]
+        future = self._loop.run_in_executor(self._executor, self.trim_logs, brokers)
+        self._retention = future
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._retention = None
+            if not f.cancelled() and f.exception() is not None:
+                log.error("log retention failed: %s", f.exception())
+
+        future.add_done_callback(done)
+
+    def trim_logs(self, brokers: list[PartitionBroker]) -> None:
+        """One retention pass (see sbemu.partitions.retention); runs off the event loop."""
+        cap = self.log_retention_records
+        for broker in brokers:
+            store = broker.store
+            readers = registered_readers(store.path)
+            if not readers and cap <= 0:
+                continue
+            try:
+                for _ in range(RETENTION_CALLS_PER_PASS):
+                    first, end = store.log_bounds()
+                    plan = plan_trim(first, end, readers, cap)
+                    if plan is None:
+                        break
+                    for name, offset in sorted(plan.overrun.items()):
+                        if offset < first:  # passed in an earlier pass: warned then
+                            continue
+                        log.warning(
+                            "partition %s/%d: log retention (--log-retention-records %d) "
+                            "trims below offset %d, past reader %s at offset %d: that reader "
+                            "will fail",
+                            broker.entity, broker.partition_id, cap, plan.below, name, offset,
+                        )
+                    if store.trim_log(plan.below) < TRIM_LIMIT:
+                        break
+            except StoreError as exc:
+                log.error(
+                    "partition %s/%d: log retention failed: %s",
+                    broker.entity, broker.partition_id, exc,
+                )
 
     # ------------------------------------------------------------------ operator commands
     def _partitions(self) -> tuple[int, dict[str, Any]]:

@@ -1,7 +1,8 @@
 """LMDB storage of one partition: the only module that imports lmdb.
 
 One LMDB environment per partition [SB partitioning P1]. Inside it:
-  meta            counters: next sequence number, next log offset
+  meta            counters: next sequence number, next log offset, and (once the log was
+                  trimmed) log_trimmed_below: every log record below it is deleted
   log             the append-only partition log (key: 8-byte big-endian offset)
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 _U64 = struct.Struct(">Q")
 META_DB = b"meta"
 LOG_DB = b"log"
+TRIMMED_BELOW_META = b"log_trimmed_below"
+TRIM_LIMIT = 50_000  # log records deleted per trim_log() call (one write transaction)
 
 
 class StoreError(Exception):
@@ -169,6 +172,54 @@ class PartitionStore:
                 if len(out) >= limit:
                     break
         return out
+
+    def log_bounds(self) -> tuple[int, int]:
+        """(first offset still stored, next offset): the log holds [first, end)."""
+        with self._env.begin() as txn:
+            raw = txn.get(b"next_log_offset", db=self._meta)
+            end = _U64.unpack(raw)[0] if raw else 0
+            cur = txn.cursor(db=self._log)
+            if cur.first():
+                first = _U64.unpack(cur.key())[0]
+                if cur.last():
+                    end = max(end, _U64.unpack(cur.key())[0] + 1)
+            else:
+                low = txn.get(TRIMMED_BELOW_META, db=self._meta)
+                first = min(end, _U64.unpack(low)[0]) if low else end
+        return first, end
+
+    def trim_log(self, below: int, *, limit: int = TRIM_LIMIT) -> int:
+        """Delete up to `limit` log records below offset `below`, in one write transaction.
+
+        Records meta ``log_trimmed_below`` (never lowered) so readers can tell a trimmed log
+        from one that starts later. Returns how many records were deleted.
+        """
+        deleted = 0
+        try:
+            with self._env.begin(write=True) as txn:
+                cur = txn.cursor(db=self._log)
+                last = -1
+                if cur.first():
+                    while deleted < limit:
+                        off = _U64.unpack(cur.key())[0]
+                        if off >= below:
+                            break
+                        last = off
+                        deleted += 1
+                        if not cur.delete():  # moves to the next record
+                            break
+                        if cur.key() == b"":
+                            break
+                if deleted:
+                    nxt = txn.get(b"next_log_offset", db=self._meta)
+                    end = max(last + 1, _U64.unpack(nxt)[0] if nxt else 0)
+                    mark = min(below, end) if deleted < limit else last + 1
+                    old = txn.get(TRIMMED_BELOW_META, db=self._meta)
+                    if not old or _U64.unpack(old)[0] < mark:
+                        txn.put(TRIMMED_BELOW_META, _U64.pack(mark), db=self._meta)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+        return deleted
 
     def close(self) -> None:
         """Close the environment (after the last commit)."""

@@ -53,8 +53,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    BinaryType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -82,6 +84,9 @@ EVENTS_SCHEMA = StructType(
         StructField("size", LongType()),
         StructField("delivery_count", IntegerType()),
         StructField("reason", StringType()),
+        # application properties, values rendered as text (reporting.render_value)
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("body", BinaryType()),  # only with serve --log-bodies (decode_body)
     ]
 )
 assert tuple(EVENTS_SCHEMA.fieldNames()) == reporting.EVENT_COLUMNS
@@ -105,6 +110,8 @@ LOG_RECORD_SCHEMA = StructType(
         StructField("size", LongType()),
         StructField("delivery_count", IntegerType()),
         StructField("reason", StringType()),
+        StructField("properties", MapType(StringType(), StringType())),  # decoded in segments
+        StructField("body", StringType()),  # base64 in segments
     ]
 )
 
@@ -190,6 +197,8 @@ def read_range(path: str, start: int, end: int, schema: StructType) -> Iterator[
             data = cols[f.name]
             if pa.types.is_timestamp(f.type):  # milliseconds -> Spark's microseconds
                 data = [None if v is None else v * 1000 for v in data]
+            elif pa.types.is_map(f.type):
+                data = [None if v is None else list(v.items()) for v in data]
             arrays.append(pa.array(data, type=f.type))
         yield pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
 
@@ -358,6 +367,8 @@ def log_records_to_events(df: DataFrame) -> DataFrame:
         F.col("size"),
         F.col("delivery_count"),
         F.col("reason"),
+        F.col("properties"),
+        F.unbase64("body").alias("body"),
     )
 
 

@@ -1,9 +1,10 @@
 """The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
 
 ``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
-[--log-level L] [--log-retention-records N]``; each option has an environment twin
-(``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``,
-``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
+[--log-level L] [--log-retention-records N] [--log-bodies]``; each option has an environment
+twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``,
+``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
+``SBEMU_LOG_BODIES``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
 
 Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration or start-up
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
@@ -62,6 +63,7 @@ ENV_PORT = "SBEMU_PORT"
 ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
 ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
+ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -81,6 +83,7 @@ class Settings:
     admin_port: int  # HTTP health/admin; 0 = ephemeral
     log_level: str  # one of LOG_LEVELS
     log_retention_records: int = 0  # per partition log; 0 = unlimited
+    log_bodies: bool = False  # message bodies in the partition logs
 
 
 # ================================================================================================
@@ -207,6 +210,13 @@ def _add_serve(subcommands: Any) -> None:
         help="keep at most N records per partition log, even past a registered reader (which "
         f"then fails loudly) [{ENV_LOG_RETENTION_RECORDS}; default: 0 = unlimited]",
     )
+    serve.add_argument(
+        "--log-bodies",
+        action="store_true",
+        default=None,
+        help=f"also write message bodies into the partition logs [{ENV_LOG_BODIES}=1; "
+        "default: off]",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -247,7 +257,19 @@ def resolve_settings(
         admin_port=_port(*pick("admin-port", ENV_ADMIN_PORT), default=DEFAULT_ADMIN_PORT),
         log_level=level.strip().lower() if level else DEFAULT_LOG_LEVEL,
         log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
+        log_bodies=_flag(*pick("log-bodies", ENV_LOG_BODIES)),
     )
+
+
+def _flag(value: str | bool | None, source: str) -> bool:
+    if value is None or value is True:
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"invalid {source} {value!r}: use 1/true or 0/false")
 
 
 def _count(value: str | None, source: str) -> int:
@@ -355,6 +377,7 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             port=settings.port,
             admin_port=settings.admin_port,
             log_retention_records=settings.log_retention_records,
+            log_bodies=settings.log_bodies,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)

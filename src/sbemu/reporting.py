@@ -30,7 +30,8 @@ clusters that cannot read the LMDB files::
     <to>/<ns dir>/<entity dir>/entity.json                       copy of the layout manifest
     <to>/<ns dir>/<entity dir>/partition-NN/<first>-<last>.jsonl  offsets, 20 digits, inclusive
 
-Each line is one log record exactly as records.decode_log() returns it (same keys, "v": 1).
+Each line is one log record as records.decode_log() returns it (same keys, "v": 1), except
+that "properties" is already decoded into a {name: text} map and "body" is base64.
 Segments are contiguous and never rewritten: a file appears under its final name only once
 complete (written as a hidden ``.<name>.tmp``, fsynced, renamed), so Spark's file source,
 which ignores hidden files, reads each exactly once. The exporter resumes after the highest
@@ -107,7 +108,7 @@ DEFAULT_SEGMENT_RECORDS = 10_000
 EVENT_COLUMNS = (
     "namespace", "entity", "queue", "partition", "offset", "timestamp", "event", "key",
     "sequence_number", "message_id", "session_id", "partition_key", "enqueued_time", "size",
-    "delivery_count", "reason",
+    "delivery_count", "reason", "properties", "body",
 )
 
 
@@ -372,7 +373,68 @@ def log_to_event_columns(values: list[bytes]) -> dict[str, list[Any]]:
         a[13](d.get("size"))
         a[14](d.get("delivery_count"))
         a[15](d.get("reason"))
+        props = d.get("properties")
+        a[16](decode_properties(props) if props is not None else None)
+        body = d.get("body")
+        a[17](decode_body(body) if body is not None else None)
     return cols
+
+
+def render_value(value: Any) -> str | None:
+    """An application property value as text: strings as is, true/false, numbers in decimal,
+    timestamps as ISO-8601 UTC (milliseconds), binary as hex, UUIDs canonical."""
+    from sbemu.protocol import codec
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, codec.Timestamp):
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return str(value)
+
+
+def decode_properties(raw: bytes) -> dict[str, str | None]:
+    """A log record's "properties" (encoded AMQP map) as {name: value rendered as text}."""
+    from sbemu.protocol import codec
+
+    value, _ = codec.decode(bytes(raw))
+    if not isinstance(value, dict):
+        raise ValueError(f"application-properties is not a map: {type(value).__name__}")
+    return {str(k): render_value(v) for k, v in value.items()}
+
+
+def decode_body(raw: bytes) -> bytes:
+    """A log record's "body" (encoded body sections) as bytes: the payload of the data
+    sections, concatenated; an amqp-value / amqp-sequence body stays AMQP-encoded."""
+    from sbemu.protocol import codec
+
+    raw = bytes(raw)
+    parts: list[bytes] = []
+    pos = 0
+    while pos < len(raw):
+        section, pos = codec.decode(raw, pos)
+        if not (isinstance(section, codec.Described) and section.descriptor == 0x75):
+            return raw
+        parts.append(bytes(section.value))
+    return b"".join(parts)
+
+
+def segment_record(d: dict[str, Any]) -> dict[str, Any]:
+    """A decoded log record as one segment line: "properties" decoded to a {name: text} map,
+    "body" (data payload, see decode_body) in base64; everything else as is."""
+    props, body = d.get("properties"), d.get("body")
+    if props is not None or body is not None:
+        import base64
+
+        d = dict(d)
+        d["properties"] = decode_properties(props) if props is not None else None
+        d["body"] = base64.b64encode(decode_body(body)).decode("ascii") if body is not None else None
+    return d
 
 
 # ================================================================================================
@@ -446,7 +508,7 @@ def _copy_manifest(src_entity_dir: str, dst_entity_dir: str) -> None:
 
 def _write_segment(target_dir: str, values: list[bytes], first: int) -> tuple[str, int]:
     """Write decoded records as one segment; returns (path, last offset)."""
-    records = [decode_log(v) for v in values]
+    records = [segment_record(decode_log(v)) for v in values]
     last = int(records[-1]["offset"])
     if int(records[0]["offset"]) < first:
         raise ValueError(f"{target_dir}: log offset {records[0]['offset']} below {first}")

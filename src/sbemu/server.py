@@ -167,7 +167,9 @@ class Server:
         port: int,
         admin_port: int,
         log_retention_records: int = 0,
+        log_bodies: bool = False,
     ) -> None:
+        self.log_bodies = log_bodies
         self.config = config
         self.log_retention_records = max(0, log_retention_records)
         self._retention: asyncio.Future[None] | None = None
@@ -196,6 +198,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._lock_data_dir()
         self.router = Router(self.data_dir, self._wake, encode_property, encode_symbol)
+        self.router.log_bodies = self.log_bodies
         try:
             for ns in self.config.namespaces:
                 for q in ns.queues:

@@ -245,3 +245,23 @@ def test_lock_token_carries_partition():
     for pid in (0, 7, 15):
         token = make_lock_token(pid)
         assert partition_of_token(token) == pid and token.version == 4
+
+
+def test_message_records_without_spans_still_decode():
+    import msgpack
+
+    from sbemu.partitions.records import MessageRecord, decode_log, encode_log
+
+    rec = MessageRecord(5, 1, MessageState.ACTIVE, 0, "m", None, None, None, None, True, None, 0,
+                        b"", b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00", 10,
+                        properties_span=(10, 13), body_span=(0, 7))
+    assert decode_message(encode_message(rec)) == rec
+    old = msgpack.unpackb(encode_message(rec))[:22]  # as written before the spans existed
+    got = decode_message(msgpack.packb(old, use_bin_type=True))
+    assert (got.properties_span, got.body_span) == (None, None)
+    log = decode_log(encode_log(namespace="ns", entity="q", queue="main", partition=0, offset=0,
+                                event=LogEvent.ENQUEUED, record=rec, event_ms=1))
+    assert log["v"] == 1 and log["properties"] == b"\xc1\x01\x00" and log["body"] is None
+    log = decode_log(encode_log(namespace="ns", entity="q", queue="main", partition=0, offset=0,
+                                event=LogEvent.ENQUEUED, record=rec, event_ms=1, with_body=True))
+    assert log["body"] == b"\x00Sw\xa1\x02hi"

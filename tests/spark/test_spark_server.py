@@ -22,11 +22,11 @@ NS = "sbemulatorns"
 
 
 class Server:
-    def __init__(self, data_dir: str, log_path: str) -> None:
+    def __init__(self, data_dir: str, log_path: str, *extra: str) -> None:
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-             "--data-dir", data_dir],
+             "--data-dir", data_dir, *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True,
         )
         deadline = time.monotonic() + 30
@@ -175,3 +175,57 @@ def test_follow_mode_picks_up_new_traffic(spark, tmp_path):
     assert result[0].total_events == 3 and result[0].new_events == 3
     traffic = spark.read.parquet(os.path.join(out, "traffic_by_minute")).collect()
     assert sum(r.enqueued for r in traffic) == 3
+
+
+def test_application_properties_and_bodies_reach_the_event_stream(spark, tmp_path):
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from sparkjobs.source import segments_batch
+
+    data = str(tmp_path / "data")
+    server = Server(data, str(tmp_path / "server.log"), "--log-bodies")
+    try:
+        with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
+            with client.get_queue_sender("queue.1") as s:
+                s.send_messages([
+                    ServiceBusMessage(b"payload-1", message_id="p1", application_properties={
+                        "color": "red", "n": 42, "ok": True, "x": 1.5}),
+                    ServiceBusMessage("plain", message_id="p2"),
+                ])
+            with client.get_queue_receiver("queue.1", prefetch_count=0) as r:
+                for m in receive(r, 2):
+                    r.complete_message(m)
+    finally:
+        server.stop()
+    rows = spark.read.format("sbemu").option("path", data).load().where(
+        "entity = 'queue.1'").collect()
+    by = {(r.message_id, r.event): r for r in rows}
+    want = {"color": "red", "n": "42", "ok": "true", "x": "1.5"}
+    for event in ("enqueued", "delivered", "completed"):
+        assert by[("p1", event)].properties == want
+        assert by[("p1", event)].body == b"payload-1"
+        assert not by[("p2", event)].properties
+        assert by[("p2", event)].body == b"plain"
+    # the same through exported segments
+    reporting.export_logs(data, str(tmp_path / "seg"))
+    seg = segments_batch(spark, str(tmp_path / "seg")).where("entity = 'queue.1'").collect()
+    sby = {(r.message_id, r.event): r for r in seg}
+    assert sby[("p1", "completed")].properties == want
+    assert sby[("p1", "completed")].body == b"payload-1"
+    reporting.close_all()
+
+
+def test_bodies_are_not_logged_by_default(tmp_path):
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    data = str(tmp_path / "data")
+    server = Server(data, str(tmp_path / "server.log"))
+    try:
+        with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
+            with client.get_queue_sender("queue.1") as s:
+                s.send_messages(ServiceBusMessage(b"secret", application_properties={"k": "v"}))
+    finally:
+        server.stop()
+    recs = [r for r in all_records(data) if r["entity"] == "queue.1"]
+    assert recs and all(r.get("body") is None for r in recs)
+    assert all(r["properties"] is not None for r in recs)
+    reporting.close_all()

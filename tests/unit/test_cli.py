@@ -343,3 +343,12 @@ def test_log_retention_records() -> None:
                     ).log_retention_records == 7
     with pytest.raises(UsageError, match="--log-retention-records"):
         settings(["--log-retention-records", "-1"])
+
+
+def test_log_bodies() -> None:
+    assert settings([]).log_bodies is False
+    assert settings(["--log-bodies"]).log_bodies is True
+    assert settings([], {"SBEMU_LOG_BODIES": "1"}).log_bodies is True
+    assert settings([], {"SBEMU_LOG_BODIES": "false"}).log_bodies is False
+    with pytest.raises(UsageError, match="SBEMU_LOG_BODIES"):
+        settings([], {"SBEMU_LOG_BODIES": "maybe"})

@@ -303,6 +303,11 @@ def test_symbolic_and_ulong_descriptors_accepted_and_normalised():
     assert [sec[:2] for _, sec in sections_of(s.tail)] == [b"\x00\x53"] * 3
     m = decode_proton(rebuild(s))
     assert (m.id, m.address, m.properties, m.body) == ("id", "to", {"k": 1}, "body")
+    # the spans point into the re-emitted tail
+    a, b = s.properties_span
+    assert decode(s.tail[a:b])[0] == {"k": 1}
+    a, b = s.body_span
+    assert s.tail[a:b] == b"\x00\x53\x77" + enc_string("body") and b == len(s.tail)
 
 
 def test_out_of_order_sections_tolerated():
@@ -606,3 +611,15 @@ def test_bytearray_input_accepted():
     buf = full_proton_message()
     assert scan_message(bytearray(buf)) == scan_message(buf)
     assert split_batch(bytearray(enc_described(0x75, enc_binary(buf)))) == [buf]
+
+
+def test_properties_and_body_spans():
+    s = scan_message(full_proton_message(b"payload"))
+    a, b = s.properties_span
+    props = decode(s.tail[a:b])[0]
+    assert props["s"] == "text" and props["i"] == 42 and props["bin"] == b"\x01\x02"
+    a, b = s.body_span
+    assert decode(s.tail[a:b])[0].value == b"payload"
+    plain = scan_message(enc_described(0x75, enc_binary(b"x")) + enc_described(0x75, enc_binary(b"y")))
+    assert plain.properties_span is None
+    assert plain.tail[plain.body_span[0] : plain.body_span[1]] == plain.tail

@@ -239,6 +239,7 @@ class PartitionBroker:
         self._callbacks: list[Done] = []
         self._next_seq = 1
         self._next_offset = 0
+        self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
         # healthy: False while taken offline or after a store I/O fault (no sends, no receives:
@@ -307,6 +308,7 @@ class PartitionBroker:
                     record=rec,
                     event_ms=now_ms,
                     reason=reason,
+                    with_body=self.log_bodies,
                 ),
             )
         )
@@ -466,6 +468,8 @@ class PartitionBroker:
             tail=msg.tail,
             size=msg.size,
             scheduled_enqueue_time_ms=scheduled,
+            properties_span=msg.properties_span,
+            body_span=msg.body_span,
         )
 
     # ---------------------------------------------------------------- delivery

@@ -7,7 +7,10 @@ Message record (value in a queue's LMDB database, key = 8-byte big-endian sequen
     [version=1, sequence_number, enqueued_time_ms, state, delivery_count, message_id, session_id,
      partition_key, ttl_ms, expires_at_ms, durable, priority, annotation_count, annotations,
      tail, size, scheduled_enqueue_time_ms, dead_letter_reason, dead_letter_description,
-     dead_letter_source, property_overrides, original_sequence_number]
+     dead_letter_source, property_overrides, original_sequence_number, properties_span,
+     body_span]
+The two trailing spans are optional (records written before them have 22 fields):
+[start, end) in `tail` of the encoded application-properties map and of the body sections.
 `annotations` and `tail` are the client's encoded message-annotation entries and the encoded
 properties/application-properties/body sections, opaque to this package (the protocol side
 scans and rebuilds them). `property_overrides` maps application property names to encoded
@@ -16,7 +19,12 @@ AMQP values applied on delivery (dead-letter reason, abandon's properties-to-mod
 Log record (value in the partition's `log` database, key = 8-byte big-endian dense offset):
     {"v": 1, "ns", "entity", "queue", "partition", "offset", "event", "seq", "message_id",
      "session_id", "partition_key", "enqueued_ms", "event_ms", "size", "delivery_count",
-     "reason"}
+     "reason", "properties", "body"}
+Still version 1: "properties" and "body" are optional keys (absent in records written before
+they existed; readers treat absent as null). "properties" is the message's application
+properties as the raw encoded AMQP map (bytes, decoded by readers with sbemu.protocol.codec),
+null without any; "body" is the raw encoded body sections (AMQP data / amqp-sequence /
+amqp-value with their descriptors), only when the server runs with --log-bodies, else null.
 """
 
 from __future__ import annotations
@@ -72,6 +80,9 @@ class IncomingMessage:
     size: int
     scheduled_enqueue_time_ms: int | None = None
     via_partition_key: str | None = None
+    # [start, end) in `tail` of the encoded application-properties map / of the body sections
+    properties_span: tuple[int, int] | None = None
+    body_span: tuple[int, int] | None = None
     # Lazily decodes the properties for topic filters (a sbemu.filters.MessageView).
     view: Callable[[], object] | None = None
 
@@ -101,6 +112,8 @@ class MessageRecord:
     dead_letter_source: str | None = None
     property_overrides: dict[str, bytes] | None = field(default=None)
     original_sequence_number: int | None = None
+    properties_span: tuple[int, int] | None = None
+    body_span: tuple[int, int] | None = None
 
     def copy(self) -> MessageRecord:
         """A shallow copy (bytes are immutable, overrides dict is copied)."""
@@ -111,7 +124,7 @@ class MessageRecord:
             self.annotations, self.tail, self.size, self.scheduled_enqueue_time_ms,
             self.dead_letter_reason, self.dead_letter_description, self.dead_letter_source,
             dict(self.property_overrides) if self.property_overrides else None,
-            self.original_sequence_number,
+            self.original_sequence_number, self.properties_span, self.body_span,
         )
 
 
@@ -124,7 +137,7 @@ def encode_message(r: MessageRecord) -> bytes:
             r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations, r.tail,
             r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
             r.dead_letter_description, r.dead_letter_source, r.property_overrides,
-            r.original_sequence_number,
+            r.original_sequence_number, r.properties_span, r.body_span,
         ],
         use_bin_type=True,
     )
@@ -138,7 +151,14 @@ def decode_message(data: bytes) -> MessageRecord:
     return MessageRecord(
         f[1], f[2], MessageState(f[3]), f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12],
         f[13], f[14], f[15], f[16], f[17], f[18], f[19], f[20], f[21],
+        _span(f, 22), _span(f, 23),
     )
+
+
+def _span(fields: list, i: int) -> tuple[int, int] | None:
+    """An optional trailing [start, end) field (absent in records written before it existed)."""
+    v = fields[i] if len(fields) > i else None
+    return (int(v[0]), int(v[1])) if v else None
 
 
 def encode_log(
@@ -152,8 +172,14 @@ def encode_log(
     record: MessageRecord,
     event_ms: int,
     reason: str | None = None,
+    with_body: bool = False,
 ) -> bytes:
-    """Serialise one partition-log record (schema version 1)."""
+    """Serialise one partition-log record (schema version 1).
+
+    `properties`: the message's encoded application-properties map (None without one);
+    `body`: its encoded body sections, only `with_body` (else None).
+    """
+    ps, bs = record.properties_span, record.body_span
     return msgpack.packb(
         {
             "v": LOG_SCHEMA_VERSION,
@@ -172,6 +198,8 @@ def encode_log(
             "size": record.size,
             "delivery_count": record.delivery_count,
             "reason": reason,
+            "properties": record.tail[ps[0] : ps[1]] if ps else None,
+            "body": record.tail[bs[0] : bs[1]] if with_body and bs else None,
         },
         use_bin_type=True,
     )

@@ -626,6 +626,7 @@ class Router:
         self._wake = wake
         self._encode_value = encode_value
         self._encode_symbol = encode_symbol
+        self.log_bodies = False  # set before add_entity: bodies in the partition logs
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
@@ -651,6 +652,7 @@ class Router:
                 queues=spec.subqueues,
                 mark_dirty=self._mark_dirty,
             )
+            broker.log_bodies = self.log_bodies
             broker.load()
             partitions.append(broker)
         subscriptions = None

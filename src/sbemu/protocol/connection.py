@@ -1025,6 +1025,8 @@ def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> I
         size=scanned.size,
         scheduled_enqueue_time_ms=scanned.scheduled_enqueue_time_ms,
         via_partition_key=scanned.via_partition_key,
+        properties_span=scanned.properties_span,
+        body_span=scanned.body_span,
         view=(lambda: message_view(scanned)) if for_topic else None,
     )
 

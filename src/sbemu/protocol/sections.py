@@ -168,6 +168,10 @@ class ScannedMessage:
     # 0x00 0x53 <code> (contract §1.6), so the tail can be delivered as is
     tail: bytes
     size: int
+    # [start, end) in `tail` of the application-properties map value (the encoded map), and
+    # of the body sections (data / amqp-sequence / amqp-value, encoded with descriptors)
+    properties_span: tuple[int, int] | None = None
+    body_span: tuple[int, int] | None = None
 
 
 def _section_code(buf: bytes, pos: int) -> tuple[int, int]:
@@ -303,6 +307,8 @@ def _scan(buf: bytes) -> ScannedMessage:
     ann_count = 0
     tail_parts: list[bytes] = []
     run_start = run_end = -1  # current contiguous run of tail sections
+    flushed = 0  # bytes of tail_parts
+    props_span = body_span = None
     seen = 0
     pos = 0
     while pos < n:
@@ -318,16 +324,24 @@ def _scan(buf: bytes) -> ScannedMessage:
                 props = _property_fields(buf, vpos, end)
             if vpos == pos + 3 and pos == run_end:
                 run_end = end  # contiguous with the previous tail section
+                at = flushed + pos - run_start  # where this section starts in the tail
             else:
                 if run_end >= 0:
                     tail_parts.append(buf[run_start:run_end])
+                    flushed += run_end - run_start
+                at = flushed
                 if vpos == pos + 3:
                     run_start, run_end = pos, end
                 else:
                     # Re-emit a ulong/symbolic descriptor as smallulong so the
                     # stored tail is deliverable to pyamqp as is (contract §1.6).
                     tail_parts.append(bytes((0x00, 0x53, code)) + buf[vpos:end])
+                    flushed += 3 + end - vpos
                     run_start = run_end = -1
+            if code == APPLICATION_PROPERTIES:
+                props_span = (at + 3, at + 3 + end - vpos)
+            elif DATA <= code <= AMQP_VALUE:
+                body_span = (body_span[0] if body_span else at, at + 3 + end - vpos)
         elif code == MESSAGE_ANNOTATIONS:
             c = buf[vpos]
             if c == 0xC1:
@@ -412,6 +426,8 @@ def _scan(buf: bytes) -> ScannedMessage:
         ann_count,
         b"".join(tail_parts),
         n,
+        props_span,
+        body_span,
     )
 
 

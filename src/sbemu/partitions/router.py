@@ -39,6 +39,7 @@ from .broker import (
     Route,
     SessionLock,
     SubQueueSettings,
+    join_completions,
     partition_of_token,
 )
 from .keys import partition_for_key, partition_key_of
@@ -320,17 +321,7 @@ class Entity:
             done(None)
             return []
         groups = self._route(messages)
-        remaining = len(groups)
-        failure: list[Exception] = []
-
-        def part_done(error: Exception | None) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if error is not None:
-                failure.append(error)
-            if remaining == 0:
-                done(failure[0] if failure else None)
-
+        part_done = join_completions(len(groups), done)
         for pid in groups:
             self._check_available(pid)
         numbers: list[int] = []
@@ -563,17 +554,7 @@ class Entity:
         if not brokers:
             done(None)
             return
-        remaining = len(brokers)
-        failure: list[Exception] = []
-
-        def one_done(error: Exception | None) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if error is not None:
-                failure.append(error)
-            if remaining == 0:
-                done(failure[0] if failure else None)
-
+        one_done = join_completions(len(brokers), done)
         for broker in brokers:
             broker.after_commit(one_done)
 

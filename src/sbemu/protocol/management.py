@@ -23,6 +23,7 @@ from ..errors import (
     ServiceBusError,
     SessionLockLost,
 )
+from ..partitions.broker import join_completions
 from ..partitions.records import MessageRecord, MessageState
 from . import codec, sections
 
@@ -194,17 +195,7 @@ def _update_disposition(conn: AmqpConnection, state: RequestLink, body: dict, re
         overrides = {str(k): codec.encode(_plain(v)) for k, v in modify.items()}
     if not tokens:
         raise ArgumentError("update-disposition needs at least one lock token in lock-tokens.")
-    remaining = len(tokens)
-    failure: list[Exception] = []
-    finish = _reply_error(reply)
-
-    def one_done(error: Exception | None) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if error is not None:
-            failure.append(error)
-        if remaining == 0:
-            finish(failure[0] if failure else None)
+    one_done = join_completions(len(tokens), _reply_error(reply))
 
     now_ms = conn.now_ms
     for token in tokens:

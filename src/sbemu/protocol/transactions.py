@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from proton import Condition, Delivery, Described, ulong
 
 from ..errors import InvalidOperation, ServiceBusError
+from ..partitions.broker import join_completions
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Entity
 
@@ -215,24 +216,17 @@ class TransactionCoordinator:
             delivery.update(Delivery.ACCEPTED)
             delivery.settle()
             return
-        remaining = len(ops)
-        failures: list[Exception] = []
 
-        def one_done(error: Exception | None) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if error is not None:
-                failures.append(error)
-            if remaining:
-                return
-            if failures:
-                first = failures[0]
+        def all_done(first: Exception | None) -> None:
+            if first is not None:
                 text = first.description if isinstance(first, ServiceBusError) else str(first)
                 self._reject(delivery, "amqp:transaction:rollback", f"Commit failed: {text}")
             else:
                 delivery.update(Delivery.ACCEPTED)
                 delivery.settle()
             self.conn.on_output()
+
+        one_done = join_completions(len(ops), all_done)
 
         for op in ops:
             try:

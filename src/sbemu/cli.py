@@ -64,6 +64,7 @@ ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
 ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
+ENV_KEEP_LOGS = "SBEMU_KEEP_LOGS"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -84,6 +85,7 @@ class Settings:
     log_level: str  # one of LOG_LEVELS
     log_retention_records: int = 0  # per partition log; 0 = unlimited
     log_bodies: bool = False  # message bodies in the partition logs
+    keep_logs: bool = False  # no log retention at all, even below registered readers
 
 
 # ================================================================================================
@@ -211,6 +213,13 @@ def _add_serve(subcommands: Any) -> None:
         f"then fails loudly) [{ENV_LOG_RETENTION_RECORDS}; default: 0 = unlimited]",
     )
     serve.add_argument(
+        "--keep-logs",
+        action="store_true",
+        default=None,
+        help="never trim the partition logs, not even below registered readers "
+        f"[{ENV_KEEP_LOGS}=1; default: trim below the slowest reader]",
+    )
+    serve.add_argument(
         "--log-bodies",
         action="store_true",
         default=None,
@@ -258,6 +267,7 @@ def resolve_settings(
         log_level=level.strip().lower() if level else DEFAULT_LOG_LEVEL,
         log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
         log_bodies=_flag(*pick("log-bodies", ENV_LOG_BODIES)),
+        keep_logs=_flag(*pick("keep-logs", ENV_KEEP_LOGS)),
     )
 
 
@@ -378,6 +388,7 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             admin_port=settings.admin_port,
             log_retention_records=settings.log_retention_records,
             log_bodies=settings.log_bodies,
+            keep_logs=settings.keep_logs,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)

@@ -168,8 +168,10 @@ class Server:
         admin_port: int,
         log_retention_records: int = 0,
         log_bodies: bool = False,
+        keep_logs: bool = False,
     ) -> None:
         self.log_bodies = log_bodies
+        self.keep_logs = keep_logs
         self.config = config
         self.log_retention_records = max(0, log_retention_records)
         self._retention: asyncio.Future[None] | None = None
@@ -345,7 +347,7 @@ class Server:
         now_ms = int(time.time() * 1000)
         self.router.on_timer(now_ms)
         self._wake()
-        if now_ms >= self._retention_due_ms and self._retention is None:
+        if not self.keep_logs and now_ms >= self._retention_due_ms and self._retention is None:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
             self._start_retention()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)

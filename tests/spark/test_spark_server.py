@@ -25,8 +25,10 @@ class Server:
     def __init__(self, data_dir: str, log_path: str, *extra: str) -> None:
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
+            # --keep-logs: these tests rebuild their reference from the whole log after the
+            # report ran, so the server must not trim below the report's registered offsets.
             [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-             "--data-dir", data_dir, *extra],
+             "--data-dir", data_dir, "--keep-logs", *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True,
         )
         deadline = time.monotonic() + 30

@@ -130,6 +130,14 @@ class SessionState:
         return self.lock is not None and self.lock.until_ms > now_ms
 
 
+def _merge_overrides(rec: MessageRecord, overrides: dict[str, bytes] | None) -> None:
+    """Apply property changes (abandon/defer/dead-letter) on top of earlier ones."""
+    if overrides:
+        merged = dict(rec.property_overrides or {})
+        merged.update(overrides)
+        rec.property_overrides = merged
+
+
 def make_lock_token(partition_id: int) -> uuid.UUID:
     """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
     raw = bytearray(os.urandom(16))
@@ -589,10 +597,7 @@ class PartitionBroker:
         moved.dead_letter_reason = reason
         moved.dead_letter_description = description
         moved.dead_letter_source = None
-        if overrides:
-            merged = dict(moved.property_overrides or {})
-            merged.update(overrides)
-            moved.property_overrides = merged
+        _merge_overrides(moved, overrides)
         dlq.records[moved.sequence_number] = moved
         dlq.make_ready(moved)
         self._put(dlq, moved)
@@ -662,10 +667,7 @@ class PartitionBroker:
         event: LogEvent,
     ) -> None:
         rec.delivery_count += 1
-        if overrides:
-            merged = dict(rec.property_overrides or {})
-            merged.update(overrides)
-            rec.property_overrides = merged
+        _merge_overrides(rec, overrides)
         limit = sq.settings.max_delivery_count
         if rec.state == MessageState.DEFERRED:
             # A deferred message stays deferred when its lock ends [Azure: deferral].
@@ -694,10 +696,7 @@ class PartitionBroker:
         lock = self._live_lock(token, now_ms)
         rec = self._unlock(lock)
         rec.state = MessageState.DEFERRED
-        if overrides:
-            merged = dict(rec.property_overrides or {})
-            merged.update(overrides)
-            rec.property_overrides = merged
+        _merge_overrides(rec, overrides)
         self._put(lock.queue, rec)
         self._log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
         self.after_commit(done)

@@ -729,15 +729,9 @@ class AmqpConnection:
     def _send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         rec = delivered.record
         lock = delivered.lock
-        stamps = [
-            (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
-            (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
-        ]
-        if lock is not None:
-            stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(lock.until_ms)))
-        if delivered.partition_id is not None:
-            stamps.append((K_PARTITION_ID, codec.enc_short(delivered.partition_id)))
-        data = encode_record(rec, stamps)
+        data = encode_delivery(
+            rec, delivered.partition_id, lock.until_ms if lock is not None else None
+        )
         if lock is not None:
             tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
         else:
@@ -1029,6 +1023,27 @@ def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> I
         body_span=scanned.body_span,
         view=(lambda: message_view(scanned)) if for_topic else None,
     )
+
+
+def encode_delivery(
+    rec: MessageRecord,
+    partition_id: int | None,
+    locked_until_ms: int | None,
+    with_state: bool = False,
+) -> bytes:
+    """A stored message as sent to a client (delivery, peek, receive-by-sequence-number),
+    with the broker annotations of [contract 3.7] in their required AMQP types."""
+    stamps = [
+        (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
+        (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
+    ]
+    if locked_until_ms is not None:
+        stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(locked_until_ms)))
+    if partition_id is not None:
+        stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
+    if with_state:
+        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+    return encode_record(rec, stamps)
 
 
 def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> bytes:

@@ -24,8 +24,9 @@ from ..errors import (
     SessionLockLost,
 )
 from ..partitions.broker import join_completions
-from ..partitions.records import MessageRecord, MessageState
+from ..partitions.records import MessageState
 from . import codec, sections
+from .connection import encode_delivery
 
 log = logging.getLogger("sbemu.management")
 
@@ -65,7 +66,9 @@ def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -
     handler = OPERATIONS.get(operation)
     try:
         if handler is None:
-            raise NotImplementedOperation(f"The management operation '{operation}' is not supported.")
+            raise NotImplementedOperation(
+                f"The management operation '{operation}' is not supported."
+            )
         handler(conn, state, body, reply)
     except ServiceBusError as exc:
         reply(exc.status_code, exc.description, None, exc.condition)
@@ -80,7 +83,12 @@ def _reply_error(reply: Reply) -> Callable[[Exception | None], None]:
         elif isinstance(error, ServiceBusError):
             reply(error.status_code, error.description, None, error.condition)
         else:
-            reply(503, f"The partition store is unavailable: {error}", None, "com.microsoft:server-busy")
+            reply(
+                503,
+                f"The partition store is unavailable: {error}",
+                None,
+                "com.microsoft:server-busy",
+            )
 
     return done
 
@@ -106,34 +114,6 @@ def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
         else:
             raise ArgumentError(f"lock-tokens must be an array of uuid, not {type(item).__name__}.")
     return out
-
-
-def _encoded_message(
-    rec: MessageRecord,
-    partition_id: int | None,
-    locked_until_ms: int | None,
-    with_state: bool,
-) -> bytes:
-    from .connection import (
-        K_ENQUEUED,
-        K_LOCKED_UNTIL,
-        K_MESSAGE_STATE,
-        K_PARTITION_ID,
-        K_SEQUENCE,
-        encode_record,
-    )
-
-    stamps = [
-        (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
-        (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
-    ]
-    if locked_until_ms is not None:
-        stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(locked_until_ms)))
-    if partition_id is not None:
-        stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
-    if with_state:
-        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
-    return encode_record(rec, stamps)
 
 
 def _with_lock_token(data: bytes, token: uuid.UUID) -> bytes:
@@ -172,7 +152,11 @@ def _peek(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) ->
     reply(
         200,
         "OK",
-        {"messages": [{"message": _encoded_message(rec, pid, None, True)} for rec, pid in found]},
+        {
+            "messages": [
+                {"message": encode_delivery(rec, pid, None, with_state=True)} for rec, pid in found
+            ]
+        },
         None,
     )
 
@@ -234,7 +218,7 @@ def _receive_by_sequence_number(
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
     messages = []
     for rec, lock, pid in taken:
-        data = _encoded_message(rec, pid, lock.until_ms if lock else None, False)
+        data = encode_delivery(rec, pid, lock.until_ms if lock else None)
         item: dict[str, Any] = {"message": data}
         if lock is not None:
             item["lock-token"] = lock.token
@@ -360,7 +344,9 @@ def _set_session_state(conn: AmqpConnection, state: RequestLink, body: dict, rep
     )
 
 
-def _get_message_sessions(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _get_message_sessions(
+    conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
+) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
     if not view.requires_session:

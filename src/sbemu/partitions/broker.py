@@ -1,9 +1,13 @@
 """One partition's message broker: sequence numbers, sub-queues, locks, settlement, expiry.
 
 A partition [SB partitioning P1] holds one or more sub-queues: a queue and its dead-letter
-queue, or (for a topic partition) each subscription and its dead-letter queue. Everything here
-is in memory and authoritative; the store is the durable copy, written through a WriteBatch
-that the server commits once per event-loop turn (group commit). Rules:
+queue, or (for a topic partition) each subscription and its dead-letter queue. Messages live
+in the store (LMDB) only; memory holds an index [issue 10]: per sub-queue a read-ahead window
+and the messages made ready again, per-state counts, locks with their in-flight records,
+session lines, and the records changed since the last commit (the overlay, read before the
+store until their commit lands). Timers (TTL, scheduled) are a sorted database in the store.
+Writes go through a WriteBatch that the server commits once per event-loop turn (group
+commit). Rules:
 
 - A new message becomes visible (peekable, deliverable) only after the commit that stores it,
   and the sender is acknowledged only then: an accepted message is never lost.
@@ -20,7 +24,7 @@ from __future__ import annotations
 import heapq
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import (
@@ -42,7 +46,13 @@ from .records import (
     encode_log,
     encode_message,
 )
-from .store import PartitionStore, StoreFull, WriteBatch
+from .store import (
+    PartitionStore,
+    StoreFull,
+    WriteBatch,
+    deadline_key,
+    parse_deadline_key,
+)
 
 Done = Callable[[Exception | None], None]
 
@@ -100,6 +110,7 @@ class Lock:
     seq: int
     until_ms: int
     session: SessionLock | None = None  # message locks of a session live as long as it does
+    record: MessageRecord | None = None  # the locked message (the in-flight window is in memory)
 
 
 @dataclass(slots=True, eq=False)
@@ -115,7 +126,9 @@ class SessionLock:
 class SessionState:
     """One session of a session-enabled sub-queue: its ready line, lock and state."""
 
-    __slots__ = ("session_id", "ready", "ready_set", "lock", "state", "state_changed_ms")
+    __slots__ = (
+        "session_id", "ready", "ready_set", "lock", "state", "state_changed_ms", "messages"
+    )
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -124,6 +137,7 @@ class SessionState:
         self.lock: SessionLock | None = None
         self.state: bytes | None = None
         self.state_changed_ms = 0
+        self.messages = 0  # stored records of this session (any state)
 
     def locked(self, now_ms: int) -> bool:
         """Whether a live lock holds this session."""
@@ -153,20 +167,27 @@ def partition_of_token(token: uuid.UUID) -> int:
 
 
 class SubQueue:
-    """The messages of one sub-queue in one partition, and which of them are ready.
+    """The index of one sub-queue in one partition: which stored messages are ready.
 
-    A session-enabled sub-queue keeps one ready line per session (FIFO inside a session);
-    the others keep a single line in sequence order.
+    The messages themselves stay in LMDB. A plain sub-queue reads its ready line straight
+    from the store in sequence order: `scan_from` is the next sequence number to read,
+    `buffer` holds the few records read ahead, and `back` (a heap) the messages made ready
+    again behind the scan (abandoned, released, dead-lettered in, activated). A
+    session-enabled sub-queue keeps one ready line of sequence numbers per session (FIFO
+    inside a session). Counts by state are kept here and persisted with every commit.
     """
 
     def __init__(self, name: str, settings: SubQueueSettings) -> None:
         self.name = name
         self.settings = settings
-        self.records: dict[int, MessageRecord] = {}
-        self._ready: list[int] = []
-        self._ready_set: set[int] = set()
+        self.scan_from = 0
+        self.more = True  # the store may hold ready messages at or after scan_from
+        self.buffer: dict[int, MessageRecord] = {}
+        self.back: list[int] = []
+        self.back_set: set[int] = set()
         self.locks: dict[int, Lock] = {}
         self.sessions: dict[str, SessionState] = {}
+        self.counts = [0, 0, 0]  # by MessageState: active, deferred, scheduled
 
     def session(self, session_id: str) -> SessionState:
         """The session's state, created on first use."""
@@ -176,7 +197,7 @@ class SubQueue:
         return sess
 
     def make_ready(self, rec: MessageRecord) -> None:
-        """Put a stored message (back) in line for delivery, in sequence order."""
+        """Put a visible message (back) in line for delivery, in sequence order."""
         seq = rec.sequence_number
         if self.settings.requires_session:
             sess = self.session(rec.session_id or "")
@@ -184,41 +205,31 @@ class SubQueue:
                 sess.ready_set.add(seq)
                 heapq.heappush(sess.ready, seq)
             return
-        if seq not in self._ready_set:
-            self._ready_set.add(seq)
-            heapq.heappush(self._ready, seq)
+        if seq not in self.back_set and seq not in self.buffer:
+            self.back_set.add(seq)
+            heapq.heappush(self.back, seq)
 
     def unready(self, rec: MessageRecord) -> None:
-        """Take a message out of line (lazy: the heap entry is skipped later)."""
+        """Take a message out of line (lazy: heap entries are skipped later)."""
+        seq = rec.sequence_number
         if self.settings.requires_session:
             sess = self.sessions.get(rec.session_id or "")
             if sess is not None:
-                sess.ready_set.discard(rec.sequence_number)
+                sess.ready_set.discard(seq)
             return
-        self._ready_set.discard(rec.sequence_number)
-
-    def pop_ready(self, session_id: str | None = None) -> MessageRecord | None:
-        """The ready message with the lowest sequence number (of one session), taken out of line."""
-        if session_id is not None:
-            sess = self.sessions.get(session_id)
-            if sess is None:
-                return None
-            heap, ready = sess.ready, sess.ready_set
-        else:
-            heap, ready = self._ready, self._ready_set
-        while heap:
-            seq = heapq.heappop(heap)
-            if seq in ready:
-                ready.discard(seq)
-                rec = self.records.get(seq)
-                if rec is not None:
-                    return rec
-        return None
+        self.back_set.discard(seq)
+        self.buffer.pop(seq, None)
 
     @property
     def ready_count(self) -> int:
-        """How many messages wait for delivery (outside sessions)."""
-        return len(self._ready_set)
+        """A lower bound of the messages waiting for delivery outside sessions (0: maybe none)."""
+        return len(self.back_set) + len(self.buffer) + (1 if self.more else 0)
+
+    def has_ready(self) -> bool:
+        """Whether a message may wait for delivery outside sessions (cheap, never misses one)."""
+        if self.settings.requires_session:
+            return False
+        return bool(self.buffer or self.back_set or self.more)
 
     def available_session(self, now_ms: int) -> SessionState | None:
         """An unlocked session with a ready message (the one whose next message is oldest)."""
@@ -231,7 +242,14 @@ class SubQueue:
 
     def active_count(self) -> int:
         """Messages that are active (ready or locked), as Azure's ActiveMessageCount."""
-        return sum(1 for r in self.records.values() if r.state == MessageState.ACTIVE)
+        return self.counts[MessageState.ACTIVE]
+
+
+READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
+DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
+EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds
+LAYOUT = 2  # 2: counts in meta, timers in the deadlines database
+_MISSING = object()
 
 
 class PartitionBroker:
@@ -256,12 +274,22 @@ class PartitionBroker:
         self.queues = {name: SubQueue(name, s) for name, s in queues.items()}
         self.locks: dict[uuid.UUID, Lock] = {}
         self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
-        self._expiry_heap: list[tuple[int, str, int]] = []
-        self._scheduled_heap: list[tuple[int, str, int]] = []
         self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
         self._batch = WriteBatch()
         self._callbacks: list[Done] = []
+        # Records changed (None: deleted) but not yet committed, by (sub-queue, seq): read
+        # before the store. Tagged with the generation of the batch that writes them.
+        self._overlay: dict[tuple[str, int], tuple[MessageRecord | None, int]] = {}
+        self._gen = 0
+        self._gen_keys: dict[int, list[tuple[str, int]]] = {}
+        self._taken_gens: list[int] = []
+        self._counts_dirty: set[SubQueue] = set()
+        # Timers on disk: the first key still to look at, and the next due time (cached).
+        self._deadline_from = b""
+        self._deadline_at: int | None = None
+        self._batch_deadline_min: int | None = None
+        self._batch_has_deadlines = False
         self._next_seq = 1
         self._next_offset = 0
         self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
@@ -276,44 +304,213 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- load
     def load(self) -> None:
-        """Read the store back: counters and messages; every lock starts released."""
-        state = self.store.load()
-        self._next_seq = state.meta.get("next_sequence", 1)
-        self._next_offset = state.meta.get("next_log_offset", 0)
-        for name, values in state.queues.items():
-            sq = self.queues.get(name)
-            if sq is None:  # a sub-queue no longer configured: keep its data, serve nothing
-                continue
-            for value in values:
-                rec = decode_message(value)
-                sq.records[rec.sequence_number] = rec
-                self._track(sq, rec)
-        for name, states in state.session_states.items():
+        """Open the store without reading the backlog: counters, session states, and (for
+        session-enabled sub-queues only) each session's ready line; every lock starts released.
+        """
+        store = self.store
+        store.ensure_queues(list(self.queues))
+        meta = store.load_meta()
+        self._next_seq = meta.get("next_sequence", 1)
+        self._next_offset = meta.get("next_log_offset", 0)
+        if meta.get("layout", 1) < LAYOUT:
+            self._migrate()
+            meta = store.load_meta()
+        for name, sq in self.queues.items():
+            sq.counts = [meta.get(f"n:{name}:{k}", 0) for k in "ads"]
+            if sq.settings.requires_session:
+                self._load_sessions(sq)
+        for name, states in store.load_session_states().items():
             sq = self.queues.get(name)
             if sq is None:
                 continue
             for session_id, data in states.items():
                 sq.session(session_id).state = data
+        self._refresh_deadline()
 
-    def _track(self, sq: SubQueue, rec: MessageRecord) -> None:
-        """Put a visible record in the structures that serve it, by its state."""
-        if rec.state == MessageState.ACTIVE:
-            sq.make_ready(rec)
-            if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
-                heapq.heappush(self._expiry_heap, (rec.expires_at_ms, sq.name, rec.sequence_number))
-        elif rec.state == MessageState.SCHEDULED and rec.scheduled_enqueue_time_ms is not None:
-            heapq.heappush(
-                self._scheduled_heap, (rec.scheduled_enqueue_time_ms, sq.name, rec.sequence_number)
+    def _each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
+        start = 0
+        while True:
+            rows = self.store.scan(sq.name, start, 4096, decode_message)
+            for seq, rec in rows:
+                start = seq + 1
+                yield rec
+            if len(rows) < 4096:
+                return
+
+    def _load_sessions(self, sq: SubQueue) -> None:
+        """A session-enabled sub-queue's lines (reads its records once: O(its backlog))."""
+        for rec in self._each_record(sq):
+            sess = sq.session(rec.session_id or "")
+            sess.messages += 1
+            if rec.state == MessageState.ACTIVE:
+                sq.make_ready(rec)
+
+    def _migrate(self) -> None:
+        """A store written before layout 2: count each sub-queue by state and put its timers
+        in the deadlines database, once."""
+        batch = WriteBatch()
+        for sq in self.queues.values():
+            counts = [0, 0, 0]
+            for rec in self._each_record(sq):
+                counts[rec.state] += 1
+                key = self._deadline_key(sq, rec)
+                if key is not None:
+                    batch.put_deadline(key)
+                if len(batch.deadlines) >= 50_000:
+                    self.store.commit(batch)
+                    batch = WriteBatch()
+            for k, n in zip("ads", counts, strict=True):
+                batch.meta[f"n:{sq.name}:{k}"] = n
+        batch.meta["layout"] = LAYOUT
+        self.store.commit(batch)
+
+    # ---------------------------------------------------------------- index
+    def _get(self, sq: SubQueue, seq: int) -> MessageRecord | None:
+        """A stored message as it is now: uncommitted changes first, then the store."""
+        hit = self._overlay.get((sq.name, seq), _MISSING)
+        if hit is not _MISSING:
+            return hit[0]  # type: ignore[index]
+        lock = sq.locks.get(seq)
+        if lock is not None and lock.record is not None:
+            return lock.record
+        rec = sq.buffer.get(seq)
+        if rec is not None:
+            return rec
+        return self.store.get(sq.name, seq, decode_message)  # type: ignore[no-any-return]
+
+    def _refill(self, sq: SubQueue) -> None:
+        """Read the next few ready messages of a plain sub-queue from the store."""
+        rows = self.store.scan(sq.name, sq.scan_from, READ_AHEAD, decode_message)
+        if len(rows) < READ_AHEAD:
+            sq.more = False
+        overlay, name = self._overlay, sq.name
+        buffer = sq.buffer
+        for seq, rec in rows:
+            sq.scan_from = seq + 1
+            hit = overlay.get((name, seq), _MISSING)
+            if hit is not _MISSING:
+                rec = hit[0]  # type: ignore[index]
+            if (
+                rec is None
+                or rec.state != MessageState.ACTIVE
+                or seq in sq.locks
+                or seq in sq.back_set
+            ):
+                continue
+            buffer[seq] = rec
+
+    def _pop_ready(self, sq: SubQueue, session_id: str | None) -> MessageRecord | None:
+        """The ready message with the lowest sequence number (of one session), out of line."""
+        if sq.settings.requires_session and session_id is None:
+            return None  # a session-enabled sub-queue serves session receivers only
+        if session_id is not None:
+            sess = sq.sessions.get(session_id)
+            if sess is None:
+                return None
+            heap, ready = sess.ready, sess.ready_set
+            while heap:
+                seq = heapq.heappop(heap)
+                if seq in ready:
+                    ready.discard(seq)
+                    rec = self._get(sq, seq)
+                    if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
+                        return rec
+            return None
+        back, back_set = sq.back, sq.back_set
+        while True:
+            while not sq.buffer and sq.more:
+                self._refill(sq)
+            while back and back[0] not in back_set:
+                heapq.heappop(back)
+            if sq.buffer:
+                first = next(iter(sq.buffer))
+                if not back or first < back[0]:
+                    return sq.buffer.pop(first)
+            elif not back:
+                return None
+            seq = heapq.heappop(back)
+            back_set.discard(seq)
+            rec = self._get(sq, seq)
+            if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
+                return rec
+
+    def _count(self, sq: SubQueue, state: MessageState, delta: int) -> None:
+        sq.counts[state] += delta
+        self._counts_dirty.add(sq)
+
+    @staticmethod
+    def _deadline_key(sq: SubQueue, rec: MessageRecord) -> bytes | None:
+        """The timer a stored message has in its current state (None: none)."""
+        if rec.state == MessageState.SCHEDULED:
+            if rec.scheduled_enqueue_time_ms is None:
+                return None
+            return deadline_key(
+                rec.scheduled_enqueue_time_ms, SCHEDULED_ACTIVATION, rec.sequence_number, sq.name
             )
+        if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
+            return deadline_key(rec.expires_at_ms, EXPIRY, rec.sequence_number, sq.name)
+        return None
+
+    def _add_deadline(self, sq: SubQueue, rec: MessageRecord) -> None:
+        key = self._deadline_key(sq, rec)
+        if key is None:
+            return
+        at = parse_deadline_key(key)[0]
+        self._batch.put_deadline(key)
+        self._batch_has_deadlines = True
+        if self._batch_deadline_min is None or at < self._batch_deadline_min:
+            self._batch_deadline_min = at
+        if self._deadline_at is None or at < self._deadline_at:
+            self._deadline_at = at
+        if key < self._deadline_from:
+            self._deadline_from = key
+
+    def _refresh_deadline(self) -> None:
+        at = self.store.first_deadline(self._deadline_from)
+        pending = self._batch_deadline_min
+        if pending is not None and (at is None or pending < at):
+            at = pending
+        self._deadline_at = at
+
+    def _remove(self, sq: SubQueue, rec: MessageRecord) -> None:
+        """Delete a stored message from its sub-queue (and its timer)."""
+        seq = rec.sequence_number
+        self._delete(sq, seq)
+        key = self._deadline_key(sq, rec)
+        if key is not None:
+            self._batch.delete_deadline(key)
+        self._count(sq, rec.state, -1)
+        if sq.settings.requires_session:
+            sess = sq.sessions.get(rec.session_id or "")
+            if sess is not None:
+                sess.messages -= 1
+                sess.ready_set.discard(seq)
+        else:
+            sq.back_set.discard(seq)
 
     # ---------------------------------------------------------------- writes
     def _put(self, sq: SubQueue, rec: MessageRecord) -> None:
-        self._batch.put(sq.name, rec.sequence_number, encode_message(rec))
+        """Write a visible message: seen at once through the overlay, stored at the commit."""
+        seq = rec.sequence_number
+        self._batch.put(sq.name, seq, encode_message(rec))
+        self._remember(sq.name, seq, rec)
+        if seq in sq.buffer:
+            sq.buffer[seq] = rec
         self._dirty()
 
     def _delete(self, sq: SubQueue, seq: int) -> None:
         self._batch.delete(sq.name, seq)
+        self._remember(sq.name, seq, None)
+        sq.buffer.pop(seq, None)
         self._dirty()
+
+    def _remember(self, queue: str, seq: int, rec: MessageRecord | None) -> None:
+        key = (queue, seq)
+        self._overlay[key] = (rec, self._gen)
+        keys = self._gen_keys.get(self._gen)
+        if keys is None:
+            keys = self._gen_keys[self._gen] = []
+        keys.append(key)
 
     def _log(
         self, sq: SubQueue, event: LogEvent, rec: MessageRecord, now_ms: int, reason: str | None = None
@@ -350,11 +547,40 @@ class PartitionBroker:
 
     def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
         """Hand the pending writes and their completions to the committer (None: nothing)."""
+        if self._counts_dirty:
+            for sq in self._counts_dirty:
+                for k, n in zip("ads", sq.counts, strict=True):
+                    self._batch.meta[f"n:{sq.name}:{k}"] = n
+            self._counts_dirty.clear()
         if not self._batch and not self._callbacks:
             return None
         batch, callbacks = self._batch, self._callbacks
         self._batch, self._callbacks = WriteBatch(), []
+        self._taken_gens.append(self._gen)
+        self._gen += 1
+        self._batch_deadline_min = None
         return batch, callbacks
+
+    def _landed(self, committed: bool) -> None:
+        """The oldest taken batch is done: its overlay entries are in the store now (or, if
+        it failed, the store is the truth again); the sub-queues it wrote may have ready
+        messages past their scan."""
+        if not self._taken_gens:
+            return
+        gen = self._taken_gens.pop(0)
+        overlay = self._overlay
+        touched: set[str] = set()
+        for key in self._gen_keys.pop(gen, ()):
+            hit = overlay.get(key)
+            if hit is not None and hit[1] == gen:
+                del overlay[key]
+                if hit[0] is not None:
+                    touched.add(key[0])
+        if committed:
+            for name in touched:
+                sq = self.queues.get(name)
+                if sq is not None and not sq.settings.requires_session:
+                    sq.more = True
 
     def commit_done(
         self, callbacks: list[Done], error: BaseException | None, batch: WriteBatch | None = None
@@ -365,6 +591,9 @@ class PartitionBroker:
         of service; completions see the error the SDKs map (quota, or server-busy: retried).
         """
         failure: Exception | None = None
+        self._landed(error is None)
+        if batch is None or batch.deadlines or error is not None:
+            self._refresh_deadline()
         if error is not None:
             failure = self.store_failed(error)
         elif not self.accepting and batch is not None and any(op[0] == 1 for op in batch.ops):
@@ -392,7 +621,7 @@ class PartitionBroker:
         if online:
             self.accepting = True
             for name, sq in self.queues.items():
-                if sq.ready_count or any(s.ready_set for s in sq.sessions.values()):
+                if sq.has_ready() or any(s.ready_set for s in sq.sessions.values()):
                     self.on_ready(name)
 
     # ---------------------------------------------------------------- sending
@@ -438,23 +667,33 @@ class PartitionBroker:
                 if route.dead_letter_reason is not None:
                     rec.dead_letter_reason = route.dead_letter_reason
                     rec.dead_letter_description = route.dead_letter_description
-                self._put(sq, rec)
+                self._batch.put(sq.name, rec.sequence_number, encode_message(rec))
+                self._count(sq, rec.state, 1)
+                self._add_deadline(sq, rec)
                 event = LogEvent.SCHEDULED if rec.state == MessageState.SCHEDULED else LogEvent.ENQUEUED
                 self._log(sq, event, rec, now_ms)
                 if route.dead_letter_reason is not None:
                     self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, route.dead_letter_reason)
                 staged.append((sq, rec))
         self._batch.meta["next_sequence"] = self._next_seq
+        self._dirty()
 
         def on_commit(error: Exception | None) -> None:
             if error is None:
                 touched: set[str] = set()
                 for sq, rec in staged:
-                    sq.records[rec.sequence_number] = rec
-                    self._track(sq, rec)
+                    if sq.settings.requires_session:
+                        sq.session(rec.session_id or "").messages += 1
+                        if rec.state == MessageState.ACTIVE:
+                            sq.make_ready(rec)
+                    else:
+                        sq.more = True  # the store now holds it past the scan
                     touched.add(sq.name)
                 for name in touched:
                     self.on_ready(name)
+            else:
+                for sq, rec in staged:
+                    self._count(sq, rec.state, -1)
             done(error)
 
         self.after_commit(on_commit)
@@ -500,7 +739,7 @@ class PartitionBroker:
     # ---------------------------------------------------------------- delivery
     def has_ready(self, queue: str) -> bool:
         """Whether a sub-queue has a message waiting (outside sessions)."""
-        return self.queues[queue].ready_count > 0
+        return self.queues[queue].has_ready()
 
     def take_next(
         self,
@@ -519,7 +758,7 @@ class PartitionBroker:
             if sess is None or sess.lock is not session or session.until_ms <= now_ms:
                 return None
         while True:
-            rec = sq.pop_ready(session.session_id if session is not None else None)
+            rec = self._pop_ready(sq, session.session_id if session is not None else None)
             if rec is None:
                 return None
             if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.default_ttl_ms is not None:
@@ -528,8 +767,7 @@ class PartitionBroker:
             if peek_lock:
                 return rec, self._lock(sq, rec, now_ms, session)
             # Receive-and-delete: consumed when put on the wire [contract 4.2].
-            del sq.records[rec.sequence_number]
-            self._delete(sq, rec.sequence_number)
+            self._remove(sq, rec)
             self._log(sq, LogEvent.DELIVERED, rec, now_ms)
             self._log(sq, LogEvent.COMPLETED, rec, now_ms)
             return rec, None
@@ -539,8 +777,8 @@ class PartitionBroker:
     ) -> tuple[MessageRecord, Lock | None]:
         """Fetch a deferred message by sequence number: locked, or removed (receive-and-delete)."""
         sq = self.queues[queue]
-        rec = sq.records.get(seq)
-        if rec is None or rec.state != MessageState.DEFERRED or seq in sq.locks:
+        rec = None if seq in sq.locks else self._get(sq, seq)
+        if rec is None or rec.state != MessageState.DEFERRED:
             raise MessageNotFound(
                 f"Failed to lock one or more specified messages. Either the message is already "
                 f"locked or it does not exist. The sequence number {seq} is not a deferred "
@@ -548,8 +786,7 @@ class PartitionBroker:
             )
         if peek_lock:
             return rec, self._lock(sq, rec, now_ms)
-        del sq.records[seq]
-        self._delete(sq, seq)
+        self._remove(sq, rec)
         self._log(sq, LogEvent.DELIVERED, rec, now_ms)
         self._log(sq, LogEvent.COMPLETED, rec, now_ms)
         return rec, None
@@ -558,7 +795,7 @@ class PartitionBroker:
         self, sq: SubQueue, rec: MessageRecord, now_ms: int, session: SessionLock | None = None
     ) -> Lock:
         until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
-        lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session)
+        lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session, rec)
         sq.locks[rec.sequence_number] = lock
         self.locks[lock.token] = lock
         if session is None:  # a session's message locks end with the session lock
@@ -574,8 +811,7 @@ class PartitionBroker:
                 sq, rec, now_ms, TTL_EXPIRED_REASON, "The message expired and was dead lettered."
             )
         else:
-            del sq.records[rec.sequence_number]
-            self._delete(sq, rec.sequence_number)
+            self._remove(sq, rec)
             self._log(sq, LogEvent.EXPIRED, rec, now_ms)
 
     def _move_to_dlq(
@@ -590,17 +826,18 @@ class PartitionBroker:
         assert sq.settings.dead_letter_queue is not None
         dlq = self.queues[sq.settings.dead_letter_queue]
         sq.unready(rec)
-        del sq.records[rec.sequence_number]
-        self._delete(sq, rec.sequence_number)
+        self._remove(sq, rec)
         moved = rec.copy()
         moved.state = MessageState.ACTIVE
         moved.dead_letter_reason = reason
         moved.dead_letter_description = description
         moved.dead_letter_source = None
         _merge_overrides(moved, overrides)
-        dlq.records[moved.sequence_number] = moved
-        dlq.make_ready(moved)
         self._put(dlq, moved)
+        self._count(dlq, MessageState.ACTIVE, 1)
+        if dlq.settings.requires_session:
+            dlq.session(moved.session_id or "").messages += 1
+        dlq.make_ready(moved)
         self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
         self.on_ready(dlq.name)
 
@@ -626,15 +863,15 @@ class PartitionBroker:
     def _unlock(self, lock: Lock) -> MessageRecord:
         del self.locks[lock.token]
         del lock.queue.locks[lock.seq]
-        return lock.queue.records[lock.seq]
+        assert lock.record is not None  # every lock carries its message
+        return lock.record
 
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Delete a locked message; `done` runs after the commit."""
         lock = self._live_lock(token, now_ms)
         rec = self._unlock(lock)
         sq = lock.queue
-        del sq.records[rec.sequence_number]
-        self._delete(sq, rec.sequence_number)
+        self._remove(sq, rec)
         self._log(sq, LogEvent.COMPLETED, rec, now_ms)
         self.after_commit(done)
 
@@ -695,7 +932,9 @@ class PartitionBroker:
         """Set a locked message aside; it is fetched later by sequence number."""
         lock = self._live_lock(token, now_ms)
         rec = self._unlock(lock)
+        self._count(lock.queue, rec.state, -1)
         rec.state = MessageState.DEFERRED
+        self._count(lock.queue, rec.state, 1)
         _merge_overrides(rec, overrides)
         self._put(lock.queue, rec)
         self._log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
@@ -741,31 +980,40 @@ class PartitionBroker:
     ) -> list[MessageRecord]:
         """Up to `count` messages with sequence number >= from_seq, oldest first (locks ignored)."""
         sq = self.queues[queue]
-        if session_id is not None:
-            seqs = sorted(
-                s for s, r in sq.records.items() if s >= from_seq and r.session_id == session_id
-            )[:count]
-        else:
-            seqs = sorted(s for s in sq.records if s >= from_seq)[:count]
-        return [sq.records[s] for s in seqs]
+        pending = {
+            seq: rec for (name, seq), (rec, _gen) in self._overlay.items()
+            if name == queue and seq >= from_seq
+        }  # fmt: skip
+        out: list[MessageRecord] = []
+        start = from_seq
+        limit = max(count, READ_AHEAD)
+        while len(out) < count:
+            rows = self.store.scan(queue, start, limit, decode_message)
+            for seq, stored in rows:
+                start = seq + 1
+                rec = pending.pop(seq) if seq in pending else stored
+                if rec is not None and (session_id is None or rec.session_id == session_id):
+                    out.append(rec)
+            if len(rows) < limit:
+                break
+        out.extend(
+            r for r in pending.values()
+            if r is not None and (session_id is None or r.session_id == session_id)
+        )  # fmt: skip
+        if sq.locks:  # a locked message as it is now (its lock holds the live copy)
+            out = [sq.locks[r.sequence_number].record or r if r.sequence_number in sq.locks else r
+                   for r in out]  # fmt: skip
+        out.sort(key=lambda r: r.sequence_number)
+        return out[:count]
 
     def counts(self, queue: str) -> dict[str, int]:
         """Runtime counts of a sub-queue, as Azure reports them."""
-        sq = self.queues[queue]
-        active = deferred = scheduled = 0
-        for r in sq.records.values():
-            if r.state == MessageState.ACTIVE:
-                active += 1
-            elif r.state == MessageState.DEFERRED:
-                deferred += 1
-            else:
-                scheduled += 1
+        active, deferred, scheduled = self.queues[queue].counts
         return {"active": active, "deferred": deferred, "scheduled": scheduled}
 
     # ---------------------------------------------------------------- time
     def on_timer(self, now_ms: int) -> None:
         """Expire locks and messages, activate scheduled messages that are due."""
-        rec: MessageRecord | None  # the loops below also look records up (may be gone)
         heap = self._lock_heap
         while heap and heap[0][0] <= now_ms:
             until, _seq, token = heapq.heappop(heap)
@@ -774,14 +1022,6 @@ class PartitionBroker:
                 continue  # settled, or renewed (a newer heap entry exists)
             rec = self._unlock(lock)
             self._redeliver(lock.queue, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
-        exp = self._expiry_heap
-        while exp and exp[0][0] <= now_ms:
-            _at, name, seq = heapq.heappop(exp)
-            sq = self.queues[name]
-            rec = sq.records.get(seq)
-            if rec is None or seq in sq.locks or rec.state != MessageState.ACTIVE:
-                continue  # gone, or locked: checked again when it comes back
-            self._expire(sq, rec, now_ms)
         sessions = self._session_heap
         while sessions and sessions[0][0] <= now_ms:
             until, name, session_id = heapq.heappop(sessions)
@@ -791,19 +1031,37 @@ class PartitionBroker:
             lost = sess.lock
             self._end_session(lost, now_ms, count_delivery=True)
             self.on_session_lost(lost)
-        sched = self._scheduled_heap
-        while sched and sched[0][0] <= now_ms:
-            _at, name, seq = heapq.heappop(sched)
-            sq = self.queues[name]
-            rec = sq.records.get(seq)
-            if rec is None or rec.state != MessageState.SCHEDULED:
-                continue  # cancelled
-            self._activate(sq, rec, now_ms)
+        if self._deadline_at is not None and self._deadline_at <= now_ms:
+            self._fire_deadlines(now_ms)
+
+    def _fire_deadlines(self, now_ms: int) -> None:
+        """TTL expiry and scheduled activation from the timers on disk, oldest first."""
+        keys = self.store.due_deadlines(self._deadline_from, now_ms, DEADLINES_PER_TICK)
+        for key in keys:
+            self._deadline_from = key + b"\x00"  # the next key after this one
+            self._batch.delete_deadline(key)
+            self._dirty()
+            at, kind, seq, name = parse_deadline_key(key)
+            sq = self.queues.get(name)
+            if sq is None:
+                continue
+            rec = self._get(sq, seq)
+            if rec is None:
+                continue
+            if kind == EXPIRY:
+                if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
+                    continue  # locked: checked again when it comes back; or no longer active
+                self._expire(sq, rec, now_ms)
+            elif rec.state == MessageState.SCHEDULED:
+                self._activate(sq, rec, now_ms)
+        if len(keys) >= DEADLINES_PER_TICK:
+            self._deadline_at = now_ms  # more are due: the next tick goes on
+        else:
+            self._refresh_deadline()
 
     def _activate(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
         """A scheduled message is due: it is enqueued anew with a new sequence number [D3]."""
-        del sq.records[rec.sequence_number]
-        self._delete(sq, rec.sequence_number)
+        self._remove(sq, rec)
         new = rec.copy()
         new.sequence_number = self.sequence_base() | self._next_seq
         self._next_seq += 1
@@ -811,20 +1069,22 @@ class PartitionBroker:
         new.state = MessageState.ACTIVE
         new.enqueued_time_ms = now_ms
         new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
-        sq.records[new.sequence_number] = new
         self._put(sq, new)
+        self._count(sq, MessageState.ACTIVE, 1)
+        self._add_deadline(sq, new)
+        if sq.settings.requires_session:
+            sq.session(new.session_id or "").messages += 1
         self._log(sq, LogEvent.ACTIVATED, new, now_ms)
-        self._track(sq, new)
+        sq.make_ready(new)
         self.on_ready(sq.name)
 
     def cancel_scheduled(self, queue: str, seq: int, now_ms: int) -> bool:
         """Drop a scheduled message by its sequence number; False if there is none."""
         sq = self.queues[queue]
-        rec = sq.records.get(seq)
+        rec = self._get(sq, seq)
         if rec is None or rec.state != MessageState.SCHEDULED:
             return False
-        del sq.records[seq]
-        self._delete(sq, seq)
+        self._remove(sq, rec)
         self._log(sq, LogEvent.CANCELLED, rec, now_ms)
         return True
 
@@ -921,12 +1181,13 @@ class PartitionBroker:
             return sorted(
                 sid for sid, sess in sq.sessions.items() if sess.state_changed_ms > changed_after_ms
             )
-        with_messages = {r.session_id or "" for r in sq.records.values()}
+        with_messages = {sid for sid, sess in sq.sessions.items() if sess.messages > 0}
         with_state = {sid for sid, sess in sq.sessions.items() if sess.state is not None}
         return sorted(with_messages | with_state)
 
     def next_deadline(self) -> int | None:
         """The earliest time (ms) on_timer has work, or None."""
-        heaps = (self._lock_heap, self._expiry_heap, self._scheduled_heap, self._session_heap)
-        times = [h[0][0] for h in heaps if h]
+        times = [h[0][0] for h in (self._lock_heap, self._session_heap) if h]
+        if self._deadline_at is not None:
+            times.append(self._deadline_at)
         return min(times) if times else None

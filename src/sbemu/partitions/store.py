@@ -7,6 +7,14 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
   s:<sub-queue>   session state of a session-enabled sub-queue, key: UTF-8 session id
+  deadlines       the partition's timers on disk (TTL expiry, scheduled activation), key:
+                  8-byte big-endian due time (ms) + kind byte + 8-byte sequence number +
+                  UTF-8 sub-queue name (deadline_key()), value empty: the first key is the
+                  next thing due, so no message needs to be in memory for its timer to fire
+
+Reads (get, scan, due_deadlines) run in short read transactions with buffers=True: values are
+memoryviews into the map, valid only inside the transaction, so they are decoded (copied into
+Python objects) before it ends [issue 10: message bytes stay in LMDB].
 
 Writes arrive as a WriteBatch and are committed in one durable transaction (group commit: the
 caller collects a whole event-loop turn of work per partition into one batch). commit() runs
@@ -17,8 +25,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 
@@ -28,6 +37,7 @@ if TYPE_CHECKING:
 _U64 = struct.Struct(">Q")
 META_DB = b"meta"
 LOG_DB = b"log"
+DEADLINE_DB = b"deadlines"
 TRIMMED_BELOW_META = b"log_trimmed_below"
 TRIM_LIMIT = 50_000  # log records deleted per trim_log() call (one write transaction)
 
@@ -52,6 +62,7 @@ class WriteBatch:
     session_ops: list[tuple[str, str, bytes | None]] = field(default_factory=list)
     meta: dict[str, int] = field(default_factory=dict)
     log: list[tuple[int, bytes]] = field(default_factory=list)
+    deadlines: list[tuple[bytes, bool]] = field(default_factory=list)  # (key, put?)
 
     def put(self, queue: str, seq: int, value: bytes) -> None:
         """Queue a put of one message record."""
@@ -65,8 +76,16 @@ class WriteBatch:
         """Queue a write (or, with None, a delete) of one session's state."""
         self.session_ops.append((queue, session_id, state))
 
+    def put_deadline(self, key: bytes) -> None:
+        """Queue a put of one timer (a deadline_key())."""
+        self.deadlines.append((key, True))
+
+    def delete_deadline(self, key: bytes) -> None:
+        """Queue a delete of one timer (absent keys are ignored)."""
+        self.deadlines.append((key, False))
+
     def __bool__(self) -> bool:
-        return bool(self.ops or self.meta or self.log or self.session_ops)
+        return bool(self.ops or self.meta or self.log or self.session_ops or self.deadlines)
 
 
 @dataclass(slots=True)
@@ -81,6 +100,18 @@ class StoredState:
 def key_of(seq: int) -> bytes:
     """The LMDB key of a sequence number or log offset."""
     return _U64.pack(seq)
+
+
+def deadline_key(at_ms: int, kind: int, seq: int, queue: str) -> bytes:
+    """The key of one timer: sorts by due time first."""
+    return _U64.pack(max(at_ms, 0)) + bytes((kind,)) + _U64.pack(seq) + queue.encode("utf-8")
+
+
+def parse_deadline_key(key: bytes) -> tuple[int, int, int, str]:
+    """(due time ms, kind, sequence number, sub-queue) of a deadline_key()."""
+    return (
+        _U64.unpack_from(key, 0)[0], key[8], _U64.unpack_from(key, 9)[0], key[17:].decode("utf-8")
+    )
 
 
 class PartitionStore:
@@ -105,6 +136,110 @@ class PartitionStore:
         with self._env.begin(write=True) as txn:
             self._meta = self._env.open_db(META_DB, txn=txn)
             self._log = self._env.open_db(LOG_DB, txn=txn)
+            self._deadlines = self._env.open_db(DEADLINE_DB, txn=txn)
+
+    def ensure_queues(self, names: list[str]) -> None:
+        """Create (open) the databases of these sub-queues, so reads never need a write txn."""
+        try:
+            with self._env.begin(write=True) as txn:
+                for name in names:
+                    self._db(name, txn)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def _read_db(self, queue: str) -> _Database:
+        db = self._dbs.get(b"q:" + queue.encode("utf-8"))
+        if db is None:  # a sub-queue added at runtime: create its database once
+            self.ensure_queues([queue])
+            db = self._dbs[b"q:" + queue.encode("utf-8")]
+        return db
+
+    # ------------------------------------------------------------ reads (index + lazy bytes)
+    def load_meta(self) -> dict[str, int]:
+        """The counters (next sequence number, log offset, per-sub-queue counts, layout)."""
+        try:
+            with self._env.begin() as txn:
+                return {bytes(k).decode(): _U64.unpack(v)[0] for k, v in txn.cursor(db=self._meta)}
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def load_session_states(self) -> dict[str, dict[str, bytes]]:
+        """Every session-enabled sub-queue's stored session states."""
+        states: dict[str, dict[str, bytes]] = {}
+        with self._env.begin(write=True) as txn:
+            names = [bytes(k) for k, _ in txn.cursor()]
+            for name in names:
+                if name.startswith(b"s:"):
+                    db = self._db(name[2:].decode("utf-8"), txn, b"s:")
+                    states[name[2:].decode("utf-8")] = {
+                        bytes(k).decode("utf-8"): bytes(v) for k, v in txn.cursor(db=db)
+                    }
+        return states
+
+    def get(self, queue: str, seq: int, decode: Callable[[Any], Any]) -> Any:
+        """One message record, decoded inside the read transaction (None if absent)."""
+        db = self._read_db(queue)
+        try:
+            with self._env.begin(db=db, buffers=True) as txn:
+                raw = txn.get(_U64.pack(seq))
+                return None if raw is None else decode(raw)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def scan(
+        self, queue: str, start: int, limit: int, decode: Callable[[Any], Any]
+    ) -> list[tuple[int, Any]]:
+        """Up to `limit` (sequence number, decoded record) from `start` on, in key order."""
+        db = self._read_db(queue)
+        out: list[tuple[int, Any]] = []
+        unpack = _U64.unpack
+        try:
+            with self._env.begin(db=db, buffers=True) as txn:
+                cur = txn.cursor()
+                if not cur.set_range(_U64.pack(max(start, 0))):
+                    return out
+                for k, v in cur:
+                    out.append((unpack(k)[0], decode(v)))
+                    if len(out) >= limit:
+                        break
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+        return out
+
+    def due_deadlines(self, start: bytes, now_ms: int, limit: int) -> list[bytes]:
+        """Up to `limit` timer keys >= `start` that are due at `now_ms`, in order."""
+        out: list[bytes] = []
+        try:
+            with self._env.begin(db=self._deadlines) as txn:
+                cur = txn.cursor()
+                if not cur.set_range(start):
+                    return out
+                for key in cur.iternext(keys=True, values=False):
+                    if _U64.unpack_from(key, 0)[0] > now_ms:
+                        break
+                    out.append(bytes(key))
+                    if len(out) >= limit:
+                        break
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+        return out
+
+    def first_deadline(self, start: bytes) -> int | None:
+        """The due time of the first timer key >= `start` (None: no timers)."""
+        try:
+            with self._env.begin(db=self._deadlines) as txn:
+                cur = txn.cursor()
+                if not cur.set_range(start):
+                    return None
+                return int(_U64.unpack_from(cur.key(), 0)[0])
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def entries(self, queue: str) -> int:
+        """How many records a sub-queue's database holds (LMDB keeps the count)."""
+        db = self._read_db(queue)
+        with self._env.begin(db=db) as txn:
+            return int(txn.stat(db)["entries"])
 
     def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> _Database:
         name = prefix + queue.encode("utf-8")
@@ -155,6 +290,11 @@ class PartitionStore:
                     txn.put(name.encode(), _U64.pack(number), db=self._meta)
                 for offset, value in batch.log:
                     txn.put(_U64.pack(offset), value, db=self._log, append=True)
+                for key, put in batch.deadlines:
+                    if put:
+                        txn.put(key, b"", db=self._deadlines)
+                    else:
+                        txn.delete(key, db=self._deadlines)
         except lmdb.MapFullError as exc:
             raise StoreFull(f"partition store {self.path} is full") from exc
         except lmdb.Error as exc:

@@ -117,17 +117,20 @@ def _config() -> dict[str, Any]:
 class Server:
     """``python -m sbemu serve`` as a subprocess; parses the ready lines for port and conn str."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, config: dict[str, Any] | None = None) -> None:
         self.workdir = workdir
         self.config = workdir / "config.json"
-        self.config.write_text(json.dumps(_config(), indent=2))
+        self.config.write_text(json.dumps(config or _config(), indent=2))
+        self.started_in = 0.0  # seconds from spawning the process to its listening line
         self.stderr_path = workdir / "server.stderr"
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.conn_str = ""
 
     def start(self) -> None:
-        stderr = open(self.stderr_path, "w")  # noqa: SIM115 - handed to the child
+        t0 = time.perf_counter()
+        self.port, self.conn_str = 0, ""
+        stderr = open(self.stderr_path, "a")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "sbemu", "serve",
@@ -163,6 +166,7 @@ class Server:
                 )
             if m := re.search(r"listening on amqp://[^:]+:(\d+)", line):
                 self.port = int(m.group(1))
+                self.started_in = time.perf_counter() - t0
             elif m := re.search(r"connection string: (\S+)", line):
                 self.conn_str = m.group(1)
 
@@ -179,6 +183,85 @@ class Server:
     @property
     def url(self) -> str:
         return f"amqp://127.0.0.1:{self.port}"
+
+    def rss_mb(self) -> float:
+        """The server's resident memory (VmRSS), in MiB."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+
+# ------------------------------------------------------------------------------- backlog
+
+
+def _backlog_config(count: int, size: int) -> dict[str, Any]:
+    """Both queues sized for `count` messages (MaxSizeInMegabytes is per partition [P5])."""
+    need_mb = count * (size + 1024) // (1024 * 1024)  # message + record + log + B-tree slack
+    mb = next((m for m in (1024, 2048, 3072, 4096, 5120) if m >= need_mb), 5120)
+    config = _config()
+    queues = [_queue("bench", False), _queue("benchp", True)]
+    for q in queues:
+        q["Properties"]["MaxSizeInMegabytes"] = mb
+        q["Properties"]["DefaultMessageTimeToLive"] = "P1D"  # every message has a timer
+    config["UserConfig"]["Namespaces"][0]["Queues"] = queues
+    return config
+
+
+def _du_mb(path: Path) -> float:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total / (1024 * 1024)
+
+
+def _backlog(count: int, size: int, queues: list[str], keep: bool) -> int:
+    """Fill `count` durable messages, restart, drain from the cold backlog (exactly once)."""
+    failed = 0
+    rows = []
+    for q in queues:
+        workdir = Path(tempfile.mkdtemp(prefix="sbemu-backlog-"))
+        server = Server(workdir, _backlog_config(count, size))
+        try:
+            server.start()
+            print(f"  {q}: filling {count} x {size} B (proton, durable) ...", flush=True)
+            fill = _proton_phase(server.url, q, count, size, f"b-{q}", part="send")
+            serving = server.rss_mb()
+            rc = server.stop()
+            disk = _du_mb(workdir / "data")
+            print(f"  {q}: filled at {fill.send_rate:.0f} msg/s, RSS {serving:.0f} MiB, "
+                  f"{disk:.0f} MiB on disk; restarting ...", flush=True)  # fmt: skip
+            if rc not in (0, None):
+                fill.errors.append(f"server exited with {rc} on SIGTERM")
+            server.start()
+            restarted, rss_restart = server.started_in, server.rss_mb()
+            print(f"  {q}: listening {restarted:.2f} s after spawn, RSS {rss_restart:.0f} MiB; "
+                  "draining ...", flush=True)  # fmt: skip
+            drain = _proton_phase(server.url, q, count, size, f"b-{q}", part="receive")
+            rss_drained = server.rss_mb()
+        finally:
+            server.stop()
+            if not keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+        ok = fill.sent_ok == count and drain.received == count and not drain.duplicates
+        ok = ok and not drain.leftover and not fill.errors and not drain.errors
+        failed += not ok
+        rows.append(
+            f"{q:<8} {count:>9} {fill.send_rate:>9.0f} {serving:>10.0f} {disk:>9.0f} "
+            f"{restarted:>9.2f} {rss_restart:>12.0f} {drain.receive_rate:>9.0f} "
+            f"{rss_drained:>10.0f} {count - drain.received:>5} {drain.duplicates:>4} "
+            f"{drain.leftover:>5}  {'ok' if ok else 'FAILED ' + '; '.join(fill.errors + drain.errors)}"
+        )
+    print()
+    print(
+        "queue        count  fill/s  RSS serve  disk MiB  listen s  RSS restart  drain/s"
+        "  RSS after  lost  dup  left  status"
+    )
+    print("-" * 118)
+    print("\n".join(rows))
+    return 1 if failed else 0
 
 
 # ------------------------------------------------------------------------------- results
@@ -210,7 +293,10 @@ class Result:
 # ------------------------------------------------------------------------------- proton client
 
 
-def _proton_phase(url: str, address: str, count: int, size: int, prefix: str) -> Result:
+def _proton_phase(
+    url: str, address: str, count: int, size: int, prefix: str, part: str = "both"
+) -> Result:
+    """Send then receive `count` messages; `part` "send" or "receive" runs one half only."""
     from proton import Message
     from proton.handlers import MessagingHandler
     from proton.reactor import Container
@@ -371,13 +457,14 @@ def _proton_phase(url: str, address: str, count: int, size: int, prefix: str) ->
         def on_timer_task(self, event: Any) -> None:
             self.handler.finish()
 
-    sender = Sender()
-    Container(sender).run()
-    result.sent_ok = sender.accepted
-    if sender.t1 > sender.t0:
-        result.send_rate = sender.accepted / (sender.t1 - sender.t0)
-    if result.errors:
-        return result
+    if part != "receive":
+        sender = Sender()
+        Container(sender).run()
+        result.sent_ok = sender.accepted
+        if sender.t1 > sender.t0:
+            result.send_rate = sender.accepted / (sender.t1 - sender.t0)
+        if result.errors or part == "send":
+            return result
 
     receiver = Receiver(count)
     Container(receiver).run()
@@ -553,9 +640,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--topic-count", type=int, default=10_000, help="messages into the topic [10000; 0 = skip]"
     )
+    parser.add_argument(
+        "--backlog", type=int, metavar="N",
+        help="instead: fill N durable messages per queue, restart, drain the cold backlog",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.count <= 0 or args.size < 0:
         parser.error("--count must be > 0 and --size >= 0")
+    if args.backlog is not None:
+        if args.backlog <= 0:
+            parser.error("--backlog must be > 0")
+        print(f"sbemu bench --backlog {args.backlog}: RSS and disk in MiB", flush=True)
+        return _backlog(args.backlog, args.size, args.queue or list(QUEUES), args.keep_data)
 
     workdir = Path(tempfile.mkdtemp(prefix="sbemu-bench-"))
     server = Server(workdir)

@@ -1,0 +1,232 @@
+"""The partition keeps an index, not messages [issue 10]: real LMDB in a temp dir, fake clock.
+
+Restart reads counters, not the backlog; records are read from the store when delivered, peeked
+or received by sequence number; timers (TTL, scheduled) live in the store's deadlines database.
+"""
+
+import dataclasses
+
+import pytest
+from test_store_broker import DLQ, MAIN, Harness, msg
+
+from sbemu.partitions import broker as broker_module
+from sbemu.partitions.broker import PartitionBroker, SubQueueSettings
+from sbemu.partitions.records import MessageState, encode_message
+from sbemu.partitions.store import PartitionStore, WriteBatch
+
+
+class Counting:
+    """Counts the store's record reads (the real store underneath)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.reads = 0
+        for name in ("scan", "get"):
+            real = getattr(store, name)
+
+            def wrapped(*args, _real=real, **kw):
+                self.reads += 1
+                return _real(*args, **kw)
+
+            setattr(store, name, wrapped)
+
+
+@pytest.fixture
+def h(tmp_path):
+    return Harness(tmp_path / "p0")
+
+
+def test_restart_reads_counters_not_the_backlog(h):
+    h.send(*[msg(i) for i in range(500)])
+    h.store.close()
+    h.store = PartitionStore(str(h.path), map_size=64 << 20)
+    reads = Counting(h.store)
+    h.broker = PartitionBroker(
+        h.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
+        queues={MAIN: SubQueueSettings(5_000, 3, 60_000, True, DLQ),
+                DLQ: SubQueueSettings(5_000, None, None, False, None)},
+        mark_dirty=lambda b: None,
+    )  # fmt: skip
+    h.broker.load()
+    assert reads.reads == 0  # nothing of the backlog was read
+    sq = h.broker.queues[MAIN]
+    assert not sq.buffer and not sq.back and not sq.locks
+    assert h.broker.counts(MAIN) == {"active": 500, "deferred": 0, "scheduled": 0}
+    got = [h.broker.take_next(MAIN, 1000, False)[0].sequence_number for _ in range(500)]
+    assert got == list(range(1, 501))
+    assert h.broker.take_next(MAIN, 1000, False) is None
+    assert reads.reads <= 500 // broker_module.READ_AHEAD + 2  # read ahead, not one by one
+    h.commit()
+    assert h.broker.counts(MAIN)["active"] == 0
+
+
+def test_counts_by_state_survive_restart(h):
+    h.send(msg(1), msg(2), msg(3, scheduled_enqueue_time_ms=50_000))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.defer(lock.token, 1000, None, lambda e: None)
+    h.commit()
+    assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
+    h.reopen()
+    assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
+    rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
+    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.commit()
+    h.reopen()
+    assert h.broker.counts(MAIN) == {"active": 1, "deferred": 0, "scheduled": 1}
+
+
+def test_expired_messages_of_a_cold_backlog_are_never_delivered(h):
+    h.send(*[msg(i, ttl=1_000) for i in range(10)], now=1000)
+    h.send(msg(99), now=1000)  # default TTL (60 s): still live at 2 500
+    h.reopen()
+    # The first receive after the restart, before any timer ran: expired ones are skipped.
+    rec, _lock = h.broker.take_next(MAIN, 2500, True)
+    assert rec.message_id == "m99"
+    h.commit()
+    assert [r.dead_letter_reason for r in h.broker.peek(DLQ, 0, 20)] == ["TTLExpiredException"] * 10
+
+
+def test_ttl_timers_fire_from_disk_after_restart_in_steps(h, monkeypatch):
+    monkeypatch.setattr(broker_module, "DEADLINES_PER_TICK", 4)
+    h.send(*[msg(i, ttl=1_000 + i) for i in range(10)], now=1000)
+    h.reopen()
+    assert h.broker.next_deadline() == 2000  # the earliest timer, read from the store
+    h.broker.on_timer(5000)
+    h.commit()
+    assert h.broker.counts(MAIN)["active"] == 6  # four per tick
+    assert h.broker.next_deadline() <= 5000
+    h.broker.on_timer(5000)
+    h.broker.on_timer(5000)
+    h.commit()
+    assert h.broker.counts(MAIN)["active"] == 0
+    assert h.broker.counts(DLQ)["active"] == 10
+    assert h.broker.next_deadline() is None
+    ids = sorted(r.message_id for r in h.broker.peek(DLQ, 0, 20))
+    assert ids == sorted(f"m{i}" for i in range(10))
+
+
+def test_scheduled_message_fires_after_restart(h):
+    h.send(msg(1, scheduled_enqueue_time_ms=7000), now=1000)
+    h.reopen()
+    assert h.broker.next_deadline() == 7000
+    assert h.broker.take_next(MAIN, 6999, True) is None
+    h.broker.on_timer(7000)
+    rec, _lock = h.broker.take_next(MAIN, 7000, True)
+    assert (rec.sequence_number, rec.state, rec.scheduled_enqueue_time_ms) == (2, 0, 7000)
+    h.commit()
+    h.reopen()
+    assert [(r.sequence_number, r.state) for r in h.broker.peek(MAIN, 0, 5)] == [(2, 0)]
+    assert h.broker.next_deadline() == 7000 + 60_000  # its TTL timer
+
+
+def test_completed_and_cancelled_messages_leave_no_timers(h):
+    h.send(msg(1), msg(2, scheduled_enqueue_time_ms=9000))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.complete(lock.token, 1000, lambda e: None)
+    assert h.broker.cancel_scheduled(MAIN, 2, 1000)
+    h.commit()
+    h.reopen()
+    assert h.broker.next_deadline() is None
+    assert h.broker.peek(MAIN, 0, 10) == []
+
+
+def test_uncommitted_changes_are_seen_before_the_store(h):
+    h.send(msg(1), msg(2))
+    _rec, lock = h.broker.take_next(MAIN, 1000, True)
+    h.broker.abandon(lock.token, 1000, {"k": b"\xa1\x01v"}, lambda e: None)
+    # Not committed yet: peek and the next delivery see the abandoned copy.
+    first = h.broker.peek(MAIN, 0, 10)[0]
+    assert (first.delivery_count, first.property_overrides) == (1, {"k": b"\xa1\x01v"})
+    rec, lock = h.broker.take_next(MAIN, 1000, True)
+    assert (rec.sequence_number, rec.delivery_count) == (1, 1)
+    h.broker.complete(lock.token, 1000, lambda e: None)
+    assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
+    h.commit()
+    assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
+    assert not h.broker._overlay  # committed: the store is the truth again
+
+
+def test_dead_lettered_behind_the_scan_is_delivered_from_the_dlq(h):
+    h.send(*[msg(i) for i in range(5)])
+    taken = [h.broker.take_next(MAIN, 1000, True) for _ in range(5)]
+    # The DLQ reader scans ahead first (sees nothing), then old messages are dead-lettered.
+    assert h.broker.take_next(DLQ, 1000, True) is None
+    for _rec, lock in reversed(taken):
+        h.broker.dead_letter(lock.token, 1000, "r", None, None, lambda e: None)
+    got = [h.broker.take_next(DLQ, 1000, False)[0].sequence_number for _ in range(5)]
+    assert got == [1, 2, 3, 4, 5]
+    assert h.broker.take_next(DLQ, 1000, False) is None
+    h.commit()
+    h.reopen()
+    assert h.broker.peek(DLQ, 0, 10) == [] and h.broker.counts(DLQ)["active"] == 0
+
+
+def test_new_messages_arrive_behind_a_drained_scan(h):
+    h.send(msg(1))
+    assert h.broker.take_next(MAIN, 1000, False)[0].sequence_number == 1
+    assert h.broker.take_next(MAIN, 1000, False) is None
+    assert not h.broker.has_ready(MAIN)
+    h.send(msg(2))
+    assert h.broker.has_ready(MAIN)
+    assert h.broker.take_next(MAIN, 1000, False)[0].sequence_number == 2
+
+
+def test_store_written_before_the_index_layout_is_migrated_once(tmp_path):
+    path = tmp_path / "old"
+    store = PartitionStore(str(path), map_size=16 << 20)
+    batch = WriteBatch()
+    from sbemu.partitions.records import MessageRecord
+
+    for seq, state, expires, sched in ((1, 0, 61_000, None), (2, 1, None, None), (3, 2, None, 9000)):
+        rec = MessageRecord(seq, 1000, MessageState(state), 0, f"m{seq}", None, None, None,
+                            expires, True, None, 0, b"", b"\x00Sw\xa1\x02hi", 10, sched)
+        batch.put(MAIN, seq, encode_message(rec))
+    batch.meta["next_sequence"] = 4
+    store.commit(batch)  # the old layout: records and next_sequence only
+    store.close()
+    h = Harness(path)
+    assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
+    assert h.broker.next_deadline() == 9000
+    assert h.store.load_meta()["layout"] == broker_module.LAYOUT
+    h.broker.on_timer(61_000)
+    h.commit()
+    assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 0}
+    assert h.broker.counts(DLQ)["active"] == 1  # m1 expired; m3 was activated as seq 4
+    assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2, 4]
+
+
+SESSION_SETTINGS = {
+    MAIN: SubQueueSettings(5_000, 3, 60_000, True, DLQ, requires_session=True),
+    DLQ: SubQueueSettings(5_000, None, None, False, None),
+}
+
+
+def smsg(i, session_id):
+    return dataclasses.replace(msg(i), session_id=session_id)
+
+
+class SessionHarness(Harness):
+    def open(self):
+        self.store = PartitionStore(str(self.path), map_size=64 << 20)
+        self.broker = PartitionBroker(
+            self.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
+            queues=SESSION_SETTINGS, mark_dirty=lambda b: None,
+        )  # fmt: skip
+        self.broker.load()
+
+
+def test_session_lines_are_rebuilt_on_restart(tmp_path):
+    h = SessionHarness(tmp_path / "s")
+    h.send(smsg(1, "b"), smsg(2, "a"), smsg(3, "b"))
+    h.reopen()
+    assert h.broker.session_ids(MAIN) == ["a", "b"]
+    lock = h.broker.accept_session(MAIN, None, "owner", 1000)
+    assert lock.session_id == "b"  # its next message (1) is the oldest
+    got = []
+    while (taken := h.broker.take_next(MAIN, 1000, False, lock)) is not None:
+        got.append(taken[0].sequence_number)
+    assert got == [1, 3]
+    h.commit()
+    h.reopen()
+    assert h.broker.session_ids(MAIN) == ["a"]
+    assert h.broker.take_next(MAIN, 1000, True) is None  # session receivers only

@@ -320,11 +320,11 @@ class PartitionBroker:
             if sq.settings.requires_session:
                 self._load_sessions(sq)
         for name, states in store.load_session_states().items():
-            sq = self.queues.get(name)
-            if sq is None:
+            target = self.queues.get(name)
+            if target is None:
                 continue
             for session_id, data in states.items():
-                sq.session(session_id).state = data
+                target.session(session_id).state = data
         self._refresh_deadline()
 
     def _each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
@@ -376,7 +376,7 @@ class PartitionBroker:
         rec = sq.buffer.get(seq)
         if rec is not None:
             return rec
-        return self.store.get(sq.name, seq, decode_message)  # type: ignore[no-any-return]
+        return self.store.get(sq.name, seq, decode_message)
 
     def _refill(self, sq: SubQueue) -> None:
         """Read the next few ready messages of a plain sub-queue from the store."""

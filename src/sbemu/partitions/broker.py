@@ -455,7 +455,8 @@ class PartitionBroker:
         key = self._deadline_key(sq, rec)
         if key is None:
             return
-        at = parse_deadline_key(key)[0]
+        at = rec.scheduled_enqueue_time_ms if rec.state == MessageState.SCHEDULED else rec.expires_at_ms
+        assert at is not None  # _deadline_key made a key from it
         self._batch.put_deadline(key)
         self._batch_has_deadlines = True
         if self._batch_deadline_min is None or at < self._batch_deadline_min:

@@ -241,6 +241,9 @@ def _backlog(count: int, size: int, queues: list[str], keep: bool) -> int:
                   "draining ...", flush=True)  # fmt: skip
             drain = _proton_phase(server.url, q, count, size, f"b-{q}", part="receive")
             rss_drained = server.rss_mb()
+            print(f"  {q}: drained {drain.received} at {drain.receive_rate:.0f} msg/s "
+                  f"({drain.duplicates} dup, {drain.leftover} left), RSS {rss_drained:.0f} MiB",
+                  flush=True)  # fmt: skip
         finally:
             server.stop()
             if not keep:

@@ -5,6 +5,7 @@ or received by sequence number; timers (TTL, scheduled) live in the store's dead
 """
 
 import dataclasses
+import os
 
 import pytest
 from test_store_broker import DLQ, MAIN, Harness, msg
@@ -230,3 +231,29 @@ def test_session_lines_are_rebuilt_on_restart(tmp_path):
     h.reopen()
     assert h.broker.session_ids(MAIN) == ["a"]
     assert h.broker.take_next(MAIN, 1000, True) is None  # session receivers only
+
+
+def _rss_file_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_release_resident_unmaps_touched_store_pages(tmp_path):
+    store = PartitionStore(str(tmp_path / "r"), map_size=256 << 20, durable=False)
+    body = b"x" * 4000
+    for base in range(0, 8000, 2000):
+        batch = WriteBatch()
+        for seq in range(base, base + 2000):
+            batch.put(MAIN, seq, body)
+        store.commit(batch)
+    before = _rss_file_kb()
+    assert len(store.scan(MAIN, 0, 10_000, bytes)) == 8000  # touches ~32 MB of the map
+    touched = _rss_file_kb()
+    store.release_resident()
+    released = _rss_file_kb()
+    assert touched - before > 16_000 and released - before < 4_000, (before, touched, released)
+    assert store.get(MAIN, 7999, bytes) == body  # the pages fault back in when read again
+    store.close()

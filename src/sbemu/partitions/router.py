@@ -51,6 +51,7 @@ MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 MIB = 1024 * 1024
+RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages they touched
 
 
 class StorageLayoutError(Exception):
@@ -611,6 +612,7 @@ class Router:
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
+        self._released_ms = 0
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:
@@ -723,6 +725,17 @@ class Router:
                 deadline = broker.next_deadline()
                 if deadline is not None and deadline <= now_ms:
                     broker.on_timer(now_ms)
+        self._release_resident(now_ms)
+
+    def _release_resident(self, now_ms: int) -> None:
+        """Every RELEASE_RESIDENT_MS, let go of the store pages the partitions touched (the
+        backlog stays on disk and in the page cache, not in the server's resident set)."""
+        if now_ms - self._released_ms < RELEASE_RESIDENT_MS:
+            return
+        self._released_ms = now_ms
+        for entity in self.entities.values():
+            for broker in entity.partitions:
+                broker.store.release_resident()
 
     def set_partition_online(self, namespace: str, entity: str, pid: int, online: bool) -> dict:
         """Operator command: take one partition out of service or bring it back."""

@@ -23,8 +23,11 @@ in a worker thread; py-lmdb releases the GIL while LMDB syncs.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +43,37 @@ LOG_DB = b"log"
 DEADLINE_DB = b"deadlines"
 TRIMMED_BELOW_META = b"log_trimmed_below"
 TRIM_LIMIT = 50_000  # log records deleted per trim_log() call (one write transaction)
+
+
+def _load_madvise() -> Callable[[int, int], int] | None:
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    fn = libc.madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return lambda addr, length: int(fn(addr, length, mmap.MADV_DONTNEED))
+
+
+_MADVISE = _load_madvise()
+
+
+def _mapping_of(path: str) -> tuple[int, int] | None:
+    """(address, length) of this process's mapping of `path` (from /proc/self/maps)."""
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].rstrip("\n") == real:
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    return lo, hi - lo
+    except OSError:
+        return None
+    return None
 
 
 class StoreError(Exception):
@@ -133,6 +167,7 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
         self._dbs: dict[bytes, _Database] = {}
+        self._mapping: tuple[int, int] | None = None
         with self._env.begin(write=True) as txn:
             self._meta = self._env.open_db(META_DB, txn=txn)
             self._log = self._env.open_db(LOG_DB, txn=txn)
@@ -360,6 +395,20 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
         return deleted
+
+    def release_resident(self) -> None:
+        """Unmap the pages of the store this process touched (MADV_DONTNEED on the read-only
+        shared map): they stay in the kernel's page cache and fault back in when read again,
+        so the server's resident memory does not grow with the data it has written or read
+        [issue 10]. Linux only; a no-op elsewhere. Call it between transactions of this thread.
+        """
+        if _MADVISE is None:
+            return
+        if self._mapping is None:
+            self._mapping = _mapping_of(os.path.join(self.path, "data.mdb")) or (0, 0)
+        addr, length = self._mapping
+        if length:
+            _MADVISE(addr, length)
 
     def close(self) -> None:
         """Close the environment (after the last commit)."""

@@ -168,6 +168,7 @@ class PartitionStore:
             raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
         self._dbs: dict[bytes, _Database] = {}
         self._mapping: tuple[int, int] | None = None
+        self._closed = False
         with self._env.begin(write=True) as txn:
             self._meta = self._env.open_db(META_DB, txn=txn)
             self._log = self._env.open_db(LOG_DB, txn=txn)
@@ -402,8 +403,8 @@ class PartitionStore:
         so the server's resident memory does not grow with the data it has written or read
         [issue 10]. Linux only; a no-op elsewhere. Call it between transactions of this thread.
         """
-        if _MADVISE is None:
-            return
+        if _MADVISE is None or self._closed:
+            return  # closed: the address range may belong to another mapping by now
         if self._mapping is None:
             self._mapping = _mapping_of(os.path.join(self.path, "data.mdb")) or (0, 0)
         addr, length = self._mapping
@@ -412,4 +413,5 @@ class PartitionStore:
 
     def close(self) -> None:
         """Close the environment (after the last commit)."""
+        self._closed = True
         self._env.close()

@@ -753,6 +753,19 @@ class PartitionBroker:
             seqs = sorted(s for s in sq.records if s >= from_seq)[:count]
         return [sq.records[s] for s in seqs]
 
+    def remove(self, queue: str, seq: int, now_ms: int) -> MessageRecord | None:
+        """Operator removal of one unlocked message (dashboard purge / resubmit), logged as
+        completed; None when it is gone or locked. Durable with the next commit."""
+        sq = self.queues[queue]
+        rec = sq.records.get(seq)
+        if rec is None or seq in sq.locks:
+            return None
+        sq.unready(rec)
+        del sq.records[seq]
+        self._delete(sq, seq)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+        return rec
+
     def counts(self, queue: str) -> dict[str, int]:
         """Runtime counts of a sub-queue, as Azure reports them."""
         sq = self.queues[queue]

@@ -9,11 +9,28 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from uihelpers import CHROMEDRIVER, CHROMIUM, browser_missing, it, ui_config
+from uihelpers import CHROMEDRIVER, CHROMIUM, browser_missing, it, screenshot, ui_config
 
 # the per-test watchdog and the stderr-on-failure report of the integration suite apply here too
 pytest_runtest_call = it.pytest_runtest_call
-pytest_runtest_makereport = it.pytest_runtest_makereport
+_integration_report = it.pytest_runtest_makereport
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test leaves a screenshot of what the browser showed (FAILED-<test>.png), and
+    the server's stderr in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    driver = getattr(item, "funcargs", {}).get("browser")
+    if report.when == "call" and report.failed and driver is not None:
+        try:
+            screenshot(driver, f"FAILED-{item.name}")
+        except Exception as exc:  # the report matters more than the picture
+            report.sections.append(("screenshot", f"could not save: {exc}"))
+    server = getattr(item, "funcargs", {}).get("ui_server")
+    if report.when == "call" and report.failed and server is not None:
+        report.sections.append(("sbemu server stderr", server.stderr_text().strip() or "(empty)"))
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,14 @@ def base_url(server: Any) -> str:
 
 
 def wait_for(driver: Any, condition: Any, timeout: float = WAIT) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+    # the page re-renders parts of itself every tick: an element can go stale between looks
+    wait = WebDriverWait(
+        driver, timeout, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
+    )
+    return wait.until(condition)
 
 
 def css(driver: Any, selector: str) -> Any:
@@ -47,8 +52,10 @@ def css_all(driver: Any, selector: str) -> list[Any]:
 
 
 def text_of(driver: Any, selector: str) -> str:
-    found = css_all(driver, selector)
-    return found[0].text if found else ""
+    """The rendered text of the first match ('' when none), read in one script call."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", selector
+    )
 
 
 def open_page(driver: Any, server: Any, hash_route: str) -> None:

@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..protocol.cbs import SAS_PREFIX, TokenError, verify_sas_token
@@ -57,18 +57,23 @@ class Access:
     def __init__(
         self,
         bind_host: str,
-        manage_keys: Mapping[str, str],
+        manage_keys: Mapping[str, str] | Iterable[tuple[str, str]],
         secret: bytes | None = None,
     ) -> None:
         self.login_required = not is_loopback(bind_host)
-        self._keys = dict(manage_keys)  # key name -> key (policies with the Manage right)
+        pairs = manage_keys.items() if isinstance(manage_keys, Mapping) else manage_keys
+        # key name -> keys of the policies with the Manage right (namespaces may reuse a name)
+        self._keys: dict[str, list[str]] = {}
+        for name, key in pairs:
+            self._keys.setdefault(name, []).append(key)
         self._secret = secret if secret is not None else os.urandom(32)
 
     # ------------------------------------------------------------------ keys
     def check_key(self, key_name: str, key: str) -> bool:
         """A namespace SAS key with the Manage right."""
-        expected = self._keys.get(key_name)
-        return expected is not None and hmac.compare_digest(expected.encode(), key.encode())
+        return any(
+            hmac.compare_digest(k.encode(), key.encode()) for k in self._keys.get(key_name, ())
+        )
 
     # ------------------------------------------------------------------ sessions
     def _sign(self, payload: str) -> str:
@@ -125,11 +130,13 @@ class Access:
                 return False
             return self.check_key(user, password)
         if auth.startswith(SAS_PREFIX):
-            try:
-                verify_sas_token(auth, self._keys, now)
-            except TokenError:
-                return False
-            return True
+            for i in range(max((len(v) for v in self._keys.values()), default=0)):
+                keys = {name: v[i] for name, v in self._keys.items() if len(v) > i}
+                try:
+                    verify_sas_token(auth, keys, now)
+                except TokenError:
+                    continue
+                return True
         return False
 
     def host_allowed(self, headers: Mapping[str, str]) -> bool:

@@ -621,6 +621,7 @@ class Dashboard:
                 online.add(1 if part["online"] else 0, namespace=row["namespace"],
                            entity=row["entity"], partition=str(part["id"]))
         families += [size, online]
+        assert self.server.services is not None
         stats = self.server.services.stats
         namespaces = [ns.name for ns in self.server.config.namespaces]
         for attr, name, help_text in metrics.NAMESPACE_COUNTERS:

@@ -132,7 +132,7 @@ def describe(
         "subject": msg.subject,
         "to": msg.address,
         "reply_to": msg.reply_to,
-        "content_type": str(msg.content_type) if msg.content_type else None,
+        "content_type": _content_type(data),
         "ttl_ms": rec.ttl_ms,
         "expires_ms": rec.expires_at_ms,
         "scheduled_ms": rec.scheduled_enqueue_time_ms,
@@ -144,6 +144,12 @@ def describe(
         "application_properties": app,
         "body": render_body(msg.body, msg.content_type),
     }
+
+
+def _content_type(data: bytes) -> str | None:
+    # proton's getter turns a missing content-type into symbol('None'): read the field itself
+    value = sections.read_properties(data).get("content-type")
+    return str(value) if value is not None else None
 
 
 def _json_value(value: Any) -> Any:

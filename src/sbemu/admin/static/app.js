@@ -26,7 +26,7 @@ function el(tag, attrs, ...children) {
     else if (k === "text") node.textContent = v;
     else node.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -431,8 +431,8 @@ async function pageEntity(root, ns, name, query) {
         el("td", { class: "num" }, m.delivery_count),
         el("td", {}, tab === "deadletter" ? (m.dead_letter_reason || "") : (m.session_id || "")));
     });
-    list.replaceChildren(el("table", { id: "messages" }, head, ...rows),
-      messages.length ? null : el("p", { class: "muted", id: "no-messages" }, "No messages."));
+    list.replaceChildren(el("table", { id: "messages" }, head, ...rows));
+    if (!messages.length) list.append(el("p", { class: "muted", id: "no-messages" }, "No messages."));
   }
   function renderDetail(m) {
     current = m;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -293,8 +294,10 @@ def test_connections_page_lists_and_closes(ui_server: Any, browser: Any) -> None
         open_page(browser, ui_server, "/connections")
         wait_for(browser, lambda d: "orders" in text_of(d, "#connections"))
         text = text_of(browser, "#connections")
-        assert "127.0.0.1:" in text and "MSSBCBS" in text.upper() or "PLAIN" in text.upper() or "ANONYMOUS" in text.upper()
-        assert "RootManageSharedAccessKey" in text
+        assert "127.0.0.1:" in text
+        assert any(m in text for m in ("ANONYMOUS", "MSSBCBS", "PLAIN"))  # SASL mechanism
+        assert "RootManageSharedAccessKey" in text  # the key its $cbs token was signed with
+        assert "receiver (peek-lock)" in text
         screenshot(browser, "connections")
         rows = [r for r in css_all(browser, "#connections > tbody > tr[data-connection], #connections > tr[data-connection]") if "orders" in r.text]
         conn_id = rows[0].get_attribute("data-connection")
@@ -321,3 +324,35 @@ def test_metrics_endpoint(ui_server: Any) -> None:
     assert 'sbemu_deadlettered_messages{namespace="sbemulatorns",entity="inbox",partition="0"} 0' in text
     assert 'sbemu_deadletter_messages_total{namespace="sbemulatorns",entity="inbox",partition="0"} 1' in text
     assert "sbemu_active_connections" in text and "sbemu_throttled_requests_total" in text
+
+
+def _http(server: Any, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(f"{base_url(server)}{path}", data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_state_changes_need_the_csrf_token_and_a_loopback_host(ui_server: Any) -> None:
+    action = json.dumps({"ns": NS, "entity": "orders", "partition": 1, "online": False}).encode()
+    json_type = {"content-type": "application/json"}
+    # a cross-site form or script cannot read the token, so its POST is refused
+    status, body = _http(ui_server, "POST", "/api/partition", action, json_type)
+    assert status == 403 and b"CSRF" in body
+    status, _ = _http(ui_server, "POST", "/api/partition", action, {**json_type, "x-csrf-token": "forged"})
+    assert status == 403
+    # a page reaching us under another host name (DNS rebinding) gets nothing
+    status, _ = _http(ui_server, "GET", "/api/session", headers={"host": "attacker.example"})
+    assert status == 403
+    status, body = _http(ui_server, "GET", "/api/session")
+    token = json.loads(body)["csrf"]
+    status, body = _http(ui_server, "POST", "/api/partition", action, {**json_type, "x-csrf-token": token})
+    assert status == 200 and json.loads(body)["status"] == "Limited"
+    back = json.dumps({"ns": NS, "entity": "orders", "partition": 1, "online": True}).encode()
+    status, body = _http(ui_server, "POST", "/api/partition", back, {**json_type, "x-csrf-token": token})
+    assert status == 200 and json.loads(body)["status"] == "Available"
+    # reads are GETs, state changes only POSTs
+    status, _ = _http(ui_server, "GET", "/api/purge")
+    assert status in (404, 405)

@@ -962,7 +962,7 @@ class AmqpConnection:
             kind = type(state).__name__
             entry: dict[str, Any] = {
                 "name": link.name,
-                "role": "receiver" if link.is_receiver else "sender",
+                "role": "sender" if link.is_receiver else "receiver",  # the client's side
                 "kind": kind,
                 "address": getattr(state, "address", None) or getattr(state, "node", None),
                 "credit": link.credit,

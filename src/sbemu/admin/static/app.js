@@ -371,7 +371,9 @@ async function pageEntity(root, ns, name, query) {
       ["Deferred", c.deferred, "deferred"], ["Transfer DLQ", c.transferdeadletter, "transferdeadletter"], ["Partitions", detail.partition_count, "partitions"]]
       .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))));
     const row = detail.rows.find((x) => x.kind !== "subscription") || r;
-    partsPanel.replaceChildren(el("div", { class: "toolbar" }, strip(row.partitions)), el("table", { id: "partitions" },
+    partsPanel.replaceChildren(el("div", { class: "toolbar" }, strip(row.partitions),
+      el("span", { class: "muted" }, "colour: depth (active + dead-letter); red: offline; amber: full")),
+      el("div", { class: "partscroll" }, el("table", { id: "partitions" },
       el("tr", {}, ["Partition", "Active", "Dead-letter", "Scheduled", "Deferred", "Health", ""].map((h, i) => el("th", { class: i && i < 5 ? "num" : "" }, h))),
       ...row.partitions.map((p) => el("tr", { "data-partition": p.id },
         el("td", {}, p.id),
@@ -382,7 +384,7 @@ async function pageEntity(root, ns, name, query) {
         el("td", {}, el("button", {
           type: "button", class: p.online ? "danger" : "primary", "data-toggle": p.id,
           onclick: () => togglePartition(p.id, !p.online),
-        }, p.online ? "Take offline" : "Bring online"))))));
+        }, p.online ? "Take offline" : "Bring online")))))));
   }
   async function togglePartition(pid, online) {
     try {
@@ -426,8 +428,8 @@ async function pageEntity(root, ns, name, query) {
       return el("tr", { class: current && current.sequence_number === m.sequence_number ? "selected" : "", "data-seq": m.sequence_number, onclick: () => renderDetail(m) },
         el("td", {}, box),
         el("td", { class: "mono" }, m.partition === null ? String(m.sequence_number) : `${m.partition_sequence} (p${m.partition})`),
-        el("td", { class: "mono" }, m.message_id || ""),
-        el("td", {}, fmtTime(m.enqueued_ms)),
+        el("td", { class: "mono id", title: m.message_id || "" }, m.message_id || ""),
+        el("td", { title: fmtTime(m.enqueued_ms) }, fmtTime(m.enqueued_ms).slice(11)),
         el("td", { class: "num" }, m.delivery_count),
         el("td", {}, tab === "deadletter" ? (m.dead_letter_reason || "") : (m.session_id || "")));
     });

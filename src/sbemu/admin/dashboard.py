@@ -252,8 +252,8 @@ class Dashboard:
                     ),
                 }
             )
-        conns = [c.describe() for c in list(server._connections)]
-        conns = [c for c in conns if c is not None]
+        described = [c.describe() for c in list(server._connections)]
+        conns: list[dict[str, Any]] = [c for c in described if c is not None]
         return {
             "version": __version__,
             "uptime_s": round(time.time() - server.started_at, 1),
@@ -478,8 +478,8 @@ class Dashboard:
         )
 
     def _api_connections(self, request: Request, principal: Principal) -> dict[str, Any]:
-        items = [c.describe() for c in list(self.server._connections)]
-        conns = sorted((c for c in items if c is not None), key=lambda c: c["id"])
+        items: list[dict[str, Any] | None] = [c.describe() for c in list(self.server._connections)]
+        conns = sorted((c for c in items if c is not None), key=lambda c: int(c["id"]))
         return {"connections": conns}
 
     async def _api_events(self, request: Request, principal: Principal) -> Response:

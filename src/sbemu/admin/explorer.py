@@ -113,7 +113,8 @@ def describe(
     msg = Message()
     msg.decode(data)
     annotations = {str(k): v for k, v in (msg.annotations or {}).items()}
-    app = {str(k): _json_value(v) for k, v in (msg.properties or {}).items()}
+    app_props: dict[Any, Any] = msg.properties or {}  # proton leaves these untyped
+    app = {str(k): _json_value(v) for k, v in app_props.items()}
     seq = rec.sequence_number
     return {
         "sequence_number": seq,
@@ -239,7 +240,9 @@ def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
     props = form.get("properties") or {}
     if not isinstance(props, dict):
         raise ArgumentError("properties must be an object of name: value.")
-    msg.properties = {str(k): v for k, v in props.items() if isinstance(v, str | int | float | bool)}
+    msg.properties = {  # type: ignore[assignment]  # proton's stub types this as None
+        str(k): v for k, v in props.items() if isinstance(v, str | int | float | bool)
+    }
     annotations: dict[symbol, Any] = {}
     if form.get("partition_key") not in (None, ""):
         annotations[symbol("x-opt-partition-key")] = str(form["partition_key"])
@@ -252,7 +255,7 @@ def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
     if form.get("ttl_ms") not in (None, ""):
         msg.ttl = int(form["ttl_ms"]) / 1000
     if annotations:
-        msg.annotations = annotations
+        msg.annotations = annotations  # type: ignore[assignment]  # symbol keys, as the SDKs send
     return msg.encode()
 
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .connection import AmqpConnection, Services
 
@@ -110,7 +111,7 @@ class AmqpProtocol(asyncio.Protocol):
             self._transport.close()
 
     # ------------------------------------------------------------------ operator view
-    def describe(self) -> dict[str, object] | None:
+    def describe(self) -> dict[str, Any] | None:
         """Peer address plus the connection's own description (None once it is gone)."""
         conn, transport = self._conn, self._transport
         if conn is None or transport is None:

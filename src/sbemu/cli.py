@@ -105,7 +105,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(subcommands)
     _add_export_logs(subcommands)
     _add_partition(subcommands)
+    _add_cert(subcommands)
     return parser
+
+
+def _add_cert(subcommands: Any) -> None:
+    cert = subcommands.add_parser(
+        "cert",
+        help="print the path of the local CA certificate the admin port's TLS chains to",
+        description="Create (when missing) the local certificate authority and the admin port's "
+        "localhost certificate in the data dir, and print the CA file's path, e.g. "
+        "SSL_CERT_FILE=$(sbemu cert) or NODE_EXTRA_CA_CERTS=$(sbemu cert).",
+    )
+    cert.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"the server's data dir [{ENV_DATA_DIR}; default: ./{DEFAULT_DATA_DIR}]",
+    )
+    cert.set_defaults(handler=_run_cert)
+
+
+def _run_cert(args: Any) -> int:
+    from sbemu.admin.certs import ensure_certificates
+
+    data_dir = Path(args.data_dir or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR)
+    try:
+        ca_file, _, _ = ensure_certificates(data_dir)
+    except (OSError, ValueError) as exc:
+        print(f"sbemu: data dir {data_dir}: {exc}", file=sys.stderr)
+        return 2
+    print(ca_file.resolve())
+    return 0
 
 
 def _add_report(subcommands: Any) -> None:

@@ -188,7 +188,7 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._amqp_server: asyncio.Server | None = None
-        self._admin_server: asyncio.Server | None = None
+        self._admin_server: Any = None  # sbemu.admin.http.AdminServer
         self._connections: set[AmqpProtocol] = set()
         self._turn_scheduled = False
         self._inflight: set[PartitionBroker] = set()
@@ -236,15 +236,17 @@ class Server:
                 f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
+        from .admin.certs import server_ssl_context
         from .admin.http import start_admin
 
         self.services = services
         try:
+            ssl_context = server_ssl_context(self.data_dir)
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
+        try:
             self._admin_server = await start_admin(
-                self.host,
-                self.admin_port,
-                {"/health": self._health, "/partitions": self._partitions},
-                post_routes={"/partitions/": self._partition_command},
+                self.host, self.admin_port, self.admin_routes(), ssl_context=ssl_context
             )
         except OSError as exc:
             self._amqp_server.close()
@@ -408,6 +410,25 @@ class Server:
                     "partition %s/%d: log retention failed: %s",
                     broker.entity, broker.partition_id, exc,
                 )
+
+    # ------------------------------------------------------------------ admin routes
+    def admin_routes(self) -> Any:
+        """The admin port's route table (sbemu.admin.http.HttpRoutes)."""
+        from .admin.http import HttpRoutes, json_response
+
+        routes = HttpRoutes()
+
+        def legacy(fn: Any) -> Any:
+            def handler(request: Any, params: dict[str, str]) -> Any:
+                status, body = fn(params["rest"]) if "rest" in params else fn()
+                return json_response(status, body)
+
+            return handler
+
+        routes.add("GET", "/health", legacy(self._health))
+        routes.add("GET", "/partitions", legacy(self._partitions))
+        routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
+        return routes
 
     # ------------------------------------------------------------------ operator commands
     def _partitions(self) -> tuple[int, dict[str, Any]]:

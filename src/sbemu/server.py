@@ -428,6 +428,7 @@ class Server:
         routes.add("GET", "/health", legacy(self._health))
         routes.add("GET", "/partitions", legacy(self._partitions))
         routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
+        self._add_dashboard(routes)
         return routes
 
     # ------------------------------------------------------------------ operator commands

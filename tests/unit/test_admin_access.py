@@ -101,3 +101,11 @@ def test_metrics_scrapers_authenticate_with_basic_or_sas() -> None:
 def test_cookie_header_parsing() -> None:
     assert cookies("a=1; b=two; junk; c=") == {"a": "1", "b": "two", "c": ""}
     assert cookies("") == {}
+
+
+def test_same_origin_check_for_browser_posts() -> None:
+    assert Access.same_origin({"host": "127.0.0.1:5300"})  # no Origin: not a browser form
+    assert Access.same_origin({"host": "127.0.0.1:5300", "origin": "http://127.0.0.1:5300"})
+    assert Access.same_origin({"host": "box:5300", "origin": "https://box:5300"})
+    assert not Access.same_origin({"host": "127.0.0.1:5300", "origin": "https://evil.example"})
+    assert not Access.same_origin({"host": "127.0.0.1:5300", "origin": "null"})

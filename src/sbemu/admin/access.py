@@ -20,6 +20,7 @@ import ipaddress
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ..protocol.cbs import SAS_PREFIX, TokenError, verify_sas_token
 
@@ -148,6 +149,14 @@ class Access:
         if host.startswith("[") and "]" in host:
             name = host[: host.index("]") + 1]
         return is_loopback(name.lower())
+
+    @staticmethod
+    def same_origin(headers: Mapping[str, str]) -> bool:
+        """A POST a browser sent from a page of ours: its Origin (when sent) names our Host."""
+        origin = headers.get("origin")
+        if origin is None:
+            return True  # not a browser (curl, scripts): the CSRF token still applies
+        return urlsplit(origin).netloc.lower() == headers.get("host", "").lower()
 
     def cookie_header(self, session: str, secure: bool) -> str:
         """Set-Cookie value for a new session."""

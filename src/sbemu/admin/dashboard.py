@@ -360,7 +360,7 @@ class Dashboard:
         routes.add("GET", "/ui", self._page, prefix=True)
         routes.add("GET", "/login", self._login_page)
         routes.add("POST", "/login", self._login)
-        routes.add("POST", "/logout", self._guard(self._logout))
+        routes.add("POST", "/logout", self._guard(self._logout, post=True))
         routes.add("GET", "/static", self._static_file, prefix=True)
         routes.add("GET", "/metrics", self._metrics)
         routes.add("GET", "/api/session", self._guard(self._session))
@@ -386,6 +386,8 @@ class Dashboard:
             if principal is None:
                 return json_response(401, {"error": "login required", "login": "/login"})
             if post:
+                if not self.access.same_origin(request.headers):
+                    return json_response(403, {"error": "cross-origin request refused"})
                 if not self.access.check_csrf(principal, request.headers.get(CSRF_HEADER)):
                     return json_response(403, {"error": "missing or wrong CSRF token"})
             try:
@@ -423,6 +425,8 @@ class Dashboard:
         return Response(200, body, _html_headers())
 
     def _login(self, request: Request, params: dict[str, str]) -> Response:
+        if not self.access.same_origin(request.headers):
+            return json_response(403, {"error": "cross-origin request refused"})
         form = {k: v[0] for k, v in parse_qs(request.body.decode("utf-8", "replace")).items()}
         key_name, key = form.get("key_name", ""), form.get("key", "")
         if not self.access.login_required:

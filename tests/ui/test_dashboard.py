@@ -7,6 +7,7 @@ resubmitted, a purge, a partition taken offline, the live rate chart, connection
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
@@ -102,7 +103,7 @@ def test_overview_rates_move_under_load(ui_server: Any, browser: Any) -> None:
     open_page(browser, ui_server, "/")
     wait_for(browser, lambda d: css_all(d, "#chart-incoming"))
     assert text_of(browser, "#ov-namespaces") == "1"
-    assert text_of(browser, "#ov-entities") == "5"  # 3 queues, 1 topic, 1 subscription
+    assert text_of(browser, "#ov-entities") == "6"  # 4 queues, 1 topic, 1 subscription
     blank = browser.execute_script("return document.getElementById('chart-incoming').toDataURL()")
     stop = threading.Event()
     sent = [0]
@@ -206,6 +207,30 @@ def test_peek_shows_body_and_properties(ui_server: Any, browser: Any) -> None:
             got = [m for m in r.receive_messages(max_message_count=50, max_wait_time=2) if m.message_id == "peek-me-1"]
         assert got and got[0].delivery_count == 0
         r.complete_message(got[0])
+
+
+def test_scheduled_and_deferred_tabs(ui_server: Any, browser: Any) -> None:
+    at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    with sdk(ui_server) as client:
+        with client.get_queue_sender("later") as sender:
+            sender.schedule_messages(ServiceBusMessage("tomorrow's news", message_id="sched-1"), at)
+            sender.send_messages(ServiceBusMessage("not now", message_id="defer-1"))
+        with client.get_queue_receiver("later") as r:
+            (m,) = r.receive_messages(max_message_count=1, max_wait_time=10)
+            r.defer_message(m)
+    open_entity(browser, ui_server, "later")
+    wait_for(browser, lambda d: card_count(d, "scheduled") == "1" and card_count(d, "deferred") == "1")
+    assert card_count(browser, "active") == "0"
+    wait_for(browser, lambda d: css_all(d, "#no-messages"))  # the active tab is empty
+    click_tab(browser, "scheduled")
+    wait_for(browser, lambda d: "sched-1" in text_of(d, "#messages"))
+    css(browser, "#messages tr[data-seq]").click()
+    wait_for(browser, lambda d: "Scheduled" in text_of(d, "#system-properties"))
+    system = text_of(browser, "#system-properties")
+    assert "scheduled" in system and at.strftime("%Y-%m-%d %H:%M:%S") in system
+    click_tab(browser, "deferred")
+    wait_for(browser, lambda d: "defer-1" in text_of(d, "#messages"))
+    assert "sched-1" not in text_of(browser, "#messages")
 
 
 def test_resubmit_moves_a_dead_letter_back(ui_server: Any, browser: Any) -> None:

@@ -53,6 +53,7 @@ def ui_config() -> dict[str, Any]:
             it.queue_def("orders", partitioned=True, lock_duration="PT30S", max_delivery_count=5),
             it.queue_def("inbox", lock_duration="PT30S"),
             it.queue_def("purgeme", lock_duration="PT30S"),
+            it.queue_def("later", lock_duration="PT30S"),
         ]
     )
     cfg["UserConfig"]["Namespaces"][0]["Topics"] = [

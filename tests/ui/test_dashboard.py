@@ -75,7 +75,10 @@ def click_tab(driver: Any, state: str) -> None:
     css(driver, f'#explorer-tabs button[data-state="{state}"]').click()
     wait_for(
         driver,
-        lambda d: "active" in css(d, f'#explorer-tabs button[data-state="{state}"]').get_attribute("class"),
+        lambda d: (
+            "active"
+            in css(d, f'#explorer-tabs button[data-state="{state}"]').get_attribute("class")
+        ),
     )
     time.sleep(0)  # let the peek request start; the waits below look for its result
 
@@ -90,7 +93,9 @@ def accept_confirm(driver: Any) -> None:
 
 
 def sdk(server: Any) -> ServiceBusClient:
-    return ServiceBusClient.from_connection_string(server.conn_str, retry_total=2, retry_backoff_factor=0.2)
+    return ServiceBusClient.from_connection_string(
+        server.conn_str, retry_total=2, retry_backoff_factor=0.2
+    )
 
 
 def peek_all(server: Any, queue: str, sub_queue: Any = None) -> list[Any]:
@@ -120,8 +125,10 @@ def test_overview_rates_move_under_load(ui_server: Any, browser: Any) -> None:
         wait_for(browser, lambda d: text_of(d, "#rate-incoming") not in ("", "0/s"))
         wait_for(
             browser,
-            lambda d: d.execute_script("return document.getElementById('chart-incoming').toDataURL()")
-            != blank,
+            lambda d: (
+                d.execute_script("return document.getElementById('chart-incoming').toDataURL()")
+                != blank
+            ),
         )
         wait_for(browser, lambda d: text_of(d, "#ov-connections") not in ("", "0"))
     finally:
@@ -130,14 +137,19 @@ def test_overview_rates_move_under_load(ui_server: Any, browser: Any) -> None:
     assert sent[0] > 0
     screenshot(browser, "overview")
     # purge the load so later counts are exact
-    with sdk(ui_server) as client, client.get_queue_receiver("inbox", receive_mode="receiveanddelete") as r:
+    with (
+        sdk(ui_server) as client,
+        client.get_queue_receiver("inbox", receive_mode="receiveanddelete") as r,
+    ):
         while r.receive_messages(max_message_count=200, max_wait_time=2):
             pass
 
 
 def test_entities_table_counts_match_what_was_sent(ui_server: Any, browser: Any) -> None:
     with sdk(ui_server) as client, client.get_queue_sender("orders") as sender:
-        sender.send_messages([ServiceBusMessage(f"order {i}", partition_key=f"k{i % 5}") for i in range(23)])
+        sender.send_messages(
+            [ServiceBusMessage(f"order {i}", partition_key=f"k{i % 5}") for i in range(23)]
+        )
     open_page(browser, ui_server, "/entities")
     row = f'tr[data-entity="{NS}/orders"]'
     wait_for(browser, lambda d: text_of(d, f'{row} td[data-count="active"]') == "23")
@@ -153,7 +165,9 @@ def test_entities_table_counts_match_what_was_sent(ui_server: Any, browser: Any)
     box.clear()
     box.send_keys(" ")  # an 'input' event with an empty filter
     box.clear()
-    browser.execute_script("document.getElementById('entity-filter').dispatchEvent(new Event('input'))")
+    browser.execute_script(
+        "document.getElementById('entity-filter').dispatchEvent(new Event('input'))"
+    )
     wait_for(browser, lambda d: css_all(d, row))
     # sorting by active count (descending first): orders on top
     css(browser, 'th[data-sort="active"]').click()
@@ -204,7 +218,11 @@ def test_peek_shows_body_and_properties(ui_server: Any, browser: Any) -> None:
         got = []
         deadline = time.monotonic() + 20
         while not got and time.monotonic() < deadline:
-            got = [m for m in r.receive_messages(max_message_count=50, max_wait_time=2) if m.message_id == "peek-me-1"]
+            got = [
+                m
+                for m in r.receive_messages(max_message_count=50, max_wait_time=2)
+                if m.message_id == "peek-me-1"
+            ]
         assert got and got[0].delivery_count == 0
         r.complete_message(got[0])
 
@@ -219,7 +237,9 @@ def test_scheduled_and_deferred_tabs(ui_server: Any, browser: Any) -> None:
             (m,) = r.receive_messages(max_message_count=1, max_wait_time=10)
             r.defer_message(m)
     open_entity(browser, ui_server, "later")
-    wait_for(browser, lambda d: card_count(d, "scheduled") == "1" and card_count(d, "deferred") == "1")
+    wait_for(
+        browser, lambda d: card_count(d, "scheduled") == "1" and card_count(d, "deferred") == "1"
+    )
     assert card_count(browser, "active") == "0"
     wait_for(browser, lambda d: css_all(d, "#no-messages"))  # the active tab is empty
     click_tab(browser, "scheduled")
@@ -236,7 +256,11 @@ def test_scheduled_and_deferred_tabs(ui_server: Any, browser: Any) -> None:
 def test_resubmit_moves_a_dead_letter_back(ui_server: Any, browser: Any) -> None:
     with sdk(ui_server) as client:
         with client.get_queue_sender("inbox") as sender:
-            sender.send_messages(ServiceBusMessage("please retry me", message_id="dl-1", application_properties={"attempt": 1}))
+            sender.send_messages(
+                ServiceBusMessage(
+                    "please retry me", message_id="dl-1", application_properties={"attempt": 1}
+                )
+            )
         with client.get_queue_receiver("inbox") as r:
             (m,) = r.receive_messages(max_message_count=1, max_wait_time=10)
             r.dead_letter_message(m, reason="BadOrder", error_description="customer unknown")
@@ -275,7 +299,10 @@ def test_send_test_message_through_the_router(ui_server: Any, browser: Any) -> N
         while not msgs and time.monotonic() < deadline:
             msgs = r.receive_messages(max_message_count=5, max_wait_time=2)
         assert [m.message_id for m in msgs] == ["from-dashboard-1"]
-        assert msgs[0].application_properties[b"color"] == b"red" or msgs[0].application_properties[b"color"] == "red"
+        assert (
+            msgs[0].application_properties[b"color"] == b"red"
+            or msgs[0].application_properties[b"color"] == "red"
+        )
         assert json.loads(str(msgs[0])) == {"color": "red", "n": 1}
         r.complete_message(msgs[0])
     rules = text_of(browser, "#rules")
@@ -293,12 +320,17 @@ def test_purge_empties_the_queue(ui_server: Any, browser: Any) -> None:
     assert peek_all(ui_server, "purgeme") == []
 
 
-def test_offline_toggle_turns_partition_red_and_entity_limited(ui_server: Any, browser: Any) -> None:
+def test_offline_toggle_turns_partition_red_and_entity_limited(
+    ui_server: Any, browser: Any
+) -> None:
     open_entity(browser, ui_server, "orders")
     wait_for(browser, lambda d: text_of(d, "#entity-availability") == "Available")
     css(browser, 'button[data-toggle="3"]').click()
     wait_for(browser, lambda d: text_of(d, "#entity-availability") == "Limited")
-    wait_for(browser, lambda d: "offline" in css(d, '.strip .cell[data-partition="3"]').get_attribute("class"))
+    wait_for(
+        browser,
+        lambda d: "offline" in css(d, '.strip .cell[data-partition="3"]').get_attribute("class"),
+    )
     color = browser.execute_script(
         "return getComputedStyle(document.querySelector('.strip .cell[data-partition=\"3\"]')).backgroundColor"
     )
@@ -310,7 +342,10 @@ def test_offline_toggle_turns_partition_red_and_entity_limited(ui_server: Any, b
     orders = [e for e in status["entities"] if e["entity"] == "orders"][0]
     assert orders["status"] == "Limited" and orders["partitions"][3]["online"] is False
     open_page(browser, ui_server, "/entities")
-    wait_for(browser, lambda d: text_of(d, f'tr[data-entity="{NS}/orders"] [data-availability]') == "Limited")
+    wait_for(
+        browser,
+        lambda d: text_of(d, f'tr[data-entity="{NS}/orders"] [data-availability]') == "Limited",
+    )
     open_entity(browser, ui_server, "orders")
     css(browser, 'button[data-toggle="3"]').click()
     wait_for(browser, lambda d: text_of(d, "#entity-availability") == "Available")
@@ -330,7 +365,14 @@ def test_connections_page_lists_and_closes(ui_server: Any, browser: Any) -> None
         assert "RootManageSharedAccessKey" in text  # the key its $cbs token was signed with
         assert "receiver (peek-lock)" in text
         screenshot(browser, "connections")
-        rows = [r for r in css_all(browser, "#connections > tbody > tr[data-connection], #connections > tr[data-connection]") if "orders" in r.text]
+        rows = [
+            r
+            for r in css_all(
+                browser,
+                "#connections > tbody > tr[data-connection], #connections > tr[data-connection]",
+            )
+            if "orders" in r.text
+        ]
         conn_id = rows[0].get_attribute("data-connection")
         css(browser, f'button[data-close="{conn_id}"]').click()
         accept_confirm(browser)
@@ -348,17 +390,33 @@ def test_metrics_endpoint(ui_server: Any) -> None:
         text = resp.read().decode()
     incoming = 0
     for line in text.splitlines():
-        if line.startswith('sbemu_incoming_messages_total{namespace="sbemulatorns",entity="orders"'):
+        if line.startswith(
+            'sbemu_incoming_messages_total{namespace="sbemulatorns",entity="orders"'
+        ):
             incoming += int(line.rsplit(" ", 1)[1])
     assert incoming == 24  # 23 + the peeked one
     assert "# TYPE sbemu_active_messages gauge" in text
-    assert 'sbemu_deadlettered_messages{namespace="sbemulatorns",entity="inbox",partition="0"} 0' in text
-    assert 'sbemu_deadletter_messages_total{namespace="sbemulatorns",entity="inbox",partition="0"} 1' in text
+    assert (
+        'sbemu_deadlettered_messages{namespace="sbemulatorns",entity="inbox",partition="0"} 0'
+        in text
+    )
+    assert (
+        'sbemu_deadletter_messages_total{namespace="sbemulatorns",entity="inbox",partition="0"} 1'
+        in text
+    )
     assert "sbemu_active_connections" in text and "sbemu_throttled_requests_total" in text
 
 
-def _http(server: Any, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(f"{base_url(server)}{path}", data=body, method=method, headers=headers or {})
+def _http(
+    server: Any,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        f"{base_url(server)}{path}", data=body, method=method, headers=headers or {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, resp.read()
@@ -372,17 +430,23 @@ def test_state_changes_need_the_csrf_token_and_a_loopback_host(ui_server: Any) -
     # a cross-site form or script cannot read the token, so its POST is refused
     status, body = _http(ui_server, "POST", "/api/partition", action, json_type)
     assert status == 403 and b"CSRF" in body
-    status, _ = _http(ui_server, "POST", "/api/partition", action, {**json_type, "x-csrf-token": "forged"})
+    status, _ = _http(
+        ui_server, "POST", "/api/partition", action, {**json_type, "x-csrf-token": "forged"}
+    )
     assert status == 403
     # a page reaching us under another host name (DNS rebinding) gets nothing
     status, _ = _http(ui_server, "GET", "/api/session", headers={"host": "attacker.example"})
     assert status == 403
     status, body = _http(ui_server, "GET", "/api/session")
     token = json.loads(body)["csrf"]
-    status, body = _http(ui_server, "POST", "/api/partition", action, {**json_type, "x-csrf-token": token})
+    status, body = _http(
+        ui_server, "POST", "/api/partition", action, {**json_type, "x-csrf-token": token}
+    )
     assert status == 200 and json.loads(body)["status"] == "Limited"
     back = json.dumps({"ns": NS, "entity": "orders", "partition": 1, "online": True}).encode()
-    status, body = _http(ui_server, "POST", "/api/partition", back, {**json_type, "x-csrf-token": token})
+    status, body = _http(
+        ui_server, "POST", "/api/partition", back, {**json_type, "x-csrf-token": token}
+    )
     assert status == 200 and json.loads(body)["status"] == "Available"
     # reads are GETs, state changes only POSTs
     status, _ = _http(ui_server, "GET", "/api/purge")

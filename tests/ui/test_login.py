@@ -43,7 +43,9 @@ def remote_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 pass
 
 
-def _http(url: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+def _http(
+    url: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
@@ -89,10 +91,21 @@ def test_login_form_then_dashboard(remote_server: Any, browser: Any) -> None:
     name.send_keys(it.KEY_NAME)
     browser.find_element(By.ID, "key").send_keys(it.KEY)
     browser.find_element(By.ID, "login-submit").click()
-    wait.until(lambda d: d.execute_script("return (document.getElementById('live') || {}).textContent") == "live")
+    wait.until(
+        lambda d: (
+            d.execute_script("return (document.getElementById('live') || {}).textContent") == "live"
+        )
+    )
     cookie = browser.get_cookie("sbemu_session")
     assert cookie is not None and cookie["httpOnly"] is True and cookie.get("sameSite") == "Strict"
-    wait.until(lambda d: d.execute_script("const e = document.getElementById('ov-entities'); return e && e.textContent") == "1")
+    wait.until(
+        lambda d: (
+            d.execute_script(
+                "const e = document.getElementById('ov-entities'); return e && e.textContent"
+            )
+            == "1"
+        )
+    )
     # the session cookie alone does not make a POST: the CSRF token is needed too
     status, body = _http(
         f"{base}/api/partition",

@@ -72,7 +72,9 @@ def test_remote_binding_requires_a_session_cookie() -> None:
 def test_csrf_token_is_bound_to_the_session() -> None:
     access = Access("0.0.0.0", KEYS)
     a = Principal("RootManageSharedAccessKey", access.new_session("RootManageSharedAccessKey", NOW))
-    b = Principal("RootManageSharedAccessKey", access.new_session("RootManageSharedAccessKey", NOW + 1))
+    b = Principal(
+        "RootManageSharedAccessKey", access.new_session("RootManageSharedAccessKey", NOW + 1)
+    )
     token = access.csrf_token(a)
     assert access.check_csrf(a, token)
     assert not access.check_csrf(b, token)
@@ -91,9 +93,13 @@ def test_metrics_scrapers_authenticate_with_basic_or_sas() -> None:
     bad = base64.b64encode(b"RootManageSharedAccessKey:nope").decode()
     assert not access.scraper({"authorization": f"Basic {bad}"}, NOW)
     assert not access.scraper({"authorization": "Basic !!!"}, NOW)
-    token = make_sas_token("sb://localhost/", "RootManageSharedAccessKey", "SAS_KEY_VALUE", int(NOW) + 60)
+    token = make_sas_token(
+        "sb://localhost/", "RootManageSharedAccessKey", "SAS_KEY_VALUE", int(NOW) + 60
+    )
     assert access.scraper({"authorization": token}, NOW)
-    expired = make_sas_token("sb://localhost/", "RootManageSharedAccessKey", "SAS_KEY_VALUE", int(NOW) - 1)
+    expired = make_sas_token(
+        "sb://localhost/", "RootManageSharedAccessKey", "SAS_KEY_VALUE", int(NOW) - 1
+    )
     assert not access.scraper({"authorization": expired}, NOW)
     assert not access.scraper({}, NOW)
 

@@ -46,7 +46,9 @@ async def settle(router: Router, awaitable: object) -> object:
 def router(tmp_path: Path):
     r = Router(tmp_path, lambda: None, encode_property, encode_symbol)
     ns = NamespaceConfig(name="ns")
-    r.add_entity(queue_spec(ns, QueueConfig(name="orders", enable_partitioning=True, partition_count=4)))
+    r.add_entity(
+        queue_spec(ns, QueueConfig(name="orders", enable_partitioning=True, partition_count=4))
+    )
     yield r
     r.close()
 
@@ -77,7 +79,9 @@ def test_send_peek_and_describe(router: Router) -> None:
     )
     send(router, {"body": "plain text"})
     page = explorer.peek(entity, None, "active", 0, 10, NOW)
-    assert [m["sequence_number"] for m in page["messages"]] == sorted(m["sequence_number"] for m in page["messages"])
+    assert [m["sequence_number"] for m in page["messages"]] == sorted(
+        m["sequence_number"] for m in page["messages"]
+    )
     first = next(m for m in page["messages"] if m["message_id"] == "m-1")
     assert first["sequence_number"] == seq and first["partition"] == seq >> 48
     assert first["partition_key"] == "pk" and first["subject"] == "hello"
@@ -96,8 +100,12 @@ def test_scheduled_messages_have_their_own_tab(router: Router) -> None:
     entity = router.entities[("ns", "orders")]
     send(router, {"body": "later", "scheduled_ms": NOW + 3_600_000, "message_id": "s"})
     send(router, {"body": "now", "message_id": "n"})
-    assert [m["message_id"] for m in explorer.peek(entity, None, "scheduled", 0, 10, NOW)["messages"]] == ["s"]
-    assert [m["message_id"] for m in explorer.peek(entity, None, "active", 0, 10, NOW)["messages"]] == ["n"]
+    assert [
+        m["message_id"] for m in explorer.peek(entity, None, "scheduled", 0, 10, NOW)["messages"]
+    ] == ["s"]
+    assert [
+        m["message_id"] for m in explorer.peek(entity, None, "active", 0, 10, NOW)["messages"]
+    ] == ["n"]
 
 
 def test_peek_pages_with_next(router: Router) -> None:
@@ -148,7 +156,10 @@ def test_resubmit_and_purge(router: Router) -> None:
     assert explorer.peek(entity, None, "deadletter", 0, 10, NOW)["messages"] == []
     (back,) = explorer.peek(entity, None, "active", 0, 10, NOW)["messages"]
     assert back["message_id"] == "p" and back["application_properties"] == {"x": 1}
-    assert back["dead_letter_reason"] is None and "DeadLetterReason" not in back["application_properties"]
+    assert (
+        back["dead_letter_reason"] is None
+        and "DeadLetterReason" not in back["application_properties"]
+    )
     # a second resubmit of the same number finds nothing
     again = asyncio.run(
         settle(router, explorer.resubmit(entity, None, [seq], MAX, lambda: NOW))  # type: ignore[arg-type]

@@ -11,7 +11,9 @@ from sbemu.partitions.stats import PartitionStats, ServerStats, totals
 
 
 def test_render_text_format() -> None:
-    fam = Family("sbemu_incoming_messages_total", "counter", "Messages accepted (IncomingMessages).")
+    fam = Family(
+        "sbemu_incoming_messages_total", "counter", "Messages accepted (IncomingMessages)."
+    )
     fam.add(3, namespace="ns", entity="orders", partition="0")
     fam.add(0, namespace="ns", entity='we"ird\\name\nx', partition="15")
     up = Family("sbemu_uptime_seconds", "gauge", "Seconds since start.")
@@ -74,7 +76,14 @@ def test_rate_history_is_per_second_and_bounded() -> None:
     h = RateHistory(capacity=3)
     assert h.sample(1_000, {"incoming": 0}) is None
     p = h.sample(3_000, {"incoming": 10, "outgoing": 4})
-    assert p == {"t": 3_000, "incoming": 5.0, "outgoing": 2.0, "completed": 0.0, "deadlettered": 0.0, "abandoned": 0.0}
+    assert p == {
+        "t": 3_000,
+        "incoming": 5.0,
+        "outgoing": 2.0,
+        "completed": 0.0,
+        "deadlettered": 0.0,
+        "abandoned": 0.0,
+    }
     assert h.sample(3_000, {"incoming": 99}) is None  # no time passed: no point
     for t in (4_000, 5_000, 6_000):
         h.sample(t, {"incoming": 100})

@@ -187,7 +187,9 @@ class Dashboard:
                 {
                     "namespace": spec.namespace,
                     "entity": entity.name,
-                    "name": entity.name if sub_name is None else f"{entity.name}/Subscriptions/{sub_name}",
+                    "name": entity.name
+                    if sub_name is None
+                    else f"{entity.name}/Subscriptions/{sub_name}",
                     "subscription": sub_name,
                     "kind": kind,
                     "partitioned": entity.partitioned,
@@ -205,8 +207,19 @@ class Dashboard:
             parts = []
             for broker in entity.partitions:
                 h = health[broker.partition_id]
-                part = {"id": broker.partition_id, "online": h["online"], "accepting": h["accepting"], "reason": h["reason"]}
-                for field in ("active", "deferred", "scheduled", "deadletter", "transferdeadletter"):
+                part = {
+                    "id": broker.partition_id,
+                    "online": h["online"],
+                    "accepting": h["accepting"],
+                    "reason": h["reason"],
+                }
+                for field in (
+                    "active",
+                    "deferred",
+                    "scheduled",
+                    "deadletter",
+                    "transferdeadletter",
+                ):
                     part[field] = sum(r["partitions"][broker.partition_id][field] for r in subs)
                 parts.append(part)
             rows.insert(
@@ -434,12 +447,16 @@ class Dashboard:
         if not self.access.check_key(key_name, key):
             log.warning("dashboard login refused for key name %r from %s", key_name, request.peer)
             return Response(303, b"", [("location", "/login?failed=1")])
-        cookie = self.access.cookie_header(self.access.new_session(key_name, time.time()), request.secure)
+        cookie = self.access.cookie_header(
+            self.access.new_session(key_name, time.time()), request.secure
+        )
         return Response(303, b"", [("location", "/"), ("set-cookie", cookie)])
 
     def _logout(self, request: Request, principal: Principal) -> Response:
         expired = f"{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
-        return Response(200, b'{"ok":true}', [("content-type", "application/json"), ("set-cookie", expired)])
+        return Response(
+            200, b'{"ok":true}', [("content-type", "application/json"), ("set-cookie", expired)]
+        )
 
     def _static_file(self, request: Request, params: dict[str, str]) -> Response:
         name = params.get("rest", "").strip("/")
@@ -488,7 +505,9 @@ class Dashboard:
 
     async def _api_events(self, request: Request, principal: Principal) -> Response:
         if len(self._subscribers) >= MAX_SSE_CLIENTS:
-            return json_response(503, {"error": f"too many live dashboards (max {MAX_SSE_CLIENTS})"})
+            return json_response(
+                503, {"error": f"too many live dashboards (max {MAX_SSE_CLIENTS})"}
+            )
         q: asyncio.Queue[str] = asyncio.Queue(maxsize=8)
         self._subscribers.add(q)
         hello = {"history": list(self.history.points), "totals": self._totals()}
@@ -499,7 +518,9 @@ class Dashboard:
                 ("cache-control", "no-store"),
                 ("x-accel-buffering", "no"),
             ],
-            stream=self._stream(q, "retry: 2000\nevent: hello\ndata: " + json.dumps(hello) + "\n\n"),
+            stream=self._stream(
+                q, "retry: 2000\nevent: hello\ndata: " + json.dumps(hello) + "\n\n"
+            ),
         )
 
     async def _stream(self, q: asyncio.Queue[str], first: str) -> AsyncIterator[bytes]:
@@ -526,7 +547,10 @@ class Dashboard:
         )
         log.warning(
             "dashboard: partition %s of %s/%s is now %s",
-            body["partition"], body["ns"], body["entity"], "online" if body["online"] else "offline",
+            body["partition"],
+            body["ns"],
+            body["entity"],
+            "online" if body["online"] else "offline",
         )
         self._snapshot = None
         self.server._wake()
@@ -538,7 +562,9 @@ class Dashboard:
         now_ms = int(time.time() * 1000)
         data = explorer.build_test_message(body, now_ms)
         done, committed = explorer.completion()
-        numbers = explorer.send_bytes(entity, data, self._max_size(entity.spec.namespace), now_ms, done)
+        numbers = explorer.send_bytes(
+            entity, data, self._max_size(entity.spec.namespace), now_ms, done
+        )
         await committed
         self._snapshot = None
         return {"ok": True, "sequence_numbers": numbers}
@@ -563,10 +589,17 @@ class Dashboard:
         body = _json_body(request)
         entity = self.entity(str(body["ns"]), str(body["entity"]))
         result = await explorer.purge(
-            entity, body.get("subscription") or None, str(body.get("state") or "active"),
+            entity,
+            body.get("subscription") or None,
+            str(body.get("state") or "active"),
             lambda: int(time.time() * 1000),
         )
-        log.warning("dashboard: purged %s (%s): %d messages", result["path"], body.get("state"), result["removed"])
+        log.warning(
+            "dashboard: purged %s (%s): %d messages",
+            result["path"],
+            body.get("state"),
+            result["removed"],
+        )
         self._snapshot = None
         return result
 
@@ -602,28 +635,48 @@ class Dashboard:
             for entity in router.entities.values():
                 for broker in entity.partitions:
                     value = totals([broker.stats])[field]
-                    fam.add(value, namespace=entity.spec.namespace, entity=entity.name,
-                            partition=str(broker.partition_id))
+                    fam.add(
+                        value,
+                        namespace=entity.spec.namespace,
+                        entity=entity.name,
+                        partition=str(broker.partition_id),
+                    )
             families.append(fam)
         rows = [r for r in self.snapshot()["entities"] if r["kind"] != "topic"]
         for field, name, help_text in metrics.GAUGES:
             fam = metrics.Family(name, "gauge", help_text)
             for row in rows:
                 for part in row["partitions"]:
-                    fam.add(part[field], namespace=row["namespace"], entity=row["name"],
-                            partition=str(part["id"]))
+                    fam.add(
+                        part[field],
+                        namespace=row["namespace"],
+                        entity=row["name"],
+                        partition=str(part["id"]),
+                    )
             families.append(fam)
-        size = metrics.Family("sbemu_size_bytes", "gauge", "Store size on disk per partition (Size).")
-        online = metrics.Family("sbemu_partition_online", "gauge", "1 while a partition is in service.")
+        size = metrics.Family(
+            "sbemu_size_bytes", "gauge", "Store size on disk per partition (Size)."
+        )
+        online = metrics.Family(
+            "sbemu_partition_online", "gauge", "1 while a partition is in service."
+        )
         for row in self.snapshot()["entities"]:
             if row["kind"] == "subscription":
                 continue
             entity = router.entities[(row["namespace"].lower(), row["entity"].lower())]
             for broker, part in zip(entity.partitions, row["partitions"], strict=True):
-                size.add(_store_size(broker.store.path), namespace=row["namespace"],
-                         entity=row["entity"], partition=str(part["id"]))
-                online.add(1 if part["online"] else 0, namespace=row["namespace"],
-                           entity=row["entity"], partition=str(part["id"]))
+                size.add(
+                    _store_size(broker.store.path),
+                    namespace=row["namespace"],
+                    entity=row["entity"],
+                    partition=str(part["id"]),
+                )
+                online.add(
+                    1 if part["online"] else 0,
+                    namespace=row["namespace"],
+                    entity=row["entity"],
+                    partition=str(part["id"]),
+                )
         families += [size, online]
         assert self.server.services is not None
         stats = self.server.services.stats
@@ -634,7 +687,9 @@ class Dashboard:
             for ns in namespaces:
                 fam.add(table.get(ns.lower(), 0), namespace=ns)
             families.append(fam)
-        active = metrics.Family("sbemu_active_connections", "gauge", "Open AMQP connections (ActiveConnections).")
+        active = metrics.Family(
+            "sbemu_active_connections", "gauge", "Open AMQP connections (ActiveConnections)."
+        )
         by_ns: dict[str, int] = {ns.lower(): 0 for ns in namespaces}
         for proto in list(self.server._connections):
             info = proto.describe()

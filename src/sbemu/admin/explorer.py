@@ -92,7 +92,9 @@ def peek(
             if wanted is not None and rec.state != wanted:
                 continue
             broker = entity.partitions[pid or 0]
-            found.append(describe(rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms))
+            found.append(
+                describe(rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms)
+            )
             if len(found) >= count:
                 break
     return {
@@ -101,6 +103,8 @@ def peek(
         "state": state,
         "messages": found,
         "next": None if exhausted and len(found) < count else cursor,
+        # EntityView.peek skips partitions out of service, as the AMQP peek does
+        "offline_partitions": [b.partition_id for b in entity.partitions if not b.healthy],
     }
 
 
@@ -205,7 +209,12 @@ def _text_body(text: str, size: int) -> dict[str, Any]:
             return {"kind": "json", "size": size, "text": pretty[:BODY_PREVIEW]}
         except ValueError:
             pass
-    return {"kind": "text", "size": size, "text": text[:BODY_PREVIEW], "truncated": len(text) > BODY_PREVIEW}
+    return {
+        "kind": "text",
+        "size": size,
+        "text": text[:BODY_PREVIEW],
+        "truncated": len(text) > BODY_PREVIEW,
+    }
 
 
 # ------------------------------------------------------------------------ sending
@@ -260,7 +269,11 @@ def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
 
 
 def send_bytes(
-    entity: Entity, data: bytes, max_size: int, now_ms: int, done: Callable[[Exception | None], None]
+    entity: Entity,
+    data: bytes,
+    max_size: int,
+    now_ms: int,
+    done: Callable[[Exception | None], None],
 ) -> list[int]:
     """Send one encoded message through the entity's normal send path; `done` after commit."""
     if len(data) > max_size:
@@ -333,15 +346,21 @@ async def resubmit(
                 broker.after_commit(done2)
                 await committed
             results.append(
-                {"sequence_number": seq, "ok": True, "new_sequence_numbers": new_numbers,
-                 "removed": removed is not None}
+                {
+                    "sequence_number": seq,
+                    "ok": True,
+                    "new_sequence_numbers": new_numbers,
+                    "removed": removed is not None,
+                }
             )
         except ServiceBusError as exc:
             results.append({"sequence_number": seq, "ok": False, "error": exc.description})
     return results
 
 
-async def purge(entity: Entity, subscription: str | None, state: str, now: Callable[[], int]) -> dict[str, Any]:
+async def purge(
+    entity: Entity, subscription: str | None, state: str, now: Callable[[], int]
+) -> dict[str, Any]:
     """Remove every unlocked message of one tab (active incl. deferred and scheduled, or a DLQ)."""
     view = sub_queue(entity, subscription, state)
     wanted = STATES[state][1]
@@ -369,4 +388,9 @@ async def purge(entity: Entity, subscription: str | None, state: str, now: Calla
         broker.after_commit(done)
         await committed
     skipped = sum(1 for b in entity.partitions if not b.healthy)
-    return {"path": view.address, "removed": removed, "locked_kept": kept, "offline_partitions_skipped": skipped}
+    return {
+        "path": view.address,
+        "removed": removed,
+        "locked_kept": kept,
+        "offline_partitions_skipped": skipped,
+    }

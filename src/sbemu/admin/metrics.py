@@ -89,22 +89,54 @@ def render(families: Iterable[Family]) -> str:
 
 # Counter families fed from sbemu.partitions.stats totals (field name -> family).
 COUNTERS = (
-    ("incoming", "sbemu_incoming_messages_total", "Messages accepted by the entity (IncomingMessages)."),
-    ("outgoing", "sbemu_outgoing_messages_total", "Messages delivered to receivers (OutgoingMessages)."),
+    (
+        "incoming",
+        "sbemu_incoming_messages_total",
+        "Messages accepted by the entity (IncomingMessages).",
+    ),
+    (
+        "outgoing",
+        "sbemu_outgoing_messages_total",
+        "Messages delivered to receivers (OutgoingMessages).",
+    ),
     ("completed", "sbemu_complete_messages_total", "Messages completed (CompleteMessage)."),
     ("abandoned", "sbemu_abandon_messages_total", "Messages abandoned (AbandonMessage)."),
     ("deadlettered", "sbemu_deadletter_messages_total", "Messages moved to a dead-letter queue."),
 )
 GAUGES = (
     ("active", "sbemu_active_messages", "Active messages (ActiveMessages)."),
-    ("deadletter", "sbemu_deadlettered_messages", "Messages in the dead-letter queue (DeadletteredMessages)."),
+    (
+        "deadletter",
+        "sbemu_deadlettered_messages",
+        "Messages in the dead-letter queue (DeadletteredMessages).",
+    ),
     ("scheduled", "sbemu_scheduled_messages", "Scheduled messages (ScheduledMessages)."),
-    ("deferred", "sbemu_deferred_messages", "Deferred messages (counted in Azure's ActiveMessages)."),
+    (
+        "deferred",
+        "sbemu_deferred_messages",
+        "Deferred messages (counted in Azure's ActiveMessages).",
+    ),
 )
 NAMESPACE_COUNTERS = (
-    ("connections_opened", "sbemu_connections_opened_total", "AMQP connections opened (ConnectionsOpened)."),
-    ("connections_closed", "sbemu_connections_closed_total", "AMQP connections closed (ConnectionsClosed)."),
-    ("server_errors", "sbemu_server_errors_total", "Requests failed by an internal error (ServerErrors)."),
+    (
+        "connections_opened",
+        "sbemu_connections_opened_total",
+        "AMQP connections opened (ConnectionsOpened).",
+    ),
+    (
+        "connections_closed",
+        "sbemu_connections_closed_total",
+        "AMQP connections closed (ConnectionsClosed).",
+    ),
+    (
+        "server_errors",
+        "sbemu_server_errors_total",
+        "Requests failed by an internal error (ServerErrors).",
+    ),
     ("user_errors", "sbemu_user_errors_total", "Requests failed by a client error (UserErrors)."),
-    ("throttled_requests", "sbemu_throttled_requests_total", "Requests refused with server-busy (ThrottledRequests)."),
+    (
+        "throttled_requests",
+        "sbemu_throttled_requests_total",
+        "Requests refused with server-busy (ThrottledRequests).",
+    ),
 )

@@ -413,7 +413,8 @@ async function pageEntity(root, ns, name, query) {
       const page = await api(`/api/messages?ns=${encodeURIComponent(ns)}&entity=${encodeURIComponent(detail.name)}&subscription=${encodeURIComponent(sub)}&state=${tab}&from=${next}&count=25`);
       messages = messages.concat(page.messages);
       next = page.next;
-      $("#peek-status").textContent = `${messages.length} shown` + (next === null ? ", no more" : "");
+      $("#peek-status").textContent = `${messages.length} shown` + (next === null ? ", no more" : "") +
+        (page.offline_partitions.length ? `; partitions ${page.offline_partitions.join(", ")} are offline and not shown` : "");
       moreBtn.disabled = next === null;
       renderList();
       if (reset) renderDetail(messages[0] || null);

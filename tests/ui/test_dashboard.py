@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from uihelpers import it, screenshot
 
 pytest.importorskip("azure.servicebus")
 from azure.servicebus import ServiceBusClient, ServiceBusMessage  # noqa: E402
+from azure.servicebus.exceptions import ServiceBusError  # noqa: E402
 
 NS = it.NAMESPACE
 WAIT = 20  # seconds for the page to show what the SDK did (the snapshot is at most ~1 s old)
@@ -337,6 +339,19 @@ def test_offline_toggle_turns_partition_red_and_entity_limited(
     assert color == "rgb(208, 52, 44)"  # --bad red
     assert text_of(browser, 'tr[data-partition="3"] [data-health]') == "offline"
     screenshot(browser, "partition-offline")
+    # a send pinned to the offline partition is throttled (server-busy), and /metrics counts it
+    key = next(f"k{i}" for i in range(1000) if zlib.crc32(f"k{i}".encode()) % 16 == 3)
+    client = ServiceBusClient.from_connection_string(ui_server.conn_str, retry_total=0)
+    with client, client.get_queue_sender("orders") as sender:
+        with pytest.raises(ServiceBusError):
+            sender.send_messages(ServiceBusMessage("pinned", partition_key=key))
+    with urllib.request.urlopen(f"{base_url(ui_server)}/metrics", timeout=10) as resp:
+        throttled = [
+            line
+            for line in resp.read().decode().splitlines()
+            if line.startswith("sbemu_throttled_requests_total{")
+        ]
+    assert throttled and int(throttled[0].rsplit(" ", 1)[1]) >= 1
     with urllib.request.urlopen(f"{base_url(ui_server)}/partitions", timeout=10) as resp:
         status = json.load(resp)
     orders = [e for e in status["entities"] if e["entity"] == "orders"][0]

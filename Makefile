@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check run test lint bench report clean
+.PHONY: install install-spark java-check chromium-check run test lint bench report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ java-check:
 	    || echo "WARNING: could not install Java; the Spark tests will be skipped"; \
 	else echo "WARNING: Java 17+ not found; the Spark tests will be skipped"; fi
 
+# The dashboard's browser tests drive Debian's Chromium through its chromedriver (no browser
+# download at test time): install both when missing and we are root, else the tests skip.
+chromium-check:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Chromium not found: installing chromium and chromium-driver for the dashboard tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	    || echo "WARNING: could not install Chromium; the dashboard browser tests will be skipped"; \
+	else echo "WARNING: chromium/chromedriver not found; the dashboard browser tests will be skipped"; fi
+
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,dev,spark]'
@@ -35,7 +45,7 @@ install-spark: $(SPARK_STAMP) java-check
 run: install
 	$(VENV)/bin/sbemu serve $(ARGS)
 
-test: install install-spark
+test: install install-spark chromium-check
 	$(PY) -m pytest -q tests
 
 lint: install

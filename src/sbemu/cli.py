@@ -10,11 +10,12 @@ Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
 level); 1 when stopping fails; 130 when interrupted before the server is up.
 
-Once the server is up, three lines go to stdout (tests and scripts parse them)::
+Once the server is up, these lines go to stdout (tests and scripts parse them)::
 
     sbemu <version> listening on amqp://<host>:<amqp_port> for namespace <ns>[, <ns>...]
     health on http://<host>:<admin_port>/health
     connection string: Endpoint=sb://localhost[:<port>];SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;
+    dashboard on http://<host>:<admin_port>/ (Prometheus metrics on /metrics)
 
 New subcommands (report, export-logs, partition offline/online) plug in as one
 ``_add_<name>(subcommands)`` function that registers a parser and its handler.
@@ -481,13 +482,14 @@ async def _wait_for_stop_signal() -> None:
 
 
 def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> list[str]:
-    """The three lines printed once the server listens (see the module docstring)."""
+    """The lines printed once the server listens (see the module docstring)."""
     shown_host = f"[{host}]" if ":" in host else host
     names = ", ".join(ns.name for ns in config.namespaces)
     return [
         f"sbemu {__version__} listening on amqp://{shown_host}:{amqp_port} for namespace {names}",
         f"health on http://{shown_host}:{admin_port}/health",
         f"connection string: {connection_string(config, amqp_port)}",
+        f"dashboard on http://{shown_host}:{admin_port}/ (Prometheus metrics on /metrics)",
     ]
 
 

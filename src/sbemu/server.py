@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
@@ -34,6 +34,10 @@ from .partitions.subscriptions import RuleDefinitionError, RuleSource, Subscript
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.listener import AmqpProtocol
 from .protocol.views import encode_property, encode_symbol
+
+if TYPE_CHECKING:
+    from .admin.dashboard import Dashboard
+    from .admin.http import HttpRoutes
 
 log = logging.getLogger("sbemu.server")
 
@@ -194,6 +198,8 @@ class Server:
         self._timer: asyncio.TimerHandle | None = None
         self._lock_fd: int | None = None
         self.started_at = 0.0
+        self.services: Services | None = None  # what AMQP connections share (stats included)
+        self.dashboard: Dashboard | None = None
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -243,6 +249,7 @@ class Server:
         from .admin.certs import server_ssl_context
         from .admin.http import start_admin
 
+        self.services = services
         try:
             ssl_context = server_ssl_context(self.data_dir)
         except (OSError, ValueError) as exc:
@@ -259,6 +266,8 @@ class Server:
         self.admin_port = self._admin_server.sockets[0].getsockname()[1]
         self.started_at = time.time()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+        if self.dashboard is not None:
+            self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
 
     def _lock_data_dir(self) -> None:
@@ -281,6 +290,8 @@ class Server:
         """Stop accepting, finish pending commits, close connections and stores."""
         if self._timer is not None:
             self._timer.cancel()
+        if self.dashboard is not None:
+            self.dashboard.stop()
         for server in (self._amqp_server, self._admin_server):
             if server is not None:
                 server.close()
@@ -427,6 +438,7 @@ class Server:
         routes.add("GET", "/health", legacy(self._health))
         routes.add("GET", "/partitions", legacy(self._partitions))
         routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
+        self._add_dashboard(routes)
         from .admin.atom import add_atom_routes, add_purge_routes
 
         add_purge_routes(routes, self.management)
@@ -485,6 +497,21 @@ class Server:
         log.warning("partition %s of %s/%s is now %s", parts[-2], namespace, entity, parts[-1])
         self._wake()
         return 200, status
+
+    # ------------------------------------------------------------------ dashboard
+    def _add_dashboard(self, routes: HttpRoutes) -> None:
+        """The web dashboard, its JSON/SSE API and /metrics on the admin port (sbemu.admin)."""
+        from .admin.access import Access
+        from .admin.dashboard import Dashboard
+
+        manage = [
+            (p.key_name, p.key)
+            for ns in self.config.namespaces
+            for p in ns.sas_policies
+            if "Manage" in p.rights
+        ]
+        self.dashboard = Dashboard(self, Access(self.host, manage))
+        self.dashboard.register(routes)
 
     # ------------------------------------------------------------------ health
     def _health(self) -> tuple[int, dict[str, Any]]:

@@ -42,6 +42,7 @@ from .records import (
     encode_log,
     encode_message,
 )
+from .stats import PartitionStats
 from .store import PartitionStore, StoreFull, WriteBatch
 
 Done = Callable[[Exception | None], None]
@@ -265,6 +266,7 @@ class PartitionBroker:
         self._next_seq = 1
         self._next_offset = 0
         self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
+        self.stats = PartitionStats()  # counters for the dashboard and /metrics
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
         # healthy: False while taken offline or after a store I/O fault (no sends, no receives:
@@ -318,6 +320,7 @@ class PartitionBroker:
     def _log(
         self, sq: SubQueue, event: LogEvent, rec: MessageRecord, now_ms: int, reason: str | None = None
     ) -> None:
+        self.stats.count(event)
         offset = self._next_offset
         self._next_offset += 1
         self._batch.log.append(
@@ -448,6 +451,7 @@ class PartitionBroker:
 
         def on_commit(error: Exception | None) -> None:
             if error is None:
+                self.stats.incoming += len(messages)
                 touched: set[str] = set()
                 for sq, rec in staged:
                     sq.records[rec.sequence_number] = rec
@@ -748,6 +752,19 @@ class PartitionBroker:
         else:
             seqs = sorted(s for s in sq.records if s >= from_seq)[:count]
         return [sq.records[s] for s in seqs]
+
+    def remove(self, queue: str, seq: int, now_ms: int) -> MessageRecord | None:
+        """Operator removal of one unlocked message (dashboard purge / resubmit), logged as
+        completed; None when it is gone or locked. Durable with the next commit."""
+        sq = self.queues[queue]
+        rec = sq.records.get(seq)
+        if rec is None or seq in sq.locks:
+            return None
+        sq.unready(rec)
+        del sq.records[seq]
+        self._delete(sq, seq)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+        return rec
 
     def counts(self, queue: str) -> dict[str, int]:
         """Runtime counts of a sub-queue, as Azure reports them."""

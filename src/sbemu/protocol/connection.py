@@ -54,6 +54,7 @@ from ..errors import (
 from ..partitions.broker import PartitionBroker, SessionLock
 from ..partitions.records import IncomingMessage, MessageRecord
 from ..partitions.router import Delivered, Entity, EntityView, Router
+from ..partitions.stats import ServerStats
 from . import cbs, codec, sections
 from .frames import FramePadder
 from .sasl import SaslError, SaslServer, SaslState
@@ -100,6 +101,7 @@ class Services:
     router: Router
     namespaces: dict[str, NamespaceInfo]  # lower-cased name -> info
     default_namespace: str
+    stats: ServerStats = field(default_factory=ServerStats)  # connections and errors
 
     def namespace_for(self, hostname: str | None) -> NamespaceInfo:
         """Pick the namespace a client addresses: by host name (first label), else the default."""
@@ -217,6 +219,7 @@ class AmqpConnection:
         self._tag_counter = itertools.count(1)
         self._padder = FramePadder()
         self.transactions = TransactionCoordinator(self)
+        self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -320,6 +323,9 @@ class AmqpConnection:
     def connection_lost(self) -> None:
         """The socket is gone: forget our links (locks stay until they expire)."""
         self.closed = True
+        if self.opened_ms is not None:
+            self.services.stats.connection_closed(self.namespace.name)
+            self.opened_ms = None
         for state in list(self._links.values()):
             if isinstance(state, ReceiveLink):
                 self._end_receiver(state)
@@ -413,6 +419,8 @@ class AmqpConnection:
             if hostname and self._sasl.result and self._sasl.result.mechanism is None:
                 self.namespace = self.services.namespace_for(hostname)
             conn.open()
+            self.opened_ms = self.now_ms
+            self.services.stats.connection_opened(self.namespace.name)
         elif t == Event.CONNECTION_REMOTE_CLOSE:
             conn = event.connection
             assert conn is not None
@@ -433,7 +441,7 @@ class AmqpConnection:
         if link is not None:
             self._close_link(link, exc)
         elif self._conn is not None:
-            self._conn.condition = error_condition(exc)
+            self._conn.condition = self._error_condition(exc)
             self._conn.close()
 
     # ------------------------------------------------------------------ attach
@@ -587,12 +595,12 @@ class AmqpConnection:
         link.source.type = Terminus.UNSPECIFIED
         link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = error_condition(exc)
+        link.condition = self._error_condition(exc)
         link.close()
 
     def _close_link(self, link: Link, exc: ServiceBusError) -> None:
         self._forget_link(link)
-        link.condition = error_condition(exc)
+        link.condition = self._error_condition(exc)
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
@@ -743,7 +751,7 @@ class AmqpConnection:
         else:
             if not isinstance(error, ServiceBusError):
                 error = _storage_error(error)
-            delivery.local.condition = error_condition(error)
+            delivery.local.condition = self._error_condition(error)
             delivery.update(Delivery.REJECTED)
         delivery.settle()
         self.on_output()
@@ -789,7 +797,7 @@ class AmqpConnection:
                     delivery.update(outcome)
                 else:
                     err = error if isinstance(error, ServiceBusError) else _storage_error(error)
-                    delivery.local.condition = error_condition(err)
+                    delivery.local.condition = self._error_condition(err)
                     delivery.update(Delivery.REJECTED)
             delivery.settle()
             self.on_output()
@@ -859,7 +867,7 @@ class AmqpConnection:
                 txn, StagedSettlement(entity, token, code, details, delivery)
             )
         except ServiceBusError as exc:
-            delivery.local.condition = error_condition(exc)
+            delivery.local.condition = self._error_condition(exc)
             delivery.update(Delivery.REJECTED)
             delivery.settle()
             self.on_output()
@@ -959,6 +967,55 @@ class AmqpConnection:
             link.send(data)
             link.advance()
             delivery.settle()
+
+    # ------------------------------------------------------------------ operator view
+    def _error_condition(self, exc: ServiceBusError) -> Condition:
+        """error_condition(), counted for /metrics (throttled, server or user error)."""
+        self.services.stats.error(self.namespace.name, exc.condition)
+        return error_condition(exc)
+
+    def describe(self) -> dict[str, Any]:
+        """A read-only picture of this connection for the dashboard: identity and links."""
+        result = self._sasl.result
+        identities = sorted({g.key_name for g in self._grants if g.expires_at > self.now})
+        if result is not None and result.mechanism == "PLAIN" and result.username:
+            identities.insert(0, result.username)
+        links = []
+        for link, state in list(self._links.items()):
+            kind = type(state).__name__
+            entry: dict[str, Any] = {
+                "name": link.name,
+                "role": "sender" if link.is_receiver else "receiver",  # the client's side
+                "kind": kind,
+                "address": getattr(state, "address", None) or getattr(state, "node", None),
+                "credit": link.credit,
+                "unsettled": link.unsettled,
+            }
+            if isinstance(state, ReceiveLink):
+                entry["address"] = state.view.address
+                entry["mode"] = "peek-lock" if state.peek_lock else "receive-and-delete"
+                entry["unsettled"] = len(state.unsettled)
+                if state.session is not None:
+                    entry["session_id"] = state.session.session_id
+            links.append(entry)
+        return {
+            "id": self.id,
+            "namespace": self.namespace.name,
+            "sasl_mechanism": result.mechanism if result is not None else None,
+            "identities": identities,
+            "container_id": self._conn.remote_container if self._conn is not None else None,
+            "opened_ms": self.opened_ms,
+            "links": links,
+        }
+
+    def close_by_operator(self, description: str) -> None:
+        """Close the connection with amqp:connection:forced (the dashboard's close action)."""
+        if self._conn is not None and not self.closed:
+            self._conn.condition = Condition("amqp:connection:forced", description)
+            self._conn.close()
+        else:
+            self.closed = True
+        self.on_output()
 
 
 # ------------------------------------------------------------------------ helpers

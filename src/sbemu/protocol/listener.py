@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .connection import AmqpConnection, Services
 
@@ -113,3 +114,28 @@ class AmqpProtocol(asyncio.Protocol):
         """Drop the socket (server shutdown)."""
         if self._transport is not None:
             self._transport.close()
+
+    # ------------------------------------------------------------------ operator view
+    def describe(self) -> dict[str, Any] | None:
+        """Peer address plus the connection's own description (None once it is gone)."""
+        conn, transport = self._conn, self._transport
+        if conn is None or transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        info = conn.describe()
+        info["peer"] = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        return info
+
+    @property
+    def connection_id(self) -> int | None:
+        """The AmqpConnection id the dashboard names this socket by."""
+        return self._conn.id if self._conn is not None else None
+
+    def close_by_operator(self, description: str, grace: float = 5.0) -> None:
+        """Send close(amqp:connection:forced); drop the socket if the peer does not answer."""
+        conn = self._conn
+        if conn is None:
+            return
+        conn.close_by_operator(description)
+        self._flush()
+        self._loop.call_later(grace, self.close)

@@ -59,6 +59,7 @@ def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -
         app: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
         if condition is not None:
             app["errorCondition"] = symbol(condition)
+            conn.services.stats.error(conn.namespace.name, condition)  # for /metrics
         response = Message(correlation_id=request.id, properties=app, body=result or {})
         conn.send_reply(state, request, response)
 

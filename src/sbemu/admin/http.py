@@ -141,16 +141,20 @@ class HttpRoutes:
         parts = _split(path)
         best: tuple[tuple[str, ...], bool] | None = None
         allowed: list[str] = []
+        # The most specific matching pattern owns the path: a method it lacks is a 405, never a
+        # fall-through to a broader prefix route (GET /api/purge must not reach the Atom API).
         for want in (method, "GET") if method == "HEAD" else (method,):
             for route in self._routes:
                 params = route.match(parts)
                 if params is None:
                     continue
-                if route.method == want:
-                    return route.handler, params
                 if best is None:
                     best = (route.segments, route.prefix)
-                if (route.segments, route.prefix) == best and route.method not in allowed:
+                if (route.segments, route.prefix) != best:
+                    continue
+                if route.method == want:
+                    return route.handler, params
+                if route.method not in allowed:
                     allowed.append(route.method)
         return allowed or None
 

@@ -35,10 +35,19 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from sbemu.partitions import logreader, retention
-from sbemu.reporttables import TableStore, summary_rows
+from sbemu.reporttables import COLUMNS, TableStore, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
 from sparkjobs.tables import DLQ_SUFFIX, SENT_EVENTS, deadletter_reasons, traffic_by_minute
 
@@ -147,9 +156,29 @@ def read_events(spark: SparkSession, out: str) -> DataFrame:
     return spark.read.schema(EVENTS_SCHEMA).parquet(os.path.join(paths.events, "batch-*"))
 
 
+_SPARK_TYPES = {
+    "string": StringType(),
+    "int32": IntegerType(),
+    "int64": LongType(),
+    "double": DoubleType(),
+    "timestamp": TimestampType(),
+    "list<int64>": ArrayType(LongType()),
+}
+
+
+def table_schema(name: str) -> StructType:
+    """The Spark schema of a reporting table (sbemu.reporttables.COLUMNS)."""
+    return StructType([StructField(c, _SPARK_TYPES[k]) for c, k in COLUMNS[name]])
+
+
 def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
-    """One aggregate table of OUT as a DataFrame (files under OUT/<name>, any depth)."""
-    return spark.read.option("recursiveFileLookup", "true").parquet(os.path.join(out, name))
+    """One aggregate table of OUT as a DataFrame (files under OUT/<name>, any depth; empty
+    until an event gave it a row)."""
+    path = os.path.join(out, name)
+    schema = table_schema(name)
+    if not any(files for _d, _s, files in os.walk(path)):
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(path)
 
 
 PREV_SCHEMA = StructType(

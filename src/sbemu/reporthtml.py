@@ -175,7 +175,7 @@ def render(out: str, *, now: datetime | None = None) -> str:
     for key in sorted(per_entity):
         by_minute = per_entity[key]
         first, last = min(by_minute), max(by_minute)
-        minutes = []
+        minutes: list[datetime] = []
         t = first
         while t <= last and len(minutes) < 24 * 60:  # gaps drawn as zero, at most a day wide
             minutes.append(t)

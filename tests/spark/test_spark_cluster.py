@@ -145,8 +145,6 @@ def test_standalone_cluster_tables_equal_a_local_run(cluster, spark, tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert submit.returncode == 0, submit.stdout + submit.stderr[-5000:]
-    assert "app-" in submit.stderr or "Connected to Spark cluster" in submit.stderr, \
-        submit.stderr[-3000:]
     assert (Path(out_cluster) / "_state" / "totals.json").exists()
 
     local = report.run(spark, source="segments", path=seg, out=out_local)

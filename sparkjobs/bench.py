@@ -138,6 +138,8 @@ def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
             self.sender: Any = None
             self.due = 0
             self.t0 = 0.0
+            self.accepted = 0
+            self.closing = False
 
         def on_start(self, event: Any) -> None:
             conn = event.container.connect(
@@ -150,7 +152,8 @@ def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
         def on_timer_task(self, event: Any) -> None:
             elapsed = time.monotonic() - self.t0
             if elapsed >= seconds or stop.is_set():
-                self.sender.connection.close()
+                self.closing = True  # close once every send is acknowledged
+                self._maybe_close()
                 return
             self.due = int(elapsed * rate) + per_tick
             self._send()
@@ -159,8 +162,16 @@ def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
         def on_sendable(self, event: Any) -> None:
             self._send()
 
+        def on_accepted(self, event: Any) -> None:
+            self.accepted += 1
+            self._maybe_close()
+
+        def _maybe_close(self) -> None:
+            if self.closing and self.accepted >= len(sent_at):
+                self.sender.connection.close()
+
         def _send(self) -> None:
-            while len(sent_at) < self.due and self.sender.credit > 0:
+            while not self.closing and len(sent_at) < self.due and self.sender.credit > 0:
                 self.sender.send(Message(body=b"x" * 100, durable=True))
                 sent_at.append(time.time())
 

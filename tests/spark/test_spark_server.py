@@ -6,7 +6,6 @@ which is how `sbemu report` is used.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -129,10 +128,10 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
                 rows["queue.1"]["abandoned"], rows["queue.1"]["deadlettered"]) == (10, 5, 2, 3)
         assert rows["queue.1"]["delivered"] >= 10
         reasons = {(r.entity, r.reason): r["count"] for r in
-                   spark.read.parquet(os.path.join(out, "deadletter_reasons")).collect()}
+                   report.read_table(spark, out, "deadletter_reasons").collect()}
         assert reasons == {("queue.1", "bad"): 3}
         skew = {r.entity: r for r in
-                spark.read.parquet(os.path.join(out, "partition_skew")).collect()}
+                report.read_table(spark, out, "partition_skew").collect()}
         assert skew["queue.partitioned"].partitions == 16  # from entity.json
         assert skew["queue.partitioned"].messages == skew["queue.partitioned"].max_per_partition == 6
         assert sorted(skew["queue.partitioned"].messages_per_partition)[-2:] == [0, 6]

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check run test lint bench report clean
+.PHONY: install install-spark java-check run test lint bench bench-compare bench-deps report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,22 @@ lint: install
 
 bench: install
 	$(PY) bench/bench.py $(ARGS)
+
+# sbemu vs Debian's RabbitMQ 3.10 (AMQP 1.0 plugin), same rhea client, alternating rounds;
+# installs rabbitmq-server (apt, as root) and Node.js when absent, rhea into bench/node.
+bench-deps:
+	@if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v node >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing rabbitmq-server / nodejs from Debian"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      $$(test -x /usr/lib/rabbitmq/bin/rabbitmq-server || echo rabbitmq-server) \
+	      $$(command -v node >/dev/null 2>&1 || echo nodejs npm) >/dev/null; \
+	  else echo "bench-compare needs rabbitmq-server and nodejs (apt-get install as root)"; exit 1; fi; \
+	fi
+	@test -d bench/node/node_modules/rhea || (cd bench/node && npm ci --no-audit --no-fund --silent)
+
+bench-compare: install bench-deps
+	$(PY) bench/compare.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -197,6 +197,7 @@ class Result:
     duplicates: int = 0
     leftover: int = 0  # still in the queue after the receive phase
     errors: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)  # latency phase only
 
     @property
     def lost(self) -> int:
@@ -392,6 +393,116 @@ def _proton_phase(url: str, address: str, count: int, size: int, prefix: str) ->
     return result
 
 
+# ------------------------------------------------------------------------------- latency
+
+
+def _latency_phase(url: str, address: str, rate: int, seconds: float, size: int) -> Result:
+    """Send-to-receive latency at a fixed offered rate: one proton connection sends ``rate``
+    durable messages per second on a schedule (each carries its send time) while a receiver on
+    a second connection (prefetch 1000, auto-accept) takes them; latency is receive time minus
+    scheduled send time, so a stalled sender shows up too. Result.latencies_ms holds them."""
+    from proton import Message
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    count = max(1, int(rate * seconds))
+    result = Result("latency", address, count, size)
+    payload = os.urandom(size)
+    interval = 1.0 / rate
+
+    class Handler(MessagingHandler):
+        def __init__(self) -> None:
+            super().__init__(prefetch=1000, auto_accept=True, auto_settle=True)
+            self.sender: Any = None
+            self.conns: list[Any] = []
+            self.sent = self.accepted = 0
+            self.start = 0.0
+            self.ready = 0
+            self.seen: set[int] = set()
+            self.latencies: list[float] = []
+            self.deadline = 0.0
+
+        def on_start(self, event: Any) -> None:
+            c = event.container
+            kw = {"user": KEY_NAME, "password": KEY, "sasl_enabled": True, "allowed_mechs": "PLAIN"}
+            recv_conn = c.connect(url, **kw)
+            send_conn = c.connect(url, **kw)
+            self.conns = [recv_conn, send_conn]
+            c.create_receiver(recv_conn, address)
+            self.sender = c.create_sender(send_conn, address)
+            self.deadline = time.monotonic() + seconds + IDLE_TIMEOUT
+
+        def on_link_opened(self, event: Any) -> None:
+            self.ready += 1
+            if self.ready == 2:
+                self.start = time.perf_counter()
+                event.container.schedule(0, self)
+
+        def on_timer_task(self, event: Any) -> None:
+            now = time.perf_counter()
+            due = min(count, int((now - self.start) / interval) + 1)
+            while self.sent < due and self.sender.credit:
+                msg = Message(
+                    id=f"lat-{self.sent}",
+                    body=payload,
+                    durable=True,
+                    properties={"i": self.sent, "t": self.start + self.sent * interval},
+                )
+                msg.inferred = True
+                self.sender.send(msg)
+                self.sent += 1
+            if time.monotonic() > self.deadline:
+                result.errors.append(f"latency phase stuck at {len(self.seen)}/{count}")
+                self.finish()
+            elif len(self.seen) < count:
+                next_at = self.start + self.sent * interval
+                event.container.schedule(max(0.0, next_at - time.perf_counter()), self)
+
+        def on_accepted(self, event: Any) -> None:
+            self.accepted += 1
+
+        def on_message(self, event: Any) -> None:
+            now = time.perf_counter()
+            props = event.message.properties or {}
+            index = props.get("i")
+            if index is None or index in self.seen:
+                result.duplicates += index is not None
+                return
+            self.seen.add(int(index))
+            self.latencies.append((now - float(props["t"])) * 1000.0)
+            if len(self.seen) >= count:
+                event.container.schedule(0.2, _Finisher(self))
+
+        def finish(self) -> None:
+            for conn in self.conns:
+                conn.close()
+
+    class _Finisher:
+        def __init__(self, handler: Handler) -> None:
+            self.handler = handler
+
+        def on_timer_task(self, event: Any) -> None:
+            self.handler.finish()
+
+    handler = Handler()
+    Container(handler).run()
+    result.sent_ok = handler.accepted
+    result.received = len(handler.seen)
+    result.latencies_ms = sorted(handler.latencies)
+    elapsed = count / rate
+    result.send_rate = handler.accepted / elapsed
+    result.receive_rate = result.received / elapsed
+    return result
+
+
+def _percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    if not values:
+        return float("nan")
+    rank = max(0, min(len(values) - 1, int(round(p / 100.0 * len(values) + 0.5)) - 1))
+    return values[rank]
+
+
 # ------------------------------------------------------------------------------- SDK client
 
 
@@ -553,6 +664,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--topic-count", type=int, default=10_000, help="messages into the topic [10000; 0 = skip]"
     )
+    parser.add_argument(
+        "--latency-rate", type=int, default=1000, help="offered msg/s of the latency phase [1000; 0 = skip]"
+    )
+    parser.add_argument(
+        "--latency-seconds", type=float, default=10.0, help="length of the latency phase [10]"
+    )
     args = parser.parse_args(argv)
     if args.count <= 0 or args.size < 0:
         parser.error("--count must be > 0 and --size >= 0")
@@ -570,6 +687,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.only in (None, "sdk"):
                 print(f"  sdk    {q}: {args.count} x {args.size} B ...", flush=True)
                 results.append(_sdk_phase(server.conn_str, q, args.count, args.size, f"s-{q}"))
+        latency_queues = list(args.queue or QUEUES) if args.latency_rate > 0 else []
+        if args.only in (None, "proton"):
+            for q in latency_queues:
+                print(
+                    f"  latency {q}: {args.latency_rate} msg/s for {args.latency_seconds:g} s ...",
+                    flush=True,
+                )
+                results.append(
+                    _latency_phase(
+                        server.url, q, args.latency_rate, args.latency_seconds, args.size
+                    )
+                )
         if args.topic_count > 0 and args.only in (None, "sdk"):
             print(
                 f"  sdk    {TOPIC} (5 subscriptions): {args.topic_count} x {args.size} B ...",
@@ -584,6 +713,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(_table(results))
+    for r in results:
+        if r.client == "latency" and r.latencies_ms:
+            lat = r.latencies_ms
+            print(
+                f"latency {r.queue}: {r.count} msgs at {round(r.count / args.latency_seconds)}"
+                f" msg/s offered: p50 {_percentile(lat, 50):.2f} ms, p99 {_percentile(lat, 99):.2f}"
+                f" ms, max {lat[-1]:.2f} ms"
+            )
     failed = [r for r in results if not r.ok]
     if failed:
         lost = sum(max(r.lost, 0) for r in failed)

@@ -665,7 +665,10 @@ def main(argv: list[str] | None = None) -> int:
         "--topic-count", type=int, default=10_000, help="messages into the topic [10000; 0 = skip]"
     )
     parser.add_argument(
-        "--latency-rate", type=int, default=1000, help="offered msg/s of the latency phase [1000; 0 = skip]"
+        "--latency-rate",
+        type=int,
+        default=1000,
+        help="offered msg/s of the latency phase [1000; 0 = skip]",
     )
     parser.add_argument(
         "--latency-seconds", type=float, default=10.0, help="length of the latency phase [10]"

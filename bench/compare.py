@@ -117,8 +117,8 @@ class Rabbit:
         # A durable classic queue, declared the way an operator would before the test.
         self.ctl(
             "eval",
-            "rabbit_amqqueue:declare(rabbit_misc:r(<<\"/\">>, queue, "
-            f"<<\"{RABBIT_QUEUE}\">>), true, false, [], none, <<\"bench\">>).",
+            'rabbit_amqqueue:declare(rabbit_misc:r(<<"/">>, queue, '
+            f'<<"{RABBIT_QUEUE}">>), true, false, [], none, <<"bench">>).',
         )
 
     def _tail(self) -> str:
@@ -149,7 +149,9 @@ class Rabbit:
         )  # fmt: skip
 
 
-def phase(kind: str, port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]) -> dict:
+def phase(
+    kind: str, port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]
+) -> dict:
     cmd = [
         "node", str(CLIENT), kind, str(port), address,
         str(args.count), str(args.size), str(args.credit), *auth,
@@ -168,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
     parser.add_argument("--size", type=int, default=1024, help="body bytes [1024]")
-    parser.add_argument("--credit", type=int, default=500, help="send window / receive credit [500]")
+    parser.add_argument(
+        "--credit", type=int, default=500, help="send window / receive credit [500]"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds [3]")
     parser.add_argument("--keep-data", action="store_true", help="keep the temp directories")
     args = parser.parse_args(argv)

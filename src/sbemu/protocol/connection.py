@@ -194,6 +194,68 @@ class ReceiveLink:
 _LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink | CoordinatorLink
 
 
+class _LinkMap(dict):
+    """`_links` (proton Link -> our state) plus a cache keyed by the C link pointer, so the
+    hot path finds a link's state without wrapping the link; any change drops the cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_ptr: dict[int, Any] = {}
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.by_ptr.clear()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.by_ptr.clear()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.by_ptr.clear()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.by_ptr.clear()
+        super().clear()
+
+    def setdefault(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().setdefault(*args)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.by_ptr.clear()
+        super().update(*args, **kwargs)
+
+
+# proton's C event types, for the raw event loop (AmqpConnection._process).
+_PN_DELIVERY = Event.DELIVERY.number
+_PN_LINK_FLOW = Event.LINK_FLOW.number
+# Events nobody handles: popped without building Python wrappers for them.
+_PN_IGNORED = frozenset(
+    e.number
+    for e in (
+        Event.TRANSPORT,
+        Event.CONNECTION_INIT,
+        Event.CONNECTION_BOUND,
+        Event.CONNECTION_LOCAL_OPEN,
+        Event.CONNECTION_FINAL,
+        Event.SESSION_INIT,
+        Event.SESSION_LOCAL_OPEN,
+        Event.SESSION_FINAL,
+        Event.LINK_INIT,
+        Event.LINK_LOCAL_OPEN,
+        Event.LINK_FINAL,
+    )
+)
+_PN_ACCEPTED = Delivery.ACCEPTED
+_NULL = _ffi.NULL
+_MISSING = object()
+
+
 class AmqpConnection:
     """One client connection."""
 
@@ -208,7 +270,7 @@ class AmqpConnection:
         self._conn: Connection | None = None
         self._collector: Collector | None = None
         self._out = bytearray()
-        self._links: dict[Link, _LinkState] = {}
+        self._links: dict[Link, _LinkState] = _LinkMap()
         self._grants: list[cbs.SasGrant] = []
         self._plain_rights: frozenset[str] | None = None
         self.namespace: NamespaceInfo = services.namespace_for(None)
@@ -341,15 +403,142 @@ class AmqpConnection:
         collector = self._collector
         if collector is None:
             return
+        # Raw event loop on proton's C layer: the per-message events (a transfer in, a
+        # disposition in, a flow) are handled without proton's Python wrappers; every other
+        # event is wrapped and dispatched as before; events nobody handles are just popped.
+        impl = collector._impl
+        lib = _lib
         while True:
-            event = collector.peek()
-            if event is None:
+            ev = lib.pn_collector_peek(impl)
+            if ev == _NULL:
                 break
+            kind = lib.pn_event_type(ev)
+            if kind not in _PN_IGNORED:
+                handled = False
+                if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:
+                    try:
+                        handled = self._fast_event(kind, ev)
+                    except Exception as exc:
+                        self._fail(Event.wrap(ev), exc)
+                        handled = True
+                if not handled:
+                    event = Event.wrap(ev)
+                    try:
+                        self._dispatch(event)
+                    except Exception as exc:  # one error path per scope: the link, else the connection
+                        self._fail(event, exc)
+            lib.pn_collector_pop(impl)
+
+    def _state_of(self, link: Any) -> Any:
+        """Our state for a C link pointer (cached; None for links we do not track)."""
+        links = self._links
+        cache: dict[int, Any] = links.by_ptr  # type: ignore[attr-defined]
+        key = int(_ffi.cast("uintptr_t", link))
+        state = cache.get(key, _MISSING)
+        if state is _MISSING:
+            state = links.get(Link.wrap(link))
+            cache[key] = state
+        return state
+
+    def _fast_event(self, kind: int, ev: Any) -> bool:
+        """The hot events on the C layer; False hands the event to the wrapped path."""
+        lib = _lib
+        link = lib.pn_event_link(ev)
+        state = self._state_of(link)
+        cls = type(state)
+        if kind == _PN_LINK_FLOW:
+            if cls is ReceiveLink:
+                if state.waiting:
+                    return True
+                state.view.dispatch(self.now_ms)
+                if lib.pn_link_get_drain(link):
+                    lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
+                return True
+            if cls is SendLink:
+                credit = lib.pn_link_credit(link)
+                if credit < SENDER_CREDIT // 2:
+                    lib.pn_link_flow(link, SENDER_CREDIT - credit)
+                return True
+            return False
+        d = lib.pn_event_delivery(ev)
+        if cls is SendLink:
+            # A whole, plain (non-transactional) transfer: read it, top up credit, store it.
+            if (
+                lib.pn_delivery_partial(d)
+                or lib.pn_delivery_aborted(d)
+                or not lib.pn_delivery_readable(d)
+                or lib.pn_delivery_remote_state(d) != 0
+            ):
+                return False
+            pending = lib.pn_delivery_pending(d)
+            if pending <= 0:
+                return False
+            buf = bytearray(pending)
+            got = lib.pn_link_recv(link, _ffi.from_buffer(buf), pending)
+            lib.pn_link_advance(link)
+            credit = lib.pn_link_credit(link)
+            if credit < SENDER_CREDIT // 2:
+                lib.pn_link_flow(link, SENDER_CREDIT - credit)
+            data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+            lib.pn_incref(d)  # held until the commit settles it
             try:
-                self._dispatch(event)
-            except Exception as exc:  # one error path per scope: the link, else the connection
-                self._fail(event, exc)
-            collector.pop()
+                messages = self._incoming(data, state.entity.subscriptions is not None)
+                state.entity.send(messages, self.now_ms, lambda error: self._settle_raw(d, error))
+            except ServiceBusError as exc:
+                self._settle_raw(d, exc)
+            return True
+        if cls is ReceiveLink:
+            # A client's accept (complete) of a peek-locked message [contract 5.1].
+            if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
+                return False
+            tag = lib.pn_delivery_tag(d)
+            token = state.unsettled.pop(bytes(_ffi.unpack(tag.start, tag.size)), None)
+            if token is None:
+                if lib.pn_delivery_settled(d):
+                    lib.pn_delivery_settle(d)
+                return True
+            needs_reply = not lib.pn_delivery_settled(d)
+            lib.pn_incref(d)
+
+            def done(error: Exception | None) -> None:
+                self._complete_raw(d, needs_reply, error)
+
+            try:
+                state.entity.complete(token, self.now_ms, done)
+            except ServiceBusError as exc:
+                done(exc)
+            return True
+        return False
+
+    def _settle_raw(self, d: Any, error: Exception | None) -> None:
+        """Settle an incoming transfer held by _fast_event (and drop our reference)."""
+        try:
+            if error is None:
+                _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_settle(d)
+                self.on_output()
+            else:
+                self._settle_incoming(Delivery.wrap(d), error)
+        finally:
+            _lib.pn_decref(d)
+
+    def _complete_raw(self, d: Any, needs_reply: bool, error: Exception | None) -> None:
+        """Answer a complete taken by _fast_event [contract 5.2] (and drop our reference)."""
+        try:
+            if error is None:
+                if needs_reply:
+                    _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_settle(d)
+            else:
+                delivery = Delivery.wrap(d)
+                if needs_reply:
+                    err = error if isinstance(error, ServiceBusError) else _storage_error(error)
+                    delivery.local.condition = error_condition(err)
+                    delivery.update(Delivery.REJECTED)
+                delivery.settle()
+            self.on_output()
+        finally:
+            _lib.pn_decref(d)
 
     def _dispatch(self, event: Event) -> None:
         t = event.type
@@ -736,12 +925,12 @@ class AmqpConnection:
             tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
         else:
             tag = next(self._tag_counter).to_bytes(8, "big")
-        link = state.link
-        delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
-        link.send(data)
-        link.advance()
+        link = state.link._impl  # on proton's C layer: no wrapper per delivery
+        delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))
+        _lib.pn_link_send(link, data, len(data))
+        _lib.pn_link_advance(link)
         if lock is None:
-            delivery.settle()  # receive-and-delete: pre-settled [contract 4.2]
+            _lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
         else:
             state.unsettled[tag] = lock.token
         # Dispatch may run from another connection's commit: ask the adapter to flush us.

@@ -425,7 +425,7 @@ class AmqpConnection:
                     event = Event.wrap(ev)
                     try:
                         self._dispatch(event)
-                    except Exception as exc:  # one error path per scope: the link, else the connection
+                    except Exception as exc:  # one error path per scope: link, else connection
                         self._fail(event, exc)
             lib.pn_collector_pop(impl)
 
@@ -893,6 +893,12 @@ class AmqpConnection:
                 f"({limit} bytes) currently allowed on the link."
             )
         try:
+            scanned = sections.scan_message(data)
+        except sections.SectionError:
+            scanned = None
+        if scanned is not None and not _may_be_batch(scanned):
+            return [_to_incoming(scanned, for_topic)]  # the common case: one scan, no split
+        try:
             inner = _batch_payloads(data)
             if inner is not None:
                 try:
@@ -1164,6 +1170,25 @@ def _batch_payloads(data: bytes) -> list[bytes] | None:
         if len(part) < 3 or part[0] != 0x00 or part[1] != 0x53 or not 0x70 <= part[2] <= 0x78:
             return None
     return parts
+
+
+def _may_be_batch(scanned: sections.ScannedMessage) -> bool:
+    """Whether a scanned message could be a batch envelope: its first body section is a data
+    section whose payload starts like an encoded message (the check _batch_payloads makes of
+    every part), so a plain message is not split and copied section by section."""
+    span = scanned.body_span
+    if span is None:
+        return False
+    tail, at = scanned.tail, span[0]
+    if at + 4 > len(tail) or tail[at + 2] != 0x75:
+        return False
+    p = at + (5 if tail[at + 3] == 0xA0 else 8)
+    return (
+        p + 3 <= len(tail)
+        and tail[p] == 0x00
+        and tail[p + 1] == 0x53
+        and 0x70 <= tail[p + 2] <= 0x78
+    )
 
 
 TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check run test lint bench bench-compare bench-deps report clean
+.PHONY: install install-spark java-check run test lint bench bench-compare bench-node bench-rabbitmq report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,23 +42,27 @@ lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
 	$(VENV)/bin/mypy src
 
-bench: install
+bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)
 
-# sbemu vs Debian's RabbitMQ 3.10 (AMQP 1.0 plugin), same rhea client, alternating rounds;
-# installs rabbitmq-server (apt, as root) and Node.js when absent, rhea into bench/node.
-bench-deps:
-	@if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v node >/dev/null 2>&1; then \
+# rhea (npm, pinned by bench/node/package-lock.json) for the latency phase and bench-compare.
+bench-node:
+	@command -v node >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing rabbitmq-server / nodejs from Debian"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      $$(test -x /usr/lib/rabbitmq/bin/rabbitmq-server || echo rabbitmq-server) \
-	      $$(command -v node >/dev/null 2>&1 || echo nodejs npm) >/dev/null; \
-	  else echo "bench-compare needs rabbitmq-server and nodejs (apt-get install as root)"; exit 1; fi; \
-	fi
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	  else echo "the latency bench needs Node.js"; exit 1; fi; }
 	@test -d bench/node/node_modules/rhea || (cd bench/node && npm ci --no-audit --no-fund --silent)
 
-bench-compare: install bench-deps
+# sbemu vs Debian's RabbitMQ 3.10 (AMQP 1.0 plugin), same rhea client, alternating rounds;
+# installs rabbitmq-server (apt, as root) when absent. bench/compare.py runs its own node.
+bench-rabbitmq:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing rabbitmq-server from Debian"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
+	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
+
+bench-compare: install bench-node bench-rabbitmq
 	$(PY) bench/compare.py $(ARGS)
 
 clean:

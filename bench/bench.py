@@ -15,7 +15,11 @@ queue:
 
 Every phase checks that each message sent was received exactly once (by an index carried in
 the message) and that the queue is empty afterwards; the script exits 1 if any message is lost
-(or a phase fails), 0 otherwise. Options: ``--count``, ``--size``, ``--only proton|sdk``.
+(or a phase fails), 0 otherwise. Options: ``--count``, ``--size``, ``--only proton|sdk|latency``.
+
+* latency: send-to-receive latency (p50, p99, max) at a fixed offered rate
+  (``--latency-rate`` msg/s, default 1000, for ``--latency-seconds``, default 10) on each queue,
+  driven by the rhea client in ``bench/node`` (``make bench`` installs it).
 """
 
 from __future__ import annotations
@@ -197,7 +201,7 @@ class Result:
     duplicates: int = 0
     leftover: int = 0  # still in the queue after the receive phase
     errors: list[str] = field(default_factory=list)
-    latencies_ms: list[float] = field(default_factory=list)  # latency phase only
+    latency: tuple[float, float, float] | None = None  # latency phase: p50, p99, max (ms)
 
     @property
     def lost(self) -> int:
@@ -396,111 +400,41 @@ def _proton_phase(url: str, address: str, count: int, size: int, prefix: str) ->
 # ------------------------------------------------------------------------------- latency
 
 
-def _latency_phase(url: str, address: str, rate: int, seconds: float, size: int) -> Result:
-    """Send-to-receive latency at a fixed offered rate: one proton connection sends ``rate``
-    durable messages per second on a schedule (each carries its send time) while a receiver on
-    a second connection (prefetch 1000, auto-accept) takes them; latency is receive time minus
-    scheduled send time, so a stalled sender shows up too. Result.latencies_ms holds them."""
-    from proton import Message
-    from proton.handlers import MessagingHandler
-    from proton.reactor import Container
+NODE_CLIENT = Path(__file__).resolve().parent / "node" / "rhea-bench.js"
 
-    count = max(1, int(rate * seconds))
+
+def _latency_phase(port: int, address: str, rate: int, seconds: float, size: int) -> Result:
+    """Send-to-receive latency at a fixed offered rate, measured with the rhea client
+    (``bench/node/rhea-bench.js latency``): one connection offers ``rate`` durable messages a
+    second on a fixed schedule while a receiver on a second connection (credit 1000,
+    auto-accept) takes them; latency = receive time minus *scheduled* send time. rhea, not
+    python-qpid-proton, drives this phase: a Python client cannot keep a 1 ms schedule on a
+    loaded 2-core machine and would measure itself."""
+    count = max(1, round(rate * seconds))
     result = Result("latency", address, count, size)
-    payload = os.urandom(size)
-    interval = 1.0 / rate
-
-    class Handler(MessagingHandler):
-        def __init__(self) -> None:
-            super().__init__(prefetch=1000, auto_accept=True, auto_settle=True)
-            self.sender: Any = None
-            self.conns: list[Any] = []
-            self.sent = self.accepted = 0
-            self.start = 0.0
-            self.ready = 0
-            self.seen: set[int] = set()
-            self.latencies: list[float] = []
-            self.deadline = 0.0
-
-        def on_start(self, event: Any) -> None:
-            c = event.container
-            kw = {"user": KEY_NAME, "password": KEY, "sasl_enabled": True, "allowed_mechs": "PLAIN"}
-            recv_conn = c.connect(url, **kw)
-            send_conn = c.connect(url, **kw)
-            self.conns = [recv_conn, send_conn]
-            c.create_receiver(recv_conn, address)
-            self.sender = c.create_sender(send_conn, address)
-            self.deadline = time.monotonic() + seconds + IDLE_TIMEOUT
-
-        def on_link_opened(self, event: Any) -> None:
-            self.ready += 1
-            if self.ready == 2:
-                self.start = time.perf_counter()
-                event.container.schedule(0, self)
-
-        def on_timer_task(self, event: Any) -> None:
-            now = time.perf_counter()
-            due = min(count, int((now - self.start) / interval) + 1)
-            while self.sent < due and self.sender.credit:
-                msg = Message(
-                    id=f"lat-{self.sent}",
-                    body=payload,
-                    durable=True,
-                    properties={"i": self.sent, "t": self.start + self.sent * interval},
-                )
-                msg.inferred = True
-                self.sender.send(msg)
-                self.sent += 1
-            if time.monotonic() > self.deadline:
-                result.errors.append(f"latency phase stuck at {len(self.seen)}/{count}")
-                self.finish()
-            elif len(self.seen) < count:
-                next_at = self.start + self.sent * interval
-                event.container.schedule(max(0.0, next_at - time.perf_counter()), self)
-
-        def on_accepted(self, event: Any) -> None:
-            self.accepted += 1
-
-        def on_message(self, event: Any) -> None:
-            now = time.perf_counter()
-            props = event.message.properties or {}
-            index = props.get("i")
-            if index is None or index in self.seen:
-                result.duplicates += index is not None
-                return
-            self.seen.add(int(index))
-            self.latencies.append((now - float(props["t"])) * 1000.0)
-            if len(self.seen) >= count:
-                event.container.schedule(0.2, _Finisher(self))
-
-        def finish(self) -> None:
-            for conn in self.conns:
-                conn.close()
-
-    class _Finisher:
-        def __init__(self, handler: Handler) -> None:
-            self.handler = handler
-
-        def on_timer_task(self, event: Any) -> None:
-            self.handler.finish()
-
-    handler = Handler()
-    Container(handler).run()
-    result.sent_ok = handler.accepted
-    result.received = len(handler.seen)
-    result.latencies_ms = sorted(handler.latencies)
-    elapsed = count / rate
-    result.send_rate = handler.accepted / elapsed
-    result.receive_rate = result.received / elapsed
+    if shutil.which("node") is None or not (NODE_CLIENT.parent / "node_modules" / "rhea").exists():
+        result.errors.append("needs Node.js and rhea (make bench installs them into bench/node)")
+        return result
+    cmd = [
+        "node", str(NODE_CLIENT), "latency", str(port), address, str(rate), str(seconds),
+        str(size), KEY_NAME, KEY,
+    ]  # fmt: skip
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=seconds + 120, check=False
+        )
+        data = json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as exc:
+        result.errors.append(f"latency client failed: {exc}")
+        return result
+    if data.get("error"):
+        result.errors.append(str(data["error"]))
+        return result
+    result.sent_ok = int(data.get("accepted", 0))
+    result.received = int(data.get("ok", 0))
+    result.send_rate = result.receive_rate = float(rate)
+    result.latency = (float(data["p50_ms"]), float(data["p99_ms"]), float(data["max_ms"]))
     return result
-
-
-def _percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile of sorted values."""
-    if not values:
-        return float("nan")
-    rank = max(0, min(len(values) - 1, int(round(p / 100.0 * len(values) + 0.5)) - 1))
-    return values[rank]
 
 
 # ------------------------------------------------------------------------------- SDK client
@@ -658,7 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
     parser.add_argument("--size", type=int, default=1024, help="body bytes per message [1024]")
-    parser.add_argument("--only", choices=("proton", "sdk"), help="run one client only")
+    parser.add_argument(
+        "--only", choices=("proton", "sdk", "latency"), help="run one client / phase only"
+    )
     parser.add_argument("--queue", choices=QUEUES, action="append", help="queue(s) to use [both]")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's temp dir")
     parser.add_argument(
@@ -691,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  sdk    {q}: {args.count} x {args.size} B ...", flush=True)
                 results.append(_sdk_phase(server.conn_str, q, args.count, args.size, f"s-{q}"))
         latency_queues = list(args.queue or QUEUES) if args.latency_rate > 0 else []
-        if args.only in (None, "proton"):
+        if args.only in (None, "latency"):
             for q in latency_queues:
                 print(
                     f"  latency {q}: {args.latency_rate} msg/s for {args.latency_seconds:g} s ...",
@@ -699,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 results.append(
                     _latency_phase(
-                        server.url, q, args.latency_rate, args.latency_seconds, args.size
+                        server.port, q, args.latency_rate, args.latency_seconds, args.size
                     )
                 )
         if args.topic_count > 0 and args.only in (None, "sdk"):
@@ -717,12 +653,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(_table(results))
     for r in results:
-        if r.client == "latency" and r.latencies_ms:
-            lat = r.latencies_ms
+        if r.client == "latency" and r.latency is not None:
+            p50, p99, worst = r.latency
             print(
-                f"latency {r.queue}: {r.count} msgs at {round(r.count / args.latency_seconds)}"
-                f" msg/s offered: p50 {_percentile(lat, 50):.2f} ms, p99 {_percentile(lat, 99):.2f}"
-                f" ms, max {lat[-1]:.2f} ms"
+                f"latency {r.queue}: {r.count} msgs at {args.latency_rate} msg/s offered (rhea): "
+                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms"
             )
     failed = [r for r in results if not r.ok]
     if failed:

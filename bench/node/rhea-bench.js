@@ -117,6 +117,67 @@ if (phase === 'send') {
     }
   });
   receiver.on('receiver_error', (ctx) => fail(`receiver error: ${JSON.stringify(ctx.receiver.error)}`));
+} else if (phase === 'latency') {
+  // latency <port> <address> <rate msg/s> <seconds> <size> <user> <password>: a sender on this
+  // connection offers <rate> durable messages a second on a fixed schedule while a receiver on
+  // a second connection (credit 1000, auto-accept) takes them; latency = receive time minus
+  // scheduled send time (a sender held back by the broker counts against it too).
+  const rate = count;
+  const seconds = parseFloat(sizeArg);
+  const bodySize = credit;
+  const total = Math.max(1, Math.round(rate * seconds));
+  const interval = 1e9 / rate;
+  const body = rhea.message.data_section(Buffer.alloc(bodySize, 0x61));
+  const rconn = container.connect({
+    host: '127.0.0.1', port: parseInt(port, 10), username: user, password, reconnect: false, idle_time_out: 0,
+  });
+  const latencies = [];
+  const seen = new Uint8Array(total);
+  let start = 0n;
+  let sent = 0;
+  let accepted = 0;
+  let opened = 0;
+  const sender = connection.open_sender({ target: { address, durable: 2 } });
+  const receiver = rconn.open_receiver({ source: { address, durable: 2 }, credit_window: 1000, autoaccept: true });
+  const tick = () => {
+    if (done) return;
+    const now = process.hrtime.bigint();
+    const due = Math.min(total, Number((now - start) / BigInt(Math.round(interval))) + 1);
+    while (sent < due && sender.sendable()) {
+      sender.send({ message_id: `l-${sent}`, durable: true, application_properties: { i: sent }, body });
+      sent += 1;
+    }
+    if (sent < total) {
+      const next = start + BigInt(Math.round(sent * interval));
+      const wait = Number(next - process.hrtime.bigint()) / 1e6;
+      setTimeout(tick, Math.max(0, wait));
+    }
+  };
+  const opened1 = () => { opened += 1; if (opened === 2) { start = process.hrtime.bigint(); tick(); } };
+  sender.on('sender_open', opened1);
+  receiver.on('receiver_open', opened1);
+  sender.on('sendable', () => { if (start) tick(); });
+  sender.on('accepted', () => { accepted += 1; });
+  sender.on('rejected', () => fail('send rejected'));
+  receiver.on('message', (ctx) => {
+    const now = process.hrtime.bigint();
+    touch();
+    const i = (ctx.message.application_properties || {}).i;
+    if (typeof i !== 'number' || i < 0 || i >= total || seen[i]) return;
+    seen[i] = 1;
+    latencies.push(Number(now - start - BigInt(Math.round(i * interval))) / 1e6);
+    if (latencies.length === total) {
+      latencies.sort((a, b) => a - b);
+      const pct = (p) => latencies[Math.min(total - 1, Math.max(0, Math.ceil((p / 100) * total) - 1))];
+      setImmediate(() => {
+        rconn.close();
+        finish({
+          ok: total, seconds, rate, duplicates: 0, error: null,
+          p50_ms: pct(50), p99_ms: pct(99), max_ms: latencies[total - 1], accepted,
+        });
+      });
+    }
+  });
 } else {
   fail(`unknown phase ${phase}`);
 }

@@ -336,7 +336,7 @@ class AmqpConnection:
                 if capacity <= 0:
                     break
             chunk = view[:capacity]
-            transport.push(bytes(chunk))
+            transport.push(chunk)  # type: ignore[arg-type]  # a view is fine: proton copies it
             view = view[len(chunk) :]
             self._process()
         self._process()
@@ -346,16 +346,20 @@ class AmqpConnection:
         transport = self._transport
         if transport is not None:
             self._process()
+            timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             while True:
-                pending = transport.pending()
+                pending = _lib.pn_transport_pending(timpl)
                 if pending <= 0:
                     if pending < 0:
                         self.closed = True
                     break
-                chunk = transport.peek(pending)
-                assert chunk is not None  # pending > 0: peek returns bytes, never EOS
+                chunk = bytearray(pending)
+                got = _lib.pn_transport_peek(timpl, _ffi.from_buffer(chunk), pending)
+                if got < 0:
+                    self.closed = True
+                    break
                 self._out += self._padder.feed(chunk)
-                transport.pop(pending)
+                _lib.pn_transport_pop(timpl, pending)
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.

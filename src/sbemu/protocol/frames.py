@@ -31,13 +31,13 @@ class FramePadder:
     """Stateful rewriter for one connection's outgoing AMQP byte stream (after SASL)."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: bytes | bytearray = b""
         self._header_done = False
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes | bytearray) -> bytes:
         """Return the bytes to send: whole frames, padded; keeps an incomplete tail."""
         buf = self._pending + data if self._pending else data
-        out: list[bytes] = []
+        out: list[bytes | bytearray] = []
         pos = 0
         n = len(buf)
         if not self._header_done:
@@ -61,7 +61,7 @@ class FramePadder:
         return b"".join(out)
 
 
-def _pad_frame(buf: bytes, pos: int, size: int) -> bytes:
+def _pad_frame(buf: bytes | bytearray, pos: int, size: int) -> bytes | bytearray:
     frame = buf[pos : pos + size]
     doff = frame[4] * 4
     if size <= doff + 3 or frame[5] != 0:  # empty (heartbeat) or not an AMQP frame

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check run test lint bench report clean
+.PHONY: install install-spark java-check chromium-check run test lint bench bench-compare bench-node bench-rabbitmq report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,8 +52,28 @@ lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
 	$(VENV)/bin/mypy src
 
-bench: install
+bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)
+
+# rhea (npm, pinned by bench/node/package-lock.json) for the latency phase and bench-compare.
+bench-node:
+	@command -v node >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	  else echo "the latency bench needs Node.js"; exit 1; fi; }
+	@test -d bench/node/node_modules/rhea || (cd bench/node && npm ci --no-audit --no-fund --silent)
+
+# sbemu vs Debian's RabbitMQ 3.10 (AMQP 1.0 plugin), same rhea client, alternating rounds;
+# installs rabbitmq-server (apt, as root) when absent. bench/compare.py runs its own node.
+bench-rabbitmq:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing rabbitmq-server from Debian"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
+	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
+
+bench-compare: install bench-node bench-rabbitmq
+	$(PY) bench/compare.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

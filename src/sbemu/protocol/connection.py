@@ -196,6 +196,68 @@ class ReceiveLink:
 _LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink | CoordinatorLink
 
 
+class _LinkMap(dict):
+    """`_links` (proton Link -> our state) plus a cache keyed by the C link pointer, so the
+    hot path finds a link's state without wrapping the link; any change drops the cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_ptr: dict[int, Any] = {}
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.by_ptr.clear()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.by_ptr.clear()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.by_ptr.clear()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.by_ptr.clear()
+        super().clear()
+
+    def setdefault(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().setdefault(*args)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.by_ptr.clear()
+        super().update(*args, **kwargs)
+
+
+# proton's C event types, for the raw event loop (AmqpConnection._process).
+_PN_DELIVERY = Event.DELIVERY.number
+_PN_LINK_FLOW = Event.LINK_FLOW.number
+# Events nobody handles: popped without building Python wrappers for them.
+_PN_IGNORED = frozenset(
+    e.number
+    for e in (
+        Event.TRANSPORT,
+        Event.CONNECTION_INIT,
+        Event.CONNECTION_BOUND,
+        Event.CONNECTION_LOCAL_OPEN,
+        Event.CONNECTION_FINAL,
+        Event.SESSION_INIT,
+        Event.SESSION_LOCAL_OPEN,
+        Event.SESSION_FINAL,
+        Event.LINK_INIT,
+        Event.LINK_LOCAL_OPEN,
+        Event.LINK_FINAL,
+    )
+)
+_PN_ACCEPTED = Delivery.ACCEPTED
+_NULL = _ffi.NULL
+_MISSING = object()
+
+
 class AmqpConnection:
     """One client connection."""
 
@@ -210,7 +272,7 @@ class AmqpConnection:
         self._conn: Connection | None = None
         self._collector: Collector | None = None
         self._out = bytearray()
-        self._links: dict[Link, _LinkState] = {}
+        self._links: dict[Link, _LinkState] = _LinkMap()
         self._grants: list[cbs.SasGrant] = []
         self._plain_rights: frozenset[str] | None = None
         self.namespace: NamespaceInfo = services.namespace_for(None)
@@ -277,7 +339,7 @@ class AmqpConnection:
                 if capacity <= 0:
                     break
             chunk = view[:capacity]
-            transport.push(bytes(chunk))
+            transport.push(chunk)  # type: ignore[arg-type]  # a view is fine: proton copies it
             view = view[len(chunk) :]
             self._process()
         self._process()
@@ -287,16 +349,20 @@ class AmqpConnection:
         transport = self._transport
         if transport is not None:
             self._process()
+            timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             while True:
-                pending = transport.pending()
+                pending = _lib.pn_transport_pending(timpl)
                 if pending <= 0:
                     if pending < 0:
                         self.closed = True
                     break
-                chunk = transport.peek(pending)
-                assert chunk is not None  # pending > 0: peek returns bytes, never EOS
+                chunk = bytearray(pending)
+                got = _lib.pn_transport_peek(timpl, _ffi.from_buffer(chunk), pending)
+                if got < 0:
+                    self.closed = True
+                    break
                 self._out += self._padder.feed(chunk)
-                transport.pop(pending)
+                _lib.pn_transport_pop(timpl, pending)
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.
@@ -370,15 +436,142 @@ class AmqpConnection:
         collector = self._collector
         if collector is None:
             return
+        # Raw event loop on proton's C layer: the per-message events (a transfer in, a
+        # disposition in, a flow) are handled without proton's Python wrappers; every other
+        # event is wrapped and dispatched as before; events nobody handles are just popped.
+        impl = collector._impl
+        lib = _lib
         while True:
-            event = collector.peek()
-            if event is None:
+            ev = lib.pn_collector_peek(impl)
+            if ev == _NULL:
                 break
+            kind = lib.pn_event_type(ev)
+            if kind not in _PN_IGNORED:
+                handled = False
+                if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:
+                    try:
+                        handled = self._fast_event(kind, ev)
+                    except Exception as exc:
+                        self._fail(Event.wrap(ev), exc)
+                        handled = True
+                if not handled:
+                    event = Event.wrap(ev)
+                    try:
+                        self._dispatch(event)
+                    except Exception as exc:  # one error path per scope: link, else connection
+                        self._fail(event, exc)
+            lib.pn_collector_pop(impl)
+
+    def _state_of(self, link: Any) -> Any:
+        """Our state for a C link pointer (cached; None for links we do not track)."""
+        links = self._links
+        cache: dict[int, Any] = links.by_ptr  # type: ignore[attr-defined]
+        key = int(_ffi.cast("uintptr_t", link))
+        state = cache.get(key, _MISSING)
+        if state is _MISSING:
+            state = links.get(Link.wrap(link))
+            cache[key] = state
+        return state
+
+    def _fast_event(self, kind: int, ev: Any) -> bool:
+        """The hot events on the C layer; False hands the event to the wrapped path."""
+        lib = _lib
+        link = lib.pn_event_link(ev)
+        state = self._state_of(link)
+        cls = type(state)
+        if kind == _PN_LINK_FLOW:
+            if cls is ReceiveLink:
+                if state.waiting:
+                    return True
+                state.view.dispatch(self.now_ms)
+                if lib.pn_link_get_drain(link):
+                    lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
+                return True
+            if cls is SendLink:
+                credit = lib.pn_link_credit(link)
+                if credit < SENDER_CREDIT // 2:
+                    lib.pn_link_flow(link, SENDER_CREDIT - credit)
+                return True
+            return False
+        d = lib.pn_event_delivery(ev)
+        if cls is SendLink:
+            # A whole, plain (non-transactional) transfer: read it, top up credit, store it.
+            if (
+                lib.pn_delivery_partial(d)
+                or lib.pn_delivery_aborted(d)
+                or not lib.pn_delivery_readable(d)
+                or lib.pn_delivery_remote_state(d) != 0
+            ):
+                return False
+            pending = lib.pn_delivery_pending(d)
+            if pending <= 0:
+                return False
+            buf = bytearray(pending)
+            got = lib.pn_link_recv(link, _ffi.from_buffer(buf), pending)
+            lib.pn_link_advance(link)
+            credit = lib.pn_link_credit(link)
+            if credit < SENDER_CREDIT // 2:
+                lib.pn_link_flow(link, SENDER_CREDIT - credit)
+            data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+            lib.pn_incref(d)  # held until the commit settles it
             try:
-                self._dispatch(event)
-            except Exception as exc:  # one error path per scope: the link, else the connection
-                self._fail(event, exc)
-            collector.pop()
+                messages = self._incoming(data, state.entity.subscriptions is not None)
+                state.entity.send(messages, self.now_ms, lambda error: self._settle_raw(d, error))
+            except ServiceBusError as exc:
+                self._settle_raw(d, exc)
+            return True
+        if cls is ReceiveLink:
+            # A client's accept (complete) of a peek-locked message [contract 5.1].
+            if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
+                return False
+            tag = lib.pn_delivery_tag(d)
+            token = state.unsettled.pop(bytes(_ffi.unpack(tag.start, tag.size)), None)
+            if token is None:
+                if lib.pn_delivery_settled(d):
+                    lib.pn_delivery_settle(d)
+                return True
+            needs_reply = not lib.pn_delivery_settled(d)
+            lib.pn_incref(d)
+
+            def done(error: Exception | None) -> None:
+                self._complete_raw(d, needs_reply, error)
+
+            try:
+                state.entity.complete(token, self.now_ms, done)
+            except ServiceBusError as exc:
+                done(exc)
+            return True
+        return False
+
+    def _settle_raw(self, d: Any, error: Exception | None) -> None:
+        """Settle an incoming transfer held by _fast_event (and drop our reference)."""
+        try:
+            if error is None:
+                _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_settle(d)
+                self.on_output()
+            else:
+                self._settle_incoming(Delivery.wrap(d), error)
+        finally:
+            _lib.pn_decref(d)
+
+    def _complete_raw(self, d: Any, needs_reply: bool, error: Exception | None) -> None:
+        """Answer a complete taken by _fast_event [contract 5.2] (and drop our reference)."""
+        try:
+            if error is None:
+                if needs_reply:
+                    _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_settle(d)
+            else:
+                delivery = Delivery.wrap(d)
+                if needs_reply:
+                    err = error if isinstance(error, ServiceBusError) else _storage_error(error)
+                    delivery.local.condition = error_condition(err)
+                    delivery.update(Delivery.REJECTED)
+                delivery.settle()
+            self.on_output()
+        finally:
+            _lib.pn_decref(d)
 
     def _dispatch(self, event: Event) -> None:
         t = event.type
@@ -735,6 +928,12 @@ class AmqpConnection:
                 f"({limit} bytes) currently allowed on the link."
             )
         try:
+            scanned = sections.scan_message(data)
+        except sections.SectionError:
+            scanned = None
+        if scanned is not None and not _may_be_batch(scanned):
+            return [_to_incoming(scanned, for_topic)]  # the common case: one scan, no split
+        try:
             inner = _batch_payloads(data)
             if inner is not None:
                 try:
@@ -767,12 +966,12 @@ class AmqpConnection:
             tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
         else:
             tag = next(self._tag_counter).to_bytes(8, "big")
-        link = state.link
-        delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
-        link.send(data)
-        link.advance()
+        link = state.link._impl  # on proton's C layer: no wrapper per delivery
+        delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))
+        _lib.pn_link_send(link, data, len(data))
+        _lib.pn_link_advance(link)
         if lock is None:
-            delivery.settle()  # receive-and-delete: pre-settled [contract 4.2]
+            _lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
         else:
             state.unsettled[tag] = lock.token
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
@@ -1055,6 +1254,25 @@ def _batch_payloads(data: bytes) -> list[bytes] | None:
         if len(part) < 3 or part[0] != 0x00 or part[1] != 0x53 or not 0x70 <= part[2] <= 0x78:
             return None
     return parts
+
+
+def _may_be_batch(scanned: sections.ScannedMessage) -> bool:
+    """Whether a scanned message could be a batch envelope: its first body section is a data
+    section whose payload starts like an encoded message (the check _batch_payloads makes of
+    every part), so a plain message is not split and copied section by section."""
+    span = scanned.body_span
+    if span is None:
+        return False
+    tail, at = scanned.tail, span[0]
+    if at + 4 > len(tail) or tail[at + 2] != 0x75:
+        return False
+    p = at + (5 if tail[at + 3] == 0xA0 else 8)
+    return (
+        p + 3 <= len(tail)
+        and tail[p] == 0x00
+        and tail[p + 1] == 0x53
+        and 0x70 <= tail[p + 2] <= 0x78
+    )
 
 
 TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000

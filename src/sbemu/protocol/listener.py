@@ -34,6 +34,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._conn: AmqpConnection | None = None
         self._flush_pending = False
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # the deadline the armed timer is for
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -90,11 +91,16 @@ class AmqpProtocol(asyncio.Protocol):
 
     def _arm_timer(self, conn: AmqpConnection) -> None:
         deadline = conn.next_deadline()
+        if deadline is not None and self._timer is not None and self._timer_at <= deadline:
+            # Armed for no later than needed: an early tick just re-arms. This keeps a busy
+            # connection from replacing its timer on every flush.
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if deadline is not None:
             delay = max(0.0, deadline - self._clock())
+            self._timer_at = deadline
             self._timer = self._loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:

@@ -1006,6 +1006,11 @@ def _session_filter(data: object) -> tuple[bool, str | None]:
 
 
 def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> IncomingMessage:
+    # Azure gives a message whose sender set no MessageId one at enqueue (the JS SDK's lock
+    # renewer keys on it); stamped into the stored bytes so every reader sees the same id.
+    assigned = scanned.message_id is None
+    if assigned:
+        scanned = sections.assign_message_id(scanned, sections.new_message_id())
     return IncomingMessage(
         message_id=scanned.message_id,
         session_id=scanned.session_id,
@@ -1022,6 +1027,7 @@ def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> I
         properties_span=scanned.properties_span,
         body_span=scanned.body_span,
         view=(lambda: message_view(scanned)) if for_topic else None,
+        message_id_assigned=assigned,
     )
 
 

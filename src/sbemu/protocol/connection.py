@@ -55,6 +55,7 @@ from ..partitions.broker import PartitionBroker, SessionLock
 from ..partitions.records import IncomingMessage, MessageRecord
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
+from .channels import EndedChannelFilter
 from .frames import FramePadder
 from .sasl import SaslError, SaslServer, SaslState
 from .transactions import (
@@ -216,6 +217,7 @@ class AmqpConnection:
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
         self._padder = FramePadder()
+        self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
 
     # ------------------------------------------------------------------ IO surface
@@ -263,6 +265,7 @@ class AmqpConnection:
     def _push(self, data: bytes) -> None:
         transport = self._transport
         assert transport is not None
+        data = self._ended_channels.feed(data)  # frames after the peer's own end: dropped
         view = memoryview(data)
         while view:
             capacity = transport.capacity()

@@ -86,6 +86,8 @@ class IncomingMessage:
     body_span: tuple[int, int] | None = None
     # Lazily decodes the properties for topic filters (a sbemu.filters.MessageView).
     view: Callable[[], object] | None = None
+    # message_id was given by the broker (the sender set none): it is no partition key [P6]
+    message_id_assigned: bool = False
 
 
 @dataclass(slots=True)

@@ -404,7 +404,8 @@ class Entity:
         keyless_pid: int | None = None
         self._keyless_pid = None
         for msg in messages:
-            key = partition_key_of(msg.session_id, msg.partition_key, msg.message_id, dup)
+            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
+            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
             if key is None:
                 if keyless_pid is None:
                     keyless_pid = self._keyless_pid = self._next_round_robin()

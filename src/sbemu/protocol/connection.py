@@ -56,6 +56,7 @@ from ..partitions.records import IncomingMessage, MessageRecord
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from ..partitions.stats import ServerStats
 from . import cbs, codec, sections
+from .channels import EndedChannelFilter
 from .frames import FramePadder
 from .sasl import SaslError, SaslServer, SaslState
 from .transactions import (
@@ -280,6 +281,7 @@ class AmqpConnection:
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
         self._padder = FramePadder()
+        self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
         self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
 
@@ -328,6 +330,7 @@ class AmqpConnection:
     def _push(self, data: bytes) -> None:
         transport = self._transport
         assert transport is not None
+        data = self._ended_channels.feed(data)  # frames after the peer's own end: dropped
         view = memoryview(data)
         while view:
             capacity = transport.capacity()
@@ -1304,6 +1307,11 @@ def _session_filter(data: object) -> tuple[bool, str | None]:
 
 
 def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> IncomingMessage:
+    # Azure gives a message whose sender set no MessageId one at enqueue (the JS SDK's lock
+    # renewer keys on it); stamped into the stored bytes so every reader sees the same id.
+    assigned = scanned.message_id is None
+    if assigned:
+        scanned = sections.assign_message_id(scanned, sections.new_message_id())
     return IncomingMessage(
         message_id=scanned.message_id,
         session_id=scanned.session_id,
@@ -1320,6 +1328,7 @@ def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> I
         properties_span=scanned.properties_span,
         body_span=scanned.body_span,
         view=(lambda: message_view(scanned)) if for_topic else None,
+        message_id_assigned=assigned,
     )
 
 

@@ -219,7 +219,7 @@ def _receive_by_sequence_number(
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
     messages = []
     for rec, lock, pid in taken:
-        data = encode_delivery(rec, pid, lock.until_ms if lock else None)
+        data = encode_delivery(rec, pid, lock.until_ms if lock else None, with_state=True)
         item: dict[str, Any] = {"message": data}
         if lock is not None:
             item["lock-token"] = lock.token

@@ -24,6 +24,11 @@ class EntityNotFound(ServiceBusError):
     status_code = 404
 
 
+class EntityAlreadyExists(ServiceBusError):
+    condition = "com.microsoft:entity-already-exists"
+    status_code = 409
+
+
 class Unauthorized(ServiceBusError):
     condition = "amqp:unauthorized-access"
     status_code = 401

@@ -185,6 +185,7 @@ class Server:
         self.amqp_port = port
         self.admin_port = admin_port
         self.router: Router | None = None
+        self.management: Any = None  # sbemu.admin.management.Management, set by start()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._amqp_server: asyncio.Server | None = None
@@ -207,18 +208,27 @@ class Server:
         self._lock_data_dir()
         self.router = Router(self.data_dir, self._wake, encode_property, encode_symbol)
         self.router.log_bodies = self.log_bodies
+        from .admin.management import Management, SpecBuilders
+
         try:
-            for ns in self.config.namespaces:
-                for q in ns.queues:
-                    self.router.add_entity(queue_spec(ns, q))
-                for t in ns.topics:
-                    self.router.add_entity(topic_spec(ns, t))
+            # configured entities, with the runtime catalog (admin API changes) laid over them
+            self.management = Management(
+                self.router,
+                self.config.namespaces,
+                self.data_dir,
+                SpecBuilders(queue_spec, topic_spec),
+                self.settle,
+            )
+            self.management.seed()
+        except ValueError as exc:
+            raise StartupError(f"data dir {self.data_dir}: {exc}") from exc
         except (StorageLayoutError, StoreError) as exc:
             raise StartupError(str(exc)) from exc
         except RuleDefinitionError as exc:
             raise StartupError(f"{self.config.source}: {exc.description}") from exc
         except OSError as exc:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
+        self.router.removal_listeners.append(self._entity_removed)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
         )
@@ -429,7 +439,34 @@ class Server:
         routes.add("GET", "/partitions", legacy(self._partitions))
         routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
         self._add_dashboard(routes)
+        from .admin.atom import add_atom_routes, add_purge_routes
+
+        add_purge_routes(routes, self.management)
+        add_atom_routes(routes, self.management)
         return routes
+
+    # ------------------------------------------------------------------ runtime entities
+    async def settle(self, brokers: list[PartitionBroker]) -> None:
+        """Wait until the given partitions have nothing pending or in flight (and no log
+        retention pass runs), so their stores can be closed."""
+        wanted = set(brokers)
+        while True:
+            assert self.router is not None
+            self._turn()
+            if not wanted & (self._inflight | self.router.dirty | self._again):
+                break
+            self._idle.clear()
+            try:
+                await asyncio.wait_for(self._idle.wait(), 0.05)
+            except asyncio.TimeoutError:
+                pass
+        if self._retention is not None:
+            await asyncio.wait([self._retention])
+
+    def _entity_removed(self, entity: Any, queue_prefix: str | None) -> None:
+        """An entity or subscription was deleted: every client's links on it detach."""
+        for proto in list(self._connections):
+            proto.entity_removed(entity, queue_prefix)
 
     # ------------------------------------------------------------------ operator commands
     def _partitions(self) -> tuple[int, dict[str, Any]]:

@@ -588,6 +588,8 @@ class Dashboard:
     async def _api_purge(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
         entity = self.entity(str(body["ns"]), str(body["entity"]))
+        if body.get("state") == "all":
+            return await self._purge_entity(entity)
         result = await explorer.purge(
             entity,
             body.get("subscription") or None,
@@ -602,6 +604,17 @@ class Dashboard:
         )
         self._snapshot = None
         return result
+
+    async def _purge_entity(self, entity: Entity) -> dict[str, Any]:
+        """Every message of the entity, all sub-queues and states: the admin API's purge."""
+        router = self.server.router
+        assert router is not None
+        done, committed = explorer.completion()
+        counts = router.purge(entity.spec.namespace, entity.name, int(time.time() * 1000), done)
+        await committed
+        log.warning("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
+        self._snapshot = None
+        return {"path": entity.name, "removed": sum(counts.values()), "locked_kept": 0}
 
     def _api_close(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)

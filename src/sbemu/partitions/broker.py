@@ -947,3 +947,49 @@ class PartitionBroker:
         heaps = (self._lock_heap, self._expiry_heap, self._scheduled_heap, self._session_heap)
         times = [h[0][0] for h in heaps if h]
         return min(times) if times else None
+
+    # ---------------------------------------------------------------- management (admin API)
+    def add_queue(self, name: str, settings: SubQueueSettings) -> None:
+        """A sub-queue created at runtime (a new subscription, its DLQs)."""
+        if name not in self.queues:
+            self.queues[name] = SubQueue(name, settings)
+
+    def update_queue_settings(self, name: str, settings: SubQueueSettings) -> None:
+        """New delivery rules for a sub-queue; they apply from the next lock, expiry or delivery."""
+        self.queues[name].settings = settings
+
+    def purge_queue(self, name: str, now_ms: int) -> int:
+        """Delete every message of a sub-queue (active, locked, deferred, scheduled), each logged
+        as purged; held locks end (settling them fails with lock-lost). Returns the count."""
+        sq = self.queues[name]
+        for token in [t for t, lock in self.locks.items() if lock.queue is sq]:
+            del self.locks[token]
+        count = 0
+        for seq in sorted(sq.records):
+            rec = sq.records[seq]
+            self._delete(sq, seq)
+            self._log(sq, LogEvent.PURGED, rec, now_ms)
+            count += 1
+        sq.records.clear()
+        sq.locks.clear()
+        sq._ready.clear()
+        sq._ready_set.clear()
+        for sess in sq.sessions.values():
+            sess.ready.clear()
+            sess.ready_set.clear()
+        return count
+
+    def drop_queue(self, name: str, now_ms: int) -> int:
+        """Purge a sub-queue and forget it (a deleted subscription); returns the purged count."""
+        if name not in self.queues:
+            return 0
+        count = self.purge_queue(name, now_ms)
+        for session_id, sess in self.queues[name].sessions.items():
+            if sess.state is not None:
+                self._batch.put_session_state(name, session_id, None)
+        del self.queues[name]
+        for attr in ("_expiry_heap", "_scheduled_heap", "_session_heap"):
+            kept = [item for item in getattr(self, attr) if item[1] != name]
+            heapq.heapify(kept)
+            setattr(self, attr, kept)
+        return count

@@ -62,6 +62,7 @@ class LogEvent(str, enum.Enum):
     SCHEDULED = "scheduled"
     ACTIVATED = "activated"
     CANCELLED = "cancelled"
+    PURGED = "purged"  # removed by a purge (admin API, sbemu purge)
 
 
 @dataclass(slots=True)

@@ -12,8 +12,10 @@ pending dispatch work; the server then calls run_pending() and commits dirty bro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from typing import Protocol
 from urllib.parse import quote
 
 from ..errors import (
+    EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
     MessageLockLost,
@@ -45,12 +48,13 @@ from .broker import (
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .store import PartitionStore
-from .subscriptions import Subscriptions, SubscriptionSpec
+from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
 
 MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 MIB = 1024 * 1024
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
 
 
 class StorageLayoutError(Exception):
@@ -299,6 +303,10 @@ class Entity:
         self._round_robin = 0
         self._keyless_pid: int | None = None
         self._recent_ids: dict[str, int] = {}
+        self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
+        # The admin API's full description of the entity (sbemu.admin.catalog): every property
+        # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
+        self.description: dict[str, object] = {}
 
     # ---------------------------------------------------------------- sending
     def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
@@ -316,6 +324,7 @@ class Entity:
                         f"entity '{self.name}'. Entities that have session support enabled can "
                         "only receive messages that have the SessionId set to a valid value."
                     )
+        self.accessed_ms = now_ms
         messages = self._drop_duplicates(messages, now_ms)
         if not messages:
             done(None)
@@ -611,6 +620,9 @@ class Router:
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
+        # Called with (entity, sub-queue prefix or None) when an entity or subscription is
+        # deleted at runtime: the server detaches the links on it (amqp:not-found).
+        self.removal_listeners: list[Callable[[Entity, str | None], None]] = []
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:
@@ -761,3 +773,207 @@ class Router:
         for entity in self.entities.values():
             for broker in entity.partitions:
                 broker.store.close()
+
+    # ---------------------------------------------------------------- management (admin API)
+    def entity_dir(self, namespace: str, name: str) -> Path:
+        """Where an entity's partitions, manifest and rules live."""
+        return self.data_dir / quote(namespace.lower(), safe="") / quote(name.lower(), safe="")
+
+    def get_entity(self, namespace: str, name: str) -> Entity | None:
+        """An entity by namespace and name (any case), or None."""
+        return self.entities.get((namespace.lower(), name.lower()))
+
+    def _require(self, namespace: str, name: str) -> Entity:
+        entity = self.get_entity(namespace, name)
+        if entity is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{name}' could not be found.")
+        return entity
+
+    @staticmethod
+    def check_healthy(entity: Entity) -> None:
+        """[P17] management operations fail while a partition of the entity is unhealthy."""
+        bad = [b.partition_id for b in entity.partitions if not b.healthy]
+        if bad:
+            raise ServerBusy(
+                f"The operation on '{entity.name}' cannot be performed now: partition(s) "
+                f"{', '.join(map(str, bad))} are unavailable. Retry once they are back."
+            )
+
+    def create_entity(self, spec: EntitySpec) -> Entity:
+        """A queue or topic created at runtime; raises a 409 error when the name is taken."""
+        if self.get_entity(spec.namespace, spec.name) is not None:
+            raise EntityAlreadyExists(
+                f"The messaging entity '{spec.namespace}:{spec.name}' already exists."
+            )
+        return self.add_entity(spec)
+
+    def update_entity(self, spec: EntitySpec) -> Entity:
+        """New settings for an existing entity; partitioning can never change [P4].
+
+        Lock duration, delivery count, TTL and dead-lettering apply from the next lock or
+        delivery; the spec's subscriptions must be the entity's current ones.
+        """
+        entity = self._require(spec.namespace, spec.name)
+        self.check_healthy(entity)
+        old = entity.spec
+        if spec.partitioned != old.partitioned or spec.partition_count != old.partition_count:
+            raise InvalidOperation(
+                f"Partitioning cannot be changed for '{spec.name}': it was created with "
+                f"EnablePartitioning={str(old.partitioned).lower()} and that can never change "
+                "on an existing entity."
+            )
+        for broker in entity.partitions:
+            for name, settings in spec.subqueues.items():
+                if name in broker.queues:
+                    broker.update_queue_settings(name, settings)
+        entity.spec = spec
+        return entity
+
+    def remove_entity(self, namespace: str, name: str) -> Entity:
+        """Take an entity out of service (no new links, current ones detached with not-found).
+
+        The caller waits for in-flight commits, then calls drop_entity_data().
+        """
+        entity = self._require(namespace, name)
+        self.check_healthy(entity)
+        del self.entities[(namespace.lower(), name.lower())]
+        self._retire_views(entity, None)
+        return entity
+
+    def _retire_views(self, entity: Entity, prefix: str | None) -> None:
+        for listener in list(self.removal_listeners):
+            listener(entity, prefix)
+        for queue, view in list(entity.views.items()):
+            if prefix is not None and not (queue == prefix or queue.startswith(prefix + "/")):
+                continue
+            waiters, view.session_waiters = view.session_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+            view.consumers.clear()
+            self._pending_views.discard(view)
+            if prefix is not None:
+                del entity.views[queue]
+
+    def drop_entity_data(self, entity: Entity) -> None:
+        """Close a removed entity's stores and delete its directory (after its last commit)."""
+        for broker in entity.partitions:
+            self.dirty.discard(broker)
+            broker.store.close()
+        shutil.rmtree(self.entity_dir(entity.spec.namespace, entity.name), ignore_errors=True)
+
+    def add_subscription(
+        self,
+        namespace: str,
+        topic: str,
+        spec: SubscriptionSpec,
+        subqueues: dict[str, SubQueueSettings],
+    ) -> Entity:
+        """A subscription created at runtime: its sub-queues on every partition, its rules."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        if spec.name.lower() in entity.subscriptions.by_name:
+            raise EntityAlreadyExists(
+                f"The messaging entity '{namespace}:{topic}|{spec.name}' already exists."
+            )
+        if len(entity.subscriptions.by_name) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise QuotaExceeded(
+                f"The maximum number of subscriptions ({MAX_SUBSCRIPTIONS_PER_TOPIC}) for the "
+                f"topic '{topic}' has been reached."
+            )
+        entity.subscriptions.add_subscription(spec)
+        for broker in entity.partitions:
+            for name, settings in subqueues.items():
+                broker.add_queue(name, settings)
+        for name in subqueues:
+            entity.views.setdefault(name, EntityView(entity, name))
+        entity.spec = dataclasses.replace(
+            entity.spec,
+            subqueues={**entity.spec.subqueues, **subqueues},
+            subscriptions=(*entity.spec.subscriptions, spec),
+        )
+        return entity
+
+    def update_subscription(
+        self,
+        namespace: str,
+        topic: str,
+        spec: SubscriptionSpec,
+        subqueues: dict[str, SubQueueSettings],
+    ) -> Entity:
+        """New delivery settings of a subscription (from the next lock or delivery)."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        sub = entity.subscriptions.subscription(spec.name)
+        sub.dead_letter_on_filter_exceptions = spec.dead_letter_on_filter_exceptions
+        for broker in entity.partitions:
+            for name, settings in subqueues.items():
+                broker.update_queue_settings(name, settings)
+        entity.spec = dataclasses.replace(
+            entity.spec,
+            subqueues={**entity.spec.subqueues, **subqueues},
+            subscriptions=tuple(
+                spec if s.name.lower() == spec.name.lower() else s
+                for s in entity.spec.subscriptions
+            ),
+        )
+        return entity
+
+    def remove_subscription(
+        self, namespace: str, topic: str, name: str, now_ms: int, done: Done
+    ) -> None:
+        """Delete a subscription: detach its links, delete its messages and rules."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        entity.subscriptions.subscription(name)  # raises EntityNotFound
+        prefix = subscription_queue(name)
+        self._retire_views(entity, prefix)
+        gone = [q for q in entity.spec.subqueues if q == prefix or q.startswith(prefix + "/")]
+        part_done = join_completions(len(entity.partitions), done)
+        for broker in entity.partitions:
+            for queue in gone:
+                broker.drop_queue(queue, now_ms)
+            broker.after_commit(part_done)
+        entity.subscriptions.remove_subscription(name)
+        entity.spec = dataclasses.replace(
+            entity.spec,
+            subqueues={q: s for q, s in entity.spec.subqueues.items() if q not in gone},
+            subscriptions=tuple(
+                s for s in entity.spec.subscriptions if s.name.lower() != name.lower()
+            ),
+        )
+
+    def purge(
+        self, namespace: str, entity_name: str | None, now_ms: int, done: Done
+    ) -> dict[str, int]:
+        """Delete every message (active, locked, deferred, scheduled, dead-lettered) of one
+        entity, or of every entity of a namespace when ``entity_name`` is None. Each message is
+        logged as purged; `done` runs after the commits. Returns messages purged per entity."""
+        if entity_name is None:
+            ns = namespace.lower()
+            entities = [e for (n, _), e in self.entities.items() if n == ns]
+            if not entities and ns not in {n for n, _ in self.entities}:
+                raise EntityNotFound(f"The namespace '{namespace}' has no entities.")
+        else:
+            entities = [self._require(namespace, entity_name)]
+        for entity in entities:
+            self.check_healthy(entity)
+        counts: dict[str, int] = {}
+        brokers = [b for e in entities for b in e.partitions]
+        part_done = join_completions(len(brokers), done) if brokers else done
+        for entity in entities:
+            total = 0
+            for broker in entity.partitions:
+                for queue in list(broker.queues):
+                    total += broker.purge_queue(queue, now_ms)
+            counts[entity.name] = total
+        for broker in brokers:
+            broker.after_commit(part_done)
+        if not brokers:
+            done(None)
+        return counts

@@ -262,6 +262,27 @@ class Subscriptions:
         sub.recompile()
         self._write_rules()
 
+    def add_subscription(self, spec: SubscriptionSpec) -> Subscription:
+        """A subscription created at runtime (admin API); its rules are persisted."""
+        sub = Subscription(
+            spec.name,
+            subscription_queue(spec.name),
+            list(spec.rules),
+            dead_letter_on_filter_exceptions=spec.dead_letter_on_filter_exceptions,
+        )
+        sub.recompile()  # raises RuleDefinitionError before anything changed
+        for rule in sub.rules:
+            self._check_quota(rule)
+        self.by_name[spec.name.lower()] = sub
+        self._write_rules()
+        return sub
+
+    def remove_subscription(self, name: str) -> None:
+        """Forget a deleted subscription and its persisted rules."""
+        self.subscription(name)
+        del self.by_name[name.lower()]
+        self._write_rules()
+
     def _check_quota(self, new_rule: Rule) -> None:
         """Azure's per-topic limits on SQL and correlation filters."""
         rules = [r for sub in self.by_name.values() for r in sub.rules] + [new_rule]

@@ -337,6 +337,29 @@ class AmqpConnection:
             self._transport.unbind()
             self._transport = None
 
+    def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
+        """The entity (or, with a prefix, one subscription of it) was deleted: detach every
+        link on it with amqp:not-found. Returns how many links were detached."""
+        detached = 0
+        for link, state in list(self._links.items()):
+            if getattr(state, "entity", None) is not entity:
+                continue
+            view = getattr(state, "view", None)
+            if queue_prefix is not None:
+                queue = view.queue if view is not None else None
+                if queue is None or not (
+                    queue == queue_prefix or queue.startswith(queue_prefix + "/")
+                ):
+                    continue
+            path = view.address if view is not None else entity.name
+            self._close_link(
+                link, EntityNotFound(f"The messaging entity '{path}' was deleted.")
+            )
+            detached += 1
+        if detached:
+            self.on_output()
+        return detached
+
     @property
     def now_ms(self) -> int:
         """The current time in Unix milliseconds, as last told by the adapter."""

@@ -105,6 +105,11 @@ class AmqpProtocol(asyncio.Protocol):
         conn.handle_timer(self._clock())
         self._flush()
 
+    def entity_removed(self, entity: object, queue_prefix: str | None) -> None:
+        """An entity or subscription was deleted (admin API): detach this client's links on it."""
+        if self._conn is not None and self._conn.detach_entity(entity, queue_prefix):  # type: ignore[arg-type]
+            self._flush()
+
     def close(self) -> None:
         """Drop the socket (server shutdown)."""
         if self._transport is not None:

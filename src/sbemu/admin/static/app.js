@@ -267,6 +267,7 @@ async function pageEntities(root, query) {
       return (x < y ? -1 : x > y ? 1 : 0) * state.entitiesSort.dir;
     });
     const head = el("tr", {}, ENTITY_COLUMNS.map(([key, label, , num]) => el("th", {
+      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : null,
       class: "sortable" + (num ? " num" : "") + (state.entitiesSort.key === key ? (state.entitiesSort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
       "data-sort": key,
       onclick: () => {

@@ -229,9 +229,9 @@ class AtomApi:
             kind = "ExpiredToken" if "expired" in exc.description else "InvalidSignature"
             raise AtomError(401, f"{kind}: {exc.description}.") from None
         path = normalize_entity_path(request.path)
-        if path.startswith("$"):
-            path = ""
-        if not covers(grant.scope, path):
+        # The JS client signs the whole request URL (query included) as the audience.
+        scope = grant.scope.split("?", 1)[0].rstrip("/")
+        if not covers(scope, path):
             raise AtomError(
                 401, f"InvalidAudience: The token audience does not cover '{request.path}'."
             )
@@ -286,7 +286,7 @@ class AtomApi:
     # -------------------------------------------------------------- documents
     def _entry(self, request: Request, ns: str, path: str, title: str, created: int,
                updated: int, content: str) -> str:
-        url = f"{self._base(request)}/{quote(path)}?api-version={API_VERSION}"
+        url = f"{self._base(request)}/{quote(path, safe='/$')}?api-version={API_VERSION}"
         return (
             f'<entry xmlns="{ATOM}"><id>{escape(url)}</id><title type="text">{escape(title)}'
             f"</title><published>{_time(created)}</published><updated>{_time(updated)}</updated>"

@@ -120,6 +120,11 @@ def test_topic_subscriptions_and_rules_filter_messages(
     admin.delete_rule(topic, "red", "$Default")
     admin.create_rule(topic, "red", "red", filter=SqlRuleFilter("color = 'red'"),
                       action=SqlRuleAction("SET tagged = 'yes'"))
+    admin.create_subscription(topic, "param")
+    admin.delete_rule(topic, "param", "$Default")
+    admin.create_rule(topic, "param", "p", filter=SqlRuleFilter(
+        "color = @c AND size > @n", parameters={"@c": "blue", "@n": 2}))
+    assert admin.get_rule(topic, "param", "p").filter.parameters == {"@c": "blue", "@n": 2}
     admin.delete_rule(topic, "vip", "$Default")
     admin.create_rule(topic, "vip", "vip",
                       filter=CorrelationRuleFilter(correlation_id="gold", properties={"tier": 1}))
@@ -130,14 +135,14 @@ def test_topic_subscriptions_and_rules_filter_messages(
     red_rule = admin.get_rule(topic, "red", "red")
     assert red_rule.filter.sql_expression == "color = 'red'"
     assert red_rule.action.sql_expression == "SET tagged = 'yes'"
-    assert sorted(s.name for s in admin.list_subscriptions(topic)) == ["all", "red", "vip"]
+    assert sorted(s.name for s in admin.list_subscriptions(topic)) == ["all", "param", "red", "vip"]
     assert admin.get_subscription(topic, "red").max_delivery_count == 7
-    assert admin.get_topic_runtime_properties(topic).subscription_count == 3
+    assert admin.get_topic_runtime_properties(topic).subscription_count == 4
 
     with sb.get_topic_sender(topic) as sender:
         sender.send_messages([
             ServiceBusMessage("r", application_properties={"color": "red"}),
-            ServiceBusMessage("b", application_properties={"color": "blue"}),
+            ServiceBusMessage("b", application_properties={"color": "blue", "size": 3}),
             ServiceBusMessage("g", correlation_id="gold", application_properties={"tier": 1}),
         ])
     assert admin.get_subscription_runtime_properties(topic, "all").active_message_count == 3
@@ -158,6 +163,7 @@ def test_topic_subscriptions_and_rules_filter_messages(
     red = bodies("red", 1)
     assert [b for b, _ in red] == ["r"] and red[0][1] in ("yes", b"yes")
     assert [b for b, _ in bodies("vip", 1)] == ["g"]
+    assert [b for b, _ in bodies("param", 1)] == ["b"]  # SQL filter @parameters bound
     admin.delete_subscription(topic, "vip")
     with pytest.raises(ResourceNotFoundError):
         admin.get_subscription(topic, "vip")

@@ -335,3 +335,14 @@ def test_js_admin_client(sbemu_server: SbemuServer) -> None:
                          timeout=120, env=env, cwd=root)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "admin client ok" in out.stdout
+
+
+def test_readme_plugin_example(sbemu_server: SbemuServer, sbemu_entities: EntityFactory) -> None:
+    queue = sbemu_entities.queue(enable_partitioning=True)
+    with ServiceBusClient.from_connection_string(sbemu_server.connection_string) as sb:
+        with sb.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("hi"))
+    with ServiceBusAdministrationClient.from_connection_string(
+        sbemu_server.admin_connection_string
+    ) as admin:
+        assert admin.get_queue_runtime_properties(queue).active_message_count == 1

@@ -484,3 +484,17 @@ def test_state_changes_need_the_csrf_token_and_a_loopback_host(ui_server: Any) -
     # reads are GETs, state changes only POSTs
     status, _ = _http(ui_server, "GET", "/api/purge")
     assert status in (401, 404, 405)  # not a dashboard route (the Atom API takes the path)
+
+
+def test_live_events_stream(ui_server: Any) -> None:
+    with urllib.request.urlopen(f"{base_url(ui_server)}/api/events", timeout=10) as resp:
+        assert resp.headers["content-type"] == "text/event-stream"
+        events: list[str] = []
+        started = time.monotonic()
+        while len([e for e in events if e == "event: tick"]) < 2:
+            line = resp.readline().decode().strip()
+            if line.startswith("event:"):
+                events.append(line)
+        # the first event carries the history; ticks come at least every 2 s
+        assert events[0] == "event: hello"
+        assert time.monotonic() - started < 4.5

@@ -515,7 +515,6 @@ class Dashboard:
                 503, {"error": f"too many live dashboards (max {MAX_SSE_CLIENTS})"}
             )
         q: asyncio.Queue[str] = asyncio.Queue(maxsize=8)
-        self._subscribers.add(q)
         hello = {"history": list(self.history.points), "totals": self._totals()}
         return Response(
             200,
@@ -530,6 +529,9 @@ class Dashboard:
         )
 
     async def _stream(self, q: asyncio.Queue[str], first: str) -> AsyncIterator[bytes]:
+        # Subscribed only once the body is being sent (a HEAD request never starts the
+        # generator, so it never holds a place); unsubscribed however the stream ends.
+        self._subscribers.add(q)
         try:
             yield first.encode()
             while True:

@@ -106,7 +106,50 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export_logs(subcommands)
     _add_partition(subcommands)
     _add_cert(subcommands)
+    _add_purge(subcommands)
     return parser
+
+
+def _add_purge(subcommands: Any) -> None:
+    purge = subcommands.add_parser(
+        "purge",
+        help="delete every message of an entity, or of a whole namespace, on a running server",
+        description="Delete every message (active, deferred, scheduled, dead-lettered) of one "
+        "queue or topic (all its subscriptions), or of every entity of a namespace. Each removed "
+        "message is logged as 'purged' in its partition log.",
+    )
+    purge.add_argument("target", metavar="NAMESPACE[/ENTITY]")
+    purge.add_argument(
+        "--admin-url",
+        default=None,
+        help="admin URL of the running server [SBEMU_ADMIN_URL; default: http://127.0.0.1:5300]",
+    )
+    purge.set_defaults(handler=_run_purge)
+
+
+def _run_purge(args: Any) -> int:
+    import json as _json
+    import urllib.error
+    import urllib.request
+    from urllib.parse import quote
+
+    base = (args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300").rstrip(
+        "/"
+    )
+    url = f"{base}/purge/{quote(args.target.strip('/'))}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=60) as response:
+            body = _json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = _json.loads(exc.read() or b"{}").get("error", exc.reason)
+        print(f"sbemu: {detail}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"sbemu: cannot reach the server at {base}: {exc}", file=sys.stderr)
+        return 2
+    for name, count in sorted(body.get("purged", {}).items()):
+        print(f"{body.get('namespace')}/{name}: {count} message(s) purged")
+    return 0
 
 
 def _add_cert(subcommands: Any) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from uihelpers import CHROMEDRIVER, CHROMIUM, browser_missing, it, screenshot, ui_config
+from uihelpers import ARTIFACTS, CHROMEDRIVER, CHROMIUM, browser_missing, it, screenshot, ui_config
 
 # the per-test watchdog and the stderr-on-failure report of the integration suite apply here too
 pytest_runtest_call = it.pytest_runtest_call
@@ -31,6 +31,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     server = getattr(item, "funcargs", {}).get("ui_server")
     if report.when == "call" and report.failed and server is not None:
         report.sections.append(("sbemu server stderr", server.stderr_text().strip() or "(empty)"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fresh_artifacts() -> None:
+    """Screenshots of this run only: drop the previous run's failure pictures."""
+    for old in ARTIFACTS.glob("FAILED-*.png") if ARTIFACTS.exists() else ():
+        old.unlink()
 
 
 @pytest.fixture(scope="module")

@@ -229,9 +229,9 @@ class AtomApi:
             kind = "ExpiredToken" if "expired" in exc.description else "InvalidSignature"
             raise AtomError(401, f"{kind}: {exc.description}.") from None
         path = normalize_entity_path(request.path)
-        if path.startswith("$"):
-            path = ""
-        if not covers(grant.scope, path):
+        # The JS client signs the whole request URL (query included) as the audience.
+        scope = grant.scope.split("?", 1)[0].rstrip("/")
+        if not covers(scope, path):
             raise AtomError(
                 401, f"InvalidAudience: The token audience does not cover '{request.path}'."
             )
@@ -286,7 +286,7 @@ class AtomApi:
     # -------------------------------------------------------------- documents
     def _entry(self, request: Request, ns: str, path: str, title: str, created: int,
                updated: int, content: str) -> str:
-        url = f"{self._base(request)}/{quote(path)}?api-version={API_VERSION}"
+        url = f"{self._base(request)}/{quote(path, safe='/$')}?api-version={API_VERSION}"
         return (
             f'<entry xmlns="{ATOM}"><id>{escape(url)}</id><title type="text">{escape(title)}'
             f"</title><published>{_time(created)}</published><updated>{_time(updated)}</updated>"
@@ -648,13 +648,13 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
     ftype = ftype.split(":")[-1]
     sql = None
     correlation = None
+    params: dict[str, Any] | None = None
+    action_params: dict[str, Any] | None = None
     if ftype in ("SqlFilter", "TrueFilter", "FalseFilter"):
         sql = flt.findtext(f"{{{SB}}}SqlExpression") if flt is not None else None
-        if flt is not None and _key_values(flt.find(f"{{{SB}}}Parameters")):
-            raise ArgumentError("SqlFilter parameters are not supported by sbemu; inline them.")
+        if flt is not None:
+            params = _key_values(flt.find(f"{{{SB}}}Parameters")) or None
         kind = {"SqlFilter": "sql", "TrueFilter": "true", "FalseFilter": "false"}[ftype]
-        if kind == "sql" and (sql or "").strip() in ("1=1",):
-            kind = "sql"
     elif ftype == "CorrelationFilter":
         kind = "correlation"
         correlation = {}
@@ -673,11 +673,10 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
         atype = (action.get(f"{{{XSI}}}type") or "EmptyRuleAction").split(":")[-1]
         if atype == "SqlRuleAction":
             action_sql = action.findtext(f"{{{SB}}}SqlExpression")
-            if _key_values(action.find(f"{{{SB}}}Parameters")):
-                raise ArgumentError("SqlRuleAction parameters are not supported by sbemu.")
+            action_params = _key_values(action.find(f"{{{SB}}}Parameters")) or None
         elif atype != "EmptyRuleAction":
             raise ArgumentError(f"Unknown rule action type '{atype}'.")
-    source = RuleSource(name, kind, sql, correlation, action_sql)
+    source = RuleSource(name, kind, sql, correlation, action_sql, 0, params, action_params)
     source.compile()  # RuleDefinitionError -> 400
     return source
 
@@ -692,6 +691,15 @@ def _value_xml(value: Any) -> str:
     else:
         typ, text = "string", str(value)
     return f'<Value i:type="d6p1:{typ}" xmlns:d6p1="{XSD}">{escape(text)}</Value>'
+
+
+def _parameters_xml(params: Any) -> str:
+    if not params:
+        return ""
+    return "<Parameters>" + "".join(
+        f"<KeyValueOfstringanyType>{_el('Key', k)}{_value_xml(v)}</KeyValueOfstringanyType>"
+        for k, v in params.items()
+    ) + "</Parameters>"
 
 
 def _rule_xml(rule: RuleSource) -> str:
@@ -714,12 +722,12 @@ def _rule_xml(rule: RuleSource) -> str:
         sql = rule.sql_expression or {"true": "1=1", "false": "1=0"}.get(kind, "")
         flt = (
             f'<Filter i:type="{xsi}">{_el("SqlExpression", sql)}'
-            f"{_el('CompatibilityLevel', 20)}</Filter>"
+            f"{_el('CompatibilityLevel', 20)}{_parameters_xml(rule.parameters)}</Filter>"
         )
     if rule.action_expression:
         action = (
             f'<Action i:type="SqlRuleAction">{_el("SqlExpression", rule.action_expression)}'
-            f"{_el('CompatibilityLevel', 20)}</Action>"
+            f"{_el('CompatibilityLevel', 20)}{_parameters_xml(rule.action_parameters)}</Action>"
         )
     else:
         action = '<Action i:type="EmptyRuleAction"/>'

@@ -74,9 +74,8 @@ AUTO_DELETE_MIN_MS = 300_000  # PT5M
 STATUSES = ("Active", "Disabled", "SendDisabled", "ReceiveDisabled")
 QUEUE_STATUSES = STATUSES
 TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
-_ENTITY_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?\Z")
-_SUB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,48}[A-Za-z0-9])?\Z")
-_RULE_NAME = re.compile(r"[A-Za-z0-9$](?:[A-Za-z0-9._-]{0,48}[A-Za-z0-9])?\Z")
+_ENTITY_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./-]{0,258}[A-Za-z0-9_])?\Z")
+_SUB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,48}[A-Za-z0-9_])?\Z")
 
 _COMMON: dict[str, Any] = {
     "status": "Active",

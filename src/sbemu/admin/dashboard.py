@@ -35,6 +35,7 @@ from ..partitions.stats import totals
 from . import explorer, metrics
 from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
 from .http import HttpRoutes, Request, Response, json_response, text_response
+from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 
 if TYPE_CHECKING:
     from ..server import Server
@@ -155,7 +156,6 @@ class Dashboard:
         spec = entity.spec
         status = self.server.router.partition_status(entity)  # type: ignore[union-attr]
         health = {p["partition"]: p for p in status["partitions"]}
-        sizes = [_store_size(b.store.path) for b in entity.partitions]
         bases: list[tuple[str, str, str | None]] = []  # (kind, sub-queue, subscription name)
         if spec.kind == "queue":
             bases.append(("queue", MAIN, None))
@@ -169,6 +169,10 @@ class Dashboard:
                 counts = broker.counts(queue)
                 dlq = broker.counts(queue + DLQ_SUFFIX)
                 tdlq = broker.counts(queue + TRANSFER_DLQ_SUFFIX)
+                size = sum(
+                    _size_of(broker, q)
+                    for q in (queue, queue + DLQ_SUFFIX, queue + TRANSFER_DLQ_SUFFIX)
+                )
                 h = health[broker.partition_id]
                 parts.append(
                     {
@@ -178,6 +182,7 @@ class Dashboard:
                         "scheduled": counts["scheduled"],
                         "deadletter": sum(dlq.values()),
                         "transferdeadletter": sum(tdlq.values()),
+                        "size": size,
                         "online": h["online"],
                         "accepting": h["accepting"],
                         "reason": h["reason"],
@@ -198,7 +203,7 @@ class Dashboard:
                     "requires_session": bool(entity.views[queue].requires_session),
                     "counts": _sum_counts(parts),
                     "partitions": parts,
-                    "size_bytes": sum(sizes) if kind == "queue" else None,
+                    "size_bytes": sum(p["size"] for p in parts),
                 }
             )
         rows = list(per_base)
@@ -219,6 +224,7 @@ class Dashboard:
                     "scheduled",
                     "deadletter",
                     "transferdeadletter",
+                    "size",
                 ):
                     part[field] = sum(r["partitions"][broker.partition_id][field] for r in subs)
                 parts.append(part)
@@ -237,7 +243,7 @@ class Dashboard:
                     "subscription_count": len(subs),
                     "counts": _sum_counts(parts),
                     "partitions": parts,
-                    "size_bytes": sum(sizes),
+                    "size_bytes": sum(p["size"] for p in parts),
                 },
             )
         return rows
@@ -509,7 +515,6 @@ class Dashboard:
                 503, {"error": f"too many live dashboards (max {MAX_SSE_CLIENTS})"}
             )
         q: asyncio.Queue[str] = asyncio.Queue(maxsize=8)
-        self._subscribers.add(q)
         hello = {"history": list(self.history.points), "totals": self._totals()}
         return Response(
             200,
@@ -524,6 +529,9 @@ class Dashboard:
         )
 
     async def _stream(self, q: asyncio.Queue[str], first: str) -> AsyncIterator[bytes]:
+        # Subscribed only once the body is being sent (a HEAD request never starts the
+        # generator, so it never holds a place); unsubscribed however the stream ends.
+        self._subscribers.add(q)
         try:
             yield first.encode()
             while True:
@@ -588,6 +596,8 @@ class Dashboard:
     async def _api_purge(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
         entity = self.entity(str(body["ns"]), str(body["entity"]))
+        if body.get("state") == "all":
+            return await self._purge_entity(entity)
         result = await explorer.purge(
             entity,
             body.get("subscription") or None,
@@ -602,6 +612,17 @@ class Dashboard:
         )
         self._snapshot = None
         return result
+
+    async def _purge_entity(self, entity: Entity) -> dict[str, Any]:
+        """Every message of the entity, all sub-queues and states: the admin API's purge."""
+        router = self.server.router
+        assert router is not None
+        done, committed = explorer.completion()
+        counts = router.purge(entity.spec.namespace, entity.name, int(time.time() * 1000), done)
+        await committed
+        log.warning("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
+        self._snapshot = None
+        return {"path": entity.name, "removed": sum(counts.values()), "locked_kept": 0}
 
     def _api_close(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
@@ -655,7 +676,7 @@ class Dashboard:
                     )
             families.append(fam)
         size = metrics.Family(
-            "sbemu_size_bytes", "gauge", "Store size on disk per partition (Size)."
+            "sbemu_size_bytes", "gauge", "Bytes of the messages stored per partition (Size)."
         )
         online = metrics.Family(
             "sbemu_partition_online", "gauge", "1 while a partition is in service."
@@ -663,10 +684,9 @@ class Dashboard:
         for row in self.snapshot()["entities"]:
             if row["kind"] == "subscription":
                 continue
-            entity = router.entities[(row["namespace"].lower(), row["entity"].lower())]
-            for broker, part in zip(entity.partitions, row["partitions"], strict=True):
+            for part in row["partitions"]:
                 size.add(
-                    _store_size(broker.store.path),
+                    part["size"],
                     namespace=row["namespace"],
                     entity=row["entity"],
                     partition=str(part["id"]),
@@ -719,13 +739,6 @@ def _sum_counts(parts: list[dict[str, Any]]) -> dict[str, int]:
     out = {f: sum(p[f] for p in parts) for f in fields}
     out["transfer"] = 0  # no auto-forwarding yet: nothing waits for transfer
     return out
-
-
-def _store_size(path: str) -> int:
-    try:
-        return os.stat(os.path.join(path, "data.mdb")).st_size
-    except OSError:
-        return 0
 
 
 def _dir_size(root: Path) -> int:

@@ -361,13 +361,22 @@ async def resubmit(
 async def purge(
     entity: Entity, subscription: str | None, state: str, now: Callable[[], int]
 ) -> dict[str, Any]:
-    """Remove every unlocked message of one tab (active incl. deferred and scheduled, or a DLQ)."""
+    """Empty one explorer tab on every partition in service.
+
+    A dead-letter tab is a whole sub-queue: it is purged like the admin API purges (locks end,
+    each message logged as purged). The active, deferred and scheduled tabs share the queue:
+    only messages in that state go, and a message locked by a receiver stays with its receiver.
+    """
     view = sub_queue(entity, subscription, state)
     wanted = STATES[state][1]
     removed = kept = 0
-    touched: set[PartitionBroker] = set()
+    touched: list[PartitionBroker] = []
     for broker in entity.partitions:
         if not broker.healthy:
+            continue
+        touched.append(broker)
+        if wanted is None:
+            removed += broker.purge_queue(view.queue, now())
             continue
         cursor = 0
         while True:
@@ -376,21 +385,19 @@ async def purge(
                 break
             for rec in page:
                 cursor = rec.sequence_number + 1
-                if wanted is not None and rec.state != wanted and state != "active":
+                if rec.state != wanted:
                     continue
                 if broker.remove(view.queue, rec.sequence_number, now()) is None:
                     kept += 1
                 else:
                     removed += 1
-                    touched.add(broker)
     for broker in touched:
         done, committed = completion()
         broker.after_commit(done)
         await committed
-    skipped = sum(1 for b in entity.partitions if not b.healthy)
     return {
         "path": view.address,
         "removed": removed,
         "locked_kept": kept,
-        "offline_partitions_skipped": skipped,
+        "offline_partitions_skipped": [b.partition_id for b in entity.partitions if not b.healthy],
     }

@@ -11,6 +11,7 @@ have no pending or in-flight commit).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -363,8 +364,7 @@ class Management:
         entity = self._sub_entity(namespace, topic, sub)
         self.router.check_healthy(entity)
         assert entity.subscriptions is not None
-        rule = RuleSource(rule.name, rule.filter_type, rule.sql_expression, rule.correlation,
-                          rule.action_expression, self.now_ms())
+        rule = dataclasses.replace(rule, created_ms=self.now_ms())
         try:
             entity.subscriptions.add_rule(sub, rule)
         except ServiceBusError as exc:
@@ -386,8 +386,7 @@ class Management:
             raise EntityNotFound(
                 f"Entity '{entity.spec.namespace}:Topic:{topic}|{sub}|{rule.name}' was not found."
             )
-        new = RuleSource(old.name, rule.filter_type, rule.sql_expression, rule.correlation,
-                         rule.action_expression, old.created_ms)
+        new = dataclasses.replace(rule, name=old.name, created_ms=old.created_ms)
         new.compile()  # a bad rule is refused before anything changes
         entity.subscriptions.remove_rule(sub, old.name)
         entity.subscriptions.add_rule(sub, new)

@@ -267,6 +267,7 @@ async function pageEntities(root, query) {
       return (x < y ? -1 : x > y ? 1 : 0) * state.entitiesSort.dir;
     });
     const head = el("tr", {}, ENTITY_COLUMNS.map(([key, label, , num]) => el("th", {
+      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : null,
       class: "sortable" + (num ? " num" : "") + (state.entitiesSort.key === key ? (state.entitiesSort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
       "data-sort": key,
       onclick: () => {
@@ -311,8 +312,9 @@ async function pageEntity(root, ns, name, query) {
   const subs = Object.keys(detail.rules);
   let sub = query.get("sub") || (isTopic ? subs[0] || "" : "");
   let tab = query.get("state") || "active";
+  const purgeAll = el("button", { id: "purge-all", class: "danger", type: "button" }, "Purge everything");
   const title = el("h1", {}, detail.kind + " ", el("span", { class: "mono" }, ns + "/" + detail.name), " ",
-    el("span", { id: "entity-availability", class: "badge" }));
+    el("span", { id: "entity-availability", class: "badge" }), " ", purgeAll);
   root.append(title);
   const summary = el("div", { class: "cards", id: "entity-cards" });
   root.append(summary);
@@ -480,6 +482,14 @@ async function pageEntity(root, ns, name, query) {
     try {
       const r = await api("/api/purge", { ns, entity: detail.name, subscription: sub, state: tab });
       toast(`${r.removed} messages purged` + (r.locked_kept ? `, ${r.locked_kept} locked kept` : ""));
+      await reloadDetail(); await load(true);
+    } catch (e) { toast(e.message, true); }
+  });
+  purgeAll.addEventListener("click", async () => {
+    if (!confirm(`Delete every message of ${detail.name}: active, deferred, scheduled, locked and dead-lettered${isTopic ? ", in every subscription" : ""}? This cannot be undone.`)) return;
+    try {
+      const r = await api("/api/purge", { ns, entity: detail.name, state: "all" });
+      toast(`${r.removed} messages purged`);
       await reloadDetail(); await load(true);
     } catch (e) { toast(e.message, true); }
   });

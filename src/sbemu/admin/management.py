@@ -154,11 +154,11 @@ class Management:
 
     def subscriptions(self, entity: Entity) -> list[dict[str, Any]]:
         subs = entity.description.get("subscriptions", {})
-        return [subs[k] for k in sorted(subs)]  # type: ignore[union-attr]
+        return [subs[k] for k in sorted(subs)]
 
     def subscription(self, entity: Entity, name: str) -> dict[str, Any] | None:
         subs = entity.description.get("subscriptions", {})
-        return subs.get(name.lower())  # type: ignore[union-attr]
+        return subs.get(name.lower())
 
     def rules(self, entity: Entity, sub_name: str) -> list[RuleSource]:
         assert entity.subscriptions is not None
@@ -311,7 +311,7 @@ class Management:
         if default_rule is not None:
             sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
         self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
-        entity.description.setdefault("subscriptions", {})[name.lower()] = desc  # type: ignore[index]
+        entity.description.setdefault("subscriptions", {})[name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
         return desc
@@ -334,7 +334,7 @@ class Management:
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
-        entity.description["subscriptions"][name.lower()] = desc  # type: ignore[index]
+        entity.description["subscriptions"][name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         return desc
 
@@ -342,11 +342,9 @@ class Management:
         ns, entity = self._topic(namespace, topic)
         if self.subscription(entity, name) is None:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}|{name}' was not found.")
-        done: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-        self.router.remove_subscription(
-            ns.name, topic, name, self.now_ms(), lambda e: done.done() or done.set_result(e)
-        )
-        entity.description["subscriptions"].pop(name.lower(), None)  # type: ignore[union-attr]
+        done, on_done = _completion()
+        self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
+        entity.description["subscriptions"].pop(name.lower(), None)
         self.catalog.remove(ns.name, name, topic=entity.name)
         error = await done
         if error is not None:
@@ -410,10 +408,8 @@ class Management:
         ns = self.namespace(namespace)
         if namespace.lower() not in self.namespaces:
             raise EntityNotFound(f"The namespace '{namespace}' does not exist.")
-        done: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-        counts = self.router.purge(
-            ns.name, entity_name, self.now_ms(), lambda e: done.done() or done.set_result(e)
-        )
+        done, on_done = _completion()
+        counts = self.router.purge(ns.name, entity_name, self.now_ms(), on_done)
         error = await done
         if error is not None:
             raise error
@@ -421,6 +417,17 @@ class Management:
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
+
+
+def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:
+    """A future and the Done callback that resolves it (once) with the commit's error."""
+    future: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+
+    def on_done(error: Exception | None) -> None:
+        if not future.done():
+            future.set_result(error)
+
+    return future, on_done
 
 
 def _size_of(broker: PartitionBroker, queue: str) -> int:

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from ..errors import (
@@ -306,7 +306,7 @@ class Entity:
         self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
         # The admin API's full description of the entity (sbemu.admin.catalog): every property
         # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
-        self.description: dict[str, object] = {}
+        self.description: dict[str, Any] = {}
 
     # ---------------------------------------------------------------- sending
     def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:

@@ -205,6 +205,8 @@ class EntityView:
         if self.session_waiters:
             self._serve_waiters(now_ms)
         consumers = self.consumers
+        if consumers:
+            self.entity.accessed_ms = now_ms  # admin API AccessedAt: receives count too
         if len(consumers) == 1:
             consumer = consumers[0]
             for _ in range(consumer.credit()):

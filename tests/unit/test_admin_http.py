@@ -306,3 +306,13 @@ def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
     cert.unlink()
     ensure_certificates(tmp_path)
     assert ca.read_bytes() == before[0] and cert.read_bytes() != before[1]
+
+
+def test_sbemu_cert_prints_the_ca_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sbemu.cli import main
+
+    assert main(["cert", "--data-dir", str(tmp_path)]) == 0
+    printed = Path(capsys.readouterr().out.strip())
+    assert printed == ca_path(tmp_path).resolve() and printed.read_text().startswith(
+        "-----BEGIN CERTIFICATE-----"
+    )

@@ -277,9 +277,9 @@ class Management:
             entity = self.router.remove_entity(ns.name, name)
             self.catalog.remove(ns.name, name)
             await self.settle(entity.partitions)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.router.drop_entity_data, entity
-            )
+            # on the loop thread: nothing may commit to these stores any more; unlinking the
+            # files is quick, and a same-named entity created next must find a clean directory
+            self.router.drop_entity_data(entity)
         log.info("deleted %s %s/%s", entity.spec.kind, ns.name, name)
 
     # ------------------------------------------------------------------ subscriptions

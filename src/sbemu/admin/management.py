@@ -77,6 +77,7 @@ class Management:
         self.clock = clock
         self.started_ms = self.now_ms()
         self._lock = asyncio.Lock()
+        self._deleting: set[tuple[str, str]] = set()  # (namespace, name) until its data is gone
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -227,6 +228,11 @@ class Management:
         ns = self.namespace(namespace)
         if self.router.get_entity(ns.name, name) is not None:
             raise EntityAlreadyExists(f"The messaging entity '{ns.name}:{kind.title()}:{name}' already exists.")
+        if (ns.name.lower(), name.lower()) in self._deleting:
+            raise EntityAlreadyExists(
+                f"The messaging entity '{ns.name}:{kind.title()}:{name}' is being deleted; retry "
+                "in a moment."
+            )
         desc = new_description(kind, name, given)
         validate(kind, desc, ns)
         self._check_quota(ns, desc)
@@ -275,11 +281,16 @@ class Management:
         ns = self.namespace(namespace)
         async with self._lock:
             entity = self.router.remove_entity(ns.name, name)
-            self.catalog.remove(ns.name, name)
-            await self.settle(entity.partitions)
-            # on the loop thread: nothing may commit to these stores any more; unlinking the
-            # files is quick, and a same-named entity created next must find a clean directory
-            self.router.drop_entity_data(entity)
+            key = (ns.name.lower(), name.lower())
+            self._deleting.add(key)
+            try:
+                self.catalog.remove(ns.name, name)
+                await self.settle(entity.partitions)
+                # on the loop thread: nothing may commit to these stores any more; unlinking the
+                # files is quick, and a same-named entity created next finds a clean directory
+                self.router.drop_entity_data(entity)
+            finally:
+                self._deleting.discard(key)
         log.info("deleted %s %s/%s", entity.spec.kind, ns.name, name)
 
     # ------------------------------------------------------------------ subscriptions

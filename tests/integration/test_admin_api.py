@@ -23,7 +23,7 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusError
+from azure.servicebus.exceptions import MessagingEntityNotFoundError
 from azure.servicebus.management import (
     CorrelationRuleFilter,
     ServiceBusAdministrationClient,
@@ -103,7 +103,7 @@ def test_partitioned_queue_lifecycle(
     with pytest.raises(ResourceNotFoundError):
         admin.get_queue(name)
     assert name not in [q.name for q in admin.list_queues()]
-    with pytest.raises((MessagingEntityNotFoundError, ServiceBusError)):
+    with pytest.raises(MessagingEntityNotFoundError):
         with sb.get_queue_sender(name) as sender:
             sender.send_messages(ServiceBusMessage("gone"))
     assert not (sbemu_server.data_dir / NS / name).exists()  # partitions' data removed
@@ -213,7 +213,7 @@ def test_delete_detaches_receivers_with_not_found(
         receiver.peek_messages(1)  # link attached
         admin.delete_queue(name)
         start = time.monotonic()
-        with pytest.raises(ServiceBusError):
+        with pytest.raises(MessagingEntityNotFoundError):  # detached with amqp:not-found
             for _ in range(3):
                 receiver.receive_messages(max_message_count=1, max_wait_time=10)
         assert time.monotonic() - start < 25

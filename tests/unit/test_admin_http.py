@@ -306,3 +306,26 @@ def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
     cert.unlink()
     ensure_certificates(tmp_path)
     assert ca.read_bytes() == before[0] and cert.read_bytes() != before[1]
+
+
+def test_sbemu_cert_prints_the_ca_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sbemu.cli import main
+
+    assert main(["cert", "--data-dir", str(tmp_path)]) == 0
+    printed = Path(capsys.readouterr().out.strip())
+    assert printed == ca_path(tmp_path).resolve() and printed.read_text().startswith(
+        "-----BEGIN CERTIFICATE-----"
+    )
+
+
+async def test_expect_100_continue_is_answered(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        writer.write(b"{}")
+        status, _, raw = await read_response(reader)
+        assert status == 200 and json.loads(raw)["body"] == "{}"
+    finally:
+        writer.close()

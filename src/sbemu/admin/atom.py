@@ -337,7 +337,7 @@ class AtomApi:
         accessed = max(entity.accessed_ms, updated)
         out = [f'<{element} xmlns="{SB}" xmlns:i="{XSI}">']
         for name, key, typ in fields:
-            value = desc.get(key) if key else None
+            value: Any = desc.get(key) if key else None
             if typ == "dur":
                 out.append(_el(name, _duration(int(value))))
             elif typ == "int":
@@ -647,7 +647,7 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
     ftype = (flt.get(f"{{{XSI}}}type") if flt is not None else None) or "TrueFilter"
     ftype = ftype.split(":")[-1]
     sql = None
-    correlation = None
+    correlation: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
     action_params: dict[str, Any] | None = None
     if ftype in ("SqlFilter", "TrueFilter", "FalseFilter"):
@@ -660,9 +660,9 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
         correlation = {}
         assert flt is not None
         for field in CORRELATION_FIELDS:
-            value = flt.findtext(f"{{{SB}}}{field}")
-            if value is not None and flt.find(f"{{{SB}}}{field}").get(f"{{{XSI}}}nil") != "true":  # type: ignore[union-attr]
-                correlation[field] = value
+            element = flt.find(f"{{{SB}}}{field}")
+            if element is not None and element.get(f"{{{XSI}}}nil") != "true":
+                correlation[field] = element.text or ""
         props = _key_values(flt.find(f"{{{SB}}}Properties"))
         if props:
             correlation["Properties"] = props
@@ -711,10 +711,10 @@ def _rule_xml(rule: RuleSource) -> str:
             if k.lower() in (f.lower(), "subject" if f == "Label" else f.lower())
             and k != "Properties"
         )
-        props = corr.get("Properties") or {}
+        props: Any = corr.get("Properties") or {}
         inner += "<Properties>" + "".join(
             f"<KeyValueOfstringanyType>{_el('Key', k)}{_value_xml(v)}</KeyValueOfstringanyType>"
-            for k, v in props.items()  # type: ignore[union-attr]
+            for k, v in props.items()
         ) + "</Properties>"
         flt = f'<Filter i:type="CorrelationFilter">{inner}</Filter>'
     else:

@@ -432,6 +432,8 @@ async def _read_request_now(
     length = headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
         raise _Reject(413, f"request body over {max_body} bytes")
+    if conn.they_are_waiting_for_100_continue:
+        await transport.send(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
     body = bytearray()
     while True:
         event = await _next_event(conn, transport)

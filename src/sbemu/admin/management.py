@@ -77,6 +77,7 @@ class Management:
         self.clock = clock
         self.started_ms = self.now_ms()
         self._lock = asyncio.Lock()
+        self._deleting: set[tuple[str, str]] = set()  # (namespace, name) until its data is gone
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -154,11 +155,11 @@ class Management:
 
     def subscriptions(self, entity: Entity) -> list[dict[str, Any]]:
         subs = entity.description.get("subscriptions", {})
-        return [subs[k] for k in sorted(subs)]  # type: ignore[union-attr]
+        return [subs[k] for k in sorted(subs)]
 
     def subscription(self, entity: Entity, name: str) -> dict[str, Any] | None:
         subs = entity.description.get("subscriptions", {})
-        return subs.get(name.lower())  # type: ignore[union-attr]
+        return subs.get(name.lower())
 
     def rules(self, entity: Entity, sub_name: str) -> list[RuleSource]:
         assert entity.subscriptions is not None
@@ -227,6 +228,11 @@ class Management:
         ns = self.namespace(namespace)
         if self.router.get_entity(ns.name, name) is not None:
             raise EntityAlreadyExists(f"The messaging entity '{ns.name}:{kind.title()}:{name}' already exists.")
+        if (ns.name.lower(), name.lower()) in self._deleting:
+            raise EntityAlreadyExists(
+                f"The messaging entity '{ns.name}:{kind.title()}:{name}' is being deleted; retry "
+                "in a moment."
+            )
         desc = new_description(kind, name, given)
         validate(kind, desc, ns)
         self._check_quota(ns, desc)
@@ -275,11 +281,16 @@ class Management:
         ns = self.namespace(namespace)
         async with self._lock:
             entity = self.router.remove_entity(ns.name, name)
-            self.catalog.remove(ns.name, name)
-            await self.settle(entity.partitions)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.router.drop_entity_data, entity
-            )
+            key = (ns.name.lower(), name.lower())
+            self._deleting.add(key)
+            try:
+                self.catalog.remove(ns.name, name)
+                await self.settle(entity.partitions)
+                # on the loop thread: nothing may commit to these stores any more; unlinking the
+                # files is quick, and a same-named entity created next finds a clean directory
+                self.router.drop_entity_data(entity)
+            finally:
+                self._deleting.discard(key)
         log.info("deleted %s %s/%s", entity.spec.kind, ns.name, name)
 
     # ------------------------------------------------------------------ subscriptions
@@ -311,7 +322,7 @@ class Management:
         if default_rule is not None:
             sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
         self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
-        entity.description.setdefault("subscriptions", {})[name.lower()] = desc  # type: ignore[index]
+        entity.description.setdefault("subscriptions", {})[name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
         return desc
@@ -334,7 +345,7 @@ class Management:
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
-        entity.description["subscriptions"][name.lower()] = desc  # type: ignore[index]
+        entity.description["subscriptions"][name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         return desc
 
@@ -342,11 +353,9 @@ class Management:
         ns, entity = self._topic(namespace, topic)
         if self.subscription(entity, name) is None:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}|{name}' was not found.")
-        done: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-        self.router.remove_subscription(
-            ns.name, topic, name, self.now_ms(), lambda e: done.done() or done.set_result(e)
-        )
-        entity.description["subscriptions"].pop(name.lower(), None)  # type: ignore[union-attr]
+        done, on_done = _completion()
+        self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
+        entity.description["subscriptions"].pop(name.lower(), None)
         self.catalog.remove(ns.name, name, topic=entity.name)
         error = await done
         if error is not None:
@@ -410,10 +419,8 @@ class Management:
         ns = self.namespace(namespace)
         if namespace.lower() not in self.namespaces:
             raise EntityNotFound(f"The namespace '{namespace}' does not exist.")
-        done: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-        counts = self.router.purge(
-            ns.name, entity_name, self.now_ms(), lambda e: done.done() or done.set_result(e)
-        )
+        done, on_done = _completion()
+        counts = self.router.purge(ns.name, entity_name, self.now_ms(), on_done)
         error = await done
         if error is not None:
             raise error
@@ -421,6 +428,17 @@ class Management:
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
+
+
+def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:
+    """A future and the Done callback that resolves it (once) with the commit's error."""
+    future: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+
+    def on_done(error: Exception | None) -> None:
+        if not future.done():
+            future.set_result(error)
+
+    return future, on_done
 
 
 def _size_of(broker: PartitionBroker, queue: str) -> int:

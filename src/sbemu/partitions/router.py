@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from ..errors import (
@@ -205,6 +205,8 @@ class EntityView:
         if self.session_waiters:
             self._serve_waiters(now_ms)
         consumers = self.consumers
+        if consumers:
+            self.entity.accessed_ms = now_ms  # admin API AccessedAt: receives count too
         if len(consumers) == 1:
             consumer = consumers[0]
             for _ in range(consumer.credit()):
@@ -306,7 +308,7 @@ class Entity:
         self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
         # The admin API's full description of the entity (sbemu.admin.catalog): every property
         # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
-        self.description: dict[str, object] = {}
+        self.description: dict[str, Any] = {}
 
     # ---------------------------------------------------------------- sending
     def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:

@@ -369,6 +369,11 @@ def parse_duration_ms(text: str) -> int:
     return min(int(exact_ms.quantize(Decimal(1), rounding=ROUND_HALF_UP)), TIMESPAN_MAX_MS)
 
 
+def _plain(value: Decimal) -> str:
+    """A Decimal in positional notation: normalize() turns 30 into 3E+1, which no ISO reader takes."""
+    return format(value, "f") if value else ""
+
+
 def format_duration_ms(ms: int) -> str:
     """ISO-8601 text for ``ms`` milliseconds, e.g. 300000 -> 'PT5M', 86400000 -> 'P1D'."""
     days, rest = divmod(ms, 86_400_000)
@@ -377,7 +382,9 @@ def format_duration_ms(ms: int) -> str:
     seconds = Decimal(rest) / 1000
     date = f"{days}D" if days else ""
     time = "".join(
-        f"{v}{u}" for v, u in ((hours, "H"), (minutes, "M"), (seconds.normalize(), "S")) if v
+        f"{v}{u}"
+        for v, u in ((hours, "H"), (minutes, "M"), (_plain(seconds.normalize()), "S"))
+        if v
     )
     if not date and not time:
         return "PT0S"

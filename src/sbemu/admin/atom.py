@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
-from ..config import TIMESPAN_MAX_MS, parse_duration_ms
+from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.router import Entity
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
@@ -159,17 +159,7 @@ def _duration(ms: int) -> str:
     """xs:duration text as Azure writes it (P1DT2H3M4.5S; TimeSpan.MaxValue exactly)."""
     if ms >= TIMESPAN_MAX_MS:
         return TIMESPAN_MAX_TEXT
-    days, rest = divmod(ms, 86_400_000)
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    sec = f"{seconds}.{millis:03d}".rstrip("0").rstrip(".") if millis else str(seconds)
-    time_part = "".join(
-        f"{v}{u}" for v, u in ((hours, "H"), (minutes, "M")) if v
-    ) + (f"{sec}S" if rest else "")
-    if not days and not time_part:
-        return "PT0S"
-    return "P" + (f"{days}D" if days else "") + (f"T{time_part}" if time_part else "")
+    return format_duration_ms(ms)
 
 
 def _bool(value: object) -> str:

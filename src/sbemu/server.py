@@ -33,7 +33,7 @@ from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.listener import AmqpProtocol
-from .protocol.views import encode_property, encode_symbol
+from .protocol.views import encode_property, encode_symbol, view_of_record
 
 log = logging.getLogger("sbemu.server")
 
@@ -199,7 +199,9 @@ class Server:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
         self._lock_data_dir()
-        self.router = Router(self.data_dir, self._wake, encode_property, encode_symbol)
+        self.router = Router(
+            self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
+        )
         self.router.log_bodies = self.log_bodies
         try:
             for ns in self.config.namespaces:

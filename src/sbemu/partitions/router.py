@@ -32,6 +32,7 @@ from ..errors import (
 )
 from .broker import (
     DLQ_SUFFIX,
+    SCHEDULED_QUEUE,
     SEQUENCE_BITS,
     Done,
     Lock,
@@ -46,9 +47,11 @@ from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .store import PartitionStore
 from .subscriptions import Subscriptions, SubscriptionSpec
+from .transfer import ViewOf, incoming_from_record
 
 MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
+SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 MIB = 1024 * 1024
 
@@ -300,6 +303,11 @@ class Entity:
         self._keyless_pid: int | None = None
         self._recent_ids: dict[str, int] = {}
 
+    @property
+    def scheduled_queue(self) -> str:
+        """The sub-queue holding this entity's scheduled messages."""
+        return MAIN if self.subscriptions is None else SCHEDULED_QUEUE
+
     # ---------------------------------------------------------------- sending
     def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
         """Store messages, all-or-nothing per partition; `done` runs after every commit.
@@ -355,7 +363,7 @@ class Entity:
                     return
             done(error)
 
-        got = broker.enqueue(msgs, self._targets(msgs), now_ms, on_done)
+        got = broker.enqueue(msgs, self._targets(msgs, now_ms), now_ms, on_done)
         return [n for n in got if n is not None]
 
     def _check_available(self, pid: int) -> None:
@@ -375,11 +383,18 @@ class Entity:
                 f"Partition {pid} of '{self.name}' is full; the send can be retried."
             )
 
-    def _targets(self, messages: list[IncomingMessage]) -> list[list[Route]]:
-        """Where each message goes: the queue, or the matching subscriptions of a topic."""
-        if self.subscriptions is None:
+    def _targets(self, messages: list[IncomingMessage], now_ms: int) -> list[list[Route]]:
+        """Where each message goes: the queue, or the matching subscriptions of a topic (a
+        topic's scheduled message waits in its scheduled sub-queue until it fires)."""
+        subs = self.subscriptions
+        if subs is None:
             return [[QUEUE_ROUTE]] * len(messages)
-        return [self.subscriptions.route(msg) for msg in messages]
+        return [
+            [SCHEDULED_ROUTE]
+            if msg.scheduled_enqueue_time_ms is not None and msg.scheduled_enqueue_time_ms > now_ms
+            else subs.route(msg)
+            for msg in messages
+        ]
 
     def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
         """Group messages by partition; key-less messages of one send share one partition."""
@@ -548,7 +563,7 @@ class Entity:
         brokers = []
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
-            if not broker.cancel_scheduled(MAIN, seq, now_ms):
+            if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms):
                 raise MessageNotFound(f"The scheduled message with sequence number {seq} was not found.")
             brokers.append(broker)
         if not brokers:
@@ -586,6 +601,14 @@ def resolve_view_name(entity_names: Iterable[str], path: str) -> tuple[str, str]
     raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
 
 
+def _with_scheduled(spec: EntitySpec) -> dict[str, SubQueueSettings]:
+    """A topic's sub-queues plus the one holding its scheduled (not yet fanned out) messages."""
+    if spec.kind != "topic":
+        return spec.subqueues
+    # Never delivered from: no delivery limit, no expiry before it fires, no DLQ.
+    return {**spec.subqueues, SCHEDULED_QUEUE: SubQueueSettings(60_000, None, None, False, None)}
+
+
 def _notify_session_lost(lock: SessionLock) -> None:
     """Tell the receiver holding a session that its lock expired (it detaches the link)."""
     callback = getattr(lock.owner, "session_lost", None)
@@ -602,8 +625,10 @@ class Router:
         wake: Callable[[], None],
         encode_value: Callable[[object], bytes] | None = None,
         encode_symbol: Callable[[object], bytes] | None = None,
+        view_of_record: ViewOf | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.view_of_record = view_of_record  # filter view of a stored message (fan-out)
         self._wake = wake
         self._encode_value = encode_value
         self._encode_symbol = encode_symbol
@@ -630,7 +655,7 @@ class Router:
                 entity=spec.name,
                 partition_id=pid,
                 partitioned=spec.partitioned,
-                queues=spec.subqueues,
+                queues=_with_scheduled(spec),
                 mark_dirty=self._mark_dirty,
             )
             broker.log_bodies = self.log_bodies
@@ -651,6 +676,8 @@ class Router:
         for broker in partitions:
             broker.on_ready = self._ready_hook(entity)
             broker.on_session_lost = _notify_session_lost
+            if subscriptions is not None:
+                broker.fan_out = self._fan_out_hook(subscriptions)
         self.entities[(spec.namespace.lower(), spec.name.lower())] = entity
         return entity
 
@@ -671,6 +698,14 @@ class Router:
             return
         os.makedirs(base, exist_ok=True)
         manifest.write_text(json.dumps(wanted))
+
+    def _fan_out_hook(self, subscriptions: Subscriptions) -> Callable[[MessageRecord], list[Route]]:
+        view_of = self.view_of_record
+
+        def fan_out(rec: MessageRecord) -> list[Route]:
+            return subscriptions.route(incoming_from_record(rec, view_of))
+
+        return fan_out
 
     def _ready_hook(self, entity: Entity) -> Callable[[str], None]:
         def on_ready(queue: str) -> None:

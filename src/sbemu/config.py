@@ -98,6 +98,13 @@ LOCK_DURATION_MIN_MS = 5_000  # emulator 1.1.2 allows PT5S; Azure's minimum too
 LOCK_DURATION_MAX_MS = 300_000  # PT5M
 DUPLICATE_WINDOW_MIN_MS = 5_000  # emulator schema minimum (Azure's is 20 s)
 DUPLICATE_WINDOW_MAX_MS = 7 * 86_400_000  # Azure maximum, P7D
+AUTO_DELETE_MIN_MS = 5 * 60_000  # Azure's minimum AutoDeleteOnIdle
+AUTO_DELETE_TEST_MIN_MS = 1_000  # with the SbemuTestAutoDeleteOnIdle extension
+ENTITY_STATUSES = {
+    "queue": ("Active", "Disabled", "SendDisabled", "ReceiveDisabled"),
+    "topic": ("Active", "Disabled", "SendDisabled"),
+    "subscription": ("Active", "Disabled", "ReceiveDisabled"),
+}
 TIMESPAN_MAX_MS = 922_337_203_685_477  # .NET TimeSpan.MaxValue, Azure's "never expires" TTL
 _TIMESPAN_MAX_EXACT_MS = Decimal("922337203685477.5807")  # TimeSpan.MaxValue ticks / 10_000
 INT32_MAX = 2**31 - 1
@@ -192,6 +199,8 @@ class QueueConfig:
     requires_session: bool = False
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
+    status: str = "Active"
+    auto_delete_on_idle_ms: int | None = None  # None: never
     partition_count: int = 1
     max_size_mb: int = DEFAULT_MAX_SIZE_MB
     enable_partitioning: bool = False  # true also for every entity of a Premium namespace
@@ -220,6 +229,8 @@ class SubscriptionConfig:
     requires_session: bool = False
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
+    status: str = "Active"
+    auto_delete_on_idle_ms: int | None = None  # None: never
     rules: tuple[RuleConfig, ...] = (DEFAULT_RULE,)
 
 
@@ -235,6 +246,8 @@ class TopicConfig:
     partition_count: int = 1
     max_size_mb: int = DEFAULT_MAX_SIZE_MB
     subscriptions: tuple[SubscriptionConfig, ...] = ()
+    status: str = "Active"
+    auto_delete_on_idle_ms: int | None = None  # None: never
 
     @property
     def partitioned(self) -> bool:
@@ -719,6 +732,9 @@ _QUEUE_PROPERTIES = (
     "RequiresSession",
     "EnablePartitioning",
     "MaxSizeInMegabytes",
+    "Status",
+    "AutoDeleteOnIdle",
+    "SbemuTestAutoDeleteOnIdle",
 )
 _TOPIC_PROPERTIES = (
     "DefaultMessageTimeToLive",
@@ -726,6 +742,9 @@ _TOPIC_PROPERTIES = (
     "RequiresDuplicateDetection",
     "EnablePartitioning",
     "MaxSizeInMegabytes",
+    "Status",
+    "AutoDeleteOnIdle",
+    "SbemuTestAutoDeleteOnIdle",
 )
 _SUBSCRIPTION_PROPERTIES = (
     "DeadLetteringOnMessageExpiration",
@@ -736,6 +755,9 @@ _SUBSCRIPTION_PROPERTIES = (
     "ForwardTo",
     "RequiresSession",
     "DeadLetteringOnFilterEvaluationExceptions",
+    "Status",
+    "AutoDeleteOnIdle",
+    "SbemuTestAutoDeleteOnIdle",
 )
 _RULE_PROPERTIES = ("FilterType", "SqlFilter", "CorrelationFilter", "Action")
 _SAS_KEYS = ("KeyName", "Key", "Rights")
@@ -897,6 +919,35 @@ def _forward_target(
     return resolved
 
 
+def _status(r: _Reader, props: dict[str, object], path: str, kind: str) -> str:
+    """Status: Active, Disabled, SendDisabled (queues, topics), ReceiveDisabled (queues,
+    subscriptions), as Azure allows them per kind."""
+    value = props.get("Status")
+    if value is None:
+        return "Active"
+    text = r.string(value, _child(path, "Status"))
+    allowed = ENTITY_STATUSES[kind]
+    canonical = {a.casefold(): a for a in allowed}
+    if text.casefold() not in canonical:
+        r.fail(_child(path, "Status"), f"{text!r} is not a {kind} status: use {', '.join(allowed)}")
+    return canonical[text.casefold()]
+
+
+def _auto_delete(r: _Reader, props: dict[str, object], path: str) -> int | None:
+    """AutoDeleteOnIdle (at least 5 minutes, as in Azure; TimeSpan.MaxValue: never), or the
+    emulator extension SbemuTestAutoDeleteOnIdle (at least 1 s, for tests), which wins."""
+    test = props.get("SbemuTestAutoDeleteOnIdle")
+    if test is not None:
+        return r.duration(
+            test, _child(path, "SbemuTestAutoDeleteOnIdle"), AUTO_DELETE_TEST_MIN_MS, TIMESPAN_MAX_MS
+        )
+    value = props.get("AutoDeleteOnIdle")
+    if value is None:
+        return None
+    ms = r.duration(value, _child(path, "AutoDeleteOnIdle"), AUTO_DELETE_MIN_MS, TIMESPAN_MAX_MS)
+    return None if ms >= TIMESPAN_MAX_MS else ms
+
+
 def _partitioning(
     r: _Reader, props: dict[str, object], path: str, premium: int | None
 ) -> tuple[bool, int]:
@@ -1008,6 +1059,8 @@ def _parse_queue(
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
         enable_partitioning=enabled,
+        status=_status(r, props, p_path, "queue"),
+        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 
@@ -1058,6 +1111,8 @@ def _parse_topic(
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
         subscriptions=tuple(subscriptions),
+        status=_status(r, props, p_path, "topic"),
+        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 
@@ -1104,6 +1159,8 @@ def _parse_subscription(
             r, props, p_path, "ForwardDeadLetteredMessagesTo", entities, None
         ),
         rules=tuple(rules) if rules else (DEFAULT_RULE,),
+        status=_status(r, props, p_path, "subscription"),
+        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 

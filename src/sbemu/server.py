@@ -29,6 +29,7 @@ from .partitions.router import (
     Router,
     StorageLayoutError,
 )
+from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
@@ -145,6 +146,27 @@ def _subscription_queues(sub: SubscriptionConfig) -> dict[str, SubQueueSettings]
     )
 
 
+def entity_settings(cfg: QueueConfig | TopicConfig) -> EntitySettings:
+    """The runtime settings (Status, forwarding, idle deletion) of a configured entity."""
+    subs: dict[str, ReceiverSettings] = {}
+    if isinstance(cfg, TopicConfig):
+        for sub in cfg.subscriptions:
+            subs[f"subscriptions/{sub.name.lower()}"] = ReceiverSettings(
+                EntityStatus(sub.status),
+                sub.forward_to,
+                sub.forward_dead_lettered_messages_to,
+            )
+        return EntitySettings(
+            EntityStatus(cfg.status), None, None, cfg.auto_delete_on_idle_ms, subs
+        )
+    return EntitySettings(
+        EntityStatus(cfg.status),
+        cfg.forward_to,
+        cfg.forward_dead_lettered_messages_to,
+        cfg.auto_delete_on_idle_ms,
+    )
+
+
 def namespace_info(ns: NamespaceConfig) -> NamespaceInfo:
     """Keys, rights and limits of a namespace for the protocol side."""
     return NamespaceInfo(
@@ -192,6 +214,7 @@ class Server:
         self._idle = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._lock_fd: int | None = None
+        self._live_configs: dict[tuple[str, str], QueueConfig | TopicConfig] = {}
         self.started_at = 0.0
 
     # ------------------------------------------------------------------ life cycle
@@ -207,8 +230,10 @@ class Server:
             for ns in self.config.namespaces:
                 for q in ns.queues:
                     self.router.add_entity(queue_spec(ns, q))
+                    self.apply_entity_config(ns.name, q)
                 for t in ns.topics:
                     self.router.add_entity(topic_spec(ns, t))
+                    self.apply_entity_config(ns.name, t)
         except (StorageLayoutError, StoreError) as exc:
             raise StartupError(str(exc)) from exc
         except RuleDefinitionError as exc:
@@ -239,7 +264,10 @@ class Server:
                 self.host,
                 self.admin_port,
                 {"/health": self._health, "/partitions": self._partitions},
-                post_routes={"/partitions/": self._partition_command},
+                post_routes={
+                    "/partitions/": self._partition_command,
+                    "/entities/": self._status_command,
+                },
             )
         except OSError as exc:
             self._amqp_server.close()
@@ -399,6 +427,53 @@ class Server:
                     "partition %s/%d: log retention failed: %s",
                     broker.entity, broker.partition_id, exc,
                 )
+
+    # ------------------------------------------------------------------ entity settings
+    def apply_entity_config(self, namespace: str, cfg: QueueConfig | TopicConfig) -> None:
+        """(Re)apply a queue's or topic's runtime settings (Status, ForwardTo,
+        ForwardDeadLetteredMessagesTo, AutoDeleteOnIdle, and its subscriptions'): takes effect
+        at once, for open links too. The admin API calls this after a create or update."""
+        assert self.router is not None
+        self._live_configs[(namespace.lower(), cfg.name.lower())] = cfg
+        self.router.apply_settings(namespace, cfg.name, entity_settings(cfg))
+
+    def _status_command(self, rest: str) -> tuple[int, dict[str, Any]]:
+        """POST /entities/<namespace>/<queue|topic>[/subscriptions/<sub>]/status/<Status>."""
+        import dataclasses
+        from urllib.parse import unquote
+
+        from .config import ENTITY_STATUSES
+
+        parts = [unquote(p) for p in rest.strip("/").split("/")]
+        if len(parts) < 4 or parts[-2].lower() != "status":
+            return 400, {
+                "error": "expected /entities/<namespace>/<entity>[/subscriptions/<name>]"
+                "/status/<Active|Disabled|SendDisabled|ReceiveDisabled>"
+            }
+        namespace, path, value = parts[0], parts[1:-2], parts[-1]
+        cfg = self._live_configs.get((namespace.lower(), path[0].lower()))
+        sub_name = path[2] if len(path) == 3 and path[1].lower() == "subscriptions" else None
+        if cfg is None or (len(path) != 1 and sub_name is None):
+            return 404, {"error": f"no entity {'/'.join(path)!r} in namespace {namespace!r}"}
+        kind = "subscription" if sub_name else ("topic" if isinstance(cfg, TopicConfig) else "queue")
+        allowed = {a.lower(): a for a in ENTITY_STATUSES[kind]}
+        if value.lower() not in allowed:
+            return 400, {"error": f"{value!r} is not a {kind} status: use {', '.join(allowed.values())}"}
+        status = allowed[value.lower()]
+        if sub_name is not None:
+            assert isinstance(cfg, TopicConfig)
+            sub = cfg.subscription(sub_name)
+            if sub is None:
+                return 404, {"error": f"no subscription {sub_name!r} on {cfg.name!r}"}
+            subs = tuple(
+                dataclasses.replace(s, status=status) if s is sub else s for s in cfg.subscriptions
+            )
+            cfg = dataclasses.replace(cfg, subscriptions=subs)
+        else:
+            cfg = dataclasses.replace(cfg, status=status)
+        self.apply_entity_config(namespace, cfg)
+        log.warning("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
+        return 200, {"namespace": namespace, "entity": "/".join(path), "status": status}
 
     # ------------------------------------------------------------------ operator commands
     def _partitions(self) -> tuple[int, dict[str, Any]]:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
-from integration_support import ServerProcess, make_config, queue_def, receive_n
+from azure.servicebus.exceptions import MessagingEntityDisabledError
+from integration_support import NAMESPACE, ServerProcess, make_config, queue_def, receive_n
 
 
 def sub_def(name: str, rules: list[dict[str, Any]] | None = None, **props: Any) -> dict[str, Any]:
@@ -40,7 +43,13 @@ def topic_def(
     return {"Name": name, "Properties": properties, "Subscriptions": subs}
 
 
-QUEUES: list[dict[str, Any]] = [queue_def("sched-q")]
+QUEUES: list[dict[str, Any]] = [
+    queue_def("sched-q"),
+    queue_def("st-q"),
+    queue_def("st-pq", partitioned=True),
+    queue_def("st-cfg", Status="SendDisabled"),
+    queue_def("st-rt"),
+]
 TOPICS: list[dict[str, Any]] = [
     topic_def("sched-t", [sub_def("all"), sub_def("red", [sql_rule("r", "color = 'red'")])]),
     topic_def(
@@ -48,6 +57,7 @@ TOPICS: list[dict[str, Any]] = [
         [sub_def("all"), sub_def("red", [sql_rule("r", "color = 'red'")])],
         partitioned=True,
     ),
+    topic_def("st-t", [sub_def("s1"), sub_def("s2")]),
 ]
 
 
@@ -115,3 +125,104 @@ def test_cancel_unknown_sequence_is_a_clean_error(client: ServiceBusClient, enti
     with sender, pytest.raises(ServiceBusError) as info:
         sender.cancel_scheduled_messages(424242)
     assert "Management Operation error" not in str(info.value) or "not found" in str(info.value)
+
+
+# ------------------------------------------------------------------------------ status
+
+
+def set_status(server: ServerProcess, path: str, status: str) -> None:
+    url = f"http://127.0.0.1:{server.admin_port}/entities/{NAMESPACE}/{path}/status/{status}"
+    request = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def can_send(client: ServiceBusClient, entity: str, topic: bool = False) -> bool:
+    sender = client.get_topic_sender(entity) if topic else client.get_queue_sender(entity)
+    try:
+        with sender:
+            sender.send_messages(ServiceBusMessage("probe"))
+        return True
+    except MessagingEntityDisabledError:
+        return False
+
+
+def can_receive(client: ServiceBusClient, entity: str, sub: str | None = None) -> bool:
+    receiver = (
+        client.get_subscription_receiver(entity, sub, max_wait_time=2)
+        if sub
+        else client.get_queue_receiver(entity, max_wait_time=2)
+    )
+    try:
+        with receiver:
+            for m in receiver.receive_messages(max_message_count=1, max_wait_time=2):
+                receiver.complete_message(m)
+        return True
+    except MessagingEntityDisabledError:
+        return False
+
+
+@pytest.mark.parametrize("queue", ["st-q", "st-pq"])
+def test_queue_status_each_value(
+    feature_server: ServerProcess, client: ServiceBusClient, queue: str
+) -> None:
+    expected = {
+        "Disabled": (False, False),
+        "SendDisabled": (False, True),
+        "ReceiveDisabled": (True, False),
+        "Active": (True, True),
+    }
+    for status, (send_ok, receive_ok) in expected.items():
+        set_status(feature_server, queue, status)
+        assert can_send(client, queue) is send_ok, status
+        assert can_receive(client, queue) is receive_ok, status
+
+
+def test_status_from_config(client: ServiceBusClient) -> None:
+    assert not can_send(client, "st-cfg")
+    assert can_receive(client, "st-cfg")
+
+
+def test_runtime_disable_detaches_open_links(
+    feature_server: ServerProcess, client: ServiceBusClient
+) -> None:
+    """An open sender and receiver see the change at once (no reconnect needed)."""
+    with client.get_queue_sender("st-rt") as sender, client.get_queue_receiver(
+        "st-rt", max_wait_time=2
+    ) as receiver:
+        sender.send_messages(ServiceBusMessage("before"))
+        got = receive_n(receiver, 1, timeout=5)
+        assert [str(m) for m in got] == ["before"]
+        receiver.complete_message(got[0])
+        set_status(feature_server, "st-rt", "Disabled")
+        try:
+            with pytest.raises(MessagingEntityDisabledError):
+                sender.send_messages(ServiceBusMessage("while disabled"))
+            with pytest.raises(MessagingEntityDisabledError):
+                receiver.receive_messages(max_message_count=1, max_wait_time=2)
+        finally:
+            set_status(feature_server, "st-rt", "Active")
+    assert can_send(client, "st-rt") and can_receive(client, "st-rt")
+
+
+def test_topic_and_subscription_status(
+    feature_server: ServerProcess, client: ServiceBusClient
+) -> None:
+    set_status(feature_server, "st-t", "SendDisabled")
+    assert not can_send(client, "st-t", topic=True)
+    assert can_receive(client, "st-t", "s1")
+    set_status(feature_server, "st-t", "Active")
+    set_status(feature_server, "st-t/subscriptions/s1", "ReceiveDisabled")
+    try:
+        assert can_send(client, "st-t", topic=True)  # still copied into the disabled subscription
+        assert not can_receive(client, "st-t", "s1")
+        assert can_receive(client, "st-t", "s2")
+        set_status(feature_server, "st-t", "Disabled")
+        assert not can_receive(client, "st-t", "s2")
+    finally:
+        set_status(feature_server, "st-t", "Active")
+        set_status(feature_server, "st-t/subscriptions/s1", "Active")
+    with client.get_subscription_receiver(
+        "st-t", "s1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+    ) as rx:
+        assert [str(m) for m in receive_n(rx, 1, timeout=5)] == ["probe"]

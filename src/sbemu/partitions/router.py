@@ -45,6 +45,7 @@ from .broker import (
 )
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
+from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .store import PartitionStore
 from .subscriptions import Subscriptions, SubscriptionSpec
 from .transfer import ViewOf, incoming_from_record
@@ -201,6 +202,8 @@ class EntityView:
     # ------------------------------------------------------------ dispatch
     def dispatch(self, now_ms: int) -> None:
         """Hand ready messages to consumers with credit: one each per round, partitions in turn."""
+        if not self.entity.may_receive(self.queue):
+            return  # Status forbids receiving; receivers were detached when it changed
         if self.session_waiters:
             self._serve_waiters(now_ms)
         consumers = self.consumers
@@ -302,6 +305,45 @@ class Entity:
         self._round_robin = 0
         self._keyless_pid: int | None = None
         self._recent_ids: dict[str, int] = {}
+        self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
+
+    # ---------------------------------------------------------------- status
+    def receiver_settings(self, queue: str) -> ReceiverSettings:
+        """The settings of the queue or subscription a sub-queue (or its DLQ) belongs to."""
+        if self.subscriptions is None:
+            s = self.settings
+            return ReceiverSettings(s.status, s.forward_to, s.forward_dead_lettered_messages_to)
+        return self.settings.subscriptions.get(base_queue(queue), ReceiverSettings())
+
+    def check_sendable(self) -> None:
+        """Raise EntityDisabled while the Status forbids sends [Azure: entity suspend]."""
+        check_send(self.spec.kind, self.name, self.settings.status)
+
+    def check_receive(self, queue: str) -> None:
+        """Raise EntityDisabled while the Status forbids receiving from this sub-queue."""
+        if self.subscriptions is None:
+            check_receive("queue", self.name, self.settings.status, None)
+            return
+        path = f"{self.name}/{base_queue(queue)}"
+        check_receive(
+            "subscription", path, self.receiver_settings(queue).status, self.settings.status
+        )
+
+    def may_receive(self, queue: str) -> bool:
+        """Whether receivers of this sub-queue may be served now."""
+        if self.settings.status is EntityStatus.ACTIVE and not self.settings.subscriptions:
+            return True
+        try:
+            self.check_receive(queue)
+        except ServiceBusError:
+            return False
+        return True
+
+    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+        lock = broker.lock_of(token)
+        if lock is not None:
+            self.check_receive(lock.queue.name)
+        return broker
 
     @property
     def scheduled_queue(self) -> str:
@@ -316,6 +358,7 @@ class Entity:
         duplicate detection get none).
         """
         spec = self.spec
+        self.check_sendable()
         if spec.requires_session:
             for msg in messages:
                 if msg.session_id is None:
@@ -483,25 +526,26 @@ class Entity:
             )
 
     def check_send(self, messages: list[IncomingMessage]) -> None:
-        """Raise the error a send of these messages would get now (keys, availability)."""
+        """Raise the error a send of these messages would get now (status, keys, availability)."""
+        self.check_sendable()
         for pid in self._route(messages):
             self._check_available(pid)
 
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Complete a locked message."""
-        self._broker_for(token).complete(token, now_ms, done)
+        self._check_settle(self._broker_for(token), token).complete(token, now_ms, done)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Abandon a locked message (delivery count + 1)."""
-        self._broker_for(token).abandon(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(token), token).abandon(token, now_ms, overrides, done)
 
     def defer(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Defer a locked message."""
-        self._broker_for(token).defer(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(token), token).defer(token, now_ms, overrides, done)
 
     def dead_letter(
         self,
@@ -513,7 +557,7 @@ class Entity:
         done: Done,
     ) -> None:
         """Dead-letter a locked message."""
-        self._broker_for(token).dead_letter(token, now_ms, reason, description, overrides, done)
+        self._check_settle(self._broker_for(token), token).dead_letter(token, now_ms, reason, description, overrides, done)
 
     def release(self, token: uuid.UUID, now_ms: int) -> None:
         """Unlock without counting a delivery."""
@@ -525,7 +569,7 @@ class Entity:
 
     def renew(self, token: uuid.UUID, now_ms: int) -> int:
         """Renew a lock; returns the new locked-until (ms)."""
-        return self._broker_for(token).renew(token, now_ms)
+        return self._check_settle(self._broker_for(token), token).renew(token, now_ms)
 
     def partition_for_session(self, session_id: str) -> PartitionBroker:
         """[P6] a session lives on the partition its SessionId hashes to."""
@@ -551,6 +595,7 @@ class Entity:
         self, queue: str, numbers: list[int], now_ms: int, peek_lock: bool
     ) -> list[tuple[MessageRecord, Lock | None, int | None]]:
         """Fetch deferred messages by sequence number (all must exist)."""
+        self.check_receive(queue)
         out = []
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
@@ -572,6 +617,15 @@ class Entity:
         one_done = join_completions(len(brokers), done)
         for broker in brokers:
             broker.after_commit(one_done)
+
+
+def base_queue(queue: str) -> str:
+    """The queue or subscription a sub-queue belongs to ('main', 'subscriptions/<name>')."""
+    if queue.endswith(TRANSFER_DLQ_SUFFIX):
+        return queue[: -len(TRANSFER_DLQ_SUFFIX)]
+    if queue.endswith(DLQ_SUFFIX):
+        return queue[: -len(DLQ_SUFFIX)]
+    return queue
 
 
 def subqueue_names_for_queue() -> list[str]:
@@ -770,6 +824,30 @@ class Router:
             )
         found.partitions[pid].set_online(online)
         return self.partition_status(found)
+
+    def apply_settings(self, namespace: str, name: str, settings: EntitySettings) -> Entity:
+        """(Re)apply an entity's runtime settings (Status, forwarding, idle deletion): they take
+        effect at once, for open links too. Receivers that may no longer receive are detached
+        with entity-disabled; receivers of a re-enabled entity are served again."""
+        entity = self.entities.get((namespace.lower(), name.lower()))
+        if entity is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}/{name}' could not be found.")
+        entity.settings = settings
+        for view in entity.views.values():
+            if not view.receivable:
+                continue
+            try:
+                entity.check_receive(view.queue)
+            except ServiceBusError as exc:
+                for consumer in list(view.consumers):
+                    refuse = getattr(consumer, "refuse", None)
+                    if refuse is not None:
+                        refuse(exc)
+                continue
+            if view.consumers or view.session_waiters:
+                self._pending_views.add(view)
+        self._wake()
+        return entity
 
     @staticmethod
     def partition_status(entity: Entity) -> dict:

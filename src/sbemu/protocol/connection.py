@@ -180,6 +180,13 @@ class ReceiveLink:
         """Put one message on the wire."""
         self.conn._send_delivery(self, delivered)
 
+    def refuse(self, error: ServiceBusError) -> None:
+        """The entity may no longer be received from (Status changed): detach with the error."""
+        if self.closed:
+            return
+        self.conn._close_link(self.link, error)
+        self.conn.on_output()
+
     def session_lost(self, lock: SessionLock) -> None:
         """The session lock expired: detach with session-lock-lost [contract 4.4]."""
         if self.closed or lock is not self.session:
@@ -447,6 +454,7 @@ class AmqpConnection:
                         f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
                     )
                 self._authorize(path, ("Send",))
+                entity.check_sendable()
                 state = SendLink(link, entity, path)
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
@@ -456,6 +464,7 @@ class AmqpConnection:
                         f"Cannot receive from topic '{path}': receive from one of its "
                         "subscriptions ('<topic>/Subscriptions/<name>')."
                     )
+                entity.check_receive(view.queue)
                 is_session, session_id = _session_filter(link.remote_source.filter)
                 peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
                 state = ReceiveLink(self, link, entity, view, peek_lock)

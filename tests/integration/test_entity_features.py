@@ -226,3 +226,45 @@ def test_topic_and_subscription_status(
         "st-t", "s1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
     ) as rx:
         assert [str(m) for m in receive_n(rx, 1, timeout=5)] == ["probe"]
+
+
+# ------------------------------------------------------------------------------ duplicate detection
+
+DUP_QUEUES = [
+    queue_def("dup-q", duplicate_detection=True, DuplicateDetectionHistoryTimeWindow="PT10M"),
+    queue_def(
+        "dup-pq",
+        partitioned=True,
+        duplicate_detection=True,
+        DuplicateDetectionHistoryTimeWindow="PT10M",
+    ),
+]
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["restart", "kill9"])
+def test_duplicate_detection_survives_restart(tmp_path: Path, kill: bool) -> None:
+    """A MessageId sent before a restart (clean or kill -9) is still a duplicate after it."""
+    server = start(tmp_path, DUP_QUEUES, [])
+    try:
+        ids = [f"order-{i}" for i in range(20)]
+        with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
+            for q in ("dup-q", "dup-pq"):
+                with c.get_queue_sender(q) as sender:
+                    for mid in ids:
+                        sender.send_messages(ServiceBusMessage(f"first {mid}", message_id=mid))
+                    # a duplicate inside the window, before the restart: dropped
+                    sender.send_messages(ServiceBusMessage("again", message_id=ids[0]))
+        server.restart(kill=kill)
+        with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
+            for q in ("dup-q", "dup-pq"):
+                with c.get_queue_sender(q) as sender:
+                    for mid in ids:
+                        sender.send_messages(ServiceBusMessage(f"second {mid}", message_id=mid))
+                    sender.send_messages(ServiceBusMessage("new", message_id="fresh"))
+                with c.get_queue_receiver(
+                    q, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2
+                ) as rx:
+                    got = sorted(str(m) for m in receive_n(rx, 30, timeout=6))
+                assert got == sorted([f"first {mid}" for mid in ids] + ["new"]), q
+    finally:
+        server.stop()

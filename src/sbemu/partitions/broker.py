@@ -345,6 +345,13 @@ class PartitionBroker:
         self._batch.meta["next_log_offset"] = self._next_offset
         self._dirty()
 
+    def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
+        """Store duplicate-detection history in the next commit (with the messages it admits)
+        and sweep history older than `sweep_before` in the same transaction; `done` after."""
+        self._batch.dedup.extend((mid, now_ms) for mid in ids)
+        self._batch.dedup_sweep_before = sweep_before
+        self.after_commit(done)
+
     def after_commit(self, done: Done) -> None:
         """Run `done` once the writes queued so far are committed."""
         self._callbacks.append(done)

@@ -43,6 +43,7 @@ from .broker import (
     join_completions,
     partition_of_token,
 )
+from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
@@ -304,7 +305,12 @@ class Entity:
             self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
         self._keyless_pid: int | None = None
-        self._recent_ids: dict[str, int] = {}
+        # durable duplicate detection, one history per partition (empty: not enabled)
+        self.histories: list[DuplicateHistory] = (
+            [DuplicateHistory(b, spec.duplicate_detection_window_ms) for b in partitions]
+            if spec.requires_duplicate_detection
+            else []
+        )
         self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
 
     # ---------------------------------------------------------------- status
@@ -367,14 +373,19 @@ class Entity:
                         f"entity '{self.name}'. Entities that have session support enabled can "
                         "only receive messages that have the SessionId set to a valid value."
                     )
-        messages = self._drop_duplicates(messages, now_ms)
-        if not messages:
-            done(None)
-            return []
         groups = self._route(messages)
-        part_done = join_completions(len(groups), done)
         for pid in groups:
             self._check_available(pid)
+        if self.histories:
+            groups = {
+                pid: kept
+                for pid, msgs in groups.items()
+                if (kept := self.histories[pid].admit(msgs, now_ms))
+            }
+            if not groups:
+                done(None)
+                return []
+        part_done = join_completions(len(groups), done)
         numbers: list[int] = []
         for pid, msgs in groups.items():
             keyless = pid == self._keyless_pid
@@ -478,29 +489,6 @@ class Entity:
             if self.partitions[pid].healthy and self.partitions[pid].accepting:
                 return pid
         return self._round_robin % n
-
-    def _drop_duplicates(
-        self, messages: list[IncomingMessage], now_ms: int
-    ) -> list[IncomingMessage]:
-        """Duplicate detection: a MessageId seen inside the window is accepted and dropped."""
-        if not self.spec.requires_duplicate_detection:
-            return messages
-        window = self.spec.duplicate_detection_window_ms
-        seen = self._recent_ids
-        mid: str | None  # a remembered id below, then each message's (optional) id
-        if len(seen) > 10_000:
-            for mid in [m for m, t in seen.items() if t + window <= now_ms]:
-                del seen[mid]
-        kept = []
-        for msg in messages:
-            mid = msg.message_id
-            if mid is not None:
-                first = seen.get(mid)
-                if first is not None and first + window > now_ms:
-                    continue
-                seen[mid] = now_ms
-            kept.append(msg)
-        return kept
 
     # ---------------------------------------------------------------- locks
     def _broker_for(self, token: uuid.UUID) -> PartitionBroker:

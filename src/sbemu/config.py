@@ -827,6 +827,9 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
         _parse_topic(r, t, f"{path}.Topics[{i}]", premium, entities)
         for i, t in enumerate(raw_topics)
     )
+    problem = forwarding_problem(queues, topics)
+    if problem is not None:
+        r.fail(path, problem)
     if premium is None:
         partitioned = sum(q.partitioned for q in queues) + sum(t.partitioned for t in topics)
         if partitioned > MAX_PARTITIONED_ENTITIES:
@@ -852,6 +855,60 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
         if premium is None
         else PREMIUM_MAX_MESSAGE_SIZE,
     )
+
+
+MAX_FORWARD_HOPS = 4  # Azure's limit on auto-forwarding hops
+
+
+def forwarding_problem(
+    queues: Sequence[QueueConfig], topics: Sequence[TopicConfig]
+) -> str | None:
+    """One line naming an auto-forwarding loop or a chain longer than Azure's 4 hops (or a
+    missing destination), or None. ForwardTo and ForwardDeadLetteredMessagesTo both count as
+    hops; a topic passes a message on to each of its subscriptions."""
+    by_name: dict[str, QueueConfig | TopicConfig] = {q.name.casefold(): q for q in queues}
+    by_name.update({t.name.casefold(): t for t in topics})
+
+    def forwards(name: str) -> list[tuple[str, str | None]]:
+        """(node label, its ForwardTo) for what a message sent to `name` reaches."""
+        cfg = by_name.get(name.casefold())
+        if cfg is None:
+            return []
+        if isinstance(cfg, TopicConfig):
+            return [(f"{cfg.name}/Subscriptions/{s.name}", s.forward_to) for s in cfg.subscriptions]
+        return [(cfg.name, cfg.forward_to)]
+
+    def walk(chain: list[str], target: str | None, hops: int) -> str | None:
+        if target is None:
+            return None
+        if target.casefold() not in by_name:
+            return f"auto-forwarding destination {target!r} does not exist: {' -> '.join(chain + [target])}"
+        if hops > MAX_FORWARD_HOPS:
+            return (
+                f"auto-forwarding chain of {hops} hops (Azure allows {MAX_FORWARD_HOPS}): "
+                + " -> ".join(chain + [target])
+            )
+        for label, nxt in forwards(target):
+            step = chain + ([target, label] if label != target else [target])
+            if nxt is not None and any(n.casefold() == label.casefold() for n in chain):
+                return "auto-forwarding loop: " + " -> ".join(step)
+            found = walk(step, nxt, hops + 1)
+            if found is not None:
+                return found
+        return None
+
+    starts: list[tuple[str, str | None]] = []
+    for q in queues:
+        starts += [(q.name, q.forward_to), (f"{q.name}/$DeadLetterQueue", q.forward_dead_lettered_messages_to)]
+    for t in topics:
+        for sub in t.subscriptions:
+            label = f"{t.name}/Subscriptions/{sub.name}"
+            starts += [(label, sub.forward_to), (f"{label}/$DeadLetterQueue", sub.forward_dead_lettered_messages_to)]
+    for label, target in starts:
+        found = walk([label], target, 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _entity_names(

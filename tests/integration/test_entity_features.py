@@ -15,9 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
-from azure.servicebus.exceptions import MessagingEntityDisabledError
-from integration_support import NAMESPACE, ServerProcess, make_config, queue_def, receive_n
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
+from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBusError
+from integration_support import (
+    NAMESPACE,
+    ServerError,
+    ServerProcess,
+    make_config,
+    partition_of,
+    queue_def,
+    receive_n,
+)
 
 
 def sub_def(name: str, rules: list[dict[str, Any]] | None = None, **props: Any) -> dict[str, Any]:
@@ -49,6 +62,17 @@ QUEUES: list[dict[str, Any]] = [
     queue_def("st-pq", partitioned=True),
     queue_def("st-cfg", Status="SendDisabled"),
     queue_def("st-rt"),
+    # forwarding: queue -> topic -> subscription -> queue, plain and partitioned
+    queue_def("fw-q1", ForwardTo="fw-t"),
+    queue_def("fw-q2"),
+    queue_def("fw-pq1", partitioned=True, ForwardTo="fw-pt"),
+    queue_def("fw-pq2", partitioned=True),
+    queue_def("fw-dlq-src", ForwardDeadLetteredMessagesTo="fw-dlq-dst"),
+    queue_def("fw-dlq-dst"),
+    queue_def("fw-s-src", ForwardTo="fw-s-dst"),
+    queue_def("fw-s-dst", RequiresSession=True),
+    queue_def("fw-off-src", ForwardTo="fw-off-dst"),
+    queue_def("fw-off-dst"),
 ]
 TOPICS: list[dict[str, Any]] = [
     topic_def("sched-t", [sub_def("all"), sub_def("red", [sql_rule("r", "color = 'red'")])]),
@@ -58,6 +82,11 @@ TOPICS: list[dict[str, Any]] = [
         partitioned=True,
     ),
     topic_def("st-t", [sub_def("s1"), sub_def("s2")]),
+    topic_def(
+        "fw-t",
+        [sub_def("all", ForwardTo="fw-q2"), sub_def("red", [sql_rule("r", "color = 'red'")])],
+    ),
+    topic_def("fw-pt", [sub_def("all", ForwardTo="fw-pq2")], partitioned=True),
 ]
 
 
@@ -268,3 +297,129 @@ def test_duplicate_detection_survives_restart(tmp_path: Path, kill: bool) -> Non
                 assert got == sorted([f"first {mid}" for mid in ids] + ["new"]), q
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------------------ auto-forwarding
+
+
+def drain(client: ServiceBusClient, queue: str, n: int, **kwargs: Any) -> list[Any]:
+    with client.get_queue_receiver(
+        queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2, **kwargs
+    ) as rx:
+        return receive_n(rx, n, timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("first", "topic", "last"), [("fw-q1", "fw-t", "fw-q2"), ("fw-pq1", "fw-pt", "fw-pq2")]
+)
+def test_forward_chain_queue_topic_subscription_queue(
+    client: ServiceBusClient, first: str, topic: str, last: str
+) -> None:
+    """queue -> topic -> subscription -> queue: every message arrives once at the end, the
+    topic's filters apply on the way, the partition key is kept [P9] and the enqueue sequence
+    number is the one the first queue gave."""
+    with client.get_queue_sender(first) as sender:
+        sent = [
+            ServiceBusMessage(f"m{i}", partition_key=f"key-{i % 5}", application_properties={"color": "red" if i % 2 else "blue"})
+            for i in range(20)
+        ]
+        sender.send_messages(sent)
+    got = drain(client, last, 20)
+    assert sorted(str(m) for m in got) == sorted(f"m{i}" for i in range(20))
+    assert drain(client, last, 1) == []  # nothing twice
+    for m in got:
+        assert m.partition_key is not None
+        assert m.enqueued_sequence_number is not None
+        # the first queue's number; same key, same partition count: same partition there
+        assert partition_of(m.enqueued_sequence_number) == partition_of(m.sequence_number)
+    if topic == "fw-t":
+        with client.get_subscription_receiver(
+            topic, "red", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2
+        ) as rx:
+            assert sorted(str(m) for m in receive_n(rx, 10, timeout=10)) == sorted(
+                f"m{i}" for i in range(20) if i % 2
+            )
+    else:  # partitioned: each key lives on one partition at the destination
+        by_key: dict[str, set[int]] = {}
+        for m in got:
+            by_key.setdefault(m.partition_key, set()).add(partition_of(m.sequence_number))
+        assert all(len(p) == 1 for p in by_key.values()), by_key
+    # the source cannot be received from (Azure: InvalidOperation)
+    with pytest.raises(ServiceBusError) as info:
+        with client.get_queue_receiver(first, max_wait_time=1) as rx:
+            rx.receive_messages(max_message_count=1, max_wait_time=1)
+    assert "auto-forwarding" in str(info.value)
+
+
+def test_forward_dead_lettered_messages(client: ServiceBusClient) -> None:
+    with client.get_queue_sender("fw-dlq-src") as sender:
+        sender.send_messages(ServiceBusMessage("bad", message_id="bad-1"))
+    with client.get_queue_receiver("fw-dlq-src", max_wait_time=2) as rx:
+        (m,) = receive_n(rx, 1, timeout=5)
+        rx.dead_letter_message(m, reason="poison", error_description="cannot parse")
+    got = drain(client, "fw-dlq-dst", 1)
+    assert [str(m) for m in got] == ["bad"]
+    assert got[0].dead_letter_reason == "poison"
+    assert got[0].dead_letter_error_description == "cannot parse"
+    with pytest.raises(ServiceBusError, match="auto-forwarding"):  # the DLQ forwards
+        drain(client, "fw-dlq-src", 1, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+
+
+def test_forward_to_session_queue(client: ServiceBusClient) -> None:
+    """A session destination takes messages with a SessionId; one without goes to the source's
+    transfer dead-letter queue with Azure's reason."""
+    with client.get_queue_sender("fw-s-src") as sender:
+        sender.send_messages(ServiceBusMessage("in-session", session_id="s-1"))
+        sender.send_messages(ServiceBusMessage("no-session"))
+    with client.get_queue_receiver(
+        "fw-s-dst", session_id="s-1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+        max_wait_time=2,
+    ) as rx:
+        assert [str(m) for m in receive_n(rx, 1, timeout=10)] == ["in-session"]
+    tdlq = drain(client, "fw-s-src", 1, sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER)
+    assert [str(m) for m in tdlq] == ["no-session"]
+    assert tdlq[0].dead_letter_reason == "Session ID is null"
+
+
+def test_forward_to_disabled_destination_is_transfer_dead_lettered(
+    feature_server: ServerProcess, client: ServiceBusClient
+) -> None:
+    set_status(feature_server, "fw-off-dst", "SendDisabled")
+    try:
+        with client.get_queue_sender("fw-off-src") as sender:
+            sender.send_messages(ServiceBusMessage("stuck"))
+        tdlq = drain(client, "fw-off-src", 1, sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER)
+        assert [str(m) for m in tdlq] == ["stuck"]
+        assert tdlq[0].dead_letter_reason == "MessagingEntityDisabled"
+    finally:
+        set_status(feature_server, "fw-off-dst", "Active")
+
+
+@pytest.mark.parametrize(
+    ("queues", "topics", "expected"),
+    [
+        (
+            [queue_def("a", ForwardTo="b"), queue_def("b", ForwardTo="a")],
+            [],
+            "auto-forwarding loop: a -> b -> a",
+        ),
+        (
+            [queue_def("a", ForwardTo="t")],
+            [topic_def("t", [sub_def("s", ForwardTo="a")])],
+            "auto-forwarding loop: a -> t -> t/Subscriptions/s -> a",
+        ),
+        (
+            [queue_def(f"q{i}", ForwardTo=f"q{i + 1}") for i in range(1, 6)] + [queue_def("q6")],
+            [],
+            "auto-forwarding chain of 5 hops (Azure allows 4): q1 -> q2 -> q3 -> q4 -> q5 -> q6",
+        ),
+        ([queue_def("a", ForwardTo="nowhere")], [], "'nowhere' is not a queue or topic"),
+    ],
+    ids=["loop", "loop-through-topic", "too-long", "missing"],
+)
+def test_bad_forwarding_refused_at_start(
+    tmp_path: Path, queues: list[dict[str, Any]], topics: list[dict[str, Any]], expected: str
+) -> None:
+    with pytest.raises(ServerError) as info:
+        start(tmp_path, queues, topics)
+    assert expected in str(info.value)

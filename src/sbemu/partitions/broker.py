@@ -352,6 +352,43 @@ class PartitionBroker:
         self._batch.dedup_sweep_before = sweep_before
         self.after_commit(done)
 
+    def put_forward_markers(self, keys: list[bytes], present: bool) -> None:
+        """Write (or delete) auto-forwarding markers in the next commit (see forwarding.py)."""
+        self._batch.markers.extend((k, present) for k in keys)
+        self._dirty()
+
+    def forward_out(
+        self,
+        queue: str,
+        seq: int,
+        now_ms: int,
+        to_queue: str | None = None,
+        reason: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """A message left a forwarding sub-queue: removed (forwarded), or moved to `to_queue`
+        (the transfer dead-letter queue) with a dead-letter reason."""
+        sq = self.queues[queue]
+        rec = sq.records.get(seq)
+        if rec is None:
+            return
+        sq.unready(rec)
+        del sq.records[seq]
+        self._delete(sq, seq)
+        if to_queue is None:
+            self._log(sq, LogEvent.COMPLETED, rec, now_ms, reason)
+            return
+        target = self.queues[to_queue]
+        moved = rec.copy()
+        moved.state = MessageState.ACTIVE
+        moved.dead_letter_reason = reason
+        moved.dead_letter_description = description
+        target.records[seq] = moved
+        target.make_ready(moved)
+        self._put(target, moved)
+        self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
+        self.on_ready(to_queue)
+
     def after_commit(self, done: Done) -> None:
         """Run `done` once the writes queued so far are committed."""
         self._callbacks.append(done)
@@ -507,6 +544,8 @@ class PartitionBroker:
             scheduled_enqueue_time_ms=scheduled,
             properties_span=msg.properties_span,
             body_span=msg.body_span,
+            original_sequence_number=msg.original_sequence_number,
+            transfer_hops=msg.transfer_hops,
         )
 
     # ---------------------------------------------------------------- delivery

@@ -44,6 +44,7 @@ from .broker import (
     partition_of_token,
 )
 from .dedup import DuplicateHistory
+from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
@@ -54,7 +55,6 @@ from .transfer import ViewOf, incoming_from_record
 MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
 SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
-TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 MIB = 1024 * 1024
 
 
@@ -326,7 +326,14 @@ class Entity:
         check_send(self.spec.kind, self.name, self.settings.status)
 
     def check_receive(self, queue: str) -> None:
-        """Raise EntityDisabled while the Status forbids receiving from this sub-queue."""
+        """Raise EntityDisabled while the Status forbids receiving from this sub-queue, and
+        InvalidOperation when it auto-forwards (its messages are moved, not received)."""
+        if forward_target(self, queue) is not None:
+            raise InvalidOperation(
+                "Cannot create a message receiver on an entity with auto-forwarding enabled "
+                f"('{self.views[queue].address if queue in self.views else self.name}' "
+                f"forwards to '{forward_target(self, queue)}')."
+            )
         if self.subscriptions is None:
             check_receive("queue", self.name, self.settings.status, None)
             return
@@ -436,6 +443,10 @@ class Entity:
             raise ServerBusy(
                 f"Partition {pid} of '{self.name}' is full; the send can be retried."
             )
+
+    def routes_for(self, msg: IncomingMessage, now_ms: int) -> list[Route]:
+        """Where one message sent here goes (the queue, or the matching subscriptions)."""
+        return self._targets([msg], now_ms)[0]
 
     def _targets(self, messages: list[IncomingMessage], now_ms: int) -> list[list[Route]]:
         """Where each message goes: the queue, or the matching subscriptions of a topic (a
@@ -673,11 +684,13 @@ class Router:
         self.view_of_record = view_of_record  # filter view of a stored message (fan-out)
         self._wake = wake
         self._encode_value = encode_value
+        self.encode_value = encode_value  # encodes carried properties (forwarding)
         self._encode_symbol = encode_symbol
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
+        self.forwarder = Forwarder(self)
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:
@@ -702,6 +715,7 @@ class Router:
             )
             broker.log_bodies = self.log_bodies
             broker.load()
+            self.forwarder.load_markers(broker)
             partitions.append(broker)
         subscriptions = None
         if spec.kind == "topic":
@@ -716,7 +730,7 @@ class Router:
             )
         entity = Entity(spec, partitions, subscriptions)
         for broker in partitions:
-            broker.on_ready = self._ready_hook(entity)
+            broker.on_ready = self._ready_hook(entity, broker)
             broker.on_session_lost = _notify_session_lost
             if subscriptions is not None:
                 broker.fan_out = self._fan_out_hook(subscriptions)
@@ -749,8 +763,17 @@ class Router:
 
         return fan_out
 
-    def _ready_hook(self, entity: Entity) -> Callable[[str], None]:
+    def wake(self) -> None:
+        """Ask for a turn (run_pending and commits) soon."""
+        self._wake()
+
+    def _ready_hook(self, entity: Entity, broker: PartitionBroker) -> Callable[[str], None]:
+        forwarder = self.forwarder
+
         def on_ready(queue: str) -> None:
+            forwarder.notify(entity, broker, queue)
+            if forwarder.has_work:
+                self._wake()
             view = entity.views.get(queue)
             if view is not None and (view.consumers or view.session_waiters):
                 self._pending_views.add(view)
@@ -777,7 +800,8 @@ class Router:
 
     # ---------------------------------------------------------------- turn work
     def run_pending(self, now_ms: int) -> None:
-        """Serve views that got new messages since the last turn."""
+        """Forward and serve views that got new messages since the last turn."""
+        self.forwarder.pump(now_ms)
         while self._pending_views:
             views, self._pending_views = self._pending_views, set()
             for view in views:
@@ -790,6 +814,8 @@ class Router:
 
     def on_timer(self, now_ms: int) -> None:
         """Lock expiry, TTL expiry and scheduled activation on every partition."""
+        if self.forwarder.on_timer(now_ms):
+            self.forwarder.pump(now_ms)
         for entity in self.entities.values():
             for view in entity.views.values():
                 if view.session_waiters:
@@ -821,6 +847,7 @@ class Router:
         if entity is None:
             raise EntityNotFound(f"The messaging entity '{namespace}/{name}' could not be found.")
         entity.settings = settings
+        self.forwarder.rescan(entity)
         for view in entity.views.values():
             if not view.receivable:
                 continue

@@ -7,6 +7,8 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
   s:<sub-queue>   session state of a session-enabled sub-queue, key: UTF-8 session id
+  fwd             auto-forwarding markers: source message key -> empty, written with a
+                  forwarded message at its destination (see partitions/forwarding.py)
   dd:id           duplicate-detection history: UTF-8 MessageId -> 8-byte first-seen time (ms)
   dd:t            the same history in time order: 8-byte time + MessageId -> empty, so the
                   expired part is swept from the front (see partitions/dedup.py)
@@ -33,6 +35,7 @@ META_DB = b"meta"
 LOG_DB = b"log"
 TRIMMED_BELOW_META = b"log_trimmed_below"
 TRIM_LIMIT = 50_000  # log records deleted per trim_log() call (one write transaction)
+FORWARD_DB = b"fwd"
 DEDUP_ID_DB = b"dd:id"
 DEDUP_TIME_DB = b"dd:t"
 DEDUP_SWEEP_LIMIT = 10_000  # expired history entries deleted per commit
@@ -62,6 +65,8 @@ class WriteBatch:
     # which history is swept in the same transaction (None: no sweep)
     dedup: list[tuple[bytes, int]] = field(default_factory=list)
     dedup_sweep_before: int | None = None
+    # auto-forwarding markers (key, True: put / False: delete), see partitions/forwarding.py
+    markers: list[tuple[bytes, bool]] = field(default_factory=list)
 
     def put(self, queue: str, seq: int, value: bytes) -> None:
         """Queue a put of one message record."""
@@ -78,7 +83,7 @@ class WriteBatch:
     def __bool__(self) -> bool:
         return bool(
             self.ops or self.meta or self.log or self.session_ops or self.dedup
-            or self.dedup_sweep_before is not None
+            or self.dedup_sweep_before is not None or self.markers
         )
 
 
@@ -120,6 +125,7 @@ class PartitionStore:
             self._log = self._env.open_db(LOG_DB, txn=txn)
             self._dd_id = self._env.open_db(DEDUP_ID_DB, txn=txn)
             self._dd_t = self._env.open_db(DEDUP_TIME_DB, txn=txn)
+            self._fwd = self._env.open_db(FORWARD_DB, txn=txn)
 
     def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> _Database:
         name = prefix + queue.encode("utf-8")
@@ -170,6 +176,11 @@ class PartitionStore:
                     txn.put(name.encode(), _U64.pack(number), db=self._meta)
                 for offset, value in batch.log:
                     txn.put(_U64.pack(offset), value, db=self._log, append=True)
+                for key, present in batch.markers:
+                    if present:
+                        txn.put(key, b"", db=self._fwd)
+                    else:
+                        txn.delete(key, db=self._fwd)
                 if batch.dedup or batch.dedup_sweep_before is not None:
                     self._write_dedup(txn, batch)
         except lmdb.MapFullError as exc:
@@ -213,6 +224,11 @@ class PartitionStore:
                 if raw is not None and _U64.unpack(raw)[0] >= since_ms:
                     found.add(mid)
         return found
+
+    def forward_markers(self) -> list[bytes]:
+        """Every auto-forwarding marker (few: only those of an interrupted forward remain)."""
+        with self._env.begin() as txn:
+            return [bytes(k) for k, _ in txn.cursor(db=self._fwd)]
 
     def dedup_size(self) -> int:
         """How many MessageIds the stored history holds."""

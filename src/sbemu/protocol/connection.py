@@ -81,6 +81,7 @@ K_PARTITION_ID = codec.enc_symbol("x-opt-partition-id")
 K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
 K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
 K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
+K_ENQUEUE_SEQUENCE = codec.enc_symbol("x-opt-enqueue-sequence-number")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1052,6 +1053,8 @@ def encode_delivery(
         stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
     if with_state:
         stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+    if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
+        stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
     return encode_record(rec, stamps)
 
 

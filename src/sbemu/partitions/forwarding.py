@@ -306,6 +306,25 @@ def _carry_properties(routes: list[Route], carried: dict[str, bytes] | None) -> 
     ]
 
 
+def transfer_counts(entity: Entity) -> dict[str, dict[str, int]]:
+    """Per queue or subscription (by sub-queue name): messages waiting to be forwarded
+    (Azure's TransferMessageCount) and in its transfer dead-letter queue
+    (TransferDeadLetterMessageCount)."""
+    out: dict[str, dict[str, int]] = {}
+    for broker in entity.partitions:
+        for name, sq in broker.queues.items():
+            base = base_of(name)
+            if name.endswith(TRANSFER_DLQ_SUFFIX):
+                key = "transfer_dead_letter"
+            elif forward_target(entity, name) is not None:
+                key = "transfer"
+            else:
+                continue
+            counts = out.setdefault(base, {"transfer": 0, "transfer_dead_letter": 0})
+            counts[key] += len(sq.records)
+    return out
+
+
 def _has_ready(sq: SubQueue) -> bool:
     return sq.ready_count > 0 or any(s.ready_set for s in sq.sessions.values())
 

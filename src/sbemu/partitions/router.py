@@ -44,7 +44,7 @@ from .broker import (
     partition_of_token,
 )
 from .dedup import DuplicateHistory
-from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target
+from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target, transfer_counts
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
@@ -882,6 +882,7 @@ class Router:
             "entity": entity.name,
             "status": "Available" if healthy else "Limited",
             "partitions": parts,
+            "transfer": transfer_counts(entity),
         }
 
     def close(self) -> None:

@@ -756,8 +756,6 @@ _SUBSCRIPTION_PROPERTIES = (
     "RequiresSession",
     "DeadLetteringOnFilterEvaluationExceptions",
     "Status",
-    "AutoDeleteOnIdle",
-    "SbemuTestAutoDeleteOnIdle",
 )
 _RULE_PROPERTIES = ("FilterType", "SqlFilter", "CorrelationFilter", "Action")
 _SAS_KEYS = ("KeyName", "Key", "Rights")
@@ -1217,7 +1215,6 @@ def _parse_subscription(
         ),
         rules=tuple(rules) if rules else (DEFAULT_RULE,),
         status=_status(r, props, p_path, "subscription"),
-        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 

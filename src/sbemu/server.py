@@ -376,6 +376,8 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(time.time() * 1000)
         self.router.on_timer(now_ms)
+        for entity in self.router.idle_entities(now_ms):
+            self._delete_idle(entity)
         self._wake()
         if not self.keep_logs and now_ms >= self._retention_due_ms and self._retention is None:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
@@ -436,6 +438,33 @@ class Server:
         assert self.router is not None
         self._live_configs[(namespace.lower(), cfg.name.lower())] = cfg
         self.router.apply_settings(namespace, cfg.name, entity_settings(cfg))
+
+    def _delete_idle(self, entity: Any) -> None:
+        """AutoDeleteOnIdle: delete an idle entity and its data (stores closed once no commit
+        of theirs is in flight)."""
+        assert self.router is not None
+        brokers = self.router.remove_entity(entity)
+        self._live_configs.pop((entity.spec.namespace.lower(), entity.name.lower()), None)
+        log.warning(
+            "%s %s/%s deleted: idle for its AutoDeleteOnIdle window (%d ms)",
+            entity.spec.kind, entity.spec.namespace, entity.name,
+            entity.settings.auto_delete_on_idle_ms,
+        )
+        self._finish_delete(brokers)
+
+    def _finish_delete(self, brokers: list[PartitionBroker]) -> None:
+        import shutil
+
+        assert self._loop is not None
+        if any(b in self._inflight for b in brokers):
+            self._loop.call_later(0.05, self._finish_delete, brokers)
+            return
+        for broker in brokers:
+            self._again.discard(broker)
+            broker.store.close()
+        if brokers:
+            base = Path(brokers[0].store.path).parent
+            shutil.rmtree(base, ignore_errors=True)
 
     def _status_command(self, rest: str) -> tuple[int, dict[str, Any]]:
         """POST /entities/<namespace>/<queue|topic>[/subscriptions/<sub>]/status/<Status>."""

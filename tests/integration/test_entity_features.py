@@ -536,3 +536,49 @@ def test_kill_during_steady_forwarding_loses_and_duplicates_nothing(tmp_path: Pa
         assert in_flight > 0, "the kill should land while messages were being forwarded"
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------------------ idle deletion
+
+
+def test_auto_delete_on_idle(tmp_path: Path) -> None:
+    """An entity idle for its window is deleted with its data; an open receiver keeps one
+    alive; AutoDeleteOnIdle below Azure's 5 minutes is refused without the test extension."""
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+
+    queues = [
+        queue_def("idle-q", SbemuTestAutoDeleteOnIdle="PT5S"),
+        queue_def("idle-busy", SbemuTestAutoDeleteOnIdle="PT5S"),
+        queue_def("idle-never"),
+    ]
+    topics = [topic_def("idle-t", [sub_def("s")], partitioned=True, SbemuTestAutoDeleteOnIdle="PT5S")]
+    server = start(tmp_path, queues, topics)
+    try:
+        with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
+            data = server.data_dir / NAMESPACE
+            with c.get_topic_sender("idle-t") as sender:
+                sender.send_messages(ServiceBusMessage("x"))
+            for q in ("idle-q", "idle-busy", "idle-never"):
+                with c.get_queue_sender(q) as sender:
+                    sender.send_messages(ServiceBusMessage("x"))
+            with c.get_queue_receiver("idle-busy", max_wait_time=1) as keeper:
+                deadline = time.monotonic() + 30
+                while (
+                    (data / "idle-q").exists() or (data / "idle-t").exists()
+                ) and time.monotonic() < deadline:
+                    keeper.receive_messages(max_message_count=1, max_wait_time=1)
+            assert not (data / "idle-q").exists()
+            assert not (data / "idle-t").exists()
+            assert (data / "idle-busy").exists() and (data / "idle-never").exists()
+            with pytest.raises(MessagingEntityNotFoundError):
+                with c.get_queue_sender("idle-q") as sender:
+                    sender.send_messages(ServiceBusMessage("too late"))
+            with pytest.raises(MessagingEntityNotFoundError):
+                with c.get_topic_sender("idle-t") as sender:
+                    sender.send_messages(ServiceBusMessage("too late"))
+        assert "Traceback" not in server.stderr_text()
+    finally:
+        server.stop()
+    with pytest.raises(ServerError) as info:
+        start(tmp_path / "short", [queue_def("q", AutoDeleteOnIdle="PT1M")], [])
+    assert "AutoDeleteOnIdle" in str(info.value)

@@ -113,6 +113,15 @@ class Forwarder:
                 if forward_target(entity, name) is not None and _has_ready(sq):
                     self._pending.add(_Source(entity, broker, name))
 
+    def forget(self, entity: Entity) -> None:
+        """The entity was deleted: drop its sources."""
+        for src in [s for s in self._pending | self._busy | set(self._retry_at) if s.entity is entity]:
+            self._pending.discard(src)
+            self._busy.discard(src)
+            self._retry_at.pop(src, None)
+        for broker in entity.partitions:
+            self._markers.pop(broker, None)
+
     @property
     def has_work(self) -> bool:
         return bool(self._pending)
@@ -139,6 +148,8 @@ class Forwarder:
         sq = broker.queues.get(queue)
         if target is None or sq is None or not broker.healthy:
             return
+        if self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower())) is not entity:
+            return  # deleted
         recs = _take_oldest(sq, STEP)
         if not recs:
             return
@@ -172,6 +183,7 @@ class Forwarder:
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
                 )
                 continue
+            dest.touched = True
             incoming = incoming_from_record(rec, self.router.view_of_record)
             incoming.original_sequence_number = (
                 rec.original_sequence_number

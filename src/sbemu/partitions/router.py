@@ -45,6 +45,7 @@ from .broker import (
 )
 from .dedup import DuplicateHistory
 from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target, transfer_counts
+from .idle import IdleTracker
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
@@ -312,6 +313,8 @@ class Entity:
             else []
         )
         self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
+        self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
+        self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
 
     # ---------------------------------------------------------------- status
     def receiver_settings(self, queue: str) -> ReceiverSettings:
@@ -323,11 +326,13 @@ class Entity:
 
     def check_sendable(self) -> None:
         """Raise EntityDisabled while the Status forbids sends [Azure: entity suspend]."""
+        self._check_exists()
         check_send(self.spec.kind, self.name, self.settings.status)
 
     def check_receive(self, queue: str) -> None:
         """Raise EntityDisabled while the Status forbids receiving from this sub-queue, and
         InvalidOperation when it auto-forwards (its messages are moved, not received)."""
+        self._check_exists()
         if forward_target(self, queue) is not None:
             raise InvalidOperation(
                 "Cannot create a message receiver on an entity with auto-forwarding enabled "
@@ -342,9 +347,17 @@ class Entity:
             "subscription", path, self.receiver_settings(queue).status, self.settings.status
         )
 
+    def _check_exists(self) -> None:
+        if self.deleted:
+            raise EntityNotFound(f"The messaging entity '{self.name}' could not be found.")
+
     def may_receive(self, queue: str) -> bool:
         """Whether receivers of this sub-queue may be served now."""
-        if self.settings.status is EntityStatus.ACTIVE and not self.settings.subscriptions:
+        if (
+            self.settings.status is EntityStatus.ACTIVE
+            and not self.settings.subscriptions
+            and not self.deleted
+        ):
             return True
         try:
             self.check_receive(queue)
@@ -371,6 +384,7 @@ class Entity:
         duplicate detection get none).
         """
         spec = self.spec
+        self.touched = True
         self.check_sendable()
         if spec.requires_session:
             for msg in messages:
@@ -503,6 +517,8 @@ class Entity:
 
     # ---------------------------------------------------------------- locks
     def _broker_for(self, token: uuid.UUID) -> PartitionBroker:
+        self.touched = True
+        self._check_exists()
         pid = partition_of_token(token)
         if pid >= len(self.partitions):
             raise MessageLockLost(
@@ -691,6 +707,7 @@ class Router:
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
         self.forwarder = Forwarder(self)
+        self.idle = IdleTracker()
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:
@@ -793,6 +810,7 @@ class Router:
         names = [name for (n, name) in self.entities if n == ns]
         entity_name, sub = resolve_view_name(names, path)
         entity = self.entities[(ns, entity_name)]
+        entity.touched = True
         view = entity.views.get(sub)
         if view is None:
             raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
@@ -863,6 +881,34 @@ class Router:
                 self._pending_views.add(view)
         self._wake()
         return entity
+
+    def idle_entities(self, now_ms: int) -> list[Entity]:
+        """Entities idle for their AutoDeleteOnIdle window (the server deletes them)."""
+        return self.idle.due(list(self.entities.values()), now_ms)
+
+    def remove_entity(self, entity: Entity) -> list[PartitionBroker]:
+        """Take an entity out of service: its receivers are detached (not-found), its pending
+        work dropped. Returns its partitions, whose stores the caller closes and deletes once
+        no commit of theirs is in flight."""
+        key = (entity.spec.namespace.lower(), entity.name.lower())
+        if self.entities.get(key) is entity:
+            del self.entities[key]
+        entity.deleted = True
+        gone = EntityNotFound(f"The messaging entity '{entity.name}' was deleted (idle).")
+        for view in entity.views.values():
+            self._pending_views.discard(view)
+            for consumer in list(view.consumers):
+                refuse = getattr(consumer, "refuse", None)
+                if refuse is not None:
+                    refuse(gone)
+            waiters, view.session_waiters = view.session_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+        self.forwarder.forget(entity)
+        self.idle.forget(entity)
+        for broker in entity.partitions:
+            self.dirty.discard(broker)
+        return entity.partitions
 
     @staticmethod
     def partition_status(entity: Entity) -> dict:

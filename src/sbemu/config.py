@@ -50,7 +50,13 @@ Deliberate differences from Microsoft's emulator (which allows one namespace nam
   Azure, ``Manage`` implies ``Send`` and ``Listen``;
 * a rule's ``FilterType`` may also be ``True`` or ``False`` (Azure's TrueFilter / FalseFilter);
   a subscription without rules gets Azure's ``$Default`` rule that matches everything;
-* ``Queues``, ``Topics``, ``Subscriptions`` and ``Logging`` may be omitted (empty / ``Console``).
+* ``Queues``, ``Topics``, ``Subscriptions`` and ``Logging`` may be omitted (empty / ``Console``);
+* queues, topics and subscriptions take Azure's ``Status`` (``Active``, ``Disabled``,
+  ``SendDisabled`` for queues and topics, ``ReceiveDisabled`` for queues and subscriptions);
+  queues and topics take ``AutoDeleteOnIdle`` (at least 5 minutes, as in Azure) and the
+  emulator extension ``SbemuTestAutoDeleteOnIdle`` (at least 1 s, for tests);
+* auto-forwarding loops, chains of more than 4 hops and missing destinations are refused with
+  one line naming the chain.
 """
 
 from __future__ import annotations

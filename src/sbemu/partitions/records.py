@@ -10,10 +10,10 @@ Message record (value in a queue's LMDB database, key = 8-byte big-endian sequen
      dead_letter_source, property_overrides, original_sequence_number, properties_span,
      body_span, transfer_hops]
 The two trailing spans and `transfer_hops` are optional (records written before them have 22
-or 24 fields); `transfer_hops` counts the auto-forwarding hops a message made (0: none) and
-`original_sequence_number` is its sequence number at the entity it was first sent to.
-The two trailing spans are optional (records written before them have 22 fields):
-[start, end) in `tail` of the encoded application-properties map and of the body sections.
+or 24 fields). The spans are [start, end) in `tail` of the encoded application-properties map
+and of the body sections; `transfer_hops` counts the auto-forwarding hops a message made (0:
+none) and `original_sequence_number` is its sequence number at the entity it was first sent to
+(set on forwarded messages only).
 `annotations` and `tail` are the client's encoded message-annotation entries and the encoded
 properties/application-properties/body sections, opaque to this package (the protocol side
 scans and rebuilds them). `property_overrides` maps application property names to encoded

@@ -240,6 +240,7 @@ class Server:
             raise StartupError(f"{self.config.source}: {exc.description}") from exc
         except OSError as exc:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
+        self.router.forwarder.clean_stale_markers()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
         )

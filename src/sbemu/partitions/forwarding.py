@@ -101,6 +101,29 @@ class Forwarder:
         if found:
             self._markers[broker] = set(found)
 
+    def clean_stale_markers(self) -> int:
+        """At start-up, after every entity is loaded: delete markers whose source message is
+        gone (the process died after the source commit, before the marker's deletion)."""
+        sources: dict[bytes, SubQueue] = {}
+        for entity in self.router.entities.values():
+            ns = entity.spec.namespace.lower()
+            for broker in entity.partitions:
+                for name, sq in broker.queues.items():
+                    key = f"{ns}/{entity.name.lower()}/{broker.partition_id}/{name}/".encode()
+                    sources[key] = sq
+        removed = 0
+        for db, markers in self._markers.items():
+            stale = []
+            for marker in markers:
+                sq = sources.get(marker[:-8])
+                if sq is None or int.from_bytes(marker[-8:], "big") not in sq.records:
+                    stale.append(marker)
+            if stale:
+                markers.difference_update(stale)
+                db.put_forward_markers(stale, False)
+                removed += len(stale)
+        return removed
+
     def notify(self, entity: Entity, broker: PartitionBroker, queue: str) -> None:
         """A sub-queue got ready messages: forward them if it forwards."""
         if forward_target(entity, queue) is not None:
@@ -191,6 +214,10 @@ class Forwarder:
                 else rec.sequence_number
             )
             incoming.transfer_hops = rec.transfer_hops + 1
+            if dest.histories and not dest.histories[db.partition_id].admit([incoming], now_ms):
+                # a duplicate at a destination with duplicate detection: dropped, as a send
+                broker.forward_out(queue, rec.sequence_number, now_ms, reason="duplicate")
+                continue
             routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
             groups.setdefault(db, []).append((rec, marker, incoming, routes))
         if done_markers:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .router import Entity, Router
 
 MAX_HOPS = 4  # Azure's limit on forwarding hops
-STEP = 256  # messages per forwarding step of one source sub-queue
+STEP = 2_000  # messages per forwarding step of one source sub-queue (one commit per destination partition)
 RETRY_MS = 1_000  # wait before retrying a destination partition that is unavailable
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 

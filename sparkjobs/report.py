@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
@@ -45,9 +46,8 @@ from pyspark.sql.types import (
 )
 
 from sbemu.partitions import logreader, retention
-from sbemu.reporttables import COLUMNS, TableStore, summary_rows
+from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
-from sparkjobs.tables import batch_deltas
 
 SOURCES = ("lmdb", "segments")
 OUT_FORMAT = 2  # 1: events through the file sink, tables recomputed from all events
@@ -206,9 +206,11 @@ def process_batch(
         df.write.mode("error").parquet(staged)
         os.replace(staged, final)
     t1 = time.monotonic()
-    events = spark.read.schema(EVENTS_SCHEMA).parquet(final)
+    # The batch's events are small (maxRecordsPerBatch): the driver reduces them to deltas
+    # with Arrow (C++, columns it needs only) faster than a Spark job could be scheduled.
+    events = pq.read_table(final, columns=list(DELTA_COLUMNS))
     store = TableStore(out)
-    deltas = batch_deltas(spark, events, store.partition_state(batch_id))
+    deltas = batch_deltas(events, store.partition_state(batch_id))
     n = sum(r["events"] for r in deltas["partitions"])
     t2 = time.monotonic()
     store.apply(

@@ -511,7 +511,7 @@ def batch_deltas(
     distinct = pc.CountOptions(mode="only_valid")
 
     def rows(table: Any) -> list[dict[str, Any]]:
-        return table.to_pylist()  # type: ignore[no-any-return]
+        return table.to_pylist()
 
     traffic = x.filter(pc.is_in(x.column("event"), value_set=pa.array(TRAFFIC_EVENTS)))
     traffic = traffic.group_by([*keys, "minute"]).aggregate(

@@ -10,9 +10,9 @@ Layout of OUT:
     _checkpoints/events/     the streaming checkpoint (offsets, commits)
     _checkpoints/source.json which source this OUT was built from (never mixed)
 
-Each micro-batch (``foreachBatch``) writes its events, aggregates only them into small deltas
-with Spark, and merges those into the files they touch (sbemu.reporttables), so a batch costs
-what its events cost, whatever the history. All events count, however late they arrive
+Each micro-batch (``foreachBatch``) writes its events with Spark, reduces only them (its own
+Parquet files, in the driver, with Arrow) to small deltas, and merges those into the files
+they touch (sbemu.reporttables), so a batch costs what its events cost, whatever the history. All events count, however late they arrive
 (there is no watermark: a late event's minute file is simply rewritten).
 
 Exactly once across kill -9: Spark logs a batch's offsets before running it and re-runs an

@@ -1,7 +1,7 @@
 """The reporting tables on disk, merged one micro-batch at a time (pyarrow, no Spark).
 
-The Spark job (sparkjobs/report.py) aggregates each micro-batch's events into small deltas and
-hands them here; this module merges them into Parquet files partitioned by namespace, entity
+The Spark job (sparkjobs/report.py) writes each micro-batch's events; `batch_deltas` reduces
+them to small deltas (Arrow, in the driver) and `TableStore.apply` merges them into Parquet files partitioned by namespace, entity
 and (for `traffic_by_minute`) UTC date, so a batch rewrites only the files its events touch and
 its cost does not grow with the history::
 

@@ -85,6 +85,14 @@ def test_byte_at_a_time_same_outcome(services):
     assert not conn.closed
 
 
+def test_close_on_an_ended_channel_still_closes(services):
+    # rhea ends its sessions, then sends close on channel 0
+    close = frame_bytes(CLOSE, [])
+    conn, frames = _run(services, AMQP_HEADER + OPEN_FRAME + begin(0) + end(0) + close)
+    assert [f.code for f in frames if f.code in (OPEN, BEGIN, END, CLOSE)] == [OPEN, BEGIN, END, CLOSE]
+    assert frames[-1].field(0) is None  # a clean close, no error
+
+
 def test_a_channel_never_begun_is_still_an_error(services):
     stray = frame_bytes(TRANSFER, [codec.enc_uint(0)], channel=3)
     conn, frames = _run(services, AMQP_HEADER + OPEN_FRAME + begin(0) + stray)

@@ -20,6 +20,9 @@ log = logging.getLogger("sbemu.connection")
 
 _BEGIN = 0x11
 _END = 0x17
+# session-level performatives (attach .. end) [AMQP 1.0 2.7]; open/close belong to the
+# connection and travel on any channel, so they always pass
+_SESSION_LEVEL = range(0x12, 0x18)
 _AMQP_HEADER = b"AMQP"
 
 
@@ -84,7 +87,7 @@ class EndedChannelFilter:
                 if channel in self._ended:
                     if code == _BEGIN:
                         self._ended.discard(channel)
-                    else:
+                    elif code in _SESSION_LEVEL:
                         drop = True
                         log.debug(
                             "connection %d: ignoring a frame (performative %#04x) on channel "

@@ -407,7 +407,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
-    for line in ready_lines(config, settings.host, server.amqp_port, server.admin_port):
+    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
+    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    for line in lines:
         print(line)
     sys.stdout.flush()
 
@@ -459,6 +461,21 @@ def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> l
         f"health on http://{shown_host}:{admin_port}/health",
         f"connection string: {connection_string(config, amqp_port)}",
     ]
+
+
+def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> list[str]:
+    """One line per namespace served on its own AmqpPort, with its connection string."""
+    shown_host = f"[{host}]" if ":" in host else host
+    out = []
+    for ns in config.namespaces:
+        if ns.name in ports:
+            policy = ns.sas_policies[0]
+            out.append(
+                f"namespace {ns.name} on amqp://{shown_host}:{ports[ns.name]}: "
+                f"Endpoint=sb://localhost:{ports[ns.name]};SharedAccessKeyName={policy.key_name};"
+                f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
+            )
+    return out
 
 
 def connection_string(config: Config, amqp_port: int) -> str:

@@ -117,12 +117,24 @@ export function startServer(config, { extraArgs = [] } = {}) {
       if (!listen || !health || !conn) return;
       clearTimeout(timer);
       child.stdout.removeAllListeners("data");
-      child.stdout.resume(); // keep draining: a full pipe must never block the server
+      // keep draining (a full pipe must never block the server), keep the text for later lines
+      child.stdout.on("data", (more) => (stdout += more));
       const port = Number(listen[2]);
       resolveReady({
         port,
         adminPort: Number(health[2]),
         stdout: () => stdout,
+        /** The connection string printed for a namespace served on its own AmqpPort. */
+        async namespaceConnectionString(name, timeoutMs = 10_000) {
+          const re = new RegExp(`namespace ${name} on amqp://\\S+: (Endpoint=\\S+)`);
+          const deadline = Date.now() + timeoutMs;
+          for (;;) {
+            const m = re.exec(stdout);
+            if (m) return m[1];
+            if (Date.now() > deadline) throw new Error(`no ready line for namespace ${name}: ${stdout}`);
+            await sleep(50);
+          }
+        },
         stderr: () => stderr,
         /** A connection string for this server (another key name / key for the error tests). */
         connectionString(keyName = KEY_NAME, key = KEY) {

@@ -282,6 +282,8 @@ class Server:
 
     def _lock_data_dir(self) -> None:
         """One server per data directory: LMDB would allow two, our in-memory state would not."""
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise StartupError(f"data dir {self.data_dir}: not a directory")
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)

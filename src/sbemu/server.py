@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
+import functools
 import logging
 import os
 import time
@@ -254,13 +255,14 @@ class Server:
     async def _listen_namespace_ports(self, infos: dict[str, NamespaceInfo]) -> None:
         """A listener per namespace with its own AmqpPort: there the namespace is the default,
         whatever host name the client connects with (no DNS entry needed)."""
+        assert self.router is not None and self._loop is not None
         for ns in self.config.namespaces:
             if ns.amqp_port is None:
                 continue
             services = Services(self.router, infos, ns.name.lower())
             try:
                 server = await self._loop.create_server(
-                    lambda services=services: AmqpProtocol(services, self._connections),
+                    functools.partial(AmqpProtocol, services, self._connections),
                     self.host,
                     ns.amqp_port,
                     reuse_address=True,

@@ -152,12 +152,12 @@ class EndedChannelFilter:
             self._carry = buf[limit:]
         if not cuts:
             return buf if limit == n else buf[:limit]
-        parts = []
+        parts: list[bytes] = []
         at = 0
-        for start, stop, replacement in cuts:
+        for start, stop, new in cuts:
             parts.append(buf[at:start])
-            if replacement:
-                parts.append(replacement)
+            if new:
+                parts.append(new)
             at = stop
         parts.append(buf[at:limit])
         return b"".join(parts)

@@ -280,6 +280,9 @@ class NamespaceConfig:
     sas_policies: tuple[SasPolicy, ...] = (DEFAULT_SAS_POLICY,)
     premium_partitions: int | None = None
     max_message_size_bytes: int = STANDARD_MAX_MESSAGE_SIZE  # 262144, or 1048576 when Premium
+    # sbemu extension: a port of its own (0 = any free port) where this namespace is served
+    # whatever host name the client uses, so a second namespace needs no DNS entry
+    amqp_port: int | None = None
 
     def queue(self, name: str) -> QueueConfig | None:
         """The queue called ``name`` (case-insensitive), or None."""
@@ -729,7 +732,9 @@ _NAMESPACE_RULE = (
 
 _ROOT_KEYS = ("UserConfig", "$schema")
 _USER_CONFIG_KEYS = ("Namespaces", "Logging")
-_NAMESPACE_KEYS = ("Name", "Queues", "Topics", "PremiumMessagingPartitions", "SharedAccessPolicies")
+_NAMESPACE_KEYS = (
+    "Name", "Queues", "Topics", "PremiumMessagingPartitions", "SharedAccessPolicies", "AmqpPort",
+)
 _ENTITY_KEYS = ("Name", "Properties")
 _TOPIC_KEYS = ("Name", "Properties", "Subscriptions")
 _SUBSCRIPTION_KEYS = ("Name", "Properties", "Rules")
@@ -795,6 +800,16 @@ def parse_config(obj: object, source: str) -> Config:
             )
         seen[folded] = i
         namespaces.append(namespace)
+    ports: dict[int, int] = {}
+    for i, namespace in enumerate(namespaces):
+        port = namespace.amqp_port
+        if port:
+            if port in ports:
+                r.fail(
+                    f"{ns_path}[{i}].AmqpPort",
+                    f"port {port} is already the AmqpPort of {ns_path}[{ports[port]}]",
+                )
+            ports[port] = i
     logging_type = DEFAULT_LOGGING_TYPE
     if "Logging" in user:
         logging = r.fields(user["Logging"], "UserConfig.Logging", ("Type",))
@@ -850,6 +865,10 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
                 f"allows at most {MAX_PARTITIONED_ENTITIES} [P19]",
             )
 
+    amqp_port: int | None = None
+    if fields.get("AmqpPort") is not None:
+        amqp_port = r.integer(fields["AmqpPort"], _child(path, "AmqpPort"), 0, 65535)
+
     sas_policies: tuple[SasPolicy, ...] = (DEFAULT_SAS_POLICY,)
     if "SharedAccessPolicies" in fields:
         sas_policies = _parse_sas_policies(
@@ -862,6 +881,7 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
         topics=topics,
         sas_policies=sas_policies,
         premium_partitions=premium,
+        amqp_port=amqp_port,
         max_message_size_bytes=STANDARD_MAX_MESSAGE_SIZE
         if premium is None
         else PREMIUM_MAX_MESSAGE_SIZE,

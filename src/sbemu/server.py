@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
+import functools
 import logging
 import os
 import time
@@ -211,6 +212,7 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._amqp_server: asyncio.Server | None = None
+        self.namespace_servers: dict[str, asyncio.Server] = {}
         self._admin_server: Any = None  # sbemu.admin.http.AdminServer
         self._connections: set[AmqpProtocol] = set()
         self._turn_scheduled = False
@@ -272,6 +274,7 @@ class Server:
                 f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
+        await self._listen_namespace_ports(infos)
         from .admin.certs import server_ssl_context
         from .admin.http import start_admin
 
@@ -296,8 +299,40 @@ class Server:
             self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
 
+    async def _listen_namespace_ports(self, infos: dict[str, NamespaceInfo]) -> None:
+        """A listener per namespace with its own AmqpPort: there the namespace is the default,
+        whatever host name the client connects with (no DNS entry needed)."""
+        assert self.router is not None and self._loop is not None
+        for ns in self.config.namespaces:
+            if ns.amqp_port is None:
+                continue
+            services = Services(self.router, infos, ns.name.lower())
+            try:
+                server = await self._loop.create_server(
+                    functools.partial(AmqpProtocol, services, self._connections),
+                    self.host,
+                    ns.amqp_port,
+                    reuse_address=True,
+                )
+            except OSError as exc:
+                for other in (self._amqp_server, *self.namespace_servers.values()):
+                    if other is not None:
+                        other.close()
+                raise StartupError(
+                    f"cannot listen on {self.host}:{ns.amqp_port} (AMQP for namespace "
+                    f"{ns.name}): {exc.strerror or exc}"
+                ) from exc
+            self.namespace_servers[ns.name] = server
+
+    @property
+    def namespace_ports(self) -> dict[str, int]:
+        """namespace name -> the port of its own listener (AmqpPort)."""
+        return {n: s.sockets[0].getsockname()[1] for n, s in self.namespace_servers.items()}
+
     def _lock_data_dir(self) -> None:
         """One server per data directory: LMDB would allow two, our in-memory state would not."""
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise StartupError(f"data dir {self.data_dir}: not a directory")
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -318,7 +353,7 @@ class Server:
             self._timer.cancel()
         if self.dashboard is not None:
             self.dashboard.stop()
-        for server in (self._amqp_server, self._admin_server):
+        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values()):
             if server is not None:
                 server.close()
         for proto in list(self._connections):

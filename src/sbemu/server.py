@@ -42,6 +42,11 @@ TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
 # How long the event loop may keep the GIL from a commit thread that finished its fsync and
 # wants to hand the result back (Python's default is 5 ms: up to 5 ms more per acknowledgement).
 GIL_SWITCH_INTERVAL = 0.001
+# Commits in flight at once across partitions (one per partition). The threads mostly wait in
+# fsync with the GIL released, and concurrent fsyncs share the file system's journal commits:
+# with 4 threads a 16-partition queue at 1,000 msg/s queued commits behind each other
+# (latency p50 95-374 ms on the loaded machine, 47-104 ms with 16).
+COMMIT_THREADS = 16
 RETENTION_INTERVAL_MS = 10_000  # between log retention passes
 RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
 # Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
@@ -219,7 +224,7 @@ class Server:
         except OSError as exc:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
+            max_workers=COMMIT_THREADS, thread_name_prefix="sbemu-commit"
         )
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         services = Services(self.router, infos, self.config.namespaces[0].name.lower())

@@ -15,6 +15,7 @@ import fcntl
 import functools
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("sbemu.server")
 
 TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
+# How long the event loop may keep the GIL from a commit thread that finished its fsync and
+# wants to hand the result back (Python's default is 5 ms: up to 5 ms more per acknowledgement).
+GIL_SWITCH_INTERVAL = 0.001
+# Commits in flight at once across partitions (one per partition). The threads mostly wait in
+# fsync with the GIL released, and concurrent fsyncs share the file system's journal commits:
+# with 4 threads a 16-partition queue at 1,000 msg/s queued commits behind each other
+# (latency p50 95-374 ms on the loaded machine, 47-104 ms with 16).
+COMMIT_THREADS = 16
 RETENTION_INTERVAL_MS = 10_000  # between log retention passes
 RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
 # Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
@@ -229,6 +238,7 @@ class Server:
     async def start(self) -> None:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._lock_data_dir()
         self.router = Router(
             self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
@@ -258,7 +268,7 @@ class Server:
         self.router.removal_listeners.append(self._entity_removed)
         self.router.forwarder.clean_stale_markers()
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
+            max_workers=COMMIT_THREADS, thread_name_prefix="sbemu-commit"
         )
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         services = Services(self.router, infos, self.config.namespaces[0].name.lower())
@@ -402,18 +412,29 @@ class Server:
             return
         assert self._loop is not None and self._executor is not None
         self._inflight.add(broker)
-        future = self._loop.run_in_executor(self._executor, broker.store.commit, batch)
-        future.add_done_callback(lambda f: self._committed(broker, batch, callbacks, f))
+        loop, store = self._loop, broker.store
+
+        def run() -> None:
+            # The worker hands the outcome straight to the loop: one hop, where an asyncio
+            # future from run_in_executor takes two loop passes (set result, then callbacks)
+            # with a socket read possibly processed in between, delaying every acknowledgement.
+            error: Exception | None = None
+            try:
+                store.commit(batch)
+            except Exception as exc:
+                error = exc
+            loop.call_soon_threadsafe(self._committed, broker, batch, callbacks, error)
+
+        self._executor.submit(run)
 
     def _committed(
         self,
         broker: PartitionBroker,
         batch: Any,
         callbacks: list[Any],
-        future: asyncio.Future[None],
+        error: Exception | None,
     ) -> None:
         self._inflight.discard(broker)
-        error = future.exception()
         if error is not None:
             log.error(
                 "partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error

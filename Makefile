@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check run test lint bench report clean
+.PHONY: install install-spark java-check chromium-check node-check test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ java-check:
 	    || echo "WARNING: could not install Java; the Spark tests will be skipped"; \
 	else echo "WARNING: Java 17+ not found; the Spark tests will be skipped"; fi
 
+# The dashboard's browser tests drive Debian's Chromium through its chromedriver (no browser
+# download at test time): install both when missing and we are root, else the tests skip.
+chromium-check:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Chromium not found: installing chromium and chromium-driver for the dashboard tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	    || echo "WARNING: could not install Chromium; the dashboard browser tests will be skipped"; \
+	else echo "WARNING: chromium/chromedriver not found; the dashboard browser tests will be skipped"; fi
+
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,dev,spark]'
@@ -32,21 +42,64 @@ $(SPARK_STAMP): $(STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
 
-run: install
+# The JS SDK suite (tests/js) needs Node 18+ and npm: use the machine's, else Debian's when root.
+node-check:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Node.js not found: installing nodejs and npm from Debian for the JS SDK tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+	    || echo "WARNING: could not install Node.js; the JS SDK tests will be skipped"; \
+	else echo "WARNING: Node.js/npm not found; the JS SDK tests will be skipped"; fi
+
+# @azure/service-bus exactly as pinned in tests/js/package-lock.json, into tests/js/node_modules.
+tests/js/node_modules/.package-lock.json: tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+
+# node's own test runner against the real server (the suites start it from .venv).
+test-js: install node-check
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory tests/js/node_modules/.package-lock.json && \
+	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
+	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
+
+run:
+	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."
+	@$(MAKE) --no-print-directory install
 	$(VENV)/bin/sbemu serve $(ARGS)
 
-test: install install-spark
+test: install install-spark chromium-check
 	$(PY) -m pytest -q tests
+	@$(MAKE) --no-print-directory test-js
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
 	$(VENV)/bin/mypy src
 
-bench: install
+bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)
 
+# rhea (npm, pinned by bench/node/package-lock.json) for the latency phase and bench-compare.
+bench-node:
+	@command -v node >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	  else echo "the latency bench needs Node.js"; exit 1; fi; }
+	@test -d bench/node/node_modules/rhea || (cd bench/node && npm ci --no-audit --no-fund --silent)
+
+# sbemu vs Debian's RabbitMQ 3.10 (AMQP 1.0 plugin), same rhea client, alternating rounds;
+# installs rabbitmq-server (apt, as root) when absent. bench/compare.py runs its own node.
+bench-rabbitmq:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing rabbitmq-server from Debian"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
+	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
+
+bench-compare: install bench-node bench-rabbitmq
+	$(PY) bench/compare.py $(ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/js/node_modules
 
 # spark: reporting tables from the partition logs into ./reports (ARGS=--follow keeps running);
 # see sparkjobs/README.md

@@ -15,7 +15,11 @@ queue:
 
 Every phase checks that each message sent was received exactly once (by an index carried in
 the message) and that the queue is empty afterwards; the script exits 1 if any message is lost
-(or a phase fails), 0 otherwise. Options: ``--count``, ``--size``, ``--only proton|sdk``.
+(or a phase fails), 0 otherwise. Options: ``--count``, ``--size``, ``--only proton|sdk|latency``.
+
+* latency: send-to-receive latency (p50, p99, max) at a fixed offered rate
+  (``--latency-rate`` msg/s, default 1000, for ``--latency-seconds``, default 10) on each queue,
+  driven by the rhea client in ``bench/node`` (``make bench`` installs it).
 """
 
 from __future__ import annotations
@@ -283,6 +287,7 @@ class Result:
     duplicates: int = 0
     leftover: int = 0  # still in the queue after the receive phase
     errors: list[str] = field(default_factory=list)
+    latency: tuple[float, float, float] | None = None  # latency phase: p50, p99, max (ms)
 
     @property
     def lost(self) -> int:
@@ -482,6 +487,46 @@ def _proton_phase(
     return result
 
 
+# ------------------------------------------------------------------------------- latency
+
+
+NODE_CLIENT = Path(__file__).resolve().parent / "node" / "rhea-bench.js"
+
+
+def _latency_phase(port: int, address: str, rate: int, seconds: float, size: int) -> Result:
+    """Send-to-receive latency at a fixed offered rate, measured with the rhea client
+    (``bench/node/rhea-bench.js latency``): one connection offers ``rate`` durable messages a
+    second on a fixed schedule while a receiver on a second connection (credit 1000,
+    auto-accept) takes them; latency = receive time minus *scheduled* send time. rhea, not
+    python-qpid-proton, drives this phase: a Python client cannot keep a 1 ms schedule on a
+    loaded 2-core machine and would measure itself."""
+    count = max(1, round(rate * seconds))
+    result = Result("latency", address, count, size)
+    if shutil.which("node") is None or not (NODE_CLIENT.parent / "node_modules" / "rhea").exists():
+        result.errors.append("needs Node.js and rhea (make bench installs them into bench/node)")
+        return result
+    cmd = [
+        "node", str(NODE_CLIENT), "latency", str(port), address, str(rate), str(seconds),
+        str(size), KEY_NAME, KEY,
+    ]  # fmt: skip
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=seconds + 120, check=False
+        )
+        data = json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as exc:
+        result.errors.append(f"latency client failed: {exc}")
+        return result
+    if data.get("error"):
+        result.errors.append(str(data["error"]))
+        return result
+    result.sent_ok = int(data.get("accepted", 0))
+    result.received = int(data.get("ok", 0))
+    result.send_rate = result.receive_rate = float(rate)
+    result.latency = (float(data["p50_ms"]), float(data["p99_ms"]), float(data["max_ms"]))
+    return result
+
+
 # ------------------------------------------------------------------------------- SDK client
 
 
@@ -637,7 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
     parser.add_argument("--size", type=int, default=1024, help="body bytes per message [1024]")
-    parser.add_argument("--only", choices=("proton", "sdk"), help="run one client only")
+    parser.add_argument(
+        "--only", choices=("proton", "sdk", "latency"), help="run one client / phase only"
+    )
     parser.add_argument("--queue", choices=QUEUES, action="append", help="queue(s) to use [both]")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's temp dir")
     parser.add_argument(
@@ -647,6 +694,14 @@ def main(argv: list[str] | None = None) -> int:
         "--backlog", type=int, metavar="N",
         help="instead: fill N durable messages per queue, restart, drain the cold backlog",
     )  # fmt: skip
+        "--latency-rate",
+        type=int,
+        default=1000,
+        help="offered msg/s of the latency phase [1000; 0 = skip]",
+    )
+    parser.add_argument(
+        "--latency-seconds", type=float, default=10.0, help="length of the latency phase [10]"
+    )
     args = parser.parse_args(argv)
     if args.count <= 0 or args.size < 0:
         parser.error("--count must be > 0 and --size >= 0")
@@ -669,6 +724,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.only in (None, "sdk"):
                 print(f"  sdk    {q}: {args.count} x {args.size} B ...", flush=True)
                 results.append(_sdk_phase(server.conn_str, q, args.count, args.size, f"s-{q}"))
+        latency_queues = list(args.queue or QUEUES) if args.latency_rate > 0 else []
+        if args.only in (None, "latency"):
+            for q in latency_queues:
+                print(
+                    f"  latency {q}: {args.latency_rate} msg/s for {args.latency_seconds:g} s ...",
+                    flush=True,
+                )
+                results.append(
+                    _latency_phase(
+                        server.port, q, args.latency_rate, args.latency_seconds, args.size
+                    )
+                )
         if args.topic_count > 0 and args.only in (None, "sdk"):
             print(
                 f"  sdk    {TOPIC} (5 subscriptions): {args.topic_count} x {args.size} B ...",
@@ -683,6 +750,13 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(_table(results))
+    for r in results:
+        if r.client == "latency" and r.latency is not None:
+            p50, p99, worst = r.latency
+            print(
+                f"latency {r.queue}: {r.count} msgs at {args.latency_rate} msg/s offered (rhea): "
+                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms"
+            )
     failed = [r for r in results if not r.ok]
     if failed:
         lost = sum(max(r.lost, 0) for r in failed)

@@ -1,17 +1,19 @@
-"""How many partition-log events per second the reporting job processes.
+"""How fast the reporting job is: events/s, time per micro-batch over a run, lag under traffic.
 
-    .venv/bin/python -m sparkjobs.bench [--events 1000000] [--partitions 4] [--master local[*]]
-                                        [--max-records-per-batch N] [--keep DIR]
+    .venv/bin/python -m sparkjobs.bench [--events 1000000] [--partitions 4] [--master local[2]]
+                                        [--max-records-per-batch 100000] [--keep DIR]
+                                        [--lag-seconds 60 --rate 2000]
 
-Writes `--events` well-formed log records (enqueued / delivered / completed|abandoned|
-deadlettered per message) straight into fresh partition stores with PartitionStore (as the
-broker would, in batched transactions), then runs the job twice from scratch:
-
-  read    spark.read.format("sbemu") -> count                 (the data source alone)
-  stream  the streaming run into OUT/events (Parquet, checkpointed), Trigger.AvailableNow
-  tables  rebuilding the aggregate tables from OUT/events
-
-and prints events/s for each phase. The JVM start is excluded (reported separately).
+1. Throughput: writes `--events` well-formed log records (enqueued / delivered / completed|
+   abandoned|deadlettered per message) straight into fresh partition stores with
+   PartitionStore (as the broker would, in batched transactions), then runs the job from
+   scratch (Trigger.AvailableNow, `--max-records-per-batch` per micro-batch) and prints events/s
+   end to end and the time of the first and last micro-batches (they must not grow with the
+   history: each batch merges only its own events). The JVM start is excluded (reported).
+2. Lag (`--lag-seconds` > 0): starts `sbemu serve`, sends `--rate` msg/s to queue.1 with a
+   python-qpid-proton client (no SDK), runs the job with `--follow --interval 1`, and prints
+   the lag from a message's send to the batch that puts it into `traffic_by_minute` (the
+   oldest message of each batch; median and max after a 15 s warm-up).
 """
 
 from __future__ import annotations
@@ -19,9 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from typing import Any
 
 from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
 from sbemu.partitions.store import PartitionStore, WriteBatch
@@ -77,51 +85,172 @@ def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "b
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sparkjobs.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--master", default="local[*]")
-    p.add_argument("--max-records-per-batch", type=int, default=None)
-    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: temp dir)")
-    args = p.parse_args(argv)
+def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: int,
+                verbose: bool) -> None:
+    from sparkjobs import report
 
-    work = args.keep or tempfile.mkdtemp(prefix="sbemu-bench-")
     data, out = os.path.join(work, "data"), os.path.join(work, "reports")
     shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     t = time.monotonic()
-    n = generate(data, args.events, args.partitions)
-    print(f"generated {n:,} log records in {args.partitions} partition(s) "
-          f"in {time.monotonic() - t:.1f}s ({work})")
+    n = generate(data, events, partitions)
+    print(f"generated {n:,} log records in {partitions} partition(s) "
+          f"in {time.monotonic() - t:.1f}s ({work})", flush=True)
+    result = report.run(spark, source="lmdb", path=data, out=out,
+                        max_records_per_batch=per_batch,
+                        log=lambda line: print(line, flush=True) if verbose else None)
+    assert result.total_events == n, (result.total_events, n)
+    total = result.stream_seconds + result.tables_seconds
+    times = result.batch_seconds
+    print(f"report  {n:>12,} events in {total:7.1f}s = {n / total:>10,.0f} events/s end to end "
+          f"({result.batches} batches of <= {per_batch:,})")
+    print(f"batch   first {times[0]:.2f}s, last {times[-1]:.2f}s (last/first "
+          f"{times[-1] / times[0]:.2f}); median {statistics.median(times):.2f}s, "
+          f"max {max(times):.2f}s")
 
+
+def _start_server(work: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sbemu", "serve", "--data-dir", os.path.join(work, "lagdata"),
+         "--port", "0", "--admin-port", "0", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
+        if m:
+            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
+            return proc, int(m.group(1))
+    raise SystemExit("bench: the server did not start")
+
+
+def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
+                   stop: threading.Event) -> None:
+    """Send `rate` msg/s to queue.1 for `seconds` (python-qpid-proton); record send times."""
+    from proton import Message
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    tick = 0.05
+    per_tick = max(1, int(rate * tick))
+
+    class Sender(MessagingHandler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sender: Any = None
+            self.due = 0
+            self.t0 = 0.0
+            self.accepted = 0
+            self.closing = False
+
+        def on_start(self, event: Any) -> None:
+            conn = event.container.connect(
+                f"amqp://127.0.0.1:{port}", user="RootManageSharedAccessKey",
+                password="SAS_KEY_VALUE", sasl_enabled=True, allowed_mechs="PLAIN")
+            self.sender = event.container.create_sender(conn, "queue.1")
+            self.t0 = time.monotonic()
+            event.container.schedule(tick, self)
+
+        def on_timer_task(self, event: Any) -> None:
+            elapsed = time.monotonic() - self.t0
+            if elapsed >= seconds or stop.is_set():
+                self.closing = True  # close once every send is acknowledged
+                self._maybe_close()
+                return
+            self.due = int(elapsed * rate) + per_tick
+            self._send()
+            event.container.schedule(tick, self)
+
+        def on_sendable(self, event: Any) -> None:
+            self._send()
+
+        def on_accepted(self, event: Any) -> None:
+            self.accepted += 1
+            self._maybe_close()
+
+        def _maybe_close(self) -> None:
+            if self.closing and self.accepted >= len(sent_at):
+                self.sender.connection.close()
+
+        def _send(self) -> None:
+            while not self.closing and len(sent_at) < self.due and self.sender.credit > 0:
+                self.sender.send(Message(body=b"x" * 100, durable=True))
+                sent_at.append(time.time())
+
+    Container(Sender()).run()
+
+
+def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
     from sparkjobs import report
+
+    proc, port = _start_server(work)
+    sent_at: list[float] = []
+    stop = threading.Event()
+    lags: list[tuple[float, float]] = []  # (seconds since start, lag of the batch's oldest)
+    seen = [0]
+    t0 = time.time()
+
+    def on_tables(total: int, rows: list[dict[str, Any]]) -> None:
+        now = time.time()
+        n = sum(r["enqueued"] for r in rows if r["entity"] == "queue.1")
+        if n > seen[0] and seen[0] < len(sent_at):
+            lags.append((now - t0, now - sent_at[seen[0]]))
+        seen[0] = n
+
+    sender = threading.Thread(target=_proton_sender, args=(port, rate, seconds, sent_at, stop))
+    job = threading.Thread(target=lambda: report.run(
+        spark, source="lmdb", path=os.path.join(work, "lagdata"), out=os.path.join(work, "lagout"),
+        follow=True, interval_seconds=1.0, on_tables=on_tables, should_stop=stop.is_set))
+    try:
+        job.start()
+        sender.start()
+        sender.join()
+        deadline = time.monotonic() + 60
+        while seen[0] < len(sent_at) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        job.join(120)
+        proc.terminate()
+        proc.wait(30)
+    warm = [lag for at, lag in lags if at > 15]
+    print(f"lag     {len(sent_at):,} messages at {len(sent_at) / seconds:,.0f} msg/s for "
+          f"{seconds:.0f}s; {seen[0]:,} in traffic_by_minute; lag to traffic_by_minute after "
+          f"warm-up: median {statistics.median(warm):.2f}s, max {max(warm):.2f}s "
+          f"({len(warm)} batches)" if warm else "lag     no batch after the warm-up")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sparkjobs.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", type=int, default=1_000_000, help="0: skip the throughput run")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--max-records-per-batch", type=int, default=100_000)
+    p.add_argument("--lag-seconds", type=float, default=60.0, help="0: skip the lag run")
+    p.add_argument("--rate", type=int, default=2000, help="msg/s sent in the lag run")
+    p.add_argument("--verbose", action="store_true", help="print every batch and its phases")
+    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: temp dir)")
+    args = p.parse_args(argv)
+
     from sparkjobs.session import build_session
 
+    work = args.keep or tempfile.mkdtemp(prefix="sbemu-bench-")
     t = time.monotonic()
     spark = build_session(args.master, app_name="sbemu-bench")
     print(f"spark started in {time.monotonic() - t:.1f}s "
-          f"({spark.sparkContext.master}, {spark.sparkContext.defaultParallelism} cores)")
+          f"({spark.sparkContext.master}, {spark.sparkContext.defaultParallelism} cores)",
+          flush=True)
     try:
-        t = time.monotonic()
-        counted = spark.read.format("sbemu").option("path", data).load().count()
-        read_s = time.monotonic() - t
-        assert counted == n, (counted, n)
-        result = report.run(spark, source="lmdb", path=data, out=out,
-                            max_records_per_batch=args.max_records_per_batch)
-        assert result.total_events == n, (result.total_events, n)
+        if args.events > 0:
+            _throughput(spark, work, args.events, args.partitions, args.max_records_per_batch,
+                        args.verbose)
+        if args.lag_seconds > 0:
+            _lag(spark, work, args.lag_seconds, args.rate)
     finally:
         spark.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"read    {n:>10,} events in {read_s:6.1f}s = {n / read_s:>10,.0f} events/s")
-    print(f"stream  {n:>10,} events in {result.stream_seconds:6.1f}s = "
-          f"{n / result.stream_seconds:>10,.0f} events/s ({result.batches} batch(es))")
-    print(f"tables  {n:>10,} events in {result.tables_seconds:6.1f}s = "
-          f"{n / result.tables_seconds:>10,.0f} events/s")
-    total = result.stream_seconds + result.tables_seconds
-    print(f"report  {n:>10,} events in {total:6.1f}s = {n / total:>10,.0f} events/s end to end")
     return 0
 
 

@@ -1,18 +1,24 @@
-"""The job behind ``sbemu report``: partition logs -> Parquet reporting tables.
+"""The job behind ``sbemu report``: partition logs -> Parquet reporting tables, incrementally.
 
 Layout of OUT:
-    events/                  raw events (Parquet), written by a streaming file sink
+    events/batch-<id>/       raw events (Parquet), one directory per micro-batch
     traffic_by_minute/, deadletter_reasons/, latency/, partition_skew/, sessions/
-                             aggregate tables (Parquet), rebuilt in batch from events/
-    _checkpoints/events/     the streaming checkpoint (offsets, commits, file-sink log)
+                             aggregate tables (Parquet), partitioned by namespace/entity(/date);
+                             see sbemu.reporttables
+    _state/                  what the tables are derived from (latency histograms, messages
+                             per partition, totals)
+    _checkpoints/events/     the streaming checkpoint (offsets, commits)
     _checkpoints/source.json which source this OUT was built from (never mixed)
 
-Exactly once: the stream writes `events` through Spark's file sink with a checkpoint. A
-batch's files count only once the sink's log (events/_spark_metadata) lists them, and a
-restarted query re-runs an unfinished batch with the same offsets, so a killed and restarted
-job never double counts; readers must read `events` through Spark (which honours that log),
-not by globbing the Parquet files. The aggregate tables are then recomputed from all of
-`events` after each run (and after each batch with --follow) and swapped in by rename.
+Each micro-batch (``foreachBatch``) writes its events with Spark, reduces only them (its own
+Parquet files, in the driver, with Arrow) to small deltas, and merges those into the files
+they touch (sbemu.reporttables), so a batch costs what its events cost, whatever the history. All events count, however late they arrive
+(there is no watermark: a late event's minute file is simply rewritten).
+
+Exactly once across kill -9: Spark logs a batch's offsets before running it and re-runs an
+unfinished batch with the same id and the same offsets. The batch's events directory appears
+by rename once complete (a re-run finds it and keeps it), and every table file records the
+last batch merged into it, so a re-run merges each delta at most once.
 """
 
 from __future__ import annotations
@@ -26,14 +32,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from sbemu import reporting
-from sbemu.partitions import retention
+from sbemu.partitions import logreader, retention
+from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
-from sparkjobs.tables import build_tables, layout_frame, summary
 
 SOURCES = ("lmdb", "segments")
+OUT_FORMAT = 2  # 1: events through the file sink, tables recomputed from all events
 
 
 class ReportError(Exception):
@@ -49,7 +66,8 @@ class RunResult:
     total_events: int = 0
     summary: list[dict[str, Any]] = field(default_factory=list)
     stream_seconds: float = 0.0  # from query start to its end (all batches)
-    tables_seconds: float = 0.0  # the final rebuild of the aggregate tables
+    tables_seconds: float = 0.0  # the final summary
+    batch_seconds: list[float] = field(default_factory=list)  # foreachBatch time per batch
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,9 @@ class OutPaths:
 
     def table(self, name: str) -> str:
         return os.path.join(self.root, name)
+
+    def batch_events(self, batch_id: int) -> str:
+        return os.path.join(self.events, f"batch-{batch_id:012d}")
 
 
 def events_stream(
@@ -100,7 +121,7 @@ def events_stream(
 
 def _check_marker(paths: OutPaths, source: str, path: str) -> None:
     """One OUT directory, one source: mixing them would double count."""
-    want = {"source": source, "path": os.path.abspath(path)}
+    want = {"source": source, "path": os.path.abspath(path), "format": OUT_FORMAT}
     try:
         with open(paths.marker) as f:
             have = json.load(f)
@@ -111,6 +132,11 @@ def _check_marker(paths: OutPaths, source: str, path: str) -> None:
             json.dump(want, f)
         os.replace(tmp, paths.marker)
         return
+    if have.get("format", 1) != OUT_FORMAT:
+        raise ReportError(
+            f"{paths.root} was written by an older sbemu (tables recomputed from all events); "
+            "use another --out (or delete it to start over)"
+        )
     if have != want:
         raise ReportError(
             f"{paths.root} holds tables built from {have.get('source')}:{have.get('path')}, "
@@ -119,46 +145,94 @@ def _check_marker(paths: OutPaths, source: str, path: str) -> None:
 
 
 def read_events(spark: SparkSession, out: str) -> DataFrame:
-    """The committed rows of OUT/events (through the file-sink log: no partial batches)."""
+    """The committed rows of OUT/events (every batch directory that appeared by rename)."""
     paths = OutPaths(out)
-    if not os.path.isdir(os.path.join(paths.events, "_spark_metadata")):
+    if not os.path.isdir(paths.events) or not any(
+        n.startswith("batch-") for n in os.listdir(paths.events)
+    ):
         return spark.createDataFrame([], EVENTS_SCHEMA)
-    return spark.read.schema(EVENTS_SCHEMA).parquet(paths.events)
+    return spark.read.schema(EVENTS_SCHEMA).parquet(os.path.join(paths.events, "batch-*"))
 
 
-def _replace_dir(staged: str, target: str) -> None:
-    """Swap a freshly written table directory in place of the old one."""
-    trash = None
-    if os.path.exists(target):
-        trash = f"{os.path.dirname(target)}/_staging/.old-{os.path.basename(target)}-{uuid.uuid4().hex}"
-        os.replace(target, trash)
-    os.replace(staged, target)
-    if trash:
-        shutil.rmtree(trash, ignore_errors=True)
+_SPARK_TYPES = {
+    "string": StringType(),
+    "int32": IntegerType(),
+    "int64": LongType(),
+    "double": DoubleType(),
+    "timestamp": TimestampType(),
+    "list<int64>": ArrayType(LongType()),
+}
 
 
-def rebuild_tables(
-    spark: SparkSession, out: str, layout_root: str | None = None
-) -> tuple[int, list[dict[str, Any]]]:
-    """Recompute every aggregate table from OUT/events; returns (event count, summary rows)."""
+def table_schema(name: str) -> StructType:
+    """The Spark schema of a reporting table (sbemu.reporttables.COLUMNS)."""
+    return StructType([StructField(c, _SPARK_TYPES[k]) for c, k in COLUMNS[name]])
+
+
+def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
+    """One aggregate table of OUT as a DataFrame (files under OUT/<name>, any depth; empty
+    until an event gave it a row)."""
+    path = os.path.join(out, name)
+    schema = table_schema(name)
+    if not any(files for _d, _s, files in os.walk(path)):
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(path)
+
+
+def _layout(path: str) -> dict[tuple[str, str], int]:
+    return {
+        (d["ns_key"], d["entity_key"]): int(d["partition_count"])
+        for d in logreader.read_layout(path)
+    }
+
+
+def process_batch(
+    spark: SparkSession,
+    df: DataFrame,
+    batch_id: int,
+    out: str,
+    layout_root: str,
+    phases: dict[str, float] | None = None,
+) -> int:
+    """One micro-batch: write its events (once), merge its deltas (once); returns its events.
+
+    `phases` receives the seconds spent writing events, aggregating and merging."""
+    phases = phases if phases is not None else {}
+    t0 = time.monotonic()
     paths = OutPaths(out)
-    events = read_events(spark, out)  # Parquet: each table reads only the columns it needs
-    layout = None
-    if layout_root:
-        items = reporting.read_layout(layout_root)
-        if items:
-            layout = layout_frame(spark, items)
-    staging = os.path.join(out, "_staging")
-    os.makedirs(staging, exist_ok=True)
-    written = {}
-    for name, df in build_tables(events, layout).items():
-        staged = os.path.join(staging, f"{name}-{uuid.uuid4().hex}")
-        df.coalesce(1).write.mode("error").parquet(staged)
-        _replace_dir(staged, paths.table(name))
-        written[name] = spark.read.parquet(paths.table(name))
-    total = events.count()
-    rows = [r.asDict() for r in summary(written).collect()]
-    return total, rows
+    final = paths.batch_events(batch_id)
+    if not os.path.isdir(final):  # a re-run of a batch whose events are in place keeps them
+        staged = os.path.join(paths.events, f".staging-{batch_id}-{uuid.uuid4().hex}")
+        df.write.mode("error").parquet(staged)
+        os.replace(staged, final)
+    t1 = time.monotonic()
+    # The batch's events are small (maxRecordsPerBatch): the driver reduces them to deltas
+    # with Arrow (C++, columns it needs only) faster than a Spark job could be scheduled.
+    events = pq.read_table(final, columns=list(DELTA_COLUMNS))
+    store = TableStore(out)
+    deltas = batch_deltas(events, store.partition_state(batch_id))
+    n = sum(r["events"] for r in deltas["partitions"])
+    t2 = time.monotonic()
+    store.apply(
+        batch_id,
+        events=n,
+        traffic=deltas["traffic"],
+        reasons=deltas["reasons"],
+        latency=deltas["latency"],
+        partitions=deltas["partitions"],
+        sessions=deltas["sessions"],
+        layout=_layout(layout_root),
+    )
+    phases.update(write=t1 - t0, aggregate=t2 - t1, merge=time.monotonic() - t2)
+    return n
+
+
+def _clean_staging(paths: OutPaths) -> None:
+    """Remove what a killed run left half-written (hidden, never read)."""
+    if os.path.isdir(paths.events):
+        for name in os.listdir(paths.events):
+            if name.startswith(".staging-"):
+                shutil.rmtree(os.path.join(paths.events, name), ignore_errors=True)
 
 
 def run(
@@ -176,19 +250,20 @@ def run(
     on_batch: Callable[[int, int], None] = lambda batch_id, rows: None,
     on_tables: Callable[[int, list[dict[str, Any]]], None] = lambda total, rows: None,
 ) -> RunResult:
-    """Stream new events into OUT/events (exactly once), then rebuild the tables.
+    """Stream new events into OUT, merging each micro-batch into the tables (exactly once).
 
     Without `follow`: Trigger.AvailableNow, i.e. everything committed when the run starts
     (in several batches with a per-batch cap), then stop. With `follow`: a processing-time
-    trigger every `interval_seconds`, rebuilding the tables after batches that brought
-    events, until `should_stop()` or Ctrl-C. Stopping early is safe in both modes: the
-    checkpoint holds what was committed, and the next run carries on from there.
+    trigger every `interval_seconds`, until `should_stop()` or Ctrl-C; `on_tables` runs after
+    batches that brought events. Stopping early is safe in both modes: the checkpoint holds
+    what was committed, and the next run carries on from there.
     """
     out = os.path.abspath(out)
     path = os.path.abspath(path)
     paths = OutPaths(out)
-    os.makedirs(out, exist_ok=True)
+    os.makedirs(paths.events, exist_ok=True)
     _check_marker(paths, source, path)
+    _clean_staging(paths)
     stream = events_stream(
         spark,
         source,
@@ -197,20 +272,25 @@ def run(
         max_files_per_batch=max_files_per_batch,
         reader_name=retention.reader_name("report", out),
     )
+    result = RunResult()
+    timings: dict[int, tuple[float, dict[str, float]]] = {}
+
+    def each_batch(df: DataFrame, batch_id: int) -> None:
+        t0 = time.monotonic()
+        phases: dict[str, float] = {}
+        process_batch(spark, df, batch_id, out, path, phases)
+        timings[batch_id] = (time.monotonic() - t0, phases)
+
     writer = (
-        stream.writeStream.format("parquet")
-        .outputMode("append")
-        .option("path", paths.events)
+        stream.writeStream.foreachBatch(each_batch)
         .option("checkpointLocation", paths.checkpoint)
-        .queryName(f"sbemu_events_{uuid.uuid4().hex[:8]}")
+        .queryName(f"sbemu_report_{uuid.uuid4().hex[:8]}")
     )
     if follow:
         writer = writer.trigger(processingTime=f"{max(0.1, interval_seconds)} seconds")
     else:
         writer = writer.trigger(availableNow=True)
-    result = RunResult()
     seen: set[int] = set()
-    dirty = False
 
     def drain_progress() -> bool:
         """Account for finished batches; True if any brought rows."""
@@ -226,24 +306,21 @@ def run(
             result.batches += 1
             result.new_events += rows
             brought = brought or rows > 0
-            rate = p.processedRowsPerSecond or 0.0
-            log(f"batch {batch_id}: {rows} event(s) ({rate:,.0f}/s)")
+            secs, phases = timings.get(batch_id, (0.0, {}))
+            result.batch_seconds.append(secs)
+            detail = ", ".join(f"{k} {v:.2f}s" for k, v in phases.items())
+            log(f"batch {batch_id}: {rows} event(s) in {secs:.2f}s ({detail})")
             on_batch(batch_id, rows)
         return brought
 
-    log(f"streaming {source} {path} -> {paths.events}")
+    log(f"streaming {source} {path} -> {out}")
     t_stream = time.monotonic()
     query = writer.start()
     try:
         while query.isActive:
-            query.awaitTermination(1)
+            query.awaitTermination(0.2 if follow else 1)
             if drain_progress():
-                dirty = True
-            if follow and dirty:
-                total, rows = rebuild_tables(spark, out, path)
-                log(f"tables rebuilt: {total} event(s)")
-                on_tables(total, rows)
-                dirty = False
+                on_tables(TableStore(out).totals()["events"], summary_rows(out))
             if should_stop():
                 log("stopping")
                 break
@@ -258,9 +335,9 @@ def run(
     if error is not None:
         raise ReportError(f"the streaming query failed: {error}")
     t0 = time.monotonic()
-    result.total_events, result.summary = rebuild_tables(spark, out, path)
+    result.total_events = TableStore(out).totals()["events"]
+    result.summary = summary_rows(out)
     result.tables_seconds = time.monotonic() - t0
-    log(f"tables rebuilt in {result.tables_seconds:.1f}s")
     return result
 
 

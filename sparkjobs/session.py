@@ -3,9 +3,9 @@
 Pitfalls handled here:
 - Python workers must run the interpreter that runs us (it has lmdb, msgpack, pyarrow and
   sbemu): PYSPARK_PYTHON is set to sys.executable before the JVM starts;
-- the workers import ``sparkjobs`` (the data source class is pickled by reference): the
-  directory holding it goes on PYTHONPATH, which the JVM passes on to its Python workers;
-  on a cluster ship it with ``--py-files`` (and install sbemu + lmdb + msgpack there);
+- the workers import ``sparkjobs`` (the data source class is pickled by reference): it is
+  installed with sbemu (pip install -e '.[spark]'), so the same interpreter finds it; on a
+  cluster ship it with ``--py-files`` (and install sbemu + pyarrow there);
 - the UI is off and log4j is quiet (sparkjobs/log4j2.properties).
 """
 
@@ -19,7 +19,6 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-ROOT = PACKAGE_DIR.parent
 LOG4J = PACKAGE_DIR / "log4j2.properties"
 
 
@@ -27,11 +26,6 @@ def prepare_environment() -> None:
     """Environment the JVM and its Python workers inherit; call before the JVM starts."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(ROOT) not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *parts])
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
 
 
 def build_session(

@@ -20,14 +20,15 @@ Options:
                           report-<hash of --out>. Unset: nothing is registered.
 
 A range whose records were trimmed away (the server's size cap passed this reader) is an
-error (reporting.LogTrimmed), never skipped.
+error (logreader.LogTrimmed), never skipped.
 
 The LMDB environments are opened lazily, inside read() (executors) and in the planner
-process, read-only with the lock file (see sbemu.reporting). Trigger.AvailableNow is supported
+process, read-only with the lock file (see sbemu.partitions.logreader). Trigger.AvailableNow is supported
 (SupportsTriggerAvailableNow): the target is the end of every log when the query starts.
 
-`segments_stream()` / `segments_batch()` read the JSON-lines segments written by
-``sbemu export-logs`` with Spark's file source and map them to the same schema.
+`segments_stream()` / `segments_batch()` read the Parquet segments written by
+``sbemu export-logs`` (sbemu.partitions.segments) with Spark's file source and map them to the
+same schema.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sbemu import reporting
+from sbemu import logevents
+from sbemu.partitions import logreader
 from sbemu.partitions.retention import register_reader
+from sbemu.partitions.segments import SEGMENT_SUFFIX, SEGMENT_VERSION
 
 EVENTS_SCHEMA = StructType(
     [
@@ -84,15 +87,16 @@ EVENTS_SCHEMA = StructType(
         StructField("size", LongType()),
         StructField("delivery_count", IntegerType()),
         StructField("reason", StringType()),
-        # application properties, values rendered as text (reporting.render_value)
+        # application properties, values rendered as text (logevents.render_value)
         StructField("properties", MapType(StringType(), StringType())),
         StructField("body", BinaryType()),  # only with serve --log-bodies (decode_body)
     ]
 )
-assert tuple(EVENTS_SCHEMA.fieldNames()) == reporting.EVENT_COLUMNS
+assert tuple(EVENTS_SCHEMA.fieldNames()) == logevents.EVENT_COLUMNS
 
-# The raw log record as written by records.encode_log() (and as JSON in segment files).
-LOG_RECORD_SCHEMA = StructType(
+# A segment file's columns (sbemu.partitions.segments.SEGMENT_FIELDS): the log record's keys,
+# "properties" decoded to a map, "body" as payload bytes, and the segment format version.
+SEGMENT_SCHEMA = StructType(
     [
         StructField("v", IntegerType()),
         StructField("ns", StringType()),
@@ -110,8 +114,9 @@ LOG_RECORD_SCHEMA = StructType(
         StructField("size", LongType()),
         StructField("delivery_count", IntegerType()),
         StructField("reason", StringType()),
-        StructField("properties", MapType(StringType(), StringType())),  # decoded in segments
-        StructField("body", StringType()),  # base64 in segments
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("body", BinaryType()),
+        StructField("segment_version", IntegerType()),
     ]
 )
 
@@ -161,7 +166,7 @@ class _Config:
     def earliest(self) -> Offsets:
         """Where every partition log starts now (above 0 once trimmed)."""
         return {
-            p.key: reporting.log_start(p.path) for p in reporting.discover_partitions(self.path)
+            p.key: logreader.log_start(p.path) for p in logreader.discover_partitions(self.path)
         }
 
     def partition_path(self, key: str) -> str:
@@ -169,7 +174,7 @@ class _Config:
 
     def latest(self) -> Offsets:
         """The committed end of every partition log now."""
-        return {p.key: reporting.log_end(p.path) for p in reporting.discover_partitions(self.path)}
+        return {p.key: logreader.log_end(p.path) for p in logreader.discover_partitions(self.path)}
 
     def ranges(self, start: Offsets, end: Offsets) -> list[LogRange]:
         """Tasks covering every partition's [start, end), split by maxRecordsPerPartition."""
@@ -190,8 +195,8 @@ def read_range(path: str, start: int, end: int, schema: StructType) -> Iterator[
     from pyspark.sql.pandas.types import to_arrow_schema
 
     pa_schema = to_arrow_schema(schema, timezone="UTC")
-    for values in reporting.iter_log(path, start, end):
-        cols = reporting.log_to_event_columns(values)
+    for values in logreader.iter_log(path, start, end):
+        cols = logevents.log_to_event_columns(values)
         arrays = []
         for f in pa_schema:
             data = cols[f.name]
@@ -262,11 +267,11 @@ class SbemuStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {k: min(v, self._target[k]) for k, v in latest.items() if k in self._target}
         end: Offsets = {str(k): int(v) for k, v in start.items()}
         for key, pos in end.items():  # fail here, before planning, if the log passed us
-            reporting.check_start(self.config.partition_path(key), pos)
+            logreader.check_start(self.config.partition_path(key), pos)
         backlog = {}
         for key, last in latest.items():
             if key not in end:  # a partition that appeared later: from where it starts
-                end[key] = reporting.log_start(self.config.partition_path(key))
+                end[key] = logreader.log_start(self.config.partition_path(key))
             first = end[key]
             backlog[key] = max(0, last - first)
         if isinstance(limit, ReadMaxRows):
@@ -340,15 +345,26 @@ class SbemuDataSource(DataSource):
 def segments_glob(segments_dir: str) -> str:
     """The glob of every segment file under an export directory."""
     return os.path.join(
-        os.path.abspath(segments_dir), "*", "*", "partition-*", "*" + reporting.SEGMENT_SUFFIX
+        os.path.abspath(segments_dir), "*", "*", "partition-*", "*" + SEGMENT_SUFFIX
     )
 
 
 def log_records_to_events(df: DataFrame) -> DataFrame:
-    """Map raw log records (LOG_RECORD_SCHEMA) to EVENTS_SCHEMA, exactly as the data source."""
-    v = F.col("v")
-    checked_ns: Column = F.when(v == 1, F.col("ns")).otherwise(
-        F.raise_error(F.concat(F.lit("unknown log record version "), v.cast("string")))
+    """Map segment rows (SEGMENT_SCHEMA) to EVENTS_SCHEMA, exactly as the data source does.
+
+    Fails the query on a segment format or log record version this code does not know."""
+    v, sv = F.col("v"), F.col("segment_version")
+    known = (v == 1) & (sv == SEGMENT_VERSION)
+    checked_ns: Column = F.when(known, F.col("ns")).otherwise(
+        F.raise_error(
+            F.concat(
+                F.lit("unknown segment format/log record version "),
+                F.coalesce(sv.cast("string"), F.lit("null")),
+                F.lit("/"),
+                F.coalesce(v.cast("string"), F.lit("null")),
+                F.lit(f" (this reader knows {SEGMENT_VERSION}/1)"),
+            )
+        )
     )
     return df.select(
         checked_ns.alias("namespace"),
@@ -368,7 +384,7 @@ def log_records_to_events(df: DataFrame) -> DataFrame:
         F.col("delivery_count"),
         F.col("reason"),
         F.col("properties"),
-        F.unbase64("body").alias("body"),
+        F.col("body"),
     )
 
 
@@ -376,19 +392,15 @@ def segments_stream(
     spark: SparkSession, segments_dir: str, *, max_files_per_batch: int | None = None
 ) -> DataFrame:
     """The event stream of an export directory (each segment file read exactly once)."""
-    reader = (
-        spark.readStream.schema(LOG_RECORD_SCHEMA)
-        .option("mode", "FAILFAST")
-        .option("maxFileAge", "3650d")  # segments are never too old to count
+    reader = spark.readStream.schema(SEGMENT_SCHEMA).option(
+        "maxFileAge", "3650d"  # segments are never too old to count
     )
     if max_files_per_batch:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_batch))
-    return log_records_to_events(reader.json(segments_glob(segments_dir)))
+    return log_records_to_events(reader.parquet(segments_glob(segments_dir)))
 
 
 def segments_batch(spark: SparkSession, segments_dir: str) -> DataFrame:
     """All events of an export directory, as a batch DataFrame."""
-    df = spark.read.schema(LOG_RECORD_SCHEMA).option("mode", "FAILFAST").json(
-        segments_glob(segments_dir)
-    )
+    df = spark.read.schema(SEGMENT_SCHEMA).parquet(segments_glob(segments_dir))
     return log_records_to_events(df)

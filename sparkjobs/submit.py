@@ -1,14 +1,15 @@
 """spark-submit entry point: the `sbemu report` job on a cluster.
 
-    cd sbemu && zip -r sparkjobs.zip sparkjobs
-    spark-submit --master <cluster> --py-files sparkjobs.zip sparkjobs/submit.py \
-        --segments /shared/sbemu-segments --out /shared/sbemu-reports
+    cd sbemu && python -m zipfile -c sparkjobs.zip sparkjobs/
+    .venv/bin/spark-submit --master spark://<host>:7077 --py-files sparkjobs.zip \
+        sparkjobs/submit.py --segments /shared/sbemu-segments --out /shared/sbemu-reports
 
 On a cluster the executors cannot read LMDB on the broker host, so the usual source is the
 segment files that `sbemu export-logs --to /shared/sbemu-segments --follow` writes beside the
 broker; `--data-dir` (the LMDB source) works where every executor sees the data directory
 (then sbemu, lmdb and msgpack must be installed on the executors). The master comes from
-spark-submit. Table swaps use local renames, so `--out` must be a local or mounted path.
+spark-submit. The driver (this process) merges the tables with local renames, so `--out` must
+be a path it can write (shared storage, the same path everywhere).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow", action="store_true", help="keep running")
     parser.add_argument("--max-files-per-batch", type=int, default=None)
     parser.add_argument("--max-records-per-batch", type=int, default=None)
+    parser.add_argument("--html", action="store_true", help="also write OUT/report.html")
     args = parser.parse_args(argv)
     spark = SparkSession.builder.appName("sbemu-report").getOrCreate()
     register(spark)
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sbemu report: {exc}", file=sys.stderr)
         return 2
     print(result)
+    if args.html:
+        from sbemu.reporthtml import write_html
+
+        print(f"report: {write_html(args.out)}")
     return 0
 
 

@@ -10,11 +10,12 @@ Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
 level); 1 when stopping fails; 130 when interrupted before the server is up.
 
-Once the server is up, three lines go to stdout (tests and scripts parse them)::
+Once the server is up, these lines go to stdout (tests and scripts parse them)::
 
     sbemu <version> listening on amqp://<host>:<amqp_port> for namespace <ns>[, <ns>...]
     health on http://<host>:<admin_port>/health
     connection string: Endpoint=sb://localhost[:<port>];SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;
+    dashboard on http://<host>:<admin_port>/ (Prometheus metrics on /metrics)
 
 New subcommands (report, export-logs, partition offline/online) plug in as one
 ``_add_<name>(subcommands)`` function that registers a parser and its handler.
@@ -104,19 +105,211 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(subcommands)
     _add_export_logs(subcommands)
     _add_partition(subcommands)
+    _add_cert(subcommands)
+    _add_purge(subcommands)
+    _add_init(subcommands)
     return parser
 
 
-def _add_report(subcommands: Any) -> None:
-    from sbemu.reporting import add_report_parser  # no pyspark import until the job runs
+def _add_init(subcommands: Any) -> None:
+    init = subcommands.add_parser(
+        "init",
+        help="write a starter Config.json (one entity of each kind)",
+        description="Write a starter Config.json: a plain and a partitioned queue, a session "
+        "queue, a duplicate-detection queue and a topic with SQL and correlation rules.",
+    )
+    init.add_argument("path", nargs="?", default="Config.json", help="where (default Config.json)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.set_defaults(handler=_init)
 
-    add_report_parser(subcommands)
+
+def _init(args: argparse.Namespace) -> int:
+    from sbemu.starter import starter_text
+
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        return _fail(f"{path} already exists (use --force to overwrite it)")
+    try:
+        path.write_text(starter_text())
+    except OSError as exc:
+        return _fail(f"cannot write {path}: {exc.strerror or exc}")
+    print(f"wrote {path}; start with: sbemu serve --config {path}")
+    return 0
+
+
+
+
+def _add_purge(subcommands: Any) -> None:
+    purge = subcommands.add_parser(
+        "purge",
+        help="delete every message of an entity, or of a whole namespace, on a running server",
+        description="Delete every message (active, deferred, scheduled, dead-lettered) of one "
+        "queue or topic (all its subscriptions), or of every entity of a namespace. Each removed "
+        "message is logged as 'purged' in its partition log.",
+    )
+    purge.add_argument("target", metavar="NAMESPACE[/ENTITY]")
+    purge.add_argument(
+        "--admin-url",
+        default=None,
+        help="admin URL of the running server [SBEMU_ADMIN_URL; default: http://127.0.0.1:5300]",
+    )
+    purge.set_defaults(handler=_run_purge)
+
+
+def _run_purge(args: Any) -> int:
+    import json as _json
+    import urllib.error
+    import urllib.request
+    from urllib.parse import quote
+
+    base = (args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300").rstrip(
+        "/"
+    )
+    url = f"{base}/purge/{quote(args.target.strip('/'))}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=60) as response:
+            body = _json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = _json.loads(exc.read() or b"{}").get("error", exc.reason)
+        print(f"sbemu: {detail}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"sbemu: cannot reach the server at {base}: {exc}", file=sys.stderr)
+        return 2
+    for name, count in sorted(body.get("purged", {}).items()):
+        print(f"{body.get('namespace')}/{name}: {count} message(s) purged")
+    return 0
+
+
+def _add_cert(subcommands: Any) -> None:
+    cert = subcommands.add_parser(
+        "cert",
+        help="print the path of the local CA certificate the admin port's TLS chains to",
+        description="Create (when missing) the local certificate authority and the admin port's "
+        "localhost certificate in the data dir, and print the CA file's path, e.g. "
+        "SSL_CERT_FILE=$(sbemu cert) or NODE_EXTRA_CA_CERTS=$(sbemu cert).",
+    )
+    cert.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"the server's data dir [{ENV_DATA_DIR}; default: ./{DEFAULT_DATA_DIR}]",
+    )
+    cert.set_defaults(handler=_run_cert)
+
+
+def _run_cert(args: Any) -> int:
+    from sbemu.admin.certs import ensure_certificates
+
+    data_dir = Path(args.data_dir or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR)
+    try:
+        ca_file, _, _ = ensure_certificates(data_dir)
+    except (OSError, ValueError) as exc:
+        print(f"sbemu: data dir {data_dir}: {exc}", file=sys.stderr)
+        return 2
+    print(ca_file.resolve())
+    return 0
+
+
+def _add_report(subcommands: Any) -> None:
+    p = subcommands.add_parser(
+        "report",
+        help="build the Spark reporting tables from the partition logs",
+        description="Stream the partition logs into Parquet reporting tables (exactly once, "
+        "through a checkpoint in OUT/_checkpoints; each micro-batch merges only its own events "
+        "into the tables), then print a summary per entity. Runs until caught up "
+        "(availableNow) unless --follow. See sparkjobs/README.md.",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--data-dir", metavar="D", help="emulator data directory (default: .sbemu)")
+    src.add_argument("--segments", metavar="DIR", help="segment files written by export-logs")
+    p.add_argument("--out", metavar="DIR", default="reports", help="tables directory [reports]")
+    p.add_argument("--follow", action="store_true", help="keep running (processing-time trigger)")
+    p.add_argument("--interval", type=float, default=5.0, metavar="S",
+                   help="seconds between micro-batches with --follow [5]")
+    p.add_argument("--max-records-per-batch", type=int, metavar="N",
+                   help="cap on log records per micro-batch (LMDB source)")
+    p.add_argument("--max-files-per-batch", type=int, metavar="N",
+                   help="cap on segment files per micro-batch (--segments)")
+    p.add_argument("--master", metavar="URL", help="Spark master [local[*]]")
+    p.add_argument("--html", action="store_true",
+                   help="also write OUT/report.html: charts, self-contained, works offline")
+    p.set_defaults(handler=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    """``sbemu report``: launches sparkjobs.launch by name (no static import of sparkjobs)."""
+    import importlib
+
+    data_dir = args.data_dir
+    if data_dir is None and args.segments is None:
+        data_dir = os.environ.get("SBEMU_DATA_DIR") or ".sbemu"
+    try:
+        launch = importlib.import_module("sparkjobs.launch")
+    except ImportError as exc:
+        return _fail(f"cannot load the Spark jobs (sparkjobs): {exc}; pip install -e '.[spark]'")
+    return int(
+        launch.run_report(
+            args.out,
+            data_dir=data_dir,
+            segments=args.segments,
+            follow=args.follow,
+            interval=args.interval,
+            max_records_per_batch=args.max_records_per_batch,
+            max_files_per_batch=args.max_files_per_batch,
+            master=args.master,
+            html=args.html,
+        )
+    )
 
 
 def _add_export_logs(subcommands: Any) -> None:
-    from sbemu.reporting import add_export_logs_parser
+    from sbemu.export import DEFAULT_SEGMENT_RECORDS
 
-    add_export_logs_parser(subcommands)
+    p = subcommands.add_parser(
+        "export-logs",
+        help="copy the partition logs into immutable segment files (Parquet)",
+        description="Tail the partition logs into <TO>/<ns>/<entity>/partition-NN/"
+        "<first>-<last>.parquet (offsets inclusive, 20 digits); resumes where it stopped.",
+    )
+    p.add_argument("--data-dir", metavar="D", help="emulator data directory (default: .sbemu)")
+    p.add_argument("--to", metavar="DIR", required=True, help="segment directory")
+    p.add_argument("--segment-records", type=int, default=DEFAULT_SEGMENT_RECORDS, metavar="N",
+                   help=f"records per full segment [{DEFAULT_SEGMENT_RECORDS}]")
+    p.add_argument("--follow", action="store_true", help="keep tailing until Ctrl-C")
+    p.add_argument("--poll-interval", type=float, default=1.0, metavar="S",
+                   help="seconds between polls with --follow [1]")
+    p.add_argument("--flush-interval", type=float, default=5.0, metavar="S",
+                   help="with --follow, write a partial tail segment after S seconds [5]")
+    p.set_defaults(handler=_run_export_logs)
+
+
+def _run_export_logs(args: argparse.Namespace) -> int:
+    """``sbemu export-logs``."""
+    data_dir = args.data_dir or os.environ.get("SBEMU_DATA_DIR") or ".sbemu"
+    if not os.path.isdir(data_dir):
+        return _fail(f"no such data directory: {data_dir}")
+    if args.segment_records < 1:
+        return _fail("--segment-records must be at least 1")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return _fail("export-logs writes Parquet: pip install pyarrow (or the spark extra)")
+    from sbemu.export import export_logs
+
+    try:
+        stats = export_logs(
+            data_dir,
+            args.to,
+            segment_records=args.segment_records,
+            follow=args.follow,
+            poll_interval=args.poll_interval,
+            flush_interval=args.flush_interval,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except RuntimeError as exc:
+        return _fail(str(exc))
+    print(f"exported {stats.records} record(s) in {stats.segments} segment(s) to {args.to}")
+    return 0
 
 
 def _add_partition(subcommands: Any) -> None:
@@ -373,7 +566,37 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(settings.config_path) if settings.config_path else default_config()
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
+    if settings.data_dir.exists() and not settings.data_dir.is_dir():
+        return _fail(f"data dir {settings.data_dir}: not a directory")
+    try:
+        _log_targets(config.logging_type, settings.data_dir)
+    except OSError as exc:
+        return _fail(f"cannot open the log file: {exc.strerror or exc} ({exc.filename})")
     return _run(_serve_async(config, settings))
+
+
+def _log_targets(logging_type: str, data_dir: Path) -> None:
+    """Act on the configuration's Logging.Type, as Microsoft's emulator does: "File" writes
+    the log to <data dir>/logs/sbemu.log (rotated at 10 MB, 5 kept), "Console" to stderr.
+    With "File" alone, stderr keeps warnings and errors only, so a failure is never silent."""
+    import logging.handlers
+
+    targets = {t.strip().casefold() for t in logging_type.split(",")}
+    root = logging.getLogger()
+    if "file" not in targets:
+        return
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(
+        logs / "sbemu.log", maxBytes=10 * 1024 * 1024, backupCount=5, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    if "console" not in targets:
+        for h in root.handlers:
+            if h is not handler:
+                h.setLevel(logging.WARNING)
+    print(f"log file: {logs / 'sbemu.log'} (Logging.Type {logging_type})", file=sys.stderr)
 
 
 async def _serve_async(config: Config, settings: Settings) -> int:
@@ -407,7 +630,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
-    for line in ready_lines(config, settings.host, server.amqp_port, server.admin_port):
+    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
+    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    for line in lines:
         print(line)
     sys.stdout.flush()
 
@@ -451,14 +676,30 @@ async def _wait_for_stop_signal() -> None:
 
 
 def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> list[str]:
-    """The three lines printed once the server listens (see the module docstring)."""
+    """The lines printed once the server listens (see the module docstring)."""
     shown_host = f"[{host}]" if ":" in host else host
     names = ", ".join(ns.name for ns in config.namespaces)
     return [
         f"sbemu {__version__} listening on amqp://{shown_host}:{amqp_port} for namespace {names}",
         f"health on http://{shown_host}:{admin_port}/health",
         f"connection string: {connection_string(config, amqp_port)}",
+        f"dashboard on http://{shown_host}:{admin_port}/ (Prometheus metrics on /metrics)",
     ]
+
+
+def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> list[str]:
+    """One line per namespace served on its own AmqpPort, with its connection string."""
+    shown_host = f"[{host}]" if ":" in host else host
+    out = []
+    for ns in config.namespaces:
+        if ns.name in ports:
+            policy = ns.sas_policies[0]
+            out.append(
+                f"namespace {ns.name} on amqp://{shown_host}:{ports[ns.name]}: "
+                f"Endpoint=sb://localhost:{ports[ns.name]};SharedAccessKeyName={policy.key_name};"
+                f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
+            )
+    return out
 
 
 def connection_string(config: Config, amqp_port: int) -> str:

@@ -24,6 +24,11 @@ class EntityNotFound(ServiceBusError):
     status_code = 404
 
 
+class EntityAlreadyExists(ServiceBusError):
+    condition = "com.microsoft:entity-already-exists"
+    status_code = 409
+
+
 class Unauthorized(ServiceBusError):
     condition = "amqp:unauthorized-access"
     status_code = 401
@@ -92,3 +97,10 @@ class NotImplementedOperation(ServiceBusError):
 class InternalError(ServiceBusError):
     condition = "amqp:internal-error"
     status_code = 500
+
+
+class EntityDisabled(ServiceBusError):
+    """The entity's Status forbids the operation (MessagingEntityDisabledException)."""
+
+    condition = "com.microsoft:entity-disabled"
+    status_code = 400

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-for p in (str(ROOT), str(HERE)):  # sparkjobs/ lives at the repository root, not in src/
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if str(HERE) not in sys.path:  # the shared traffic helpers (spark_traffic.py)
+    sys.path.insert(0, str(HERE))
 
-from sbemu.reporting import spark_missing_reason  # noqa: E402
+from sparkjobs.launch import spark_missing_reason  # noqa: E402
 
 SPARK_MISSING = spark_missing_reason()
 

@@ -256,8 +256,8 @@ def traffic_run2(data_dir: str) -> None:
 
 
 def all_records(data_dir: str) -> list[dict]:
-    """Every log record under a data directory (read through sbemu.reporting)."""
-    from sbemu import reporting
+    """Every log record under a data directory (read through sbemu.partitions.logreader)."""
+    from sbemu.partitions import logreader as reporting
     from sbemu.partitions.records import decode_log
 
     out = []
@@ -332,11 +332,13 @@ def reference_tables(records: list[dict], layout: list[dict] | None = None) -> d
 
 def spark_tables(spark, out: str) -> dict[str, set]:
     """The Parquet tables of a report directory, in reference_tables() form."""
-    from sparkjobs.tables import TABLES
+    from sparkjobs.report import read_table
+
+    from sbemu.reporttables import TABLES
 
     result = {}
     for name in TABLES:
-        rows = spark.read.parquet(os.path.join(out, name)).collect()
+        rows = read_table(spark, out, name).collect()
         tuples = set()
         for row in rows:
             vals = []

@@ -25,11 +25,14 @@ from spark_traffic import (
     ts,
 )
 
-from sbemu import reporting
+from sbemu.logevents import EVENT_COLUMNS
+from sbemu.partitions import logreader
 
 
 def table(spark, out, name):
-    return spark.read.parquet(os.path.join(out, name))
+    from sparkjobs.report import read_table
+
+    return read_table(spark, out, name)
 
 
 def run_job(spark, data_dir, out, **kw):
@@ -52,7 +55,7 @@ def assert_exactly_once(spark, out, data_dir):
         "namespace", "entity", "partition", "offset").collect()]
     assert len(keys) == len(set(keys)) == len(records)
     assert set(keys) == {(r["ns"], r["entity"], r["partition"], r["offset"]) for r in records}
-    assert spark_tables(spark, out) == reference_tables(records, reporting.read_layout(data_dir))
+    assert spark_tables(spark, out) == reference_tables(records, logreader.read_layout(data_dir))
 
 
 def test_report_exact_counts_then_only_new_events(spark, tmp_path):
@@ -125,7 +128,7 @@ def test_batch_reader_and_rate_limited_stream(spark, tmp_path):
     total = bulk_logs(data, NS, "bulk", partitions=3, per_partition=400)
     batch = spark.read.format("sbemu").option("path", data).load()
     assert batch.count() == total == 1200
-    assert [f.name for f in batch.schema.fields] == list(reporting.EVENT_COLUMNS)
+    assert [f.name for f in batch.schema.fields] == list(EVENT_COLUMNS)
     row = batch.where("partition = 1 AND offset = 0").collect()[0]
     assert (row.namespace, row.entity, row.event, row.sequence_number) == (
         NS, "bulk", "enqueued", (1 << 48) | 1)
@@ -142,7 +145,7 @@ def test_killed_run_restarts_without_double_counting(spark, tmp_path):
     """SIGKILL `sbemu report` mid-stream (JVM and all), restart: every event counted once."""
     data, out = str(tmp_path / "data"), str(tmp_path / "reports")
     total = bulk_logs(data, NS, "bulk", partitions=3, per_partition=1000)
-    cmd = [sys.executable, "-m", "sbemu.reporting", "report", "--data-dir", data, "--out", out,
+    cmd = [sys.executable, "-m", "sbemu", "report", "--data-dir", data, "--out", out,
            "--max-records-per-batch", "200", "--master", "local[2]"]
     log = open(tmp_path / "report.log", "w+")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

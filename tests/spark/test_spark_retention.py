@@ -8,8 +8,10 @@ from types import SimpleNamespace
 import pytest
 from spark_traffic import NS, bulk_logs, entity_dir
 
-from sbemu import reporting
+from sbemu.export import export_logs
+from sbemu.partitions import logreader
 from sbemu.partitions.retention import reader_name, registered_readers
+from sbemu.partitions.segments import SEGMENT_RE
 from sbemu.partitions.store import PartitionStore
 from sbemu.server import Server
 
@@ -20,7 +22,7 @@ def partition_dir(data: str, pid: int = 0) -> str:
 
 def trim(data: str, cap: int, partitions: int = 1) -> None:
     """One server retention pass over the entity's partitions (what _on_timer runs)."""
-    reporting.close_all()
+    logreader.close_all()
     stores = [PartitionStore(partition_dir(data, p), map_size=1 << 30) for p in range(partitions)]
     try:
         brokers = [SimpleNamespace(store=s, entity="q", partition_id=i) for i, s in enumerate(stores)]
@@ -34,7 +36,7 @@ def exported_offsets(to: str) -> list[int]:
     out = []
     for _dirpath, _dirs, files in os.walk(to):
         for name in files:
-            m = reporting.SEGMENT_RE.match(name)
+            m = SEGMENT_RE.match(name)
             if m:
                 out.extend(range(int(m.group(1)), int(m.group(2)) + 1))
     return sorted(out)
@@ -43,24 +45,24 @@ def exported_offsets(to: str) -> list[int]:
 def test_exporter_registers_and_fails_loudly_when_passed(tmp_path):
     data, to = str(tmp_path / "data"), str(tmp_path / "seg")
     bulk_logs(data, NS, "q", partitions=1, per_partition=100)
-    reporting.export_logs(data, to, segment_records=40)
+    export_logs(data, to, segment_records=40)
     name = reader_name("export", to)
     assert registered_readers(partition_dir(data)) == {name: 100}
     trim(data, 0)  # below the exporter: everything it has
     path = partition_dir(data)
-    assert reporting.log_start(path) == 100 and reporting.log_end(path) == 100
+    assert logreader.log_start(path) == 100 and logreader.log_end(path) == 100
     bulk_more(data, 100, 150)
     # a new export directory starts where the log starts now; the old one carries on
     to2 = str(tmp_path / "seg2")
-    reporting.export_logs(data, to2, segment_records=40)
+    export_logs(data, to2, segment_records=40)
     assert exported_offsets(to2) == list(range(100, 150))
     assert registered_readers(path) == {name: 100, reader_name("export", to2): 150}
     trim(data, 10)  # the cap passes the first exporter (at 100)
-    assert reporting.log_start(path) == 140
-    with pytest.raises(reporting.LogTrimmed, match="trimmed"):
-        reporting.export_logs(data, to, segment_records=40)
+    assert logreader.log_start(path) == 140
+    with pytest.raises(logreader.LogTrimmed, match="trimmed"):
+        export_logs(data, to, segment_records=40)
     assert exported_offsets(to) == list(range(100))  # nothing skipped silently
-    reporting.close_all()
+    logreader.close_all()
 
 
 def bulk_more(data: str, start: int, end: int) -> None:
@@ -68,7 +70,7 @@ def bulk_more(data: str, start: int, end: int) -> None:
     from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
     from sbemu.partitions.store import WriteBatch
 
-    reporting.close_all()
+    logreader.close_all()
     store = PartitionStore(partition_dir(data), map_size=1 << 30)
     rec = MessageRecord(10**6, 1_700_000_000_000, MessageState.ACTIVE, 0, "x", None, None, None,
                         None, True, None, 0, b"", b"", 5)
@@ -87,11 +89,11 @@ def test_iter_log_refuses_a_trimmed_range(tmp_path):
     bulk_logs(data, NS, "q", partitions=1, per_partition=50)
     trim(data, 20)
     path = partition_dir(data)
-    assert reporting.log_start(path) == 30
-    assert sum(len(c) for c in reporting.iter_log(path, 30, 50)) == 20
-    with pytest.raises(reporting.LogTrimmed):
-        list(reporting.iter_log(path, 29, 50))
-    reporting.close_all()
+    assert logreader.log_start(path) == 30
+    assert sum(len(c) for c in logreader.iter_log(path, 30, 50)) == 20
+    with pytest.raises(logreader.LogTrimmed):
+        list(logreader.iter_log(path, 29, 50))
+    logreader.close_all()
 
 
 def run_job(spark, data, out):
@@ -119,7 +121,7 @@ def test_spark_source_registers_and_reads_a_trimmed_log(spark, tmp_path):
     assert name in readers and readers[name] >= 60
     assert registered_readers(partition_dir(data, 1))[name] == 60
     trim(data, 0, partitions=2)  # below the report: never past what it committed
-    assert reporting.log_start(partition_dir(data, 0)) == readers[name]
+    assert logreader.log_start(partition_dir(data, 0)) == readers[name]
     run_job(spark, data, out)
     got = sorted((r.partition, r.offset) for r in read_events(spark, out).collect())
     assert got == [(0, o) for o in range(35, 80)] + [(1, o) for o in range(35, 60)]
@@ -133,4 +135,4 @@ def test_spark_source_fails_when_the_cap_passed_it(spark, tmp_path):
     trim(data, 10)  # the report still needs 40..: the cap passes it
     with pytest.raises(Exception, match="trimmed"):
         run_job(spark, data, out)
-    reporting.close_all()
+    logreader.close_all()

@@ -18,61 +18,81 @@ from spark_traffic import (
     traffic_run2,
 )
 
-from sbemu import reporting
+from sbemu.cli import main as sbemu_main
+from sbemu.export import export_logs
+from sbemu.partitions import logreader
 from sbemu.partitions.records import decode_log
+from sbemu.partitions.segments import SEGMENT_VERSION
 
 
 def segment_files(root):
     out = {}
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            if name.endswith(".jsonl"):
+            if name.endswith(".parquet"):
                 out.setdefault(os.path.relpath(dirpath, root), []).append(name)
     return {k: sorted(v) for k, v in out.items()}
+
+
+def read_segment(path):
+    """A segment's rows as log records (decode_log form, properties as a dict, no version)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    assert table.schema.metadata[b"sbemu.segment_version"] == str(SEGMENT_VERSION).encode()
+    rows = table.to_pylist()
+    for r in rows:
+        assert r.pop("segment_version") == SEGMENT_VERSION
+        if r["properties"] is not None:
+            r["properties"] = dict(r["properties"])
+    return rows
+
+
+def as_segment_row(record):
+    """A decoded log record as the exporter writes it (no properties/body in this traffic)."""
+    return {**{"properties": None, "body": None}, **record}
 
 
 def test_export_writes_contiguous_immutable_segments(tmp_path):
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
     bulk_logs(data, NS, "bulk", partitions=2, per_partition=250)
-    stats = reporting.export_logs(data, seg, segment_records=100)
+    stats = export_logs(data, seg, segment_records=100)
     assert (stats.segments, stats.records) == (6, 500)
     files = segment_files(seg)
-    names = ["00000000000000000000-00000000000000000099.jsonl",
-             "00000000000000000100-00000000000000000199.jsonl",
-             "00000000000000000200-00000000000000000249.jsonl"]
+    names = ["00000000000000000000-00000000000000000099.parquet",
+             "00000000000000000100-00000000000000000199.parquet",
+             "00000000000000000200-00000000000000000249.parquet"]
     assert files == {"sbemulatorns/bulk/partition-00": names,
                      "sbemulatorns/bulk/partition-01": names}
     part = os.path.join(seg, "sbemulatorns/bulk/partition-01")
-    lines = open(os.path.join(part, names[2])).read().splitlines()
     records = [r for r in all_records(data) if r["partition"] == 1][200:]
-    assert [json.loads(line) for line in lines] == records  # the log records, verbatim
+    assert read_segment(os.path.join(part, names[2])) == [as_segment_row(r) for r in records]
     assert json.load(open(os.path.join(seg, "sbemulatorns/bulk/entity.json"))) == {
         "partition_count": 2, "partitioned": True}
-    assert reporting.read_layout(seg) == reporting.read_layout(data)
+    assert logreader.read_layout(seg) == logreader.read_layout(data)
 
     # Nothing new: nothing written; a crash's leftover temp file is cleaned up.
-    open(os.path.join(part, ".junk.jsonl.tmp"), "w").write("partial")
-    assert reporting.export_logs(data, seg, segment_records=100).segments == 0
+    open(os.path.join(part, ".junk.parquet.tmp"), "w").write("partial")
+    assert export_logs(data, seg, segment_records=100).segments == 0
     assert not [n for n in os.listdir(part) if n.endswith(".tmp")]
 
     # New records continue after the last exported offset.
     q = Entity(data, NS, "q")
     q.send(0, [message(f"m{i}") for i in range(3)], 1000)
     q.close()
-    assert reporting.export_logs(data, seg, segment_records=100).records == 3
+    assert export_logs(data, seg, segment_records=100).records == 3
     assert segment_files(seg)["sbemulatorns/q/partition-00"] == [
-        "00000000000000000000-00000000000000000002.jsonl"]
+        "00000000000000000000-00000000000000000002.parquet"]
     q = Entity(data, NS, "q")
     q.send(0, [message("m3")], 2000)
     q.close()
-    reporting.export_logs(data, seg, segment_records=100)
+    export_logs(data, seg, segment_records=100)
     assert segment_files(seg)["sbemulatorns/q/partition-00"][-1] == (
-        "00000000000000000003-00000000000000000003.jsonl")
+        "00000000000000000003-00000000000000000003.parquet")
     exported = []
     for name in segment_files(seg)["sbemulatorns/q/partition-00"]:
-        with open(os.path.join(seg, "sbemulatorns/q/partition-00", name)) as f:
-            exported += [json.loads(line) for line in f]
-    assert exported == [r for r in all_records(data) if r["entity"] == "q"]
+        exported += read_segment(os.path.join(seg, "sbemulatorns/q/partition-00", name))
+    assert exported == [as_segment_row(r) for r in all_records(data) if r["entity"] == "q"]
 
 
 def test_export_cli_and_single_exporter(tmp_path, capsys):
@@ -80,14 +100,14 @@ def test_export_cli_and_single_exporter(tmp_path, capsys):
 
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
     bulk_logs(data, NS, "bulk", partitions=1, per_partition=30)
-    assert reporting.main(["export-logs", "--data-dir", data, "--to", seg,
+    assert sbemu_main(["export-logs", "--data-dir", data, "--to", seg,
                            "--segment-records", "10"]) == 0
     assert "exported 30 record(s) in 3 segment(s)" in capsys.readouterr().out
     with open(os.path.join(seg, ".export.lock"), "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(RuntimeError, match="another export-logs"):
-            reporting.export_logs(data, seg)
-    assert reporting.main(["export-logs", "--data-dir", str(tmp_path / "nope"), "--to", seg]) == 2
+            export_logs(data, seg)
+    assert sbemu_main(["export-logs", "--data-dir", str(tmp_path / "nope"), "--to", seg]) == 2
 
 
 WRITER = """
@@ -117,8 +137,8 @@ def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
     import sys
 
     reopened = []
-    real_close = reporting._close
-    monkeypatch.setattr(reporting, "_close", lambda p: (reopened.append(p), real_close(p))[1])
+    real_close = logreader._close
+    monkeypatch.setattr(logreader, "_close", lambda p: (reopened.append(p), real_close(p))[1])
 
     data = str(tmp_path / "data")
     here = os.path.dirname(__file__)
@@ -127,21 +147,21 @@ def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
                               stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert writer.stdout.readline().strip() == "ready"
-        path = reporting.discover_partitions(data)[0].path
-        assert reporting.log_end(path) == 0
+        path = logreader.discover_partitions(data)[0].path
+        assert logreader.log_end(path) == 0
         for step, command in enumerate(["send", "send", "grow"]):
             writer.stdin.write(command + "\n")
             writer.stdin.flush()
             assert writer.stdout.readline().strip() == "sent"
-            assert reporting.log_end(path) == 2 * (step + 1)
-        offsets = [decode_log(v)["offset"] for c in reporting.iter_log(path, 0, 6, chunk=4)
+            assert logreader.log_end(path) == 2 * (step + 1)
+        offsets = [decode_log(v)["offset"] for c in logreader.iter_log(path, 0, 6, chunk=4)
                    for v in c]
         assert offsets == list(range(6))
         assert reopened == [path]  # once, after "grow"
     finally:
         writer.stdin.close()
         writer.wait(timeout=30)
-        reporting.close_all()
+        logreader.close_all()
 
 
 def run_job(spark, source, path, out):
@@ -154,7 +174,7 @@ def test_segment_path_gives_the_same_tables(spark, tmp_path):
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
     out_lmdb, out_seg = str(tmp_path / "r-lmdb"), str(tmp_path / "r-seg")
     traffic_run1(data)
-    reporting.export_logs(data, seg, segment_records=8)
+    export_logs(data, seg, segment_records=8)
     a = run_job(spark, "lmdb", data, out_lmdb)
     b = run_job(spark, "segments", seg, out_seg)
     assert a.total_events == b.total_events == 51
@@ -163,7 +183,7 @@ def test_segment_path_gives_the_same_tables(spark, tmp_path):
     assert a.summary == b.summary
 
     traffic_run2(data)
-    reporting.export_logs(data, seg, segment_records=8)
+    export_logs(data, seg, segment_records=8)
     a = run_job(spark, "lmdb", data, out_lmdb)
     b = run_job(spark, "segments", seg, out_seg)
     assert (a.new_events, b.new_events) == (8, 8)
@@ -199,13 +219,12 @@ def test_export_follow_flushes_tails_and_never_overlaps(tmp_path):
     def exported() -> list[int]:
         offsets = []
         for name in segment_files(seg).get("sbemulatorns/q/partition-00", []):
-            with open(os.path.join(part, name)) as f:
-                offsets += [json.loads(line)["offset"] for line in f]
+            offsets += [r["offset"] for r in read_segment(os.path.join(part, name))]
         return offsets
 
     try:
         assert writer.stdout.readline().strip() == "ready"
-        job = threading.Thread(target=reporting.export_logs, args=(data, seg), kwargs=dict(
+        job = threading.Thread(target=export_logs, args=(data, seg), kwargs=dict(
             segment_records=3, follow=True, poll_interval=0.05, flush_interval=0.3,
             should_stop=stop.is_set))
         job.start()
@@ -219,7 +238,7 @@ def test_export_follow_flushes_tails_and_never_overlaps(tmp_path):
                 time.sleep(0.05)
         assert exported() == list(range(6))  # each offset once, in order
         for name in segment_files(seg)["sbemulatorns/q/partition-00"]:
-            first, last = (int(x) for x in name.removesuffix(".jsonl").split("-"))
+            first, last = (int(x) for x in name.removesuffix(".parquet").split("-"))
             assert last - first < 3
     finally:
         stop.set()

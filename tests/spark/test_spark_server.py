@@ -6,7 +6,6 @@ which is how `sbemu report` is used.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -16,7 +15,8 @@ import time
 
 from spark_traffic import all_records, reference_tables, spark_tables
 
-from sbemu import reporting
+from sbemu.export import export_logs
+from sbemu.partitions import logreader
 
 NS = "sbemulatorns"
 
@@ -121,17 +121,17 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
         records = all_records(data)  # the server is still up, holding its write handles
         assert second.total_events == len(records) == first.total_events + second.new_events
         assert first.new_events > 0 and second.new_events > 0
-        assert spark_tables(spark, out) == reference_tables(records, reporting.read_layout(data))
+        assert spark_tables(spark, out) == reference_tables(records, logreader.read_layout(data))
 
         rows = {r["entity"]: r for r in second.summary}
         assert (rows["queue.1"]["enqueued"], rows["queue.1"]["completed"],
                 rows["queue.1"]["abandoned"], rows["queue.1"]["deadlettered"]) == (10, 5, 2, 3)
         assert rows["queue.1"]["delivered"] >= 10
         reasons = {(r.entity, r.reason): r["count"] for r in
-                   spark.read.parquet(os.path.join(out, "deadletter_reasons")).collect()}
+                   report.read_table(spark, out, "deadletter_reasons").collect()}
         assert reasons == {("queue.1", "bad"): 3}
         skew = {r.entity: r for r in
-                spark.read.parquet(os.path.join(out, "partition_skew")).collect()}
+                report.read_table(spark, out, "partition_skew").collect()}
         assert skew["queue.partitioned"].partitions == 16  # from entity.json
         assert skew["queue.partitioned"].messages == skew["queue.partitioned"].max_per_partition == 6
         assert sorted(skew["queue.partitioned"].messages_per_partition)[-2:] == [0, 6]
@@ -141,7 +141,7 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
         assert rows["topic.1"]["enqueued"] % topic_sent == 0  # one copy per subscription
     finally:
         server.stop()
-        reporting.close_all()
+        logreader.close_all()
 
 
 def test_follow_mode_picks_up_new_traffic(spark, tmp_path):
@@ -175,7 +175,7 @@ def test_follow_mode_picks_up_new_traffic(spark, tmp_path):
         q.close()
     assert not job.is_alive()
     assert result[0].total_events == 3 and result[0].new_events == 3
-    traffic = spark.read.parquet(os.path.join(out, "traffic_by_minute")).collect()
+    traffic = report.read_table(spark, out, "traffic_by_minute").collect()
     assert sum(r.enqueued for r in traffic) == 3
 
 
@@ -208,12 +208,12 @@ def test_application_properties_and_bodies_reach_the_event_stream(spark, tmp_pat
         assert not by[("p2", event)].properties
         assert by[("p2", event)].body == b"plain"
     # the same through exported segments
-    reporting.export_logs(data, str(tmp_path / "seg"))
+    export_logs(data, str(tmp_path / "seg"))
     seg = segments_batch(spark, str(tmp_path / "seg")).where("entity = 'queue.1'").collect()
     sby = {(r.message_id, r.event): r for r in seg}
     assert sby[("p1", "completed")].properties == want
     assert sby[("p1", "completed")].body == b"payload-1"
-    reporting.close_all()
+    logreader.close_all()
 
 
 def test_bodies_are_not_logged_by_default(tmp_path):
@@ -230,4 +230,4 @@ def test_bodies_are_not_logged_by_default(tmp_path):
     recs = [r for r in all_records(data) if r["entity"] == "queue.1"]
     assert recs and all(r.get("body") is None for r in recs)
     assert all(r["properties"] is not None for r in recs)
-    reporting.close_all()
+    logreader.close_all()

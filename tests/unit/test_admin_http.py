@@ -1,37 +1,76 @@
-"""The admin HTTP listener: JSON routes, 404/405/400/408/431/500, Connection: close."""
+"""The admin HTTP core: routes, keep-alive, bodies, TLS on the same port, 400/404/405/408/413/431/500."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from sbemu.admin import Route, start_admin
+from sbemu.admin import HttpRoutes, Request, Response, json_response, start_admin
+from sbemu.admin.certs import ca_path, ensure_certificates, server_ssl_context
 
 
-def healthy() -> tuple[int, dict[str, object]]:
-    return 200, {"status": "healthy", "message": "Service is healthy."}
+def healthy(request: Request, params: dict[str, str]) -> Response:
+    return json_response(200, {"status": "healthy", "message": "Service is healthy."})
 
 
-async def unhealthy() -> tuple[int, dict[str, object]]:
-    return 503, {
-        "status": "unhealthy",
-        "message": "Service not available. Please try after some time.",
-    }
+async def unhealthy(request: Request, params: dict[str, str]) -> Response:
+    return json_response(
+        503, {"status": "unhealthy", "message": "Service not available. Please try after some time."}
+    )
 
 
-def broken() -> tuple[int, dict[str, object]]:
+def broken(request: Request, params: dict[str, str]) -> Response:
     raise RuntimeError("route bug")
 
 
-ROUTES: Mapping[str, Route] = {"/health": healthy, "/unhealthy": unhealthy, "/broken": broken}
+def echo(request: Request, params: dict[str, str]) -> Response:
+    return json_response(
+        200,
+        {
+            "method": request.method,
+            "path": request.path,
+            "query": request.query,
+            "params": params,
+            "body": request.body.decode(),
+            "secure": request.secure,
+            "type": request.headers.get("content-type"),
+        },
+    )
+
+
+async def ticks() -> AsyncIterator[bytes]:
+    for i in range(3):
+        yield b"data: %d\n\n" % i
+
+
+def stream(request: Request, params: dict[str, str]) -> Response:
+    return Response(200, headers=[("Content-Type", "text/event-stream")], stream=ticks())
+
+
+def make_routes() -> HttpRoutes:
+    routes = HttpRoutes()
+    routes.add("GET", "/health", healthy)
+    routes.add("GET", "/unhealthy", unhealthy)
+    routes.add("GET", "/broken", broken)
+    routes.add("GET", "/events", stream)
+    routes.add("PUT", "/api/entities/{ns}/{entity}", echo)
+    routes.add("GET", "/api/entities/{ns}/special", echo)
+    routes.add("GET", "/api/entities/{ns}/{entity}", echo)
+    routes.add("GET", "/", echo, prefix=True)
+    routes.add("PUT", "/", echo, prefix=True)
+    return routes
 
 
 @pytest.fixture
 async def port() -> AsyncIterator[int]:
-    server = await start_admin("127.0.0.1", 0, ROUTES, request_timeout=0.3)
+    server = await start_admin(
+        "127.0.0.1", 0, make_routes(), request_timeout=0.3, max_body=1000
+    )
     try:
         yield server.sockets[0].getsockname()[1]
     finally:
@@ -53,13 +92,14 @@ async def exchange(port: int, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     version, status, _ = status_line.split(" ", 2)
     assert version == "HTTP/1.1"
     headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in header_lines)}
-    assert headers["connection"] == "close"
     assert int(headers["content-length"]) == len(body) or raw.startswith(b"HEAD")
     return int(status), headers, body
 
 
 async def get(port: int, path: str) -> tuple[int, dict[str, object]]:
-    status, headers, body = await exchange(port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    status, headers, body = await exchange(
+        port, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    )
     assert headers["content-type"] == "application/json"
     return status, json.loads(body)
 
@@ -82,13 +122,21 @@ async def test_query_string_is_ignored_and_http10_works(port: int) -> None:
     assert status == 200 and json.loads(body)["status"] == "healthy"
 
 
-async def test_unknown_path_is_404_json(port: int) -> None:
-    assert await get(port, "/nope") == (404, {"error": "not found", "path": "/nope"})
+async def test_unknown_path_is_404_json() -> None:
+    routes = HttpRoutes()
+    routes.add("GET", "/health", healthy)
+    server = await start_admin("127.0.0.1", 0, routes)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        assert await get(port, "/nope") == (404, {"error": "not found", "path": "/nope"})
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_other_methods_are_405(port: int) -> None:
     status, headers, body = await exchange(
-        port, b"POST /health HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+        port, b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
     )
     assert status == 405
     assert headers["allow"] == "GET, HEAD"
@@ -96,7 +144,9 @@ async def test_other_methods_are_405(port: int) -> None:
 
 
 async def test_head_has_no_body(port: int) -> None:
-    status, headers, body = await exchange(port, b"HEAD /health HTTP/1.1\r\n\r\n")
+    status, headers, body = await exchange(
+        port, b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
     assert status == 200 and body == b"" and int(headers["content-length"]) > 0
 
 
@@ -108,7 +158,7 @@ async def test_head_has_no_body(port: int) -> None:
         b"get /health HTTP/1.1\r\n\r\n",
         b"GET /health HTTP/2.0\r\n\r\n",
         b"GET /health HTTP/1.1\r\nno colon here\r\n\r\n",
-        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\n",  # a TLS ClientHello
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\n",  # TLS without a certificate
     ],
 )
 async def test_garbage_is_400(port: int, raw: bytes) -> None:
@@ -127,11 +177,11 @@ async def test_request_ending_early_is_400(port: int) -> None:
 
 async def test_oversized_head_is_431(port: int) -> None:
     status, _, _ = await exchange(
-        port, b"GET /health HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n"
+        port, b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9_000 + b"\r\n\r\n"
     )
     assert status == 431
     many = b"".join(b"X-%d: 1\r\n" % i for i in range(150))
-    status, _, _ = await exchange(port, b"GET /health HTTP/1.1\r\n" + many + b"\r\n")
+    status, _, _ = await exchange(port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
     assert status == 431
 
 
@@ -162,4 +212,120 @@ async def test_concurrent_requests(port: int) -> None:
 
 async def test_port_in_use_raises_oserror(port: int) -> None:
     with pytest.raises(OSError):
-        await start_admin("127.0.0.1", port, ROUTES)
+        await start_admin("127.0.0.1", port, make_routes())
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status_line, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    body = await reader.readexactly(int(headers["content-length"]))
+    return int(status_line.split(" ")[1]), headers, body
+
+
+async def test_keep_alive_serves_several_requests_on_one_connection(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for i in range(3):
+            body = b'{"n": %d}' % i
+            writer.write(
+                b"PUT /api/entities/ns1/q%d?api-version=2021-05 HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (i, len(body), body)
+            )
+            status, headers, raw = await read_response(reader)
+            assert status == 200 and "connection" not in headers
+            got = json.loads(raw)
+            assert got["params"] == {"ns": "ns1", "entity": f"q{i}"}
+            assert got["body"] == body.decode() and got["query"] == {"api-version": ["2021-05"]}
+            assert got["method"] == "PUT" and got["type"] == "application/json"
+    finally:
+        writer.close()
+
+
+async def test_route_precedence_and_prefix_rest(port: int) -> None:
+    status, got = await get(port, "/api/entities/ns1/special")
+    assert status == 200 and got["params"] == {"ns": "ns1"}
+    status, got = await get(port, "/my%20topic/Subscriptions/s1")
+    assert got["path"] == "/my topic/Subscriptions/s1"
+    assert got["params"] == {"rest": "my topic/Subscriptions/s1"}
+
+
+async def test_body_over_cap_is_413(port: int) -> None:
+    status, _, _ = await exchange(
+        port, b"PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + b"a" * 5000
+    )
+    assert status == 413
+    chunked = b"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + (b"200\r\n" + b"a" * 512 + b"\r\n") * 3 + b"0\r\n\r\n"
+    status, _, _ = await exchange(port, chunked)
+    assert status == 413
+
+
+async def test_stream_is_chunked(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert b"data: 0" in body and b"data: 2" in body and body.endswith(b"0\r\n\r\n")
+
+
+async def test_tls_and_plain_on_the_same_port(tmp_path: Path) -> None:
+    server = await start_admin(
+        "127.0.0.1", 0, make_routes(), ssl_context=server_ssl_context(tmp_path)
+    )
+    try:
+        port = server.sockets[0].getsockname()[1]
+        client = ssl.create_default_context(cafile=str(ca_path(tmp_path)))
+        for host in ("localhost", "127.0.0.1"):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname=host
+            )
+            for _ in range(2):  # keep-alive over TLS
+                writer.write(b"GET /api/entities/a/b HTTP/1.1\r\nHost: x\r\n\r\n")
+                status, _, raw = await read_response(reader)
+                assert status == 200 and json.loads(raw)["secure"] is True
+            writer.close()
+        assert (await get(port, "/health"))[0] == 200  # plain HTTP still served
+        untrusting = ssl.create_default_context()
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncio.open_connection("127.0.0.1", port, ssl=untrusting, server_hostname="localhost")
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
+    ca, cert, key = ensure_certificates(tmp_path)
+    before = ca.read_bytes(), cert.read_bytes()
+    assert ca == ca_path(tmp_path) and ca.name == "rootCA.pem"
+    assert ensure_certificates(tmp_path) == (ca, cert, key)
+    assert (ca.read_bytes(), cert.read_bytes()) == before
+    assert key.stat().st_mode & 0o077 == 0
+    cert.unlink()
+    ensure_certificates(tmp_path)
+    assert ca.read_bytes() == before[0] and cert.read_bytes() != before[1]
+
+
+def test_sbemu_cert_prints_the_ca_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sbemu.cli import main
+
+    assert main(["cert", "--data-dir", str(tmp_path)]) == 0
+    printed = Path(capsys.readouterr().out.strip())
+    assert printed == ca_path(tmp_path).resolve() and printed.read_text().startswith(
+        "-----BEGIN CERTIFICATE-----"
+    )
+
+
+async def test_expect_100_continue_is_answered(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        writer.write(b"{}")
+        status, _, raw = await read_response(reader)
+        assert status == 200 and json.loads(raw)["body"] == "{}"
+    finally:
+        writer.close()

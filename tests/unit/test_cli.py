@@ -175,6 +175,7 @@ def test_ready_lines() -> None:
         "health on http://127.0.0.1:5300/health",
         "connection string: Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
         "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
+        "dashboard on http://127.0.0.1:5300/ (Prometheus metrics on /metrics)",
     ]
 
 

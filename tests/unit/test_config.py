@@ -854,6 +854,9 @@ def test_parse_duration_ms_rejects(text: str) -> None:
         (3_600_000, "PT1H"),
         (86_400_000, "P1D"),
         (93_784_500, "P1DT2H3M4.5S"),
+        (30_000, "PT30S"),  # not 3E+1S (Decimal.normalize)
+        (1_200_000, "PT20M"),
+        (100, "PT0.1S"),
     ],
 )
 def test_format_duration_ms_round_trips(ms: int, text: str) -> None:

@@ -30,7 +30,9 @@ from sbemu.protocol.sections import (
     BROKER_ANNOTATIONS,
     ScannedMessage,
     SectionError,
+    assign_message_id,
     build_message,
+    new_message_id,
     read_application_properties,
     read_properties,
     scan_message,
@@ -623,3 +625,34 @@ def test_properties_and_body_spans():
     plain = scan_message(enc_described(0x75, enc_binary(b"x")) + enc_described(0x75, enc_binary(b"y")))
     assert plain.properties_span is None
     assert plain.tail[plain.body_span[0] : plain.body_span[1]] == plain.tail
+
+
+# --- broker-assigned MessageId ---------------------------------------------------------
+
+
+def test_new_message_id_is_azure_form():
+    mid = new_message_id()
+    assert len(mid) == 32 and int(mid, 16) >= 0 and mid == mid.lower() and "-" not in mid
+    assert new_message_id() != mid
+
+
+@pytest.mark.parametrize("with_props", [True, False])
+def test_assign_message_id_patches_properties_keeps_the_rest(with_props):
+    kw = dict(correlation_id="corr", subject="subj", group_id="s1") if with_props else {}
+    raw = encode_proton(properties={"k": "v", "n": 7}, body=b"payload", inferred=True, **kw)
+    s = scan_message(raw)
+    assert s.message_id is None
+    out = assign_message_id(s, "0123456789abcdef0123456789abcdef")
+    assert out.message_id == "0123456789abcdef0123456789abcdef"
+    assert out.size == s.size + len(out.tail) - len(s.tail)
+    a, b = out.properties_span
+    assert decode(out.tail[a:b])[0] == {"k": "v", "n": 7}
+    a, b = out.body_span
+    assert decode(out.tail[a:b])[0].value == b"payload"
+    m = decode_proton(rebuild(out))
+    assert m.id == "0123456789abcdef0123456789abcdef"  # an AMQP string
+    assert m.body == b"payload" and m.properties == {"k": "v", "n": 7}
+    if with_props:
+        assert (m.correlation_id, m.subject, m.group_id) == ("corr", "subj", "s1")
+    rescanned = scan_message(rebuild(out))
+    assert rescanned.message_id == out.message_id and rescanned.tail == out.tail

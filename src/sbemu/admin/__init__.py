@@ -1,5 +1,23 @@
-"""Admin HTTP port: health today, the management (ATOM) API later."""
+"""Admin HTTP port: health, partitions, purge, the Service Bus Atom management API."""
 
-from sbemu.admin.http import Route, RouteResult, start_admin
+from sbemu.admin.http import (
+    AdminServer,
+    Handler,
+    HttpRoutes,
+    Request,
+    Response,
+    json_response,
+    start_admin,
+    text_response,
+)
 
-__all__ = ["Route", "RouteResult", "start_admin"]
+__all__ = [
+    "AdminServer",
+    "Handler",
+    "HttpRoutes",
+    "Request",
+    "Response",
+    "json_response",
+    "start_admin",
+    "text_response",
+]

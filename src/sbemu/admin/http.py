@@ -1,15 +1,20 @@
-"""A tiny HTTP/1.1 server for the admin port: ``GET <path>`` answered with JSON from a route.
+"""The admin port's HTTP/1.1 server: h11 (sans-IO) parsing, keep-alive, bodies, TLS on the same port.
 
-What belongs here: reading one request from a socket defensively and writing one JSON response,
-then closing (``Connection: close``; no keep-alive, no bodies, no chunking). What does not: the
-routes themselves, which the server supplies as callables returning ``(status, body)``; e.g.
-``/health`` gives ``{"status": "healthy", "message": "Service is healthy."}`` with 200, or
-``"unhealthy"`` with 503, as Microsoft's emulator does on its port 5300.
+What belongs here: the admin side's only socket code. It reads requests defensively, hands each
+to a route from :class:`HttpRoutes` as a :class:`Request`, and writes the :class:`Response`
+(``Content-Length`` bodies, or a chunked ``stream`` such as server-sent events). What does not:
+the routes themselves (server, Atom API, dashboard), which never see sockets.
 
-Guards: the request line and each header line are capped (8 KiB), headers at 100 lines, and the
-whole request head must arrive within ``request_timeout`` seconds (slow clients get 408);
-anything that is not ``METHOD SP target SP HTTP/1.x`` gets 400; methods other than GET and
-HEAD get 405. A route that raises gives 500 and is logged; the listener keeps serving.
+One port serves both plain HTTP (``/health``, curl, the .NET admin client) and HTTPS (the Python
+and JS admin clients always speak TLS): a connection whose first byte is ``0x16`` (a TLS
+handshake record) is wrapped with the server's ``ssl.SSLContext`` through ``ssl.MemoryBIO``.
+
+Guards: each header line is capped at 8 KiB and the head at 100 header lines (431), bodies at
+``max_body`` bytes (413); the head and body of a request must arrive within ``request_timeout``
+seconds (408), an idle keep-alive connection is closed after ``KEEP_ALIVE_TIMEOUT``; anything h11
+refuses, methods that are not upper-case tokens and versions other than HTTP/1.0 and 1.1 get 400;
+no route gives 404 (405 with ``Allow`` when the path exists for other methods). A route that raises
+gives 500 and is logged; the listener keeps serving.
 """
 
 from __future__ import annotations
@@ -19,175 +24,508 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["Route", "RouteResult", "start_admin"]
+import h11
+
+__all__ = [
+    "AdminServer",
+    "Handler",
+    "HttpRoutes",
+    "Request",
+    "Response",
+    "json_response",
+    "start_admin",
+    "text_response",
+]
 
 log = logging.getLogger(__name__)
 
-RouteResult = tuple[int, Mapping[str, object]]  # (HTTP status, JSON body)
-Route = Callable[[], RouteResult | Awaitable[RouteResult]]  # plain or async callable
-
 MAX_LINE_BYTES = 8 * 1024
 MAX_HEADER_LINES = 100
-DEFAULT_REQUEST_TIMEOUT = 5.0  # seconds for the whole request head
-WRITE_TIMEOUT = 5.0  # seconds to hand the response to a slow reader
+MAX_HEAD_BYTES = 16 * 1024
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+DEFAULT_REQUEST_TIMEOUT = 5.0  # seconds for one request's head and body
+KEEP_ALIVE_TIMEOUT = 60.0  # seconds an idle keep-alive connection stays open
+WRITE_TIMEOUT = 5.0  # seconds to hand a response to a slow reader
+READ_CHUNK = 64 * 1024
+TLS_HANDSHAKE = 0x16
 
-_REQUEST_LINE = re.compile(rb"([A-Z]{1,16}) (\S{1,8000}) HTTP/1\.([01])\r?\n\Z")
-_HEADER_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r?\n\Z")
+_METHOD = re.compile(r"[A-Z]{1,16}\Z")
 
 
-class _BadRequest(Exception):
-    """The peer sent something that is not an HTTP/1.x request head we accept."""
+@dataclass
+class Request:
+    method: str  # "GET", "PUT", ...
+    path: str  # percent-decoded path, e.g. "/myqueue/Subscriptions/s1"
+    query: dict[str, list[str]]  # parsed query string
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    peer: str  # "127.0.0.1:54321"
+    secure: bool  # came over TLS
 
-    def __init__(self, status: HTTPStatus, detail: str) -> None:
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=list)  # content-type etc.
+    stream: AsyncIterator[bytes] | None = None  # when set: streamed (chunked) after headers
+
+
+Handler = Callable[[Request, dict[str, str]], "Response | Awaitable[Response]"]
+
+
+def json_response(status: int, obj: object) -> Response:
+    body = json.dumps(obj, separators=(",", ":"), default=str).encode()
+    return Response(status, body, [("Content-Type", "application/json")])
+
+
+def text_response(status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> Response:
+    return Response(status, text.encode(), [("Content-Type", content_type)])
+
+
+# ---------------------------------------------------------------------------------------- routes
+@dataclass
+class _Route:
+    method: str
+    segments: tuple[str, ...]
+    handler: Handler
+    prefix: bool
+
+    def match(self, parts: list[str]) -> dict[str, str] | None:
+        segs = self.segments
+        if len(parts) < len(segs) or (not self.prefix and len(parts) != len(segs)):
+            return None
+        params: dict[str, str] = {}
+        for seg, part in zip(segs, parts, strict=False):
+            if seg.startswith("{") and seg.endswith("}"):
+                if not part:
+                    return None
+                params[seg[1:-1]] = part
+            elif seg != part:
+                return None
+        if self.prefix:
+            params["rest"] = "/".join(parts[len(segs) :])
+        return params
+
+    def rank(self) -> tuple[int, int, int]:
+        """Sort key: non-prefix before prefix, then more literal segments, then longer."""
+        literals = sum(1 for s in self.segments if not s.startswith("{"))
+        return (1 if self.prefix else 0, -literals, -len(self.segments))
+
+
+def _split(path: str) -> list[str]:
+    stripped = path.strip("/")
+    return stripped.split("/") if stripped else []
+
+
+class HttpRoutes:
+    """A route table: method + pattern -> handler(request, params)."""
+
+    def __init__(self) -> None:
+        self._routes: list[_Route] = []
+
+    def add(self, method: str, pattern: str, handler: Handler, *, prefix: bool = False) -> None:
+        """pattern: "/api/entities/{ns}/{entity}"; {name} matches one segment; prefix=True matches
+        the pattern and anything under it (params["rest"] holds the remainder)."""
+        self._routes.append(_Route(method.upper(), tuple(_split(pattern)), handler, prefix))
+        self._routes.sort(key=_Route.rank)
+
+    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | None | list[str]:
+        """The handler and params; None when no pattern matches; the allowed methods on 405."""
+        parts = _split(path)
+        best: tuple[tuple[str, ...], bool] | None = None
+        allowed: list[str] = []
+        # The most specific matching pattern owns the path: a method it lacks is a 405, never a
+        # fall-through to a broader prefix route (GET /api/purge must not reach the Atom API).
+        for want in (method, "GET") if method == "HEAD" else (method,):
+            for route in self._routes:
+                params = route.match(parts)
+                if params is None:
+                    continue
+                if best is None:
+                    best = (route.segments, route.prefix)
+                if (route.segments, route.prefix) != best:
+                    continue
+                if route.method == want:
+                    return route.handler, params
+                if route.method not in allowed:
+                    allowed.append(route.method)
+        return allowed or None
+
+    def dispatch(self, request: Request) -> Response | Awaitable[Response]:
+        found = self.find(request.method, request.path)
+        if found is None:
+            return json_response(404, {"error": "not found", "path": request.path})
+        if isinstance(found, list):
+            if "GET" in found and "HEAD" not in found:
+                found.append("HEAD")
+            resp = json_response(
+                405, {"error": f"method {request.method} not allowed", "allow": found}
+            )
+            resp.headers.append(("Allow", ", ".join(found)))
+            return resp
+        handler, params = found
+        return handler(request, params)
+
+
+# ----------------------------------------------------------------------------------- transports
+class _Plain:
+    secure = False
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes):
+        self._reader = reader
+        self._writer = writer
+        self._pending = first
+
+    async def recv(self) -> bytes:
+        if self._pending:
+            data, self._pending = self._pending, b""
+            return data
+        return await self._reader.read(READ_CHUNK)
+
+    async def send(self, data: bytes) -> None:
+        self._writer.write(data)
+        await asyncio.wait_for(self._writer.drain(), WRITE_TIMEOUT)
+
+
+class _Tls:
+    """TLS over the stream through memory BIOs (the sniffed first bytes are fed in first)."""
+
+    secure = True
+
+    def __init__(
+        self,
+        ctx: ssl.SSLContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        first: bytes,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._in.write(first)
+        self._obj = ctx.wrap_bio(self._in, self._out, server_side=True)
+
+    async def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self._writer.write(data)
+            await asyncio.wait_for(self._writer.drain(), WRITE_TIMEOUT)
+
+    async def _fill(self) -> bool:
+        data = await self._reader.read(READ_CHUNK)
+        if not data:
+            self._in.write_eof()
+            return False
+        self._in.write(data)
+        return True
+
+    async def handshake(self) -> None:
+        while True:
+            try:
+                self._obj.do_handshake()
+                await self._flush()
+                return
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._fill():
+                    raise ConnectionResetError("peer closed during the TLS handshake") from None
+
+    async def recv(self) -> bytes:
+        while True:
+            try:
+                return self._obj.read(READ_CHUNK)
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._fill():
+                    return b""
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+
+    async def send(self, data: bytes) -> None:
+        self._obj.write(data)
+        await self._flush()
+
+
+# ------------------------------------------------------------------------------------ the server
+class _Reject(Exception):
+    def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
 
 
+class AdminServer:
+    """The listening socket plus its live keep-alive connections (closed with it)."""
+
+    def __init__(self, server: asyncio.Server, connections: set[asyncio.StreamWriter]) -> None:
+        self._server = server
+        self._connections = connections
+
+    @property
+    def sockets(self):  # noqa: ANN201 - same as asyncio.Server.sockets
+        return self._server.sockets
+
+    def close(self) -> None:
+        self._server.close()
+        for writer in list(self._connections):
+            writer.close()
+
+    async def wait_closed(self) -> None:
+        await self._server.wait_closed()
+
+
 async def start_admin(
     host: str,
     port: int,
-    routes: Mapping[str, Route],
+    routes: HttpRoutes,
     *,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-    post_routes: Mapping[str, Callable[[str], Any]] | None = None,
-) -> asyncio.Server:
-    """Listen on ``host:port`` (0 = ephemeral) and answer GET/HEAD on ``routes`` with JSON.
+    ssl_context: ssl.SSLContext | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> AdminServer:
+    """Listen on ``host:port`` (0 = ephemeral) and serve ``routes``; TLS when a context is given.
 
     Raises OSError when the address cannot be bound.
     """
-    table = dict(routes)
-    posts = dict(post_routes or {})
+    connections: set[asyncio.StreamWriter] = set()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.add(writer)
         try:
-            await _serve_one(reader, writer, table, request_timeout, posts)
-        except (ConnectionError, asyncio.TimeoutError) as exc:
+            await _serve(reader, writer, routes, request_timeout, ssl_context, max_body)
+        except (ConnectionError, asyncio.TimeoutError, ssl.SSLError) as exc:
             log.debug("admin connection dropped: %r", exc)
         except Exception:  # a guard: one bad connection never stops the listener
             log.exception("admin connection failed")
         finally:
+            connections.discard(writer)
             writer.close()
             try:
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT)
-            except (OSError, asyncio.TimeoutError):
+            except (OSError, asyncio.TimeoutError, ssl.SSLError):
                 pass
 
-    return await asyncio.start_server(on_connection, host, port, limit=MAX_LINE_BYTES)
+    server = await asyncio.start_server(on_connection, host, port, reuse_address=True)
+    return AdminServer(server, connections)
 
 
-async def _serve_one(
+async def _serve(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    routes: Mapping[str, Route],
+    routes: HttpRoutes,
     request_timeout: float,
-    post_routes: Mapping[str, Callable[[str], Any]] | None = None,
+    ssl_context: ssl.SSLContext | None,
+    max_body: int,
 ) -> None:
     try:
-        method, target = await asyncio.wait_for(_read_head(reader), request_timeout)
+        first = await asyncio.wait_for(reader.read(READ_CHUNK), request_timeout)
     except asyncio.TimeoutError:
-        await _respond(writer, HTTPStatus.REQUEST_TIMEOUT, {"error": "request timed out"})
+        first = None
+    peername = writer.get_extra_info("peername")
+    peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+    transport: _Plain | _Tls
+    if first and first[0] == TLS_HANDSHAKE and ssl_context is not None:
+        transport = _Tls(ssl_context, reader, writer, first)
+        await asyncio.wait_for(transport.handshake(), request_timeout)
+        first = b""
+    else:
+        transport = _Plain(reader, writer, first or b"")
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    if first is None:  # nothing at all within the timeout
+        await _send_error(conn, transport, 408, "request timed out")
         return
-    except _BadRequest as exc:
-        await _respond(writer, exc.status, {"error": exc.detail})
-        return
-    if not method:
-        return  # the peer connected and closed without a request
-    path = urlsplit(target).path or "/"
-    if method == "POST" and post_routes:
-        # POST routes are prefixes; the handler gets the rest of the path (operator commands).
-        for prefix, handler in post_routes.items():
-            if path.startswith(prefix):
-                try:
-                    status, body = handler(path[len(prefix) :])
-                    status = HTTPStatus(status)
-                except Exception:
-                    log.exception("admin route %s failed", path)
-                    status, body = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"}
-                await _respond(writer, status, body)
-                return
-    if method not in ("GET", "HEAD"):
-        await _respond(
-            writer,
-            HTTPStatus.METHOD_NOT_ALLOWED,
-            {"error": f"method {method} not allowed", "allow": ["GET", "HEAD"]},
-            extra_headers=("Allow: GET, HEAD",),
-        )
-        return
-    route = routes.get(path)
-    if route is None:
-        await _respond(
-            writer,
-            HTTPStatus.NOT_FOUND,
-            {"error": "not found", "path": path},
-            head=method == "HEAD",
-        )
-        return
+    if first == b"" and not transport.secure:
+        return  # connected and closed without a request
+    idle = False
+    while True:
+        try:
+            request = await _read_request(conn, transport, request_timeout, max_body, peer, idle)
+        except _Reject as exc:
+            await _send_error(conn, transport, exc.status, exc.detail)
+            return
+        if request is None:
+            return
+        response = await _call(routes, request)
+        await _write_response(conn, transport, request, response)
+        if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+            return
+        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            return
+        conn.start_next_cycle()
+        idle = True
+
+
+async def _next_event(conn: h11.Connection, transport: _Plain | _Tls) -> object:
+    while True:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            if status == 400 and "exceeds" in str(exc).lower():
+                status = 431
+            raise _Reject(status, "bad request: " + str(exc)) from None
+        if event is h11.NEED_DATA:
+            data = await transport.recv()
+            if not data and conn.their_state is h11.IDLE and not conn.trailing_data[0]:
+                return None
+            conn.receive_data(data)
+            continue
+        return event
+
+
+async def _read_request(
+    conn: h11.Connection,
+    transport: _Plain | _Tls,
+    timeout: float,
+    max_body: int,
+    peer: str,
+    idle: bool,
+) -> Request | None:
+    if idle and not conn.trailing_data[0]:
+        # wait for the next request's first bytes without the request clock running
+        try:
+            data = await asyncio.wait_for(transport.recv(), KEEP_ALIVE_TIMEOUT)
+        except asyncio.TimeoutError:
+            return None
+        if not data:
+            return None
+        conn.receive_data(data)
     try:
-        result = route()
+        return await asyncio.wait_for(_read_request_now(conn, transport, max_body, peer), timeout)
+    except asyncio.TimeoutError:
+        raise _Reject(408, "request timed out") from None
+
+
+async def _read_request_now(
+    conn: h11.Connection, transport: _Plain | _Tls, max_body: int, peer: str
+) -> Request | None:
+    event = await _next_event(conn, transport)
+    if event is None or isinstance(event, h11.ConnectionClosed):
+        if conn.their_state is h11.SEND_BODY:
+            raise _Reject(400, "request ended early")
+        return None
+    if not isinstance(event, h11.Request):
+        raise _Reject(400, "expected a request")
+    raw_target = event.target.decode("latin-1")
+    method = event.method.decode("ascii", "replace")
+    if not _METHOD.match(method):
+        raise _Reject(400, "malformed method")
+    if event.http_version not in (b"1.0", b"1.1"):
+        raise _Reject(400, "unsupported HTTP version")
+    if len(event.headers) > MAX_HEADER_LINES:
+        raise _Reject(431, "too many header lines")
+    headers: dict[str, str] = {}
+    for name, value in event.headers:
+        if len(name) + len(value) + 2 > MAX_LINE_BYTES:
+            raise _Reject(431, "header line too long")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    length = headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_body:
+        raise _Reject(413, f"request body over {max_body} bytes")
+    if conn.they_are_waiting_for_100_continue:
+        await transport.send(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+    body = bytearray()
+    while True:
+        event = await _next_event(conn, transport)
+        if event is None or isinstance(event, h11.ConnectionClosed):
+            raise _Reject(400, "request ended early")
+        if isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > max_body:
+                raise _Reject(413, f"request body over {max_body} bytes")
+        elif isinstance(event, h11.EndOfMessage):
+            break
+    target = urlsplit(raw_target)
+    return Request(
+        method=method,
+        path=unquote(target.path) or "/",
+        query=parse_qs(target.query, keep_blank_values=True),
+        headers=headers,
+        body=bytes(body),
+        peer=peer,
+        secure=transport.secure,
+    )
+
+
+async def _call(routes: HttpRoutes, request: Request) -> Response:
+    try:
+        result = routes.dispatch(request)
         if inspect.isawaitable(result):
             result = await result
-        status, body = result
-        status = HTTPStatus(status)
+        return result
     except Exception:
-        log.exception("admin route %s failed", path)
-        status, body = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"}
-    await _respond(writer, status, body, head=method == "HEAD")
+        log.exception("admin route %s %s failed", request.method, request.path)
+        return json_response(500, {"error": "internal error"})
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str]:
-    """Read the request line and headers; ('', '') when the peer closed before sending any."""
-    line = await _read_line(reader)
-    if not line:
-        return "", ""
-    match = _REQUEST_LINE.match(line)
-    if match is None:
-        raise _BadRequest(HTTPStatus.BAD_REQUEST, "malformed request line")
-    for _ in range(MAX_HEADER_LINES + 1):
-        header = await _read_line(reader)
-        if header in (b"\r\n", b"\n"):
-            return match.group(1).decode("ascii"), match.group(2).decode("latin-1")
-        if not header:
-            raise _BadRequest(HTTPStatus.BAD_REQUEST, "request head ended early")
-        if not _HEADER_LINE.match(header):
-            raise _BadRequest(HTTPStatus.BAD_REQUEST, "malformed header line")
-    raise _BadRequest(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "too many header lines")
-
-
-async def _read_line(reader: asyncio.StreamReader) -> bytes:
+def _phrase(status: int) -> bytes:
     try:
-        return await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise _BadRequest(HTTPStatus.BAD_REQUEST, "request head ended early") from None
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
         return b""
-    except asyncio.LimitOverrunError:
-        raise _BadRequest(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "line too long") from None
 
 
-async def _respond(
-    writer: asyncio.StreamWriter,
-    status: HTTPStatus,
-    body: Mapping[str, object],
-    *,
-    head: bool = False,
-    extra_headers: tuple[str, ...] = (),
+async def _write_response(
+    conn: h11.Connection, transport: _Plain | _Tls, request: Request, response: Response
 ) -> None:
-    payload = json.dumps(body, separators=(",", ":"), default=str).encode()
-    lines = [
-        f"HTTP/1.1 {status.value} {status.phrase}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(payload)}",
-        "Cache-Control: no-store",
-        "Connection: close",
-        *extra_headers,
-    ]
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("ascii"))
-    if not head:
-        writer.write(payload)
-    await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+    headers = [(k, v) for k, v in response.headers if k.lower() not in ("content-length",)]
+    names = {k.lower() for k, _ in headers}
+    if "cache-control" not in names:
+        headers.append(("Cache-Control", "no-store"))
+    if response.stream is None:
+        headers.append(("Content-Length", str(len(response.body))))
+    head = h11.Response(status_code=response.status, headers=headers, reason=_phrase(response.status))
+    await transport.send(conn.send(head) or b"")
+    if request.method == "HEAD":
+        await transport.send(conn.send(h11.EndOfMessage()) or b"")
+        return
+    if response.stream is not None:
+        try:
+            async for chunk in response.stream:
+                if chunk:
+                    await transport.send(conn.send(h11.Data(data=chunk)) or b"")
+        finally:
+            aclose = getattr(response.stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+    elif response.body:
+        await transport.send(conn.send(h11.Data(data=response.body)) or b"")
+    await transport.send(conn.send(h11.EndOfMessage()) or b"")
+
+
+async def _send_error(conn: h11.Connection, transport: _Plain | _Tls, status: int, detail: str) -> None:
+    """Answer a request we could not read, then close."""
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    body = json.dumps({"error": detail}).encode()
+    try:
+        data = conn.send(
+            h11.Response(
+                status_code=status,
+                headers=[
+                    ("Content-Type", "application/json"),
+                    ("Content-Length", str(len(body))),
+                    ("Connection", "close"),
+                ],
+                reason=_phrase(status),
+            )
+        )
+    except h11.LocalProtocolError:
+        # h11 refuses a response before it saw a request head: write it by hand
+        data = (
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n" % (status, _phrase(status), len(body))
+        )
+        await transport.send(data + body)
+        return
+    await transport.send((data or b"") + body)

@@ -107,6 +107,8 @@ def rule_from_config(
     sql_expression: str | None,
     correlation: Mapping[str, object] | None,
     action_expression: str | None,
+    parameters: Mapping[str, object] | None = None,
+    action_parameters: Mapping[str, object] | None = None,
 ) -> Rule:
     """A Rule from the fields of Microsoft's emulator Config.json.
 
@@ -125,7 +127,7 @@ def rule_from_config(
     if kind == "sql":
         if sql_expression is None:
             raise ValueError(f"rule {name!r}: a SQL filter needs an expression")
-        flt = SqlFilter(sql_expression)
+        flt = SqlFilter(sql_expression, parameters)
     elif kind == "correlation":
         kwargs: dict[str, object] = {}
         for key, value in (correlation or {}).items():
@@ -144,5 +146,5 @@ def rule_from_config(
         flt = FalseFilter()
     action = None
     if action_expression is not None and action_expression.strip():
-        action = SqlRuleAction(action_expression)
+        action = SqlRuleAction(action_expression, action_parameters)
     return Rule(name=name, filter=flt, action=action)

@@ -46,6 +46,7 @@ from .records import (
     encode_log,
     encode_message,
 )
+from .stats import PartitionStats
 from .store import (
     PartitionStore,
     StoreFull,
@@ -77,6 +78,9 @@ DLQ_SUFFIX = "/$deadletterqueue"
 MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
 TTL_EXPIRED_REASON = "TTLExpiredException"
 SEQUENCE_BITS = 48
+# A topic partition keeps scheduled messages here, not yet copied to any subscription: they
+# are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
+SCHEDULED_QUEUE = "$scheduled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +192,7 @@ class SubQueue:
         self.locks: dict[int, Lock] = {}
         self.sessions: dict[str, SessionState] = {}
         self.counts = [0, 0, 0]  # by MessageState: active, deferred, scheduled
+        self.bytes = 0  # encoded size of the stored messages (Azure's SizeInBytes)
 
     def session(self, session_id: str) -> SessionState:
         """The session's state, created on first use."""
@@ -248,7 +253,7 @@ class SubQueue:
 READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
 EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds
-LAYOUT = 2  # 2: counts in meta, timers in the deadlines database
+LAYOUT = 3  # 2: counts in meta, timers in the deadlines database; 3: byte counts in meta
 _MISSING = object()
 
 
@@ -293,8 +298,11 @@ class PartitionBroker:
         self._next_seq = 1
         self._next_offset = 0
         self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
+        self.stats = PartitionStats()  # counters for the dashboard and /metrics
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
+        # A topic partition: where a due scheduled message goes (the subscriptions' routes).
+        self.fan_out: Callable[[MessageRecord], list[Route]] | None = None
         # healthy: False while taken offline or after a store I/O fault (no sends, no receives:
         # its messages wait, neither lost nor delivered). accepting: False once the store is
         # full (no new messages; receivers still drain it) until a commit frees space.
@@ -313,10 +321,11 @@ class PartitionBroker:
         self._next_seq = meta.get("next_sequence", 1)
         self._next_offset = meta.get("next_log_offset", 0)
         if meta.get("layout", 1) < LAYOUT:
-            self._migrate()
+            self._migrate(meta.get("layout", 1))
             meta = store.load_meta()
         for name, sq in self.queues.items():
             sq.counts = [meta.get(f"n:{name}:{k}", 0) for k in "ads"]
+            sq.bytes = meta.get(f"n:{name}:b", 0)
             if sq.settings.requires_session:
                 self._load_sessions(sq)
         for name, states in store.load_session_states().items():
@@ -337,6 +346,41 @@ class PartitionBroker:
             if len(rows) < 4096:
                 return
 
+    def _current_records(self, sq: SubQueue) -> Iterator[MessageRecord]:
+        """Every message of a sub-queue as it is now, in sequence order: read from the store
+        in chunks, uncommitted changes and locked copies first (for purge; bounded memory)."""
+        name = sq.name
+        pending = {
+            seq: rec for (q, seq), (rec, _gen) in self._overlay.items() if q == name
+        }  # fmt: skip
+        extra = sorted(pending)
+        i = 0
+        start = 0
+        while True:
+            rows = self.store.scan(name, start, 1024, decode_message)
+            for seq, stored in rows:
+                start = seq + 1
+                while i < len(extra) and extra[i] < seq:
+                    before = pending[extra[i]]
+                    i += 1
+                    if before is not None:
+                        yield before
+                if i < len(extra) and extra[i] == seq:
+                    i += 1
+                if seq in pending:
+                    rec = pending[seq]
+                else:
+                    lock = sq.locks.get(seq)
+                    rec = lock.record if lock is not None and lock.record is not None else stored
+                if rec is not None:
+                    yield rec
+            if len(rows) < 1024:
+                break
+        for seq in extra[i:]:
+            rest = pending[seq]
+            if rest is not None:
+                yield rest
+
     def _load_sessions(self, sq: SubQueue) -> None:
         """A session-enabled sub-queue's lines (reads its records once: O(its backlog))."""
         for rec in self._each_record(sq):
@@ -345,15 +389,17 @@ class PartitionBroker:
             if rec.state == MessageState.ACTIVE:
                 sq.make_ready(rec)
 
-    def _migrate(self) -> None:
-        """A store written before layout 2: count each sub-queue by state and put its timers
-        in the deadlines database, once."""
+    def _migrate(self, layout: int) -> None:
+        """A store written before the current layout, once: count each sub-queue by state
+        and bytes, and (before layout 2) put its timers in the deadlines database."""
         batch = WriteBatch()
         for sq in self.queues.values():
             counts = [0, 0, 0]
+            size = 0
             for rec in self._each_record(sq):
                 counts[rec.state] += 1
-                key = self._deadline_key(sq, rec)
+                size += rec.size
+                key = self._deadline_key(sq, rec) if layout < 2 else None
                 if key is not None:
                     batch.put_deadline(key)
                 if len(batch.deadlines) >= 50_000:
@@ -361,6 +407,7 @@ class PartitionBroker:
                     batch = WriteBatch()
             for k, n in zip("ads", counts, strict=True):
                 batch.meta[f"n:{sq.name}:{k}"] = n
+            batch.meta[f"n:{sq.name}:b"] = size
         batch.meta["layout"] = LAYOUT
         self.store.commit(batch)
 
@@ -434,8 +481,11 @@ class PartitionBroker:
             if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
                 return rec
 
-    def _count(self, sq: SubQueue, state: MessageState, delta: int) -> None:
+    def _count(self, sq: SubQueue, state: MessageState, delta: int, nbytes: int = 0) -> None:
+        """Adjust a sub-queue's count of one state (and its byte count); persisted with the
+        next commit."""
         sq.counts[state] += delta
+        sq.bytes += nbytes
         self._counts_dirty.add(sq)
 
     @staticmethod
@@ -480,7 +530,7 @@ class PartitionBroker:
         key = self._deadline_key(sq, rec)
         if key is not None:
             self._batch.delete_deadline(key)
-        self._count(sq, rec.state, -1)
+        self._count(sq, rec.state, -1, -rec.size)
         if sq.settings.requires_session:
             sess = sq.sessions.get(rec.session_id or "")
             if sess is not None:
@@ -516,6 +566,7 @@ class PartitionBroker:
     def _log(
         self, sq: SubQueue, event: LogEvent, rec: MessageRecord, now_ms: int, reason: str | None = None
     ) -> None:
+        self.stats.count(event)
         offset = self._next_offset
         self._next_offset += 1
         self._batch.log.append(
@@ -538,6 +589,51 @@ class PartitionBroker:
         self._batch.meta["next_log_offset"] = self._next_offset
         self._dirty()
 
+    def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
+        """Store duplicate-detection history in the next commit (with the messages it admits)
+        and sweep history older than `sweep_before` in the same transaction; `done` after."""
+        self._batch.dedup.extend((mid, now_ms) for mid in ids)
+        self._batch.dedup_sweep_before = sweep_before
+        self.after_commit(done)
+
+    def put_forward_markers(self, keys: list[bytes], present: bool) -> None:
+        """Write (or delete) auto-forwarding markers in the next commit (see forwarding.py)."""
+        self._batch.markers.extend((k, present) for k in keys)
+        self._dirty()
+
+    def forward_out(
+        self,
+        queue: str,
+        seq: int,
+        now_ms: int,
+        to_queue: str | None = None,
+        reason: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """A message left a forwarding sub-queue: removed (forwarded), or moved to `to_queue`
+        (the transfer dead-letter queue) with a dead-letter reason."""
+        sq = self.queues[queue]
+        rec = self._get(sq, seq)
+        if rec is None:
+            return
+        sq.unready(rec)
+        self._remove(sq, rec)
+        if to_queue is None:
+            self._log(sq, LogEvent.COMPLETED, rec, now_ms, reason)
+            return
+        target = self.queues[to_queue]
+        moved = rec.copy()
+        moved.state = MessageState.ACTIVE
+        moved.dead_letter_reason = reason
+        moved.dead_letter_description = description
+        self._put(target, moved)
+        self._count(target, MessageState.ACTIVE, 1, moved.size)
+        if target.settings.requires_session:
+            target.session(moved.session_id or "").messages += 1
+        target.make_ready(moved)
+        self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
+        self.on_ready(to_queue)
+
     def after_commit(self, done: Done) -> None:
         """Run `done` once the writes queued so far are committed."""
         self._callbacks.append(done)
@@ -552,6 +648,7 @@ class PartitionBroker:
             for sq in self._counts_dirty:
                 for k, n in zip("ads", sq.counts, strict=True):
                     self._batch.meta[f"n:{sq.name}:{k}"] = n
+                self._batch.meta[f"n:{sq.name}:b"] = max(sq.bytes, 0)
             self._counts_dirty.clear()
         if not self._batch and not self._callbacks:
             return None
@@ -669,7 +766,7 @@ class PartitionBroker:
                     rec.dead_letter_reason = route.dead_letter_reason
                     rec.dead_letter_description = route.dead_letter_description
                 self._batch.put(sq.name, rec.sequence_number, encode_message(rec))
-                self._count(sq, rec.state, 1)
+                self._count(sq, rec.state, 1, rec.size)
                 self._add_deadline(sq, rec)
                 event = LogEvent.SCHEDULED if rec.state == MessageState.SCHEDULED else LogEvent.ENQUEUED
                 self._log(sq, event, rec, now_ms)
@@ -681,6 +778,7 @@ class PartitionBroker:
 
         def on_commit(error: Exception | None) -> None:
             if error is None:
+                self.stats.incoming += len(messages)
                 touched: set[str] = set()
                 for sq, rec in staged:
                     if sq.settings.requires_session:
@@ -694,7 +792,7 @@ class PartitionBroker:
                     self.on_ready(name)
             else:
                 for sq, rec in staged:
-                    self._count(sq, rec.state, -1)
+                    self._count(sq, rec.state, -1, -rec.size)
             done(error)
 
         self.after_commit(on_commit)
@@ -735,6 +833,8 @@ class PartitionBroker:
             scheduled_enqueue_time_ms=scheduled,
             properties_span=msg.properties_span,
             body_span=msg.body_span,
+            original_sequence_number=msg.original_sequence_number,
+            transfer_hops=msg.transfer_hops,
         )
 
     # ---------------------------------------------------------------- delivery
@@ -835,7 +935,7 @@ class PartitionBroker:
         moved.dead_letter_source = None
         _merge_overrides(moved, overrides)
         self._put(dlq, moved)
-        self._count(dlq, MessageState.ACTIVE, 1)
+        self._count(dlq, MessageState.ACTIVE, 1, moved.size)
         if dlq.settings.requires_session:
             dlq.session(moved.session_id or "").messages += 1
         dlq.make_ready(moved)
@@ -1007,6 +1107,70 @@ class PartitionBroker:
         out.sort(key=lambda r: r.sequence_number)
         return out[:count]
 
+    def remove(self, queue: str, seq: int, now_ms: int) -> MessageRecord | None:
+        """Operator removal of one unlocked message (dashboard purge / resubmit), logged as
+        completed; None when it is gone or locked. Durable with the next commit."""
+        sq = self.queues[queue]
+        if seq in sq.locks:
+            return None
+        rec = self._get(sq, seq)
+        if rec is None:
+            return None
+        sq.unready(rec)
+        self._remove(sq, rec)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+        return rec
+
+    def contains(self, queue: str, seq: int) -> bool:
+        """Whether a sub-queue holds the message now (uncommitted changes included)."""
+        sq = self.queues.get(queue)
+        return sq is not None and self._get(sq, seq) is not None
+
+    def make_ready(self, queue: str, rec: MessageRecord) -> None:
+        """Put a message taken out of line (take_ready) back in line, if it is still stored."""
+        sq = self.queues.get(queue)
+        if sq is not None and self._get(sq, rec.sequence_number) is not None:
+            sq.make_ready(rec)
+
+    def take_ready(self, queue: str, limit: int) -> list[MessageRecord]:
+        """Up to `limit` ready messages of a sub-queue, oldest first, across its sessions
+        too, taken out of line without a lock (the forwarder's outbox step); each is put back
+        with make_ready or removed with forward_out."""
+        sq = self.queues[queue]
+        out: list[MessageRecord] = []
+        if not sq.settings.requires_session:
+            while len(out) < limit:
+                rec = self._pop_ready(sq, None)
+                if rec is None:
+                    break
+                out.append(rec)
+            return out
+        heads: list[tuple[int, str]] = []
+        for sid, sess in sq.sessions.items():
+            live = [s for s in sess.ready if s in sess.ready_set]
+            if live:
+                heads.append((min(live), sid))
+        heapq.heapify(heads)
+        while heads and len(out) < limit:
+            _, sid = heapq.heappop(heads)
+            rec = self._pop_ready(sq, sid)
+            if rec is None:
+                continue
+            out.append(rec)
+            sess = sq.sessions[sid]
+            live = [s for s in sess.ready if s in sess.ready_set]
+            if live:
+                heapq.heappush(heads, (min(live), sid))
+        out.sort(key=lambda r: r.sequence_number)
+        return out
+
+    def has_ready_any(self, queue: str) -> bool:
+        """Whether a sub-queue may have a ready message, in or outside sessions."""
+        sq = self.queues.get(queue)
+        return sq is not None and (
+            sq.has_ready() or any(s.ready_set for s in sq.sessions.values())
+        )
+
     def counts(self, queue: str) -> dict[str, int]:
         """Runtime counts of a sub-queue, as Azure reports them."""
         active, deferred, scheduled = self.queues[queue].counts
@@ -1050,6 +1214,8 @@ class PartitionBroker:
             if rec is None:
                 continue
             if kind == EXPIRY:
+                if sq.settings.default_ttl_ms is None:
+                    continue  # the sub-queue's settings changed: its messages no longer expire
                 if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
                     continue  # locked: checked again when it comes back; or no longer active
                 self._expire(sq, rec, now_ms)
@@ -1062,6 +1228,9 @@ class PartitionBroker:
 
     def _activate(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
         """A scheduled message is due: it is enqueued anew with a new sequence number [D3]."""
+        if sq.name == SCHEDULED_QUEUE and self.fan_out is not None:
+            self._fan_out(sq, rec, now_ms)
+            return
         self._remove(sq, rec)
         new = rec.copy()
         new.sequence_number = self.sequence_base() | self._next_seq
@@ -1071,7 +1240,7 @@ class PartitionBroker:
         new.enqueued_time_ms = now_ms
         new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
         self._put(sq, new)
-        self._count(sq, MessageState.ACTIVE, 1)
+        self._count(sq, MessageState.ACTIVE, 1, new.size)
         self._add_deadline(sq, new)
         if sq.settings.requires_session:
             sq.session(new.session_id or "").messages += 1
@@ -1079,9 +1248,70 @@ class PartitionBroker:
         sq.make_ready(new)
         self.on_ready(sq.name)
 
+    def _fan_out(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A topic's scheduled message is due: copy it to the subscriptions whose rules match
+        now, each copy enqueued anew (one new sequence number shared by the copies), in the
+        same transaction that removes it from the scheduled sub-queue."""
+        assert self.fan_out is not None
+        self._remove(sq, rec)
+        self._log(sq, LogEvent.ACTIVATED, rec, now_ms)
+        routes = self.fan_out(rec)
+        if not routes:
+            return
+        base = self.sequence_base()
+        seq = base | self._next_seq
+        self._next_seq += 1
+        used: set[str] = set()
+        for route in routes:
+            target = self.queues.get(route.queue)
+            if target is None:
+                continue
+            copy_seq = seq
+            if route.queue in used:
+                copy_seq = base | self._next_seq
+                self._next_seq += 1
+            used.add(route.queue)
+            new = self.restamp(target, rec, copy_seq, now_ms)
+            new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
+            if route.overrides:
+                _merge_overrides(new, route.overrides)
+            if route.dead_letter_reason is not None:
+                new.dead_letter_reason = route.dead_letter_reason
+                new.dead_letter_description = route.dead_letter_description
+            self._put(target, new)
+            self._count(target, MessageState.ACTIVE, 1, new.size)
+            self._add_deadline(target, new)
+            if target.settings.requires_session:
+                target.session(new.session_id or "").messages += 1
+            self._log(target, LogEvent.ENQUEUED, new, now_ms)
+            target.make_ready(new)
+            self.on_ready(target.name)
+        self._batch.meta["next_sequence"] = self._next_seq
+
+    @staticmethod
+    def restamp(sq: SubQueue, rec: MessageRecord, seq: int, now_ms: int) -> MessageRecord:
+        """A copy of a stored message enqueued anew in `sq`: new sequence number, active,
+        delivery count 0, TTL capped by the sub-queue's default and counted from now."""
+        new = rec.copy()
+        new.sequence_number = seq
+        new.enqueued_time_ms = now_ms
+        new.state = MessageState.ACTIVE
+        new.delivery_count = 0
+        new.scheduled_enqueue_time_ms = None
+        new.dead_letter_reason = new.dead_letter_description = new.dead_letter_source = None
+        ttl = rec.ttl_ms
+        default = sq.settings.default_ttl_ms
+        if default is not None and (ttl is None or ttl == 0 or ttl > default):
+            ttl = default
+        new.ttl_ms = ttl
+        new.expires_at_ms = (now_ms + ttl) if ttl is not None else None
+        return new
+
     def cancel_scheduled(self, queue: str, seq: int, now_ms: int) -> bool:
         """Drop a scheduled message by its sequence number; False if there is none."""
-        sq = self.queues[queue]
+        sq = self.queues.get(queue)
+        if sq is None:
+            return False
         rec = self._get(sq, seq)
         if rec is None or rec.state != MessageState.SCHEDULED:
             return False
@@ -1192,3 +1422,47 @@ class PartitionBroker:
         if self._deadline_at is not None:
             times.append(self._deadline_at)
         return min(times) if times else None
+
+    # ---------------------------------------------------------------- management (admin API)
+    def add_queue(self, name: str, settings: SubQueueSettings) -> None:
+        """A sub-queue created at runtime (a new subscription, its DLQs)."""
+        if name not in self.queues:
+            self.queues[name] = SubQueue(name, settings)
+
+    def update_queue_settings(self, name: str, settings: SubQueueSettings) -> None:
+        """New delivery rules for a sub-queue; they apply from the next lock, expiry or delivery."""
+        self.queues[name].settings = settings
+
+    def purge_queue(self, name: str, now_ms: int) -> int:
+        """Delete every message of a sub-queue (active, locked, deferred, scheduled), each logged
+        as purged; held locks end (settling them fails with lock-lost). Returns the count."""
+        sq = self.queues[name]
+        count = 0
+        for rec in self._current_records(sq):  # streamed from the store in chunks
+            self._remove(sq, rec)
+            self._log(sq, LogEvent.PURGED, rec, now_ms)
+            count += 1
+        for token in [t for t, lock in self.locks.items() if lock.queue is sq]:
+            del self.locks[token]
+        sq.locks.clear()
+        sq.buffer.clear()
+        sq.back.clear()
+        sq.back_set.clear()
+        for sess in sq.sessions.values():
+            sess.ready.clear()
+            sess.ready_set.clear()
+        return count
+
+    def drop_queue(self, name: str, now_ms: int) -> int:
+        """Purge a sub-queue and forget it (a deleted subscription); returns the purged count."""
+        if name not in self.queues:
+            return 0
+        count = self.purge_queue(name, now_ms)
+        for session_id, sess in self.queues[name].sessions.items():
+            if sess.state is not None:
+                self._batch.put_session_state(name, session_id, None)
+        del self.queues[name]
+        kept = [item for item in self._session_heap if item[1] != name]
+        heapq.heapify(kept)
+        self._session_heap = kept
+        return count

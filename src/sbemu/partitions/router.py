@@ -12,16 +12,19 @@ pending dispatch work; the server then calls run_pending() and commits dirty bro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from ..errors import (
+    EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
     MessageLockLost,
@@ -32,6 +35,7 @@ from ..errors import (
 )
 from .broker import (
     DLQ_SUFFIX,
+    SCHEDULED_QUEUE,
     SEQUENCE_BITS,
     Done,
     Lock,
@@ -42,16 +46,22 @@ from .broker import (
     join_completions,
     partition_of_token,
 )
+from .dedup import DuplicateHistory
+from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target, transfer_counts
+from .idle import IdleTracker
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
+from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .store import PartitionStore
-from .subscriptions import Subscriptions, SubscriptionSpec
+from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
+from .transfer import ViewOf, incoming_from_record
 
 MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
-TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
+SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
 MIB = 1024 * 1024
 RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages they touched
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
 
 
 class StorageLayoutError(Exception):
@@ -199,9 +209,13 @@ class EntityView:
     # ------------------------------------------------------------ dispatch
     def dispatch(self, now_ms: int) -> None:
         """Hand ready messages to consumers with credit: one each per round, partitions in turn."""
+        if not self.entity.may_receive(self.queue):
+            return  # Status forbids receiving; receivers were detached when it changed
         if self.session_waiters:
             self._serve_waiters(now_ms)
         consumers = self.consumers
+        if consumers:
+            self.entity.accessed_ms = now_ms  # admin API AccessedAt: receives count too
         if len(consumers) == 1:
             consumer = consumers[0]
             for _ in range(consumer.credit()):
@@ -299,7 +313,79 @@ class Entity:
             self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
         self._keyless_pid: int | None = None
-        self._recent_ids: dict[str, int] = {}
+        self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
+        # The admin API's full description of the entity (sbemu.admin.catalog): every property
+        # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
+        self.description: dict[str, Any] = {}
+        # durable duplicate detection, one history per partition (empty: not enabled)
+        self.histories: list[DuplicateHistory] = (
+            [DuplicateHistory(b, spec.duplicate_detection_window_ms) for b in partitions]
+            if spec.requires_duplicate_detection
+            else []
+        )
+        self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
+        self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
+        self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
+
+    # ---------------------------------------------------------------- status
+    def receiver_settings(self, queue: str) -> ReceiverSettings:
+        """The settings of the queue or subscription a sub-queue (or its DLQ) belongs to."""
+        if self.subscriptions is None:
+            s = self.settings
+            return ReceiverSettings(s.status, s.forward_to, s.forward_dead_lettered_messages_to)
+        return self.settings.subscriptions.get(base_queue(queue), ReceiverSettings())
+
+    def check_sendable(self) -> None:
+        """Raise EntityDisabled while the Status forbids sends [Azure: entity suspend]."""
+        self._check_exists()
+        check_send(self.spec.kind, self.name, self.settings.status)
+
+    def check_receive(self, queue: str) -> None:
+        """Raise EntityDisabled while the Status forbids receiving from this sub-queue, and
+        InvalidOperation when it auto-forwards (its messages are moved, not received)."""
+        self._check_exists()
+        if forward_target(self, queue) is not None:
+            raise InvalidOperation(
+                "Cannot create a message receiver on an entity with auto-forwarding enabled "
+                f"('{self.views[queue].address if queue in self.views else self.name}' "
+                f"forwards to '{forward_target(self, queue)}')."
+            )
+        if self.subscriptions is None:
+            check_receive("queue", self.name, self.settings.status, None)
+            return
+        path = f"{self.name}/{base_queue(queue)}"
+        check_receive(
+            "subscription", path, self.receiver_settings(queue).status, self.settings.status
+        )
+
+    def _check_exists(self) -> None:
+        if self.deleted:
+            raise EntityNotFound(f"The messaging entity '{self.name}' could not be found.")
+
+    def may_receive(self, queue: str) -> bool:
+        """Whether receivers of this sub-queue may be served now."""
+        if (
+            self.settings.status is EntityStatus.ACTIVE
+            and not self.settings.subscriptions
+            and not self.deleted
+        ):
+            return True
+        try:
+            self.check_receive(queue)
+        except ServiceBusError:
+            return False
+        return True
+
+    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+        lock = broker.lock_of(token)
+        if lock is not None:
+            self.check_receive(lock.queue.name)
+        return broker
+
+    @property
+    def scheduled_queue(self) -> str:
+        """The sub-queue holding this entity's scheduled messages."""
+        return MAIN if self.subscriptions is None else SCHEDULED_QUEUE
 
     # ---------------------------------------------------------------- sending
     def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
@@ -309,6 +395,8 @@ class Entity:
         duplicate detection get none).
         """
         spec = self.spec
+        self.touched = True
+        self.check_sendable()
         if spec.requires_session:
             for msg in messages:
                 if msg.session_id is None:
@@ -317,14 +405,20 @@ class Entity:
                         f"entity '{self.name}'. Entities that have session support enabled can "
                         "only receive messages that have the SessionId set to a valid value."
                     )
-        messages = self._drop_duplicates(messages, now_ms)
-        if not messages:
-            done(None)
-            return []
+        self.accessed_ms = now_ms
         groups = self._route(messages)
-        part_done = join_completions(len(groups), done)
         for pid in groups:
             self._check_available(pid)
+        if self.histories:
+            groups = {
+                pid: kept
+                for pid, msgs in groups.items()
+                if (kept := self.histories[pid].admit(msgs, now_ms))
+            }
+            if not groups:
+                done(None)
+                return []
+        part_done = join_completions(len(groups), done)
         numbers: list[int] = []
         for pid, msgs in groups.items():
             keyless = pid == self._keyless_pid
@@ -356,7 +450,7 @@ class Entity:
                     return
             done(error)
 
-        got = broker.enqueue(msgs, self._targets(msgs), now_ms, on_done)
+        got = broker.enqueue(msgs, self._targets(msgs, now_ms), now_ms, on_done)
         return [n for n in got if n is not None]
 
     def _check_available(self, pid: int) -> None:
@@ -376,11 +470,22 @@ class Entity:
                 f"Partition {pid} of '{self.name}' is full; the send can be retried."
             )
 
-    def _targets(self, messages: list[IncomingMessage]) -> list[list[Route]]:
-        """Where each message goes: the queue, or the matching subscriptions of a topic."""
-        if self.subscriptions is None:
+    def routes_for(self, msg: IncomingMessage, now_ms: int) -> list[Route]:
+        """Where one message sent here goes (the queue, or the matching subscriptions)."""
+        return self._targets([msg], now_ms)[0]
+
+    def _targets(self, messages: list[IncomingMessage], now_ms: int) -> list[list[Route]]:
+        """Where each message goes: the queue, or the matching subscriptions of a topic (a
+        topic's scheduled message waits in its scheduled sub-queue until it fires)."""
+        subs = self.subscriptions
+        if subs is None:
             return [[QUEUE_ROUTE]] * len(messages)
-        return [self.subscriptions.route(msg) for msg in messages]
+        return [
+            [SCHEDULED_ROUTE]
+            if msg.scheduled_enqueue_time_ms is not None and msg.scheduled_enqueue_time_ms > now_ms
+            else subs.route(msg)
+            for msg in messages
+        ]
 
     def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
         """Group messages by partition; key-less messages of one send share one partition."""
@@ -396,7 +501,8 @@ class Entity:
         keyless_pid: int | None = None
         self._keyless_pid = None
         for msg in messages:
-            key = partition_key_of(msg.session_id, msg.partition_key, msg.message_id, dup)
+            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
+            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
             if key is None:
                 if keyless_pid is None:
                     keyless_pid = self._keyless_pid = self._next_round_robin()
@@ -422,31 +528,10 @@ class Entity:
                 return pid
         return self._round_robin % n
 
-    def _drop_duplicates(
-        self, messages: list[IncomingMessage], now_ms: int
-    ) -> list[IncomingMessage]:
-        """Duplicate detection: a MessageId seen inside the window is accepted and dropped."""
-        if not self.spec.requires_duplicate_detection:
-            return messages
-        window = self.spec.duplicate_detection_window_ms
-        seen = self._recent_ids
-        mid: str | None  # a remembered id below, then each message's (optional) id
-        if len(seen) > 10_000:
-            for mid in [m for m, t in seen.items() if t + window <= now_ms]:
-                del seen[mid]
-        kept = []
-        for msg in messages:
-            mid = msg.message_id
-            if mid is not None:
-                first = seen.get(mid)
-                if first is not None and first + window > now_ms:
-                    continue
-                seen[mid] = now_ms
-            kept.append(msg)
-        return kept
-
     # ---------------------------------------------------------------- locks
     def _broker_for(self, token: uuid.UUID) -> PartitionBroker:
+        self.touched = True
+        self._check_exists()
         pid = partition_of_token(token)
         if pid >= len(self.partitions):
             raise MessageLockLost(
@@ -469,25 +554,26 @@ class Entity:
             )
 
     def check_send(self, messages: list[IncomingMessage]) -> None:
-        """Raise the error a send of these messages would get now (keys, availability)."""
+        """Raise the error a send of these messages would get now (status, keys, availability)."""
+        self.check_sendable()
         for pid in self._route(messages):
             self._check_available(pid)
 
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Complete a locked message."""
-        self._broker_for(token).complete(token, now_ms, done)
+        self._check_settle(self._broker_for(token), token).complete(token, now_ms, done)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Abandon a locked message (delivery count + 1)."""
-        self._broker_for(token).abandon(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(token), token).abandon(token, now_ms, overrides, done)
 
     def defer(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Defer a locked message."""
-        self._broker_for(token).defer(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(token), token).defer(token, now_ms, overrides, done)
 
     def dead_letter(
         self,
@@ -499,7 +585,7 @@ class Entity:
         done: Done,
     ) -> None:
         """Dead-letter a locked message."""
-        self._broker_for(token).dead_letter(token, now_ms, reason, description, overrides, done)
+        self._check_settle(self._broker_for(token), token).dead_letter(token, now_ms, reason, description, overrides, done)
 
     def release(self, token: uuid.UUID, now_ms: int) -> None:
         """Unlock without counting a delivery."""
@@ -511,7 +597,7 @@ class Entity:
 
     def renew(self, token: uuid.UUID, now_ms: int) -> int:
         """Renew a lock; returns the new locked-until (ms)."""
-        return self._broker_for(token).renew(token, now_ms)
+        return self._check_settle(self._broker_for(token), token).renew(token, now_ms)
 
     def partition_for_session(self, session_id: str) -> PartitionBroker:
         """[P6] a session lives on the partition its SessionId hashes to."""
@@ -537,6 +623,7 @@ class Entity:
         self, queue: str, numbers: list[int], now_ms: int, peek_lock: bool
     ) -> list[tuple[MessageRecord, Lock | None, int | None]]:
         """Fetch deferred messages by sequence number (all must exist)."""
+        self.check_receive(queue)
         out = []
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
@@ -549,7 +636,7 @@ class Entity:
         brokers = []
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
-            if not broker.cancel_scheduled(MAIN, seq, now_ms):
+            if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms):
                 raise MessageNotFound(f"The scheduled message with sequence number {seq} was not found.")
             brokers.append(broker)
         if not brokers:
@@ -558,6 +645,15 @@ class Entity:
         one_done = join_completions(len(brokers), done)
         for broker in brokers:
             broker.after_commit(one_done)
+
+
+def base_queue(queue: str) -> str:
+    """The queue or subscription a sub-queue belongs to ('main', 'subscriptions/<name>')."""
+    if queue.endswith(TRANSFER_DLQ_SUFFIX):
+        return queue[: -len(TRANSFER_DLQ_SUFFIX)]
+    if queue.endswith(DLQ_SUFFIX):
+        return queue[: -len(DLQ_SUFFIX)]
+    return queue
 
 
 def subqueue_names_for_queue() -> list[str]:
@@ -587,6 +683,14 @@ def resolve_view_name(entity_names: Iterable[str], path: str) -> tuple[str, str]
     raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
 
 
+def _with_scheduled(spec: EntitySpec) -> dict[str, SubQueueSettings]:
+    """A topic's sub-queues plus the one holding its scheduled (not yet fanned out) messages."""
+    if spec.kind != "topic":
+        return spec.subqueues
+    # Never delivered from: no delivery limit, no expiry before it fires, no DLQ.
+    return {**spec.subqueues, SCHEDULED_QUEUE: SubQueueSettings(60_000, None, None, False, None)}
+
+
 def _notify_session_lost(lock: SessionLock) -> None:
     """Tell the receiver holding a session that its lock expired (it detaches the link)."""
     callback = getattr(lock.owner, "session_lost", None)
@@ -603,16 +707,24 @@ class Router:
         wake: Callable[[], None],
         encode_value: Callable[[object], bytes] | None = None,
         encode_symbol: Callable[[object], bytes] | None = None,
+        view_of_record: ViewOf | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.view_of_record = view_of_record  # filter view of a stored message (fan-out)
         self._wake = wake
         self._encode_value = encode_value
+        self.encode_value = encode_value  # encodes carried properties (forwarding)
         self._encode_symbol = encode_symbol
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self._pending_views: set[EntityView] = set()
         self._released_ms = 0
+        # Called with (entity, sub-queue prefix or None) when an entity or subscription is
+        # deleted at runtime: the server detaches the links on it (amqp:not-found).
+        self.removal_listeners: list[Callable[[Entity, str | None], None]] = []
+        self.forwarder = Forwarder(self)
+        self.idle = IdleTracker()
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:
@@ -632,11 +744,12 @@ class Router:
                 entity=spec.name,
                 partition_id=pid,
                 partitioned=spec.partitioned,
-                queues=spec.subqueues,
+                queues=_with_scheduled(spec),
                 mark_dirty=self._mark_dirty,
             )
             broker.log_bodies = self.log_bodies
             broker.load()
+            self.forwarder.load_markers(broker)
             partitions.append(broker)
         subscriptions = None
         if spec.kind == "topic":
@@ -651,8 +764,10 @@ class Router:
             )
         entity = Entity(spec, partitions, subscriptions)
         for broker in partitions:
-            broker.on_ready = self._ready_hook(entity)
+            broker.on_ready = self._ready_hook(entity, broker)
             broker.on_session_lost = _notify_session_lost
+            if subscriptions is not None:
+                broker.fan_out = self._fan_out_hook(subscriptions)
         self.entities[(spec.namespace.lower(), spec.name.lower())] = entity
         return entity
 
@@ -674,8 +789,25 @@ class Router:
         os.makedirs(base, exist_ok=True)
         manifest.write_text(json.dumps(wanted))
 
-    def _ready_hook(self, entity: Entity) -> Callable[[str], None]:
+    def _fan_out_hook(self, subscriptions: Subscriptions) -> Callable[[MessageRecord], list[Route]]:
+        view_of = self.view_of_record
+
+        def fan_out(rec: MessageRecord) -> list[Route]:
+            return subscriptions.route(incoming_from_record(rec, view_of))
+
+        return fan_out
+
+    def wake(self) -> None:
+        """Ask for a turn (run_pending and commits) soon."""
+        self._wake()
+
+    def _ready_hook(self, entity: Entity, broker: PartitionBroker) -> Callable[[str], None]:
+        forwarder = self.forwarder
+
         def on_ready(queue: str) -> None:
+            forwarder.notify(entity, broker, queue)
+            if forwarder.has_work:
+                self._wake()
             view = entity.views.get(queue)
             if view is not None and (view.consumers or view.session_waiters):
                 self._pending_views.add(view)
@@ -695,6 +827,7 @@ class Router:
         names = [name for (n, name) in self.entities if n == ns]
         entity_name, sub = resolve_view_name(names, path)
         entity = self.entities[(ns, entity_name)]
+        entity.touched = True
         view = entity.views.get(sub)
         if view is None:
             raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
@@ -702,7 +835,8 @@ class Router:
 
     # ---------------------------------------------------------------- turn work
     def run_pending(self, now_ms: int) -> None:
-        """Serve views that got new messages since the last turn."""
+        """Forward and serve views that got new messages since the last turn."""
+        self.forwarder.pump(now_ms)
         while self._pending_views:
             views, self._pending_views = self._pending_views, set()
             for view in views:
@@ -715,6 +849,8 @@ class Router:
 
     def on_timer(self, now_ms: int) -> None:
         """Lock expiry, TTL expiry and scheduled activation on every partition."""
+        if self.forwarder.on_timer(now_ms):
+            self.forwarder.pump(now_ms)
         for entity in self.entities.values():
             for view in entity.views.values():
                 if view.session_waiters:
@@ -749,6 +885,35 @@ class Router:
         found.partitions[pid].set_online(online)
         return self.partition_status(found)
 
+    def apply_settings(self, namespace: str, name: str, settings: EntitySettings) -> Entity:
+        """(Re)apply an entity's runtime settings (Status, forwarding, idle deletion): they take
+        effect at once, for open links too. Receivers that may no longer receive are detached
+        with entity-disabled; receivers of a re-enabled entity are served again."""
+        entity = self.entities.get((namespace.lower(), name.lower()))
+        if entity is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}/{name}' could not be found.")
+        entity.settings = settings
+        self.forwarder.rescan(entity)
+        for view in entity.views.values():
+            if not view.receivable:
+                continue
+            try:
+                entity.check_receive(view.queue)
+            except ServiceBusError as exc:
+                for consumer in list(view.consumers):
+                    refuse = getattr(consumer, "refuse", None)
+                    if refuse is not None:
+                        refuse(exc)
+                continue
+            if view.consumers or view.session_waiters:
+                self._pending_views.add(view)
+        self._wake()
+        return entity
+
+    def idle_entities(self, now_ms: int) -> list[Entity]:
+        """Entities idle for their AutoDeleteOnIdle window (the server deletes them)."""
+        return self.idle.due(list(self.entities.values()), now_ms)
+
     @staticmethod
     def partition_status(entity: Entity) -> dict:
         """Health of an entity and each partition [P18: Limited when any is unhealthy]."""
@@ -767,6 +932,7 @@ class Router:
             "entity": entity.name,
             "status": "Available" if healthy else "Limited",
             "partitions": parts,
+            "transfer": transfer_counts(entity),
         }
 
     def close(self) -> None:
@@ -774,3 +940,210 @@ class Router:
         for entity in self.entities.values():
             for broker in entity.partitions:
                 broker.store.close()
+
+    # ---------------------------------------------------------------- management (admin API)
+    def entity_dir(self, namespace: str, name: str) -> Path:
+        """Where an entity's partitions, manifest and rules live."""
+        return self.data_dir / quote(namespace.lower(), safe="") / quote(name.lower(), safe="")
+
+    def get_entity(self, namespace: str, name: str) -> Entity | None:
+        """An entity by namespace and name (any case), or None."""
+        return self.entities.get((namespace.lower(), name.lower()))
+
+    def _require(self, namespace: str, name: str) -> Entity:
+        entity = self.get_entity(namespace, name)
+        if entity is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{name}' could not be found.")
+        return entity
+
+    @staticmethod
+    def check_healthy(entity: Entity) -> None:
+        """[P17] management operations fail while a partition of the entity is unhealthy."""
+        bad = [b.partition_id for b in entity.partitions if not b.healthy]
+        if bad:
+            raise ServerBusy(
+                f"The operation on '{entity.name}' cannot be performed now: partition(s) "
+                f"{', '.join(map(str, bad))} are unavailable. Retry once they are back."
+            )
+
+    def create_entity(self, spec: EntitySpec) -> Entity:
+        """A queue or topic created at runtime; raises a 409 error when the name is taken."""
+        if self.get_entity(spec.namespace, spec.name) is not None:
+            raise EntityAlreadyExists(
+                f"The messaging entity '{spec.namespace}:{spec.name}' already exists."
+            )
+        return self.add_entity(spec)
+
+    def update_entity(self, spec: EntitySpec) -> Entity:
+        """New settings for an existing entity; partitioning can never change [P4].
+
+        Lock duration, delivery count, TTL and dead-lettering apply from the next lock or
+        delivery; the spec's subscriptions must be the entity's current ones.
+        """
+        entity = self._require(spec.namespace, spec.name)
+        self.check_healthy(entity)
+        old = entity.spec
+        if spec.partitioned != old.partitioned or spec.partition_count != old.partition_count:
+            raise InvalidOperation(
+                f"Partitioning cannot be changed for '{spec.name}': it was created with "
+                f"EnablePartitioning={str(old.partitioned).lower()} and that can never change "
+                "on an existing entity."
+            )
+        for broker in entity.partitions:
+            for name, settings in spec.subqueues.items():
+                if name in broker.queues:
+                    broker.update_queue_settings(name, settings)
+        entity.spec = spec
+        return entity
+
+    def remove_entity(self, namespace: str, name: str) -> Entity:
+        """Take an entity out of service (no new links, current ones detached with not-found).
+
+        The caller waits for in-flight commits, then calls drop_entity_data().
+        """
+        entity = self._require(namespace, name)
+        self.check_healthy(entity)
+        del self.entities[(namespace.lower(), name.lower())]
+        entity.deleted = True  # links still holding it get not-found
+        self._retire_views(entity, None)
+        self.forwarder.forget(entity)
+        self.idle.forget(entity)
+        return entity
+
+    def _retire_views(self, entity: Entity, prefix: str | None) -> None:
+        for listener in list(self.removal_listeners):
+            listener(entity, prefix)
+        for queue, view in list(entity.views.items()):
+            if prefix is not None and not (queue == prefix or queue.startswith(prefix + "/")):
+                continue
+            waiters, view.session_waiters = view.session_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+            view.consumers.clear()
+            self._pending_views.discard(view)
+            if prefix is not None:
+                del entity.views[queue]
+
+    def drop_entity_data(self, entity: Entity) -> None:
+        """Close a removed entity's stores and delete its directory (after its last commit)."""
+        for broker in entity.partitions:
+            self.dirty.discard(broker)
+            broker.store.close()
+        shutil.rmtree(self.entity_dir(entity.spec.namespace, entity.name), ignore_errors=True)
+
+    def add_subscription(
+        self,
+        namespace: str,
+        topic: str,
+        spec: SubscriptionSpec,
+        subqueues: dict[str, SubQueueSettings],
+    ) -> Entity:
+        """A subscription created at runtime: its sub-queues on every partition, its rules."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        if spec.name.lower() in entity.subscriptions.by_name:
+            raise EntityAlreadyExists(
+                f"The messaging entity '{namespace}:{topic}|{spec.name}' already exists."
+            )
+        if len(entity.subscriptions.by_name) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise QuotaExceeded(
+                f"The maximum number of subscriptions ({MAX_SUBSCRIPTIONS_PER_TOPIC}) for the "
+                f"topic '{topic}' has been reached."
+            )
+        entity.subscriptions.add_subscription(spec)
+        for broker in entity.partitions:
+            for name, settings in subqueues.items():
+                broker.add_queue(name, settings)
+        for name in subqueues:
+            entity.views.setdefault(name, EntityView(entity, name))
+        entity.spec = dataclasses.replace(
+            entity.spec,
+            subqueues={**entity.spec.subqueues, **subqueues},
+            subscriptions=(*entity.spec.subscriptions, spec),
+        )
+        return entity
+
+    def update_subscription(
+        self,
+        namespace: str,
+        topic: str,
+        spec: SubscriptionSpec,
+        subqueues: dict[str, SubQueueSettings],
+    ) -> Entity:
+        """New delivery settings of a subscription (from the next lock or delivery)."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        sub = entity.subscriptions.subscription(spec.name)
+        sub.dead_letter_on_filter_exceptions = spec.dead_letter_on_filter_exceptions
+        for broker in entity.partitions:
+            for name, settings in subqueues.items():
+                broker.update_queue_settings(name, settings)
+        entity.spec = dataclasses.replace(
+            entity.spec,
+            subqueues={**entity.spec.subqueues, **subqueues},
+            subscriptions=tuple(
+                spec if s.name.lower() == spec.name.lower() else s
+                for s in entity.spec.subscriptions
+            ),
+        )
+        return entity
+
+    def remove_subscription(
+        self, namespace: str, topic: str, name: str, now_ms: int, done: Done
+    ) -> None:
+        """Delete a subscription: detach its links, delete its messages and rules."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        entity.subscriptions.subscription(name)  # raises EntityNotFound
+        prefix = subscription_queue(name)
+        self._retire_views(entity, prefix)
+        gone = [q for q in entity.spec.subqueues if q == prefix or q.startswith(prefix + "/")]
+        part_done = join_completions(len(entity.partitions), done)
+        for broker in entity.partitions:
+            for queue in gone:
+                broker.drop_queue(queue, now_ms)
+            broker.after_commit(part_done)
+        entity.subscriptions.remove_subscription(name)
+        entity.spec = dataclasses.replace(
+            entity.spec,
+            subqueues={q: s for q, s in entity.spec.subqueues.items() if q not in gone},
+            subscriptions=tuple(
+                s for s in entity.spec.subscriptions if s.name.lower() != name.lower()
+            ),
+        )
+
+    def purge(
+        self, namespace: str, entity_name: str | None, now_ms: int, done: Done
+    ) -> dict[str, int]:
+        """Delete every message (active, locked, deferred, scheduled, dead-lettered) of one
+        entity, or of every entity of a namespace when ``entity_name`` is None. Each message is
+        logged as purged; `done` runs after the commits. Returns messages purged per entity."""
+        if entity_name is None:
+            ns = namespace.lower()
+            entities = [e for (n, _), e in self.entities.items() if n == ns]
+            if not entities and ns not in {n for n, _ in self.entities}:
+                raise EntityNotFound(f"The namespace '{namespace}' has no entities.")
+        else:
+            entities = [self._require(namespace, entity_name)]
+        for entity in entities:
+            self.check_healthy(entity)
+        counts: dict[str, int] = {}
+        brokers = [b for e in entities for b in e.partitions]
+        part_done = join_completions(len(brokers), done) if brokers else done
+        for entity in entities:
+            total = 0
+            for broker in entity.partitions:
+                for queue in list(broker.queues):
+                    total += broker.purge_queue(queue, now_ms)
+            counts[entity.name] = total
+        for broker in brokers:
+            broker.after_commit(part_done)
+        if not brokers:
+            done(None)
+        return counts

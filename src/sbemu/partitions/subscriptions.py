@@ -67,6 +67,8 @@ class RuleSource:
     correlation: Mapping[str, object] | None = None
     action_expression: str | None = None
     created_ms: int = 0
+    parameters: Mapping[str, object] | None = None  # SqlFilter @parameters (admin API)
+    action_parameters: Mapping[str, object] | None = None  # SqlRuleAction @parameters
 
     def compile(self) -> Rule:
         """The executable rule; raises RuleDefinitionError naming the rule and position."""
@@ -77,6 +79,8 @@ class RuleSource:
                 self.sql_expression,
                 dict(self.correlation) if self.correlation is not None else None,
                 self.action_expression,
+                dict(self.parameters) if self.parameters else None,
+                dict(self.action_parameters) if self.action_parameters else None,
             )
         except FilterSyntaxError as exc:
             raise RuleDefinitionError(f"Rule '{self.name}': {exc}") from exc
@@ -92,6 +96,8 @@ class RuleSource:
             "correlation": dict(self.correlation) if self.correlation is not None else None,
             "action_expression": self.action_expression,
             "created_ms": self.created_ms,
+            **({"parameters": dict(self.parameters)} if self.parameters else {}),
+            **({"action_parameters": dict(self.action_parameters)} if self.action_parameters else {}),
         }
 
     @staticmethod
@@ -105,6 +111,8 @@ class RuleSource:
             correlation=corr if isinstance(corr, dict) else None,
             action_expression=data.get("action_expression"),  # type: ignore[arg-type]
             created_ms=int(data.get("created_ms") or 0),  # type: ignore[call-overload]  # an int in rules.json
+            parameters=data.get("parameters") or None,  # type: ignore[arg-type]
+            action_parameters=data.get("action_parameters") or None,  # type: ignore[arg-type]
         )
 
 
@@ -260,6 +268,27 @@ class Subscriptions:
             raise EntityNotFound(f"The rule '{rule_name}' could not be found.")
         sub.sources = kept
         sub.recompile()
+        self._write_rules()
+
+    def add_subscription(self, spec: SubscriptionSpec) -> Subscription:
+        """A subscription created at runtime (admin API); its rules are persisted."""
+        sub = Subscription(
+            spec.name,
+            subscription_queue(spec.name),
+            list(spec.rules),
+            dead_letter_on_filter_exceptions=spec.dead_letter_on_filter_exceptions,
+        )
+        sub.recompile()  # raises RuleDefinitionError before anything changed
+        for rule in sub.rules:
+            self._check_quota(rule)
+        self.by_name[spec.name.lower()] = sub
+        self._write_rules()
+        return sub
+
+    def remove_subscription(self, name: str) -> None:
+        """Forget a deleted subscription and its persisted rules."""
+        self.subscription(name)
+        del self.by_name[name.lower()]
         self._write_rules()
 
     def _check_quota(self, new_rule: Rule) -> None:

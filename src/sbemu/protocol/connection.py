@@ -54,7 +54,9 @@ from ..errors import (
 from ..partitions.broker import PartitionBroker, SessionLock
 from ..partitions.records import IncomingMessage, MessageRecord
 from ..partitions.router import Delivered, Entity, EntityView, Router
+from ..partitions.stats import ServerStats
 from . import cbs, codec, sections
+from .channels import EndedChannelFilter
 from .frames import FramePadder
 from .sasl import SaslError, SaslServer, SaslState
 from .transactions import (
@@ -81,6 +83,7 @@ K_PARTITION_ID = codec.enc_symbol("x-opt-partition-id")
 K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
 K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
 K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
+K_ENQUEUE_SEQUENCE = codec.enc_symbol("x-opt-enqueue-sequence-number")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ class Services:
     router: Router
     namespaces: dict[str, NamespaceInfo]  # lower-cased name -> info
     default_namespace: str
+    stats: ServerStats = field(default_factory=ServerStats)  # connections and errors
 
     def namespace_for(self, hostname: str | None) -> NamespaceInfo:
         """Pick the namespace a client addresses: by host name (first label), else the default."""
@@ -180,6 +184,13 @@ class ReceiveLink:
         """Put one message on the wire."""
         self.conn._send_delivery(self, delivered)
 
+    def refuse(self, error: ServiceBusError) -> None:
+        """The entity may no longer be received from (Status changed): detach with the error."""
+        if self.closed:
+            return
+        self.conn._close_link(self.link, error)
+        self.conn.on_output()
+
     def session_lost(self, lock: SessionLock) -> None:
         """The session lock expired: detach with session-lock-lost [contract 4.4]."""
         if self.closed or lock is not self.session:
@@ -192,6 +203,68 @@ class ReceiveLink:
 
 
 _LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink | CoordinatorLink
+
+
+class _LinkMap(dict):
+    """`_links` (proton Link -> our state) plus a cache keyed by the C link pointer, so the
+    hot path finds a link's state without wrapping the link; any change drops the cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_ptr: dict[int, Any] = {}
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.by_ptr.clear()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.by_ptr.clear()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.by_ptr.clear()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.by_ptr.clear()
+        super().clear()
+
+    def setdefault(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().setdefault(*args)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.by_ptr.clear()
+        super().update(*args, **kwargs)
+
+
+# proton's C event types, for the raw event loop (AmqpConnection._process).
+_PN_DELIVERY = Event.DELIVERY.number
+_PN_LINK_FLOW = Event.LINK_FLOW.number
+# Events nobody handles: popped without building Python wrappers for them.
+_PN_IGNORED = frozenset(
+    e.number
+    for e in (
+        Event.TRANSPORT,
+        Event.CONNECTION_INIT,
+        Event.CONNECTION_BOUND,
+        Event.CONNECTION_LOCAL_OPEN,
+        Event.CONNECTION_FINAL,
+        Event.SESSION_INIT,
+        Event.SESSION_LOCAL_OPEN,
+        Event.SESSION_FINAL,
+        Event.LINK_INIT,
+        Event.LINK_LOCAL_OPEN,
+        Event.LINK_FINAL,
+    )
+)
+_PN_ACCEPTED = Delivery.ACCEPTED
+_NULL = _ffi.NULL
+_MISSING = object()
 
 
 class AmqpConnection:
@@ -208,7 +281,7 @@ class AmqpConnection:
         self._conn: Connection | None = None
         self._collector: Collector | None = None
         self._out = bytearray()
-        self._links: dict[Link, _LinkState] = {}
+        self._links: dict[Link, _LinkState] = _LinkMap()
         self._grants: list[cbs.SasGrant] = []
         self._plain_rights: frozenset[str] | None = None
         self.namespace: NamespaceInfo = services.namespace_for(None)
@@ -216,7 +289,9 @@ class AmqpConnection:
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
         self._padder = FramePadder()
+        self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
+        self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -263,6 +338,7 @@ class AmqpConnection:
     def _push(self, data: bytes) -> None:
         transport = self._transport
         assert transport is not None
+        data = self._ended_channels.feed(data)  # frames after the peer's own end: dropped
         view = memoryview(data)
         while view:
             capacity = transport.capacity()
@@ -274,7 +350,7 @@ class AmqpConnection:
                 if capacity <= 0:
                     break
             chunk = view[:capacity]
-            transport.push(bytes(chunk))
+            transport.push(chunk)  # type: ignore[arg-type]  # a view is fine: proton copies it
             view = view[len(chunk) :]
             self._process()
         self._process()
@@ -284,16 +360,20 @@ class AmqpConnection:
         transport = self._transport
         if transport is not None:
             self._process()
+            timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             while True:
-                pending = transport.pending()
+                pending = _lib.pn_transport_pending(timpl)
                 if pending <= 0:
                     if pending < 0:
                         self.closed = True
                     break
-                chunk = transport.peek(pending)
-                assert chunk is not None  # pending > 0: peek returns bytes, never EOS
+                chunk = bytearray(pending)
+                got = _lib.pn_transport_peek(timpl, _ffi.from_buffer(chunk), pending)
+                if got < 0:
+                    self.closed = True
+                    break
                 self._out += self._padder.feed(chunk)
-                transport.pop(pending)
+                _lib.pn_transport_pop(timpl, pending)
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.
@@ -320,6 +400,9 @@ class AmqpConnection:
     def connection_lost(self) -> None:
         """The socket is gone: forget our links (locks stay until they expire)."""
         self.closed = True
+        if self.opened_ms is not None:
+            self.services.stats.connection_closed(self.namespace.name)
+            self.opened_ms = None
         for state in list(self._links.values()):
             if isinstance(state, ReceiveLink):
                 self._end_receiver(state)
@@ -331,6 +414,29 @@ class AmqpConnection:
             self._transport.unbind()
             self._transport = None
 
+    def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
+        """The entity (or, with a prefix, one subscription of it) was deleted: detach every
+        link on it with amqp:not-found. Returns how many links were detached."""
+        detached = 0
+        for link, state in list(self._links.items()):
+            if getattr(state, "entity", None) is not entity:
+                continue
+            view = getattr(state, "view", None)
+            if queue_prefix is not None:
+                queue = view.queue if view is not None else None
+                if queue is None or not (
+                    queue == queue_prefix or queue.startswith(queue_prefix + "/")
+                ):
+                    continue
+            path = view.address if view is not None else entity.name
+            self._close_link(
+                link, EntityNotFound(f"The messaging entity '{path}' was deleted.")
+            )
+            detached += 1
+        if detached:
+            self.on_output()
+        return detached
+
     @property
     def now_ms(self) -> int:
         """The current time in Unix milliseconds, as last told by the adapter."""
@@ -341,15 +447,142 @@ class AmqpConnection:
         collector = self._collector
         if collector is None:
             return
+        # Raw event loop on proton's C layer: the per-message events (a transfer in, a
+        # disposition in, a flow) are handled without proton's Python wrappers; every other
+        # event is wrapped and dispatched as before; events nobody handles are just popped.
+        impl = collector._impl
+        lib = _lib
         while True:
-            event = collector.peek()
-            if event is None:
+            ev = lib.pn_collector_peek(impl)
+            if ev == _NULL:
                 break
+            kind = lib.pn_event_type(ev)
+            if kind not in _PN_IGNORED:
+                handled = False
+                if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:
+                    try:
+                        handled = self._fast_event(kind, ev)
+                    except Exception as exc:
+                        self._fail(Event.wrap(ev), exc)
+                        handled = True
+                if not handled:
+                    event = Event.wrap(ev)
+                    try:
+                        self._dispatch(event)
+                    except Exception as exc:  # one error path per scope: link, else connection
+                        self._fail(event, exc)
+            lib.pn_collector_pop(impl)
+
+    def _state_of(self, link: Any) -> Any:
+        """Our state for a C link pointer (cached; None for links we do not track)."""
+        links = self._links
+        cache: dict[int, Any] = links.by_ptr  # type: ignore[attr-defined]
+        key = int(_ffi.cast("uintptr_t", link))
+        state = cache.get(key, _MISSING)
+        if state is _MISSING:
+            state = links.get(Link.wrap(link))
+            cache[key] = state
+        return state
+
+    def _fast_event(self, kind: int, ev: Any) -> bool:
+        """The hot events on the C layer; False hands the event to the wrapped path."""
+        lib = _lib
+        link = lib.pn_event_link(ev)
+        state = self._state_of(link)
+        cls = type(state)
+        if kind == _PN_LINK_FLOW:
+            if cls is ReceiveLink:
+                if state.waiting:
+                    return True
+                state.view.dispatch(self.now_ms)
+                if lib.pn_link_get_drain(link):
+                    lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
+                return True
+            if cls is SendLink:
+                credit = lib.pn_link_credit(link)
+                if credit < SENDER_CREDIT // 2:
+                    lib.pn_link_flow(link, SENDER_CREDIT - credit)
+                return True
+            return False
+        d = lib.pn_event_delivery(ev)
+        if cls is SendLink:
+            # A whole, plain (non-transactional) transfer: read it, top up credit, store it.
+            if (
+                lib.pn_delivery_partial(d)
+                or lib.pn_delivery_aborted(d)
+                or not lib.pn_delivery_readable(d)
+                or lib.pn_delivery_remote_state(d) != 0
+            ):
+                return False
+            pending = lib.pn_delivery_pending(d)
+            if pending <= 0:
+                return False
+            buf = bytearray(pending)
+            got = lib.pn_link_recv(link, _ffi.from_buffer(buf), pending)
+            lib.pn_link_advance(link)
+            credit = lib.pn_link_credit(link)
+            if credit < SENDER_CREDIT // 2:
+                lib.pn_link_flow(link, SENDER_CREDIT - credit)
+            data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+            lib.pn_incref(d)  # held until the commit settles it
             try:
-                self._dispatch(event)
-            except Exception as exc:  # one error path per scope: the link, else the connection
-                self._fail(event, exc)
-            collector.pop()
+                messages = self._incoming(data, state.entity.subscriptions is not None)
+                state.entity.send(messages, self.now_ms, lambda error: self._settle_raw(d, error))
+            except ServiceBusError as exc:
+                self._settle_raw(d, exc)
+            return True
+        if cls is ReceiveLink:
+            # A client's accept (complete) of a peek-locked message [contract 5.1].
+            if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
+                return False
+            tag = lib.pn_delivery_tag(d)
+            token = state.unsettled.pop(bytes(_ffi.unpack(tag.start, tag.size)), None)
+            if token is None:
+                if lib.pn_delivery_settled(d):
+                    lib.pn_delivery_settle(d)
+                return True
+            needs_reply = not lib.pn_delivery_settled(d)
+            lib.pn_incref(d)
+
+            def done(error: Exception | None) -> None:
+                self._complete_raw(d, needs_reply, error)
+
+            try:
+                state.entity.complete(token, self.now_ms, done)
+            except ServiceBusError as exc:
+                done(exc)
+            return True
+        return False
+
+    def _settle_raw(self, d: Any, error: Exception | None) -> None:
+        """Settle an incoming transfer held by _fast_event (and drop our reference)."""
+        try:
+            if error is None:
+                _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_settle(d)
+                self.on_output()
+            else:
+                self._settle_incoming(Delivery.wrap(d), error)
+        finally:
+            _lib.pn_decref(d)
+
+    def _complete_raw(self, d: Any, needs_reply: bool, error: Exception | None) -> None:
+        """Answer a complete taken by _fast_event [contract 5.2] (and drop our reference)."""
+        try:
+            if error is None:
+                if needs_reply:
+                    _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_settle(d)
+            else:
+                delivery = Delivery.wrap(d)
+                if needs_reply:
+                    err = error if isinstance(error, ServiceBusError) else _storage_error(error)
+                    delivery.local.condition = error_condition(err)
+                    delivery.update(Delivery.REJECTED)
+                delivery.settle()
+            self.on_output()
+        finally:
+            _lib.pn_decref(d)
 
     def _dispatch(self, event: Event) -> None:
         t = event.type
@@ -390,6 +623,8 @@ class AmqpConnection:
             if hostname and self._sasl.result and self._sasl.result.mechanism is None:
                 self.namespace = self.services.namespace_for(hostname)
             conn.open()
+            self.opened_ms = self.now_ms
+            self.services.stats.connection_opened(self.namespace.name)
         elif t == Event.CONNECTION_REMOTE_CLOSE:
             conn = event.connection
             assert conn is not None
@@ -410,7 +645,7 @@ class AmqpConnection:
         if link is not None:
             self._close_link(link, exc)
         elif self._conn is not None:
-            self._conn.condition = error_condition(exc)
+            self._conn.condition = self._error_condition(exc)
             self._conn.close()
 
     # ------------------------------------------------------------------ attach
@@ -447,6 +682,7 @@ class AmqpConnection:
                         f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
                     )
                 self._authorize(path, ("Send",))
+                entity.check_sendable()
                 state = SendLink(link, entity, path)
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
@@ -456,6 +692,7 @@ class AmqpConnection:
                         f"Cannot receive from topic '{path}': receive from one of its "
                         "subscriptions ('<topic>/Subscriptions/<name>')."
                     )
+                entity.check_receive(view.queue)
                 is_session, session_id = _session_filter(link.remote_source.filter)
                 peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
                 state = ReceiveLink(self, link, entity, view, peek_lock)
@@ -564,12 +801,12 @@ class AmqpConnection:
         link.source.type = Terminus.UNSPECIFIED
         link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = error_condition(exc)
+        link.condition = self._error_condition(exc)
         link.close()
 
     def _close_link(self, link: Link, exc: ServiceBusError) -> None:
         self._forget_link(link)
-        link.condition = error_condition(exc)
+        link.condition = self._error_condition(exc)
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
@@ -704,6 +941,12 @@ class AmqpConnection:
                 f"({limit} bytes) currently allowed on the link."
             )
         try:
+            scanned = sections.scan_message(data)
+        except sections.SectionError:
+            scanned = None
+        if scanned is not None and not _may_be_batch(scanned):
+            return [_to_incoming(scanned, for_topic)]  # the common case: one scan, no split
+        try:
             inner = _batch_payloads(data)
             if inner is not None:
                 try:
@@ -720,7 +963,7 @@ class AmqpConnection:
         else:
             if not isinstance(error, ServiceBusError):
                 error = _storage_error(error)
-            delivery.local.condition = error_condition(error)
+            delivery.local.condition = self._error_condition(error)
             delivery.update(Delivery.REJECTED)
         delivery.settle()
         self.on_output()
@@ -736,12 +979,12 @@ class AmqpConnection:
             tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
         else:
             tag = next(self._tag_counter).to_bytes(8, "big")
-        link = state.link
-        delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
-        link.send(data)
-        link.advance()
+        link = state.link._impl  # on proton's C layer: no wrapper per delivery
+        delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))
+        _lib.pn_link_send(link, data, len(data))
+        _lib.pn_link_advance(link)
         if lock is None:
-            delivery.settle()  # receive-and-delete: pre-settled [contract 4.2]
+            _lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
         else:
             state.unsettled[tag] = lock.token
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
@@ -766,7 +1009,7 @@ class AmqpConnection:
                     delivery.update(outcome)
                 else:
                     err = error if isinstance(error, ServiceBusError) else _storage_error(error)
-                    delivery.local.condition = error_condition(err)
+                    delivery.local.condition = self._error_condition(err)
                     delivery.update(Delivery.REJECTED)
             delivery.settle()
             self.on_output()
@@ -836,7 +1079,7 @@ class AmqpConnection:
                 txn, StagedSettlement(entity, token, code, details, delivery)
             )
         except ServiceBusError as exc:
-            delivery.local.condition = error_condition(exc)
+            delivery.local.condition = self._error_condition(exc)
             delivery.update(Delivery.REJECTED)
             delivery.settle()
             self.on_output()
@@ -937,6 +1180,55 @@ class AmqpConnection:
             link.advance()
             delivery.settle()
 
+    # ------------------------------------------------------------------ operator view
+    def _error_condition(self, exc: ServiceBusError) -> Condition:
+        """error_condition(), counted for /metrics (throttled, server or user error)."""
+        self.services.stats.error(self.namespace.name, exc.condition)
+        return error_condition(exc)
+
+    def describe(self) -> dict[str, Any]:
+        """A read-only picture of this connection for the dashboard: identity and links."""
+        result = self._sasl.result
+        identities = sorted({g.key_name for g in self._grants if g.expires_at > self.now})
+        if result is not None and result.mechanism == "PLAIN" and result.username:
+            identities.insert(0, result.username)
+        links = []
+        for link, state in list(self._links.items()):
+            kind = type(state).__name__
+            entry: dict[str, Any] = {
+                "name": link.name,
+                "role": "sender" if link.is_receiver else "receiver",  # the client's side
+                "kind": kind,
+                "address": getattr(state, "address", None) or getattr(state, "node", None),
+                "credit": link.credit,
+                "unsettled": link.unsettled,
+            }
+            if isinstance(state, ReceiveLink):
+                entry["address"] = state.view.address
+                entry["mode"] = "peek-lock" if state.peek_lock else "receive-and-delete"
+                entry["unsettled"] = len(state.unsettled)
+                if state.session is not None:
+                    entry["session_id"] = state.session.session_id
+            links.append(entry)
+        return {
+            "id": self.id,
+            "namespace": self.namespace.name,
+            "sasl_mechanism": result.mechanism if result is not None else None,
+            "identities": identities,
+            "container_id": self._conn.remote_container if self._conn is not None else None,
+            "opened_ms": self.opened_ms,
+            "links": links,
+        }
+
+    def close_by_operator(self, description: str) -> None:
+        """Close the connection with amqp:connection:forced (the dashboard's close action)."""
+        if self._conn is not None and not self.closed:
+            self._conn.condition = Condition("amqp:connection:forced", description)
+            self._conn.close()
+        else:
+            self.closed = True
+        self.on_output()
+
 
 # ------------------------------------------------------------------------ helpers
 def error_condition(error: ServiceBusError) -> Condition:
@@ -977,6 +1269,25 @@ def _batch_payloads(data: bytes) -> list[bytes] | None:
     return parts
 
 
+def _may_be_batch(scanned: sections.ScannedMessage) -> bool:
+    """Whether a scanned message could be a batch envelope: its first body section is a data
+    section whose payload starts like an encoded message (the check _batch_payloads makes of
+    every part), so a plain message is not split and copied section by section."""
+    span = scanned.body_span
+    if span is None:
+        return False
+    tail, at = scanned.tail, span[0]
+    if at + 4 > len(tail) or tail[at + 2] != 0x75:
+        return False
+    p = at + (5 if tail[at + 3] == 0xA0 else 8)
+    return (
+        p + 3 <= len(tail)
+        and tail[p] == 0x00
+        and tail[p + 1] == 0x53
+        and 0x70 <= tail[p + 2] <= 0x78
+    )
+
+
 TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000
 
 
@@ -1006,6 +1317,11 @@ def _session_filter(data: object) -> tuple[bool, str | None]:
 
 
 def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> IncomingMessage:
+    # Azure gives a message whose sender set no MessageId one at enqueue (the JS SDK's lock
+    # renewer keys on it); stamped into the stored bytes so every reader sees the same id.
+    assigned = scanned.message_id is None
+    if assigned:
+        scanned = sections.assign_message_id(scanned, sections.new_message_id())
     return IncomingMessage(
         message_id=scanned.message_id,
         session_id=scanned.session_id,
@@ -1022,6 +1338,7 @@ def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> I
         properties_span=scanned.properties_span,
         body_span=scanned.body_span,
         view=(lambda: message_view(scanned)) if for_topic else None,
+        message_id_assigned=assigned,
     )
 
 
@@ -1043,6 +1360,8 @@ def encode_delivery(
         stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
     if with_state:
         stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+    if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
+        stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
     return encode_record(rec, stamps)
 
 

@@ -10,11 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from .connection import AmqpConnection, Services
 
 log = logging.getLogger("sbemu.listener")
+
+# Bytes handed to the engine per event-loop pass. A big read (uvloop reads up to 256 KB: a
+# few hundred messages) is fed in slices, yielding to the loop in between, so commit
+# completions (acknowledgements) and other connections are not held up behind it.
+READ_SLICE = 65_536
 
 
 class AmqpProtocol(asyncio.Protocol):
@@ -33,6 +40,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._conn: AmqpConnection | None = None
         self._flush_pending = False
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # the deadline the armed timer is for
+        self._backlog: deque[bytes] = deque()  # input not yet fed (reading paused meanwhile)
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -45,6 +54,38 @@ class AmqpProtocol(asyncio.Protocol):
         conn = self._conn
         if conn is None:
             return
+        if len(data) <= READ_SLICE and not self._backlog:
+            self._feed(conn, data)
+            return
+        self._backlog.append(data)
+        if len(self._backlog) == 1:
+            if self._transport is not None:
+                self._transport.pause_reading()
+            self._drain()
+
+    def _drain(self) -> None:
+        """Feed one slice of the backlog; come back on the next loop pass for the rest."""
+        conn = self._conn
+        if conn is None or not self._backlog:
+            self._backlog.clear()
+            return
+        head = self._backlog[0]
+        if len(head) > READ_SLICE:
+            self._backlog[0] = head[READ_SLICE:]
+            head = head[:READ_SLICE]
+        else:
+            self._backlog.popleft()
+        self._feed(conn, head)
+        if not self._backlog:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+        elif conn.closed:
+            self._backlog.clear()
+        else:
+            self._loop.call_soon(self._drain)
+
+    def _feed(self, conn: AmqpConnection, data: bytes) -> None:
         try:
             conn.receive_data(data, self._clock())
         except Exception:  # never let one connection take the server down
@@ -62,6 +103,8 @@ class AmqpProtocol(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if self._conn is not None:
+            while self._backlog:  # bytes that arrived before the close are still input
+                self._feed(self._conn, self._backlog.popleft())
             self._conn.connection_lost()
             self._conn = None
 
@@ -89,11 +132,16 @@ class AmqpProtocol(asyncio.Protocol):
 
     def _arm_timer(self, conn: AmqpConnection) -> None:
         deadline = conn.next_deadline()
+        if deadline is not None and self._timer is not None and self._timer_at <= deadline:
+            # Armed for no later than needed: an early tick just re-arms. This keeps a busy
+            # connection from replacing its timer on every flush.
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if deadline is not None:
             delay = max(0.0, deadline - self._clock())
+            self._timer_at = deadline
             self._timer = self._loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
@@ -104,7 +152,37 @@ class AmqpProtocol(asyncio.Protocol):
         conn.handle_timer(self._clock())
         self._flush()
 
+    def entity_removed(self, entity: object, queue_prefix: str | None) -> None:
+        """An entity or subscription was deleted (admin API): detach this client's links on it."""
+        if self._conn is not None and self._conn.detach_entity(entity, queue_prefix):  # type: ignore[arg-type]
+            self._flush()
+
     def close(self) -> None:
         """Drop the socket (server shutdown)."""
         if self._transport is not None:
             self._transport.close()
+
+    # ------------------------------------------------------------------ operator view
+    def describe(self) -> dict[str, Any] | None:
+        """Peer address plus the connection's own description (None once it is gone)."""
+        conn, transport = self._conn, self._transport
+        if conn is None or transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        info = conn.describe()
+        info["peer"] = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        return info
+
+    @property
+    def connection_id(self) -> int | None:
+        """The AmqpConnection id the dashboard names this socket by."""
+        return self._conn.id if self._conn is not None else None
+
+    def close_by_operator(self, description: str, grace: float = 5.0) -> None:
+        """Send close(amqp:connection:forced); drop the socket if the peer does not answer."""
+        conn = self._conn
+        if conn is None:
+            return
+        conn.close_by_operator(description)
+        self._flush()
+        self._loop.call_later(grace, self.close)

@@ -59,6 +59,7 @@ def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -
         app: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
         if condition is not None:
             app["errorCondition"] = symbol(condition)
+            conn.services.stats.error(conn.namespace.name, condition)  # for /metrics
         response = Message(correlation_id=request.id, properties=app, body=result or {})
         conn.send_reply(state, request, response)
 
@@ -218,7 +219,7 @@ def _receive_by_sequence_number(
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
     messages = []
     for rec, lock, pid in taken:
-        data = encode_delivery(rec, pid, lock.until_ms if lock else None)
+        data = encode_delivery(rec, pid, lock.until_ms if lock else None, with_state=True)
         item: dict[str, Any] = {"message": data}
         if lock is not None:
             item["lock-token"] = lock.token

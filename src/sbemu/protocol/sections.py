@@ -37,7 +37,9 @@ __all__ = [
     "PROPERTY_FIELDS",
     "ScannedMessage",
     "SectionError",
+    "assign_message_id",
     "build_message",
+    "new_message_id",
     "read_application_properties",
     "read_properties",
     "scan_message",
@@ -429,6 +431,86 @@ def _scan(buf: bytes) -> ScannedMessage:
         props_span,
         body_span,
     )
+
+
+def new_message_id() -> str:
+    """A broker-assigned MessageId in Azure's form: a GUID as 32 lower-case hex digits, no
+    dashes (what the service gives a message whose sender set none; the same form as the
+    Track 1 .NET client's `Guid.NewGuid().ToString("N")`)."""
+    return uuid.uuid4().hex
+
+
+def assign_message_id(scanned: ScannedMessage, message_id: str) -> ScannedMessage:
+    """Return `scanned` with properties.message-id set to `message_id` (an AMQP string).
+
+    Only the properties section is rebuilt (its other fields keep their encodings; a section
+    is created at the front of the tail when the message had none); application properties
+    and body stay byte-for-byte, and their spans move by the size difference.
+    """
+    tail = scanned.tail
+    pos, n = 0, len(tail)
+    start = end = 0
+    fields: list[bytes] = []
+    try:
+        while pos < n:
+            code, vpos = _section_code(tail, pos)
+            end = _skip(tail, vpos)
+            if code == PROPERTIES:
+                start = pos
+                c = tail[vpos]
+                if c == 0xC0:
+                    count, p = tail[vpos + 2], vpos + 3
+                elif c == 0xD0:
+                    count, p = _unpack_I(tail, vpos + 5)[0], vpos + 9
+                else:  # list0 / null: every field absent
+                    count, p = 0, end
+                for _ in range(count):
+                    q = _skip(tail, p)
+                    fields.append(tail[p:q])
+                    p = q
+                break
+            pos = end
+        else:
+            start = end = 0
+    except SectionError:
+        raise
+    except _FAILURES as e:
+        raise SectionError(f"malformed tail: {e}") from e
+    if fields:
+        fields[0] = enc_string(message_id)
+    else:
+        fields = [enc_string(message_id)]
+    section = b"\x00\x53\x73" + enc_list(fields)
+    delta = len(section) - (end - start)
+
+    def moved(span: tuple[int, int] | None) -> tuple[int, int] | None:
+        if span is None or span[0] < end:
+            return span
+        return (span[0] + delta, span[1] + delta)
+
+    out = ScannedMessage(
+        scanned.durable,
+        scanned.priority,
+        scanned.ttl_ms,
+        message_id,
+        scanned.session_id,
+        scanned.reply_to_session_id,
+        scanned.correlation_id,
+        scanned.subject,
+        scanned.to,
+        scanned.reply_to,
+        scanned.content_type,
+        scanned.partition_key,
+        scanned.via_partition_key,
+        scanned.scheduled_enqueue_time_ms,
+        scanned.annotations,
+        scanned.annotation_count,
+        tail[:start] + section + tail[end:],
+        scanned.size + delta,
+        moved(scanned.properties_span),
+        moved(scanned.body_span),
+    )
+    return out
 
 
 def split_batch(buf: bytes) -> list[bytes]:

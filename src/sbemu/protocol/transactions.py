@@ -164,7 +164,11 @@ class TransactionCoordinator:
                     msg.session_id
                     or msg.partition_key
                     or msg.via_partition_key
-                    or (msg.message_id if entity.spec.requires_duplicate_detection else None)
+                    or (
+                        msg.message_id
+                        if entity.spec.requires_duplicate_detection and not msg.message_id_assigned
+                        else None
+                    )
                 )
                 if key is None:
                     raise InvalidOperation(

@@ -1,0 +1,284 @@
+#!/usr/bin/env python
+"""sbemu vs RabbitMQ with the same client: ``make bench-compare`` (``bench/compare.py``).
+
+Starts Debian's RabbitMQ (3.10, AMQP 1.0 plugin) with its own data, log and config directory
+on free loopback ports (AMQP, Erlang distribution, its own epmd port: nothing clashes with a
+system RabbitMQ), declares a durable classic queue, and starts sbemu (``python -m sbemu serve``,
+temporary data directory) with a plain queue ``bench`` and a partitioned queue ``benchp``. Then
+for ``--rounds`` rounds, alternating the brokers, the rhea client (``bench/node/rhea-bench.js``)
+sends ``--count`` durable messages of ``--size`` bytes with at most ``--credit`` unsettled, and
+receives them with credit ``--credit`` and auto-accept (peek-lock + complete). Prints every
+round, then the medians and the ratios sbemu/RabbitMQ (plain and partitioned queue, each against
+the same RabbitMQ queue), and the send-to-receive latency (p50, p99) of each at a fixed offered
+rate of ``--latency-rate`` msg/s. Everything it started is stopped on the way out. Exit 1 if a phase
+fails (lost, refused or duplicated messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench import Server as SbemuServer  # noqa: E402  (bench/bench.py, next to this file)
+
+NODE_DIR = HERE / "node"
+CLIENT = NODE_DIR / "rhea-bench.js"
+RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
+RABBIT_QUEUE = "bench"
+SBEMU_USER, SBEMU_PASSWORD = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
+START_TIMEOUT = 90.0
+PHASE_TIMEOUT = 300.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Rabbit:
+    """A private RabbitMQ node: own HOME (cookie), mnesia, logs, config, ports and epmd."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self.node = f"sbemubench{os.getpid()}@localhost"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.env = dict(os.environ)
+        conf = workdir / "rabbitmq.conf"
+        conf.write_text(
+            "loopback_users = none\n"
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            "log.console = false\nlog.file.level = warning\n"
+        )
+        plugins = workdir / "enabled_plugins"
+        plugins.write_text("[rabbitmq_amqp1_0].\n")
+        env_conf = workdir / "rabbitmq-env.conf"
+        env_conf.write_text("")
+        self.env.update(
+            HOME=str(workdir),  # .erlang.cookie lives here
+            RABBITMQ_NODENAME=self.node,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_MNESIA_BASE=str(workdir / "mnesia"),
+            RABBITMQ_LOG_BASE=str(workdir / "log"),
+            RABBITMQ_CONFIG_FILE=str(conf),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(workdir / "advanced.config"),
+            RABBITMQ_CONF_ENV_FILE=str(env_conf),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(plugins),
+            RABBITMQ_PLUGINS_EXPAND_DIR=str(workdir / "plugins-expand"),
+            RABBITMQ_PID_FILE=str(workdir / "rabbit.pid"),
+        )
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        out = subprocess.run(
+            [str(RABBIT_BIN / "rabbitmqctl"), "-n", self.node, *args],
+            env=self.env, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {out.stderr or out.stdout}")
+        return out.stdout
+
+    def start(self) -> None:
+        log = open(self.dir / "server.out", "wb")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [str(RABBIT_BIN / "rabbitmq-server")],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"compare: RabbitMQ exited:\n{self._tail()}")
+            try:
+                self.ctl("await_startup", timeout=30)
+                break
+            except (RuntimeError, subprocess.TimeoutExpired):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"compare: RabbitMQ did not start:\n{self._tail()}") from None
+                time.sleep(1)
+        # A durable classic queue, declared the way an operator would before the test.
+        self.ctl(
+            "eval",
+            'rabbit_amqqueue:declare(rabbit_misc:r(<<"/">>, queue, '
+            f'<<"{RABBIT_QUEUE}">>), true, false, [], none, <<"bench">>).',
+        )
+
+    def _tail(self) -> str:
+        text = ""
+        for p in [self.dir / "server.out", *sorted((self.dir / "log").glob("*.log"))]:
+            if p.exists():
+                text += p.read_text(errors="replace")[-2000:]
+        return text
+
+    def purge(self) -> None:
+        self.ctl("purge_queue", RABBIT_QUEUE)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.ctl("stop", timeout=60)
+            except (RuntimeError, subprocess.TimeoutExpired):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # The epmd that the node started on our private port.
+        subprocess.run(
+            ["epmd", "-port", str(self.epmd_port), "-kill"],
+            env=self.env, capture_output=True, timeout=10, check=False,
+        )  # fmt: skip
+
+
+def phase(
+    kind: str, port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]
+) -> dict:
+    cmd = [
+        "node", str(CLIENT), kind, str(port), address,
+        str(args.count), str(args.size), str(args.credit), *auth,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False)
+    try:
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"ok": 0, "rate": 0.0, "error": (out.stderr or out.stdout)[-500:] or "no output"}
+    if result.get("error") is None and (result.get("ok") != args.count or result.get("duplicates")):
+        result["error"] = f"{result.get('ok')}/{args.count}, {result.get('duplicates')} duplicates"
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
+    parser.add_argument("--size", type=int, default=1024, help="body bytes [1024]")
+    parser.add_argument(
+        "--credit", type=int, default=500, help="send window / receive credit [500]"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds [3]")
+    parser.add_argument(
+        "--latency-rate", type=int, default=1000, help="latency phase msg/s [1000; 0 = skip]"
+    )
+    parser.add_argument(
+        "--latency-seconds", type=float, default=5.0, help="latency phase length [5]"
+    )
+    parser.add_argument("--keep-data", action="store_true", help="keep the temp directories")
+    args = parser.parse_args(argv)
+    if not CLIENT.exists() or not (NODE_DIR / "node_modules" / "rhea").exists():
+        raise SystemExit("compare: run `make bench-compare` (installs rhea into bench/node)")
+    if not (RABBIT_BIN / "rabbitmq-server").exists():
+        raise SystemExit("compare: RabbitMQ not installed (apt-get install rabbitmq-server)")
+
+    load = os.getloadavg()
+    print(f"bench-compare: {args.count} x {args.size} B durable, credit {args.credit}, "
+          f"{args.rounds} rounds; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+          flush=True)  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="sbemu-compare-"))
+    (workdir / "rabbit").mkdir()
+    (workdir / "sbemu").mkdir()
+    rabbit = Rabbit(workdir / "rabbit")
+    sbemu = SbemuServer(workdir / "sbemu")
+    targets = {
+        "rabbitmq": (lambda: rabbit.port, f"/amq/queue/{RABBIT_QUEUE}", ("guest", "guest")),
+        "sbemu": (lambda: sbemu.port, "bench", (SBEMU_USER, SBEMU_PASSWORD)),
+        "sbemu-partitioned": (lambda: sbemu.port, "benchp", (SBEMU_USER, SBEMU_PASSWORD)),
+    }
+    rates: dict[str, dict[str, list[float]]] = {k: {"send": [], "receive": []} for k in targets}
+    failures: list[str] = []
+    latencies: dict[str, tuple[float, float]] = {}
+    try:
+        rabbit.start()
+        sbemu.start()
+        print(f"  rabbitmq on 127.0.0.1:{rabbit.port}, sbemu on {sbemu.url}", flush=True)
+        for rnd in range(1, args.rounds + 1):
+            order = list(targets) if rnd % 2 else list(reversed(targets))
+            for name in order:
+                port, address, auth = targets[name]
+                row = [f"  round {rnd} {name:<18}"]
+                for kind in ("send", "receive"):
+                    result = phase(kind, port(), address, args, auth)
+                    if result.get("error"):
+                        failures.append(f"round {rnd} {name} {kind}: {result['error']}")
+                        row.append(f"{kind} FAILED ({result['error']})")
+                        break
+                    rates[name][kind].append(result["rate"])
+                    row.append(f"{kind} {result['rate']:>8.0f} msg/s")
+                print("  ".join(row), flush=True)
+                if name == "rabbitmq":
+                    rabbit.purge()  # leftovers of a failed phase must not feed the next round
+        if args.latency_rate > 0:
+            # Send-to-receive latency at a fixed offered rate, same client, both brokers.
+            for name, (port, address, auth) in targets.items():
+                cmd = [
+                    "node", str(CLIENT), "latency", str(port()), address, str(args.latency_rate),
+                    str(args.latency_seconds), str(args.size), *auth,
+                ]  # fmt: skip
+                out = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False
+                )
+                try:
+                    lat = json.loads(out.stdout.strip().splitlines()[-1])
+                except (IndexError, json.JSONDecodeError):
+                    lat = {"error": (out.stderr or out.stdout)[-300:] or "no output"}
+                if lat.get("error"):
+                    failures.append(f"latency {name}: {lat['error']}")
+                    continue
+                latencies[name] = (lat["p50_ms"], lat["p99_ms"])
+                print(
+                    f"  latency {name:<18} {args.latency_rate} msg/s: p50 {lat['p50_ms']:.2f} ms, "
+                    f"p99 {lat['p99_ms']:.2f} ms",
+                    flush=True,
+                )
+                if name == "rabbitmq":
+                    rabbit.purge()
+    finally:
+        sbemu.stop()
+        rabbit.stop()
+        if not args.keep_data:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def med(name: str, kind: str) -> float:
+        values = rates[name][kind]
+        return statistics.median(values) if values else 0.0
+
+    print("\nmedians (msg/s)            send    receive")
+    for name in targets:
+        print(f"  {name:<20} {med(name, 'send'):>8.0f} {med(name, 'receive'):>10.0f}")
+    print("\nratio to rabbitmq          send    receive")
+    for name in ("sbemu", "sbemu-partitioned"):
+        cells = []
+        for kind in ("send", "receive"):
+            base = med("rabbitmq", kind)
+            cells.append(f"{med(name, kind) / base:>8.2f}x" if base else "       -")
+        print(f"  {name:<20}{cells[0]} {cells[1]:>10}")
+    for kind in ("send", "receive"):
+        plain = med("sbemu", kind)
+        if plain:
+            print(f"  partitioned / plain {kind}: {med('sbemu-partitioned', kind) / plain:.2f}")
+    if failures:
+        print("\nbench-compare: " + "; ".join(failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""A local certificate authority and the admin port's server certificate, mkcert style.
+
+The Python and JS admin clients speak HTTPS to the admin port whatever the connection string says,
+so the port answers TLS with a certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by a
+CA generated on first start into ``<data dir>/tls/`` (``rootCA.pem`` + ``rootCA-key.pem``, and
+``localhost.pem`` + ``localhost-key.pem``: mkcert's file names). Users trust ``rootCA.pem`` once
+(``sbemu cert`` prints its path). Files are reused across restarts; the server certificate is
+re-issued when it is missing, expires within 30 days, or was not signed by the CA on disk.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = ["CA_FILE", "ca_path", "ensure_certificates", "server_ssl_context"]
+
+TLS_DIR = "tls"
+CA_FILE = "rootCA.pem"
+CA_KEY_FILE = "rootCA-key.pem"
+CERT_FILE = "localhost.pem"
+KEY_FILE = "localhost-key.pem"
+CA_DAYS = 3650
+CERT_DAYS = 825
+RENEW_BEFORE = dt.timedelta(days=30)
+NAMES = ("localhost",)
+ADDRESSES = ("127.0.0.1", "::1")
+
+
+def ca_path(data_dir: Path) -> Path:
+    return Path(data_dir) / TLS_DIR / CA_FILE
+
+
+def _write_private(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _new_ca(folder: Path, now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sbemu development CA"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"sbemu local CA {os.uname().nodename}"[:64]),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                crl_sign=True, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _write_private(folder / CA_KEY_FILE, _key_pem(key), 0o600)
+    _write_private(folder / CA_FILE, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return cert, key
+
+
+def _new_server_cert(
+    folder: Path, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, now: dt.datetime
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    alt = [x509.DNSName(n) for n in NAMES] + [
+        x509.IPAddress(ipaddress.ip_address(a)) for a in ADDRESSES
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sbemu development certificate"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, "localhost"),
+                ]
+            )
+        )
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_private(folder / KEY_FILE, _key_pem(key), 0o600)
+    _write_private(folder / CERT_FILE, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+
+
+def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple[Path, Path, Path]:
+    """Create what is missing; (CA file, server certificate file, server key file)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    folder = Path(data_dir) / TLS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_file, ca_key_file = folder / CA_FILE, folder / CA_KEY_FILE
+    if ca_file.exists() and ca_key_file.exists():
+        ca = x509.load_pem_x509_certificate(ca_file.read_bytes())
+        ca_key = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    else:
+        ca, ca_key = _new_ca(folder, now)
+    cert_file, key_file = folder / CERT_FILE, folder / KEY_FILE
+    renew = not (cert_file.exists() and key_file.exists())
+    if not renew:
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        renew = cert.not_valid_after_utc - now < RENEW_BEFORE or cert.issuer != ca.subject
+        if not renew:
+            try:
+                cert.verify_directly_issued_by(ca)
+            except Exception:  # signature, key type or extension mismatch: re-issue
+                renew = True
+    if renew:
+        _new_server_cert(folder, ca, ca_key, now)
+    return ca_file, cert_file, key_file
+
+
+def server_ssl_context(data_dir: Path) -> ssl.SSLContext:
+    """A server-side TLS context with the admin port's certificate (created when missing)."""
+    _, cert_file, key_file = ensure_certificates(data_dir)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx

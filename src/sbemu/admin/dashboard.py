@@ -1,0 +1,786 @@
+"""The web dashboard on the admin port: pages, JSON API, live events (SSE) and /metrics.
+
+What belongs here: turning the router's state into JSON for the page (shipped as package data in
+admin/static/, no build step, no CDN), the rate history the live charts draw, and the dashboard's
+actions (partition on/offline, test send, resubmit, purge, close connection) as POSTs guarded by
+admin/access.py. What does not: sockets (admin/http.py), message decoding and sending
+(admin/explorer.py, over the same code paths as AMQP), counters (partitions/stats.py).
+
+A dashboard open on a busy broker must not slow it: the entity snapshot (counts walk the
+partitions) is computed at most once per SNAPSHOT_MIN_AGE seconds and never more than ~10% of the
+time (its age grows with its cost), and every client, SSE stream and /metrics scrape shares it;
+the rate history is sampled once a second from plain counters; SSE clients are capped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import mimetypes
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from .. import __version__
+from ..errors import ArgumentError, EntityNotFound, ServiceBusError
+from ..partitions.broker import DLQ_SUFFIX
+from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity
+from ..partitions.stats import totals
+from . import explorer, metrics
+from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
+from .http import HttpRoutes, Request, Response, json_response, text_response
+from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
+
+if TYPE_CHECKING:
+    from ..server import Server
+
+log = logging.getLogger("sbemu.dashboard")
+
+HISTORY_SECONDS = 15 * 60  # the overview charts' window
+SAMPLE_INTERVAL = 1.0  # seconds between rate samples (and SSE ticks)
+SNAPSHOT_MIN_AGE = 1.0  # seconds a snapshot is reused at least
+SNAPSHOT_COST_FACTOR = 10  # ... and at least this many times what it cost to compute
+DATA_DIR_SIZE_AGE = 10.0  # seconds between data-directory walks (in a worker thread)
+MAX_SSE_CLIENTS = 32
+MAX_BODY = 1024 * 1024  # bytes of a dashboard POST body
+RATE_FIELDS = ("incoming", "outgoing", "completed", "deadlettered", "abandoned")
+
+
+class RateHistory:
+    """A ring buffer of per-second rates computed from monotonic counter totals (no clock:
+    the caller passes `now_ms`)."""
+
+    def __init__(self, capacity: int = HISTORY_SECONDS) -> None:
+        self.points: deque[dict[str, float]] = deque(maxlen=capacity)
+        self._last: tuple[int, dict[str, int]] | None = None
+
+    def sample(self, now_ms: int, current: dict[str, int]) -> dict[str, float] | None:
+        """Add the rates since the previous sample; returns the new point (None on the first)."""
+        last, self._last = self._last, (now_ms, dict(current))
+        if last is None or now_ms <= last[0]:
+            return None
+        seconds = (now_ms - last[0]) / 1000
+        point: dict[str, float] = {"t": now_ms}
+        for name in RATE_FIELDS:
+            point[name] = round(max(0, current.get(name, 0) - last[1].get(name, 0)) / seconds, 2)
+        self.points.append(point)
+        return point
+
+
+def _entity_path(entity: Entity) -> str:
+    return entity.name
+
+
+class Dashboard:
+    """State and handlers of the dashboard for one running Server."""
+
+    def __init__(self, server: Server, access: Access) -> None:
+        self.server = server
+        self.access = access
+        self.history = RateHistory()
+        self._snapshot: dict[str, Any] | None = None
+        self._snapshot_at = 0.0
+        self._snapshot_age = SNAPSHOT_MIN_AGE
+        self._dir_size: int | None = None
+        self._dir_size_at = 0.0
+        self._dir_size_task: asyncio.Future[int] | None = None
+        self._subscribers: set[asyncio.Queue[str]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._static = resources.files("sbemu.admin") / "static"
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> None:
+        """Begin sampling rates once a second (on the running loop)."""
+        self._tick()
+
+    def stop(self) -> None:
+        """Stop sampling and end every SSE stream."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for q in list(self._subscribers):
+            _offer(q, "")
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            point = self.history.sample(int(time.time() * 1000), self._totals())
+            if point is not None and self._subscribers:
+                event = "event: tick\ndata: " + json.dumps(self._tick_payload(point)) + "\n\n"
+                for q in list(self._subscribers):
+                    _offer(q, event)
+        except Exception:  # a guard: the sampler must keep going
+            log.exception("dashboard sample failed")
+        self._timer = loop.call_later(SAMPLE_INTERVAL, self._tick)
+
+    def _totals(self) -> dict[str, int]:
+        router = self.server.router
+        if router is None:
+            return {}
+        return totals(b.stats for e in router.entities.values() for b in e.partitions)
+
+    def _tick_payload(self, point: dict[str, float]) -> dict[str, Any]:
+        conns = list(self.server._connections)
+        return {
+            "rates": point,
+            "totals": self._totals(),
+            "connections": len(conns),
+            "uptime_s": round(time.time() - self.server.started_at, 1),
+        }
+
+    # ------------------------------------------------------------------ snapshot (cached)
+    def snapshot(self) -> dict[str, Any]:
+        """Every entity with counts per partition; reused while fresh (see module doc)."""
+        now = time.monotonic()
+        if self._snapshot is not None and now - self._snapshot_at < self._snapshot_age:
+            return self._snapshot
+        started = time.perf_counter()
+        rows: list[dict[str, Any]] = []
+        router = self.server.router
+        assert router is not None
+        for entity in router.entities.values():
+            rows.extend(self._entity_rows(entity))
+        cost = time.perf_counter() - started
+        self._snapshot_age = max(SNAPSHOT_MIN_AGE, cost * SNAPSHOT_COST_FACTOR)
+        self._snapshot = {"generated_ms": int(time.time() * 1000), "entities": rows}
+        self._snapshot_at = time.monotonic()
+        return self._snapshot
+
+    def _entity_rows(self, entity: Entity) -> list[dict[str, Any]]:
+        spec = entity.spec
+        status = self.server.router.partition_status(entity)  # type: ignore[union-attr]
+        health = {p["partition"]: p for p in status["partitions"]}
+        bases: list[tuple[str, str, str | None]] = []  # (kind, sub-queue, subscription name)
+        if spec.kind == "queue":
+            bases.append(("queue", MAIN, None))
+        elif entity.subscriptions is not None:
+            for sub in entity.subscriptions.by_name.values():
+                bases.append(("subscription", sub.queue, sub.name))
+        per_base: list[dict[str, Any]] = []
+        for kind, queue, sub_name in bases:
+            parts = []
+            for broker in entity.partitions:
+                counts = broker.counts(queue)
+                dlq = broker.counts(queue + DLQ_SUFFIX)
+                tdlq = broker.counts(queue + TRANSFER_DLQ_SUFFIX)
+                size = sum(
+                    _size_of(broker, q)
+                    for q in (queue, queue + DLQ_SUFFIX, queue + TRANSFER_DLQ_SUFFIX)
+                )
+                h = health[broker.partition_id]
+                parts.append(
+                    {
+                        "id": broker.partition_id,
+                        "active": counts["active"],
+                        "deferred": counts["deferred"],
+                        "scheduled": counts["scheduled"],
+                        "deadletter": sum(dlq.values()),
+                        "transferdeadletter": sum(tdlq.values()),
+                        "size": size,
+                        "online": h["online"],
+                        "accepting": h["accepting"],
+                        "reason": h["reason"],
+                    }
+                )
+            per_base.append(
+                {
+                    "namespace": spec.namespace,
+                    "entity": entity.name,
+                    "name": entity.name
+                    if sub_name is None
+                    else f"{entity.name}/Subscriptions/{sub_name}",
+                    "subscription": sub_name,
+                    "kind": kind,
+                    "partitioned": entity.partitioned,
+                    "status": "Active",
+                    "availability": status["status"],
+                    "requires_session": bool(entity.views[queue].requires_session),
+                    "counts": _sum_counts(parts),
+                    "partitions": parts,
+                    "size_bytes": sum(p["size"] for p in parts),
+                }
+            )
+        rows = list(per_base)
+        if spec.kind == "topic":
+            subs = [r for r in per_base]
+            parts = []
+            for broker in entity.partitions:
+                h = health[broker.partition_id]
+                part = {
+                    "id": broker.partition_id,
+                    "online": h["online"],
+                    "accepting": h["accepting"],
+                    "reason": h["reason"],
+                }
+                for field in (
+                    "active",
+                    "deferred",
+                    "scheduled",
+                    "deadletter",
+                    "transferdeadletter",
+                    "size",
+                ):
+                    part[field] = sum(r["partitions"][broker.partition_id][field] for r in subs)
+                parts.append(part)
+            rows.insert(
+                0,
+                {
+                    "namespace": spec.namespace,
+                    "entity": entity.name,
+                    "name": entity.name,
+                    "subscription": None,
+                    "kind": "topic",
+                    "partitioned": entity.partitioned,
+                    "status": "Active",
+                    "availability": status["status"],
+                    "requires_session": False,
+                    "subscription_count": len(subs),
+                    "counts": _sum_counts(parts),
+                    "partitions": parts,
+                    "size_bytes": sum(p["size"] for p in parts),
+                },
+            )
+        return rows
+
+    # ------------------------------------------------------------------ overview
+    async def overview(self) -> dict[str, Any]:
+        """Namespaces, entity and connection counts, uptime, data-dir size and rate history."""
+        server = self.server
+        router = server.router
+        assert router is not None
+        namespaces = []
+        for ns in server.config.namespaces:
+            ents = [e for (n, _), e in router.entities.items() if n == ns.name.lower()]
+            namespaces.append(
+                {
+                    "name": ns.name,
+                    "queues": sum(1 for e in ents if e.spec.kind == "queue"),
+                    "topics": sum(1 for e in ents if e.spec.kind == "topic"),
+                    "subscriptions": sum(
+                        len(e.subscriptions.by_name) for e in ents if e.subscriptions is not None
+                    ),
+                    "partitioned": sum(1 for e in ents if e.partitioned),
+                    "limited": sum(
+                        1 for e in ents if not all(b.healthy and b.accepting for b in e.partitions)
+                    ),
+                }
+            )
+        described = [c.describe() for c in list(server._connections)]
+        conns: list[dict[str, Any]] = [c for c in described if c is not None]
+        return {
+            "version": __version__,
+            "uptime_s": round(time.time() - server.started_at, 1),
+            "started_ms": int(server.started_at * 1000),
+            "amqp": f"amqp://{server.host}:{server.amqp_port}",
+            "data_dir": str(server.data_dir),
+            "data_dir_bytes": await self.data_dir_size(),
+            "namespaces": namespaces,
+            "connections": len(conns),
+            "links": sum(len(c["links"]) for c in conns),
+            "totals": self._totals(),
+            "history": list(self.history.points),
+            "history_seconds": HISTORY_SECONDS,
+            "login_required": self.access.login_required,
+        }
+
+    async def data_dir_size(self) -> int | None:
+        """Bytes under the data directory, walked in a worker thread at most every 10 s."""
+        now = time.monotonic()
+        if self._dir_size_task is None and (
+            self._dir_size is None or now - self._dir_size_at > DATA_DIR_SIZE_AGE
+        ):
+            loop = asyncio.get_running_loop()
+            self._dir_size_task = loop.run_in_executor(None, _dir_size, self.server.data_dir)
+        task = self._dir_size_task
+        if task is not None and (self._dir_size is None or task.done()):
+            try:
+                self._dir_size = await task
+            except OSError:
+                pass
+            self._dir_size_at = time.monotonic()
+            self._dir_size_task = None
+        return self._dir_size
+
+    # ------------------------------------------------------------------ entity detail
+    def entity(self, namespace: str, name: str) -> Entity:
+        """An entity by namespace and name; raises EntityNotFound."""
+        router = self.server.router
+        assert router is not None
+        found = router.entities.get((namespace.lower(), name.lower()))
+        if found is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}/{name}' could not be found.")
+        return found
+
+    def entity_detail(self, namespace: str, name: str) -> dict[str, Any]:
+        """One queue or topic: its rows of the snapshot, settings and rules."""
+        entity = self.entity(namespace, name)
+        rows = [
+            r
+            for r in self.snapshot()["entities"]
+            if r["namespace"].lower() == namespace.lower() and r["entity"].lower() == name.lower()
+        ]
+        settings = {}
+        for queue, sq in entity.partitions[0].queues.items():
+            if queue.endswith(DLQ_SUFFIX):
+                continue
+            s = sq.settings
+            settings[queue] = {
+                "lock_duration_ms": s.lock_duration_ms,
+                "max_delivery_count": s.max_delivery_count,
+                "default_ttl_ms": s.default_ttl_ms,
+                "dead_letter_on_expiration": s.dead_letter_on_expiration,
+                "requires_session": s.requires_session,
+            }
+        rules: dict[str, list[dict[str, Any]]] = {}
+        if entity.subscriptions is not None:
+            for sub in entity.subscriptions.by_name.values():
+                rules[sub.name] = [
+                    {
+                        "name": r.name,
+                        "filter_type": r.filter_type,
+                        "sql": r.sql_expression,
+                        "correlation": dict(r.correlation) if r.correlation else None,
+                        "action": r.action_expression,
+                    }
+                    for r in sub.sources
+                ]
+        spec = entity.spec
+        return {
+            "namespace": spec.namespace,
+            "name": entity.name,
+            "kind": spec.kind,
+            "partitioned": entity.partitioned,
+            "partition_count": len(entity.partitions),
+            "max_size_mb": spec.max_size_mb,
+            "requires_duplicate_detection": spec.requires_duplicate_detection,
+            "requires_session": spec.requires_session,
+            "rows": rows,
+            "settings": settings,
+            "rules": rules,
+            "states": list(explorer.STATES),
+        }
+
+    def _max_size(self, namespace: str) -> int:
+        for ns in self.server.config.namespaces:
+            if ns.name.lower() == namespace.lower():
+                return ns.max_message_size_bytes
+        return 256 * 1024
+
+    # ------------------------------------------------------------------ HTTP routes
+    def register(self, routes: HttpRoutes) -> None:
+        """Add the dashboard's routes: pages, static files, /api/..., /metrics, login."""
+        routes.add("GET", "/", self._page)
+        routes.add("GET", "/ui", self._page, prefix=True)
+        routes.add("GET", "/login", self._login_page)
+        routes.add("POST", "/login", self._login)
+        routes.add("POST", "/logout", self._guard(self._logout, post=True))
+        routes.add("GET", "/static", self._static_file, prefix=True)
+        routes.add("GET", "/metrics", self._metrics)
+        routes.add("GET", "/api/session", self._guard(self._session))
+        routes.add("GET", "/api/overview", self._guard(self._api_overview))
+        routes.add("GET", "/api/entities", self._guard(self._api_entities))
+        routes.add("GET", "/api/entity", self._guard(self._api_entity))
+        routes.add("GET", "/api/messages", self._guard(self._api_messages))
+        routes.add("GET", "/api/connections", self._guard(self._api_connections))
+        routes.add("GET", "/api/events", self._guard(self._api_events))
+        routes.add("POST", "/api/partition", self._guard(self._api_partition, post=True))
+        routes.add("POST", "/api/send", self._guard(self._api_send, post=True))
+        routes.add("POST", "/api/resubmit", self._guard(self._api_resubmit, post=True))
+        routes.add("POST", "/api/purge", self._guard(self._api_purge, post=True))
+        routes.add("POST", "/api/connections/close", self._guard(self._api_close, post=True))
+
+    def _guard(self, handler: Callable[..., Any], *, post: bool = False) -> Callable[..., Any]:
+        """Login (off loopback), Host check (on loopback), CSRF token on POSTs, JSON errors."""
+
+        async def guarded(request: Request, params: dict[str, str]) -> Response:
+            if not self.access.host_allowed(request.headers):
+                return json_response(403, {"error": "Host header is not a loopback name"})
+            principal = self.access.principal(request.headers, time.time())
+            if principal is None:
+                return json_response(401, {"error": "login required", "login": "/login"})
+            if post:
+                if not self.access.same_origin(request.headers):
+                    return json_response(403, {"error": "cross-origin request refused"})
+                if not self.access.check_csrf(principal, request.headers.get(CSRF_HEADER)):
+                    return json_response(403, {"error": "missing or wrong CSRF token"})
+            try:
+                result = handler(request, principal)
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except ServiceBusError as exc:
+                return json_response(exc.status_code, {"error": exc.description})
+            except (ValueError, KeyError, TypeError) as exc:
+                return json_response(400, {"error": f"bad request: {exc}"})
+            if isinstance(result, Response):
+                return result
+            return json_response(200, result)
+
+        return guarded
+
+    # -- pages
+    def _asset(self, name: str) -> bytes | None:
+        node = self._static.joinpath(name)
+        try:
+            return node.read_bytes() if node.is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    def _page(self, request: Request, params: dict[str, str]) -> Response:
+        if not self.access.host_allowed(request.headers):
+            return text_response(403, "Host header is not a loopback name\n", "text/plain")
+        if self.access.principal(request.headers, time.time()) is None:
+            return Response(303, b"", [("location", "/login")])
+        body = self._asset("index.html") or b"dashboard assets missing\n"
+        return Response(200, body, _html_headers())
+
+    def _login_page(self, request: Request, params: dict[str, str]) -> Response:
+        body = self._asset("login.html") or b"login page missing\n"
+        return Response(200, body, _html_headers())
+
+    def _login(self, request: Request, params: dict[str, str]) -> Response:
+        if not self.access.same_origin(request.headers):
+            return json_response(403, {"error": "cross-origin request refused"})
+        form = {k: v[0] for k, v in parse_qs(request.body.decode("utf-8", "replace")).items()}
+        key_name, key = form.get("key_name", ""), form.get("key", "")
+        if not self.access.login_required:
+            return Response(303, b"", [("location", "/")])
+        if not self.access.check_key(key_name, key):
+            log.warning("dashboard login refused for key name %r from %s", key_name, request.peer)
+            return Response(303, b"", [("location", "/login?failed=1")])
+        cookie = self.access.cookie_header(
+            self.access.new_session(key_name, time.time()), request.secure
+        )
+        return Response(303, b"", [("location", "/"), ("set-cookie", cookie)])
+
+    def _logout(self, request: Request, principal: Principal) -> Response:
+        expired = f"{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+        return Response(
+            200, b'{"ok":true}', [("content-type", "application/json"), ("set-cookie", expired)]
+        )
+
+    def _static_file(self, request: Request, params: dict[str, str]) -> Response:
+        name = params.get("rest", "").strip("/")
+        if not name or "/" in name or name.startswith("."):
+            return json_response(404, {"error": "not found"})
+        body = self._asset(name)
+        if body is None:
+            return json_response(404, {"error": "not found"})
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith("javascript"):
+            ctype += "; charset=utf-8"
+        return Response(200, body, [("content-type", ctype), ("cache-control", "no-cache")])
+
+    # -- JSON
+    def _session(self, request: Request, principal: Principal) -> dict[str, Any]:
+        return {
+            "csrf": self.access.csrf_token(principal),
+            "key_name": principal.key_name or None,
+            "login_required": self.access.login_required,
+        }
+
+    async def _api_overview(self, request: Request, principal: Principal) -> dict[str, Any]:
+        return await self.overview()
+
+    def _api_entities(self, request: Request, principal: Principal) -> dict[str, Any]:
+        return self.snapshot()
+
+    def _api_entity(self, request: Request, principal: Principal) -> dict[str, Any]:
+        return self.entity_detail(_q(request, "ns"), _q(request, "entity"))
+
+    def _api_messages(self, request: Request, principal: Principal) -> dict[str, Any]:
+        entity = self.entity(_q(request, "ns"), _q(request, "entity"))
+        return explorer.peek(
+            entity,
+            _q(request, "subscription", "") or None,
+            _q(request, "state", "active"),
+            int(_q(request, "from", "0") or 0),
+            int(_q(request, "count", "20") or 20),
+            int(time.time() * 1000),
+        )
+
+    def _api_connections(self, request: Request, principal: Principal) -> dict[str, Any]:
+        items: list[dict[str, Any] | None] = [c.describe() for c in list(self.server._connections)]
+        conns = sorted((c for c in items if c is not None), key=lambda c: int(c["id"]))
+        return {"connections": conns}
+
+    async def _api_events(self, request: Request, principal: Principal) -> Response:
+        if len(self._subscribers) >= MAX_SSE_CLIENTS:
+            return json_response(
+                503, {"error": f"too many live dashboards (max {MAX_SSE_CLIENTS})"}
+            )
+        q: asyncio.Queue[str] = asyncio.Queue(maxsize=8)
+        hello = {"history": list(self.history.points), "totals": self._totals()}
+        return Response(
+            200,
+            headers=[
+                ("content-type", "text/event-stream"),
+                ("cache-control", "no-store"),
+                ("x-accel-buffering", "no"),
+            ],
+            stream=self._stream(
+                q, "retry: 2000\nevent: hello\ndata: " + json.dumps(hello) + "\n\n"
+            ),
+        )
+
+    async def _stream(self, q: asyncio.Queue[str], first: str) -> AsyncIterator[bytes]:
+        # Subscribed only once the body is being sent (a HEAD request never starts the
+        # generator, so it never holds a place); unsubscribed however the stream ends.
+        self._subscribers.add(q)
+        try:
+            yield first.encode()
+            while True:
+                try:
+                    event = await asyncio.wait_for(q.get(), 15)
+                except asyncio.TimeoutError:
+                    event = ": keep-alive\n\n"
+                if not event:
+                    return
+                yield event.encode()
+        finally:
+            self._subscribers.discard(q)
+
+    # -- actions
+    def _api_partition(self, request: Request, principal: Principal) -> dict[str, Any]:
+        body = _json_body(request)
+        router = self.server.router
+        assert router is not None
+        status = router.set_partition_online(
+            str(body["ns"]), str(body["entity"]), int(body["partition"]), bool(body["online"])
+        )
+        log.warning(
+            "dashboard: partition %s of %s/%s is now %s",
+            body["partition"],
+            body["ns"],
+            body["entity"],
+            "online" if body["online"] else "offline",
+        )
+        self._snapshot = None
+        self.server._wake()
+        return status
+
+    async def _api_send(self, request: Request, principal: Principal) -> dict[str, Any]:
+        body = _json_body(request)
+        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        now_ms = int(time.time() * 1000)
+        data = explorer.build_test_message(body, now_ms)
+        done, committed = explorer.completion()
+        numbers = explorer.send_bytes(
+            entity, data, self._max_size(entity.spec.namespace), now_ms, done
+        )
+        await committed
+        self._snapshot = None
+        return {"ok": True, "sequence_numbers": numbers}
+
+    async def _api_resubmit(self, request: Request, principal: Principal) -> dict[str, Any]:
+        body = _json_body(request)
+        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        numbers = [int(n) for n in body.get("sequence_numbers") or []]
+        if not numbers:
+            raise ArgumentError("sequence_numbers: pick at least one dead-lettered message.")
+        results = await explorer.resubmit(
+            entity,
+            body.get("subscription") or None,
+            numbers,
+            self._max_size(entity.spec.namespace),
+            lambda: int(time.time() * 1000),
+        )
+        self._snapshot = None
+        return {"results": results}
+
+    async def _api_purge(self, request: Request, principal: Principal) -> dict[str, Any]:
+        body = _json_body(request)
+        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        if body.get("state") == "all":
+            return await self._purge_entity(entity)
+        result = await explorer.purge(
+            entity,
+            body.get("subscription") or None,
+            str(body.get("state") or "active"),
+            lambda: int(time.time() * 1000),
+        )
+        log.warning(
+            "dashboard: purged %s (%s): %d messages",
+            result["path"],
+            body.get("state"),
+            result["removed"],
+        )
+        self._snapshot = None
+        return result
+
+    async def _purge_entity(self, entity: Entity) -> dict[str, Any]:
+        """Every message of the entity, all sub-queues and states: the admin API's purge."""
+        router = self.server.router
+        assert router is not None
+        done, committed = explorer.completion()
+        counts = router.purge(entity.spec.namespace, entity.name, int(time.time() * 1000), done)
+        await committed
+        log.warning("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
+        self._snapshot = None
+        return {"path": entity.name, "removed": sum(counts.values()), "locked_kept": 0}
+
+    def _api_close(self, request: Request, principal: Principal) -> dict[str, Any]:
+        body = _json_body(request)
+        wanted = int(body["id"])
+        for proto in list(self.server._connections):
+            if proto.connection_id == wanted:
+                proto.close_by_operator("Closed from the sbemu dashboard.")
+                log.warning("dashboard: closed connection %d", wanted)
+                return {"ok": True, "id": wanted}
+        raise EntityNotFound(f"No open connection with id {wanted}.")
+
+    # ------------------------------------------------------------------ /metrics
+    def _metrics(self, request: Request, params: dict[str, str]) -> Response:
+        if not self.access.host_allowed(request.headers):
+            return text_response(403, "Host header is not a loopback name\n", "text/plain")
+        if self.access.login_required and not self.access.scraper(request.headers, time.time()):
+            return Response(
+                401,
+                b"authentication required: HTTP Basic with a namespace SAS key (name:key)\n",
+                [("content-type", "text/plain"), ("www-authenticate", 'Basic realm="sbemu"')],
+            )
+        return text_response(200, metrics.render(self.metric_families()), metrics.CONTENT_TYPE)
+
+    def metric_families(self) -> list[metrics.Family]:
+        """Counters straight from the brokers, gauges from the shared snapshot."""
+        router = self.server.router
+        assert router is not None
+        families = []
+        for field, name, help_text in metrics.COUNTERS:
+            fam = metrics.Family(name, "counter", help_text)
+            for entity in router.entities.values():
+                for broker in entity.partitions:
+                    value = totals([broker.stats])[field]
+                    fam.add(
+                        value,
+                        namespace=entity.spec.namespace,
+                        entity=entity.name,
+                        partition=str(broker.partition_id),
+                    )
+            families.append(fam)
+        rows = [r for r in self.snapshot()["entities"] if r["kind"] != "topic"]
+        for field, name, help_text in metrics.GAUGES:
+            fam = metrics.Family(name, "gauge", help_text)
+            for row in rows:
+                for part in row["partitions"]:
+                    fam.add(
+                        part[field],
+                        namespace=row["namespace"],
+                        entity=row["name"],
+                        partition=str(part["id"]),
+                    )
+            families.append(fam)
+        size = metrics.Family(
+            "sbemu_size_bytes", "gauge", "Bytes of the messages stored per partition (Size)."
+        )
+        online = metrics.Family(
+            "sbemu_partition_online", "gauge", "1 while a partition is in service."
+        )
+        for row in self.snapshot()["entities"]:
+            if row["kind"] == "subscription":
+                continue
+            for part in row["partitions"]:
+                size.add(
+                    part["size"],
+                    namespace=row["namespace"],
+                    entity=row["entity"],
+                    partition=str(part["id"]),
+                )
+                online.add(
+                    1 if part["online"] else 0,
+                    namespace=row["namespace"],
+                    entity=row["entity"],
+                    partition=str(part["id"]),
+                )
+        families += [size, online]
+        assert self.server.services is not None
+        stats = self.server.services.stats
+        namespaces = [ns.name for ns in self.server.config.namespaces]
+        for attr, name, help_text in metrics.NAMESPACE_COUNTERS:
+            fam = metrics.Family(name, "counter", help_text)
+            table = getattr(stats, attr)
+            for ns in namespaces:
+                fam.add(table.get(ns.lower(), 0), namespace=ns)
+            families.append(fam)
+        active = metrics.Family(
+            "sbemu_active_connections", "gauge", "Open AMQP connections (ActiveConnections)."
+        )
+        by_ns: dict[str, int] = {ns.lower(): 0 for ns in namespaces}
+        for proto in list(self.server._connections):
+            info = proto.describe()
+            if info is not None:
+                key = str(info["namespace"]).lower()
+                by_ns[key] = by_ns.get(key, 0) + 1
+        for ns in namespaces:
+            active.add(by_ns.get(ns.lower(), 0), namespace=ns)
+        up = metrics.Family("sbemu_uptime_seconds", "gauge", "Seconds since the server started.")
+        up.add(round(time.time() - self.server.started_at, 3))
+        return families + [active, up]
+
+
+# ------------------------------------------------------------------------ helpers
+def _offer(q: asyncio.Queue[str], event: str) -> None:
+    """Queue an event for one SSE client; a client too slow to keep up loses old ticks."""
+    if q.full():
+        try:
+            q.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+    q.put_nowait(event)
+
+
+def _sum_counts(parts: list[dict[str, Any]]) -> dict[str, int]:
+    fields = ("active", "deferred", "scheduled", "deadletter", "transferdeadletter")
+    out = {f: sum(p[f] for p in parts) for f in fields}
+    out["transfer"] = 0  # no auto-forwarding yet: nothing waits for transfer
+    return out
+
+
+def _dir_size(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _q(request: Request, name: str, default: str | None = None) -> str:
+    values = request.query.get(name)
+    if values:
+        return values[0]
+    if default is None:
+        raise ArgumentError(f"query parameter '{name}' is required.")
+    return default
+
+
+def _json_body(request: Request) -> dict[str, Any]:
+    if len(request.body) > MAX_BODY:
+        raise ArgumentError(f"request body larger than {MAX_BODY} bytes.")
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        raise ArgumentError(f"request body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ArgumentError("request body must be a JSON object.")
+    return body
+
+
+def _html_headers() -> list[tuple[str, str]]:
+    return [
+        ("content-type", "text/html; charset=utf-8"),
+        ("cache-control", "no-cache"),
+        ("x-frame-options", "DENY"),
+        (
+            "content-security-policy",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+            "connect-src 'self'; frame-ancestors 'none'",
+        ),
+    ]

@@ -1,0 +1,403 @@
+"""Message explorer: peek, test sends, resubmit and purge, as plain functions over the router.
+
+Reads go through the same code as the AMQP `$management` peek: EntityView.peek() for the
+records and encode_delivery(..., with_state=True) for the bytes a client would get, which we
+then decode like a client (proton) to show system properties, application properties and the
+body. Peeking never locks a message nor changes its delivery count.
+
+Writes go through the router's normal send path (Entity.send, the same scan -> IncomingMessage
+conversion an AMQP sender's transfer gets), so a test message is routed, partitioned, filtered
+and acknowledged after its group commit like any other. No clock here: callers pass `now_ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from proton import Message, symbol, timestamp
+
+from ..errors import ArgumentError, MessageSizeExceeded, ServiceBusError
+from ..partitions.broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
+from ..partitions.records import MessageRecord, MessageState
+from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntityView
+from ..protocol import sections
+from ..protocol.connection import _to_incoming, encode_delivery, encode_record
+
+MAX_PEEK = 100  # messages per explorer page
+SCAN_LIMIT = 5_000  # records looked at per page when filtering by state
+BODY_PREVIEW = 64 * 1024  # bytes of body shown (text or hex)
+
+# Explorer "state" tabs -> (sub-queue suffix, record state wanted or None for all)
+STATES: dict[str, tuple[str, MessageState | None]] = {
+    "active": ("", MessageState.ACTIVE),
+    "deferred": ("", MessageState.DEFERRED),
+    "scheduled": ("", MessageState.SCHEDULED),
+    "deadletter": (DLQ_SUFFIX, None),
+    "transferdeadletter": (TRANSFER_DLQ_SUFFIX, None),
+}
+
+
+def sub_queue(entity: Entity, subscription: str | None, state: str) -> EntityView:
+    """The view a tab reads: the queue (or a subscription) or one of its dead-letter queues."""
+    if state not in STATES:
+        raise ArgumentError(f"state must be one of {', '.join(STATES)}, not '{state}'.")
+    base = MAIN if not subscription else f"subscriptions/{subscription.lower()}"
+    view = entity.views.get(base + STATES[state][0])
+    if view is None or not view.receivable:
+        what = f"subscription '{subscription}'" if subscription else "a receivable queue"
+        raise ArgumentError(f"'{entity.name}' has no {what}; pick a subscription of the topic.")
+    return view
+
+
+def _partition_of(entity: Entity, seq: int) -> int | None:
+    return (seq >> SEQUENCE_BITS) if entity.partitioned else None
+
+
+def _lock_until(broker: PartitionBroker, queue: str, seq: int) -> int | None:
+    sq = broker.queues.get(queue)
+    lock = sq.locks.get(seq) if sq is not None else None
+    return lock.until_ms if lock is not None else None
+
+
+def peek(
+    entity: Entity,
+    subscription: str | None,
+    state: str,
+    from_seq: int,
+    count: int,
+    now_ms: int,
+) -> dict[str, Any]:
+    """One page of messages of a tab, oldest first, without locking; `next` pages on."""
+    view = sub_queue(entity, subscription, state)
+    wanted = STATES[state][1]
+    count = max(1, min(count, MAX_PEEK))
+    found: list[dict[str, Any]] = []
+    cursor = max(0, from_seq)
+    scanned = 0
+    exhausted = False
+    while len(found) < count and scanned < SCAN_LIMIT:
+        page = view.peek(cursor, min(MAX_PEEK, SCAN_LIMIT - scanned))
+        if not page:
+            exhausted = True
+            break
+        scanned += len(page)
+        for rec, pid in page:
+            cursor = rec.sequence_number + 1
+            if wanted is not None and rec.state != wanted:
+                continue
+            broker = entity.partitions[pid or 0]
+            found.append(
+                describe(rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms)
+            )
+            if len(found) >= count:
+                break
+    return {
+        "entity": entity.name,
+        "path": view.address,
+        "state": state,
+        "messages": found,
+        "next": None if exhausted and len(found) < count else cursor,
+        # EntityView.peek skips partitions out of service, as the AMQP peek does
+        "offline_partitions": [b.partition_id for b in entity.partitions if not b.healthy],
+    }
+
+
+# ------------------------------------------------------------------------ decoding
+def describe(
+    rec: MessageRecord, pid: int | None, locked_until_ms: int | None, now_ms: int
+) -> dict[str, Any]:
+    """A message as the explorer shows it: decoded from the bytes a peek sends."""
+    data = encode_delivery(rec, pid, None, with_state=True)
+    msg = Message()
+    msg.decode(data)
+    annotations = {str(k): v for k, v in (msg.annotations or {}).items()}
+    app_props: dict[Any, Any] = msg.properties or {}  # proton leaves these untyped
+    app = {str(k): _json_value(v) for k, v in app_props.items()}
+    seq = rec.sequence_number
+    return {
+        "sequence_number": seq,
+        "partition": pid,
+        "partition_sequence": seq & ((1 << SEQUENCE_BITS) - 1),
+        "state": MessageState(rec.state).name.lower(),
+        "enqueued_ms": rec.enqueued_time_ms,
+        "delivery_count": rec.delivery_count,
+        "locked_until_ms": locked_until_ms,
+        "locked": locked_until_ms is not None and locked_until_ms > now_ms,
+        "message_id": _json_value(msg.id),
+        "correlation_id": _json_value(msg.correlation_id),
+        "session_id": msg.group_id,
+        "reply_to_session_id": msg.reply_to_group_id,
+        "partition_key": _json_value(annotations.get("x-opt-partition-key")),
+        "subject": msg.subject,
+        "to": msg.address,
+        "reply_to": msg.reply_to,
+        "content_type": _content_type(data),
+        "ttl_ms": rec.ttl_ms,
+        "expires_ms": rec.expires_at_ms,
+        "scheduled_ms": rec.scheduled_enqueue_time_ms,
+        "dead_letter_reason": rec.dead_letter_reason,
+        "dead_letter_description": rec.dead_letter_description,
+        "dead_letter_source": rec.dead_letter_source,
+        "size": rec.size,
+        "annotations": {k: _json_value(v) for k, v in annotations.items()},
+        "application_properties": app,
+        "body": render_body(msg.body, msg.content_type),
+    }
+
+
+def _content_type(data: bytes) -> str | None:
+    # proton's getter turns a missing content-type into symbol('None'): read the field itself
+    value = sections.read_properties(data).get("content-type")
+    return str(value) if value is not None else None
+
+
+def _json_value(value: Any) -> Any:
+    """A decoded AMQP value as something JSON can carry (and a person can read)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        if isinstance(value, timestamp):
+            return _iso(int(value))
+        return value if not isinstance(value, symbol) else str(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return str(value)
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def render_body(body: Any, content_type: object = None) -> dict[str, Any]:
+    """Text, pretty-printed JSON, or hex for binary: the first BODY_PREVIEW bytes."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        raw = bytes(body)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {
+                "kind": "binary",
+                "size": len(raw),
+                "hex": raw[:BODY_PREVIEW].hex(" "),
+                "truncated": len(raw) > BODY_PREVIEW,
+            }
+        return _text_body(text, len(raw))
+    if isinstance(body, str):
+        return _text_body(body, len(body.encode("utf-8")))
+    if body is None:
+        return {"kind": "empty", "size": 0, "text": ""}
+    value = _json_value(body)
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return {"kind": "amqp-value", "size": len(text), "text": text[:BODY_PREVIEW]}
+
+
+def _text_body(text: str, size: int) -> dict[str, Any]:
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") and len(text) <= 4 * BODY_PREVIEW:
+        try:
+            pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            return {"kind": "json", "size": size, "text": pretty[:BODY_PREVIEW]}
+        except ValueError:
+            pass
+    return {
+        "kind": "text",
+        "size": size,
+        "text": text[:BODY_PREVIEW],
+        "truncated": len(text) > BODY_PREVIEW,
+    }
+
+
+# ------------------------------------------------------------------------ sending
+def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
+    """Encode the explorer's send form as an AMQP message, as an SDK would."""
+    body = form.get("body", "")
+    if not isinstance(body, str):
+        raise ArgumentError("body must be text.")
+    msg = Message()
+    encoding = form.get("body_encoding") or "text"
+    if encoding == "base64":
+        try:
+            msg.body = base64.b64decode(body, validate=True)
+        except ValueError as exc:
+            raise ArgumentError(f"body is not valid base64: {exc}") from exc
+    else:
+        msg.body = body.encode("utf-8")  # one data section, like ServiceBusMessage(str)
+    msg.inferred = True
+    msg.durable = True
+    msg.id = str(form.get("message_id") or uuid.uuid4())
+    for key, attr in (
+        ("content_type", "content_type"),
+        ("subject", "subject"),
+        ("correlation_id", "correlation_id"),
+        ("session_id", "group_id"),
+        ("to", "address"),
+        ("reply_to", "reply_to"),
+    ):
+        value = form.get(key)
+        if value not in (None, ""):
+            setattr(msg, attr, symbol(value) if key == "content_type" else str(value))
+    props = form.get("properties") or {}
+    if not isinstance(props, dict):
+        raise ArgumentError("properties must be an object of name: value.")
+    msg.properties = {  # type: ignore[assignment]  # proton's stub types this as None
+        str(k): v for k, v in props.items() if isinstance(v, str | int | float | bool)
+    }
+    annotations: dict[symbol, Any] = {}
+    if form.get("partition_key") not in (None, ""):
+        annotations[symbol("x-opt-partition-key")] = str(form["partition_key"])
+    scheduled = form.get("scheduled_ms")
+    if scheduled not in (None, ""):
+        try:
+            annotations[symbol("x-opt-scheduled-enqueue-time")] = timestamp(int(scheduled))
+        except (TypeError, ValueError) as exc:
+            raise ArgumentError("scheduled_ms must be Unix milliseconds.") from exc
+    if form.get("ttl_ms") not in (None, ""):
+        msg.ttl = int(form["ttl_ms"]) / 1000
+    if annotations:
+        msg.annotations = annotations  # type: ignore[assignment]  # symbol keys, as the SDKs send
+    return msg.encode()
+
+
+def send_bytes(
+    entity: Entity,
+    data: bytes,
+    max_size: int,
+    now_ms: int,
+    done: Callable[[Exception | None], None],
+) -> list[int]:
+    """Send one encoded message through the entity's normal send path; `done` after commit."""
+    if len(data) > max_size:
+        raise MessageSizeExceeded(
+            f"The message (size {len(data)} bytes) exceeds the limit of {max_size} bytes."
+        )
+    try:
+        scanned = sections.scan_message(data)
+    except sections.SectionError as exc:
+        raise ArgumentError(f"The message could not be encoded: {exc}") from exc
+    incoming = _to_incoming(scanned, entity.subscriptions is not None)
+    return entity.send([incoming], now_ms, done)
+
+
+def completion() -> tuple[Callable[[Exception | None], None], Awaitable[None]]:
+    """A router `done` callback and an awaitable that finishes (or raises) with it."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(error: Exception | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    return done, future
+
+
+def resubmit_bytes(rec: MessageRecord) -> bytes:
+    """A dead letter as a fresh message for its source: same body and properties, without the
+    dead-letter reason/description stamps (as Service Bus Explorer's resubmit does)."""
+    copy = rec.copy()
+    copy.dead_letter_reason = None
+    copy.dead_letter_description = None
+    copy.dead_letter_source = None
+    copy.scheduled_enqueue_time_ms = None
+    copy.delivery_count = 0
+    return encode_record(copy, [])
+
+
+async def resubmit(
+    entity: Entity,
+    subscription: str | None,
+    numbers: list[int],
+    max_size: int,
+    now: Callable[[], int],
+) -> list[dict[str, Any]]:
+    """Send each dead letter back to its entity, then remove it from the dead-letter queue.
+
+    The copy is sent (and committed) first, so a failure never loses the message: at worst it
+    is in both places. A dead letter that is locked by a receiver meanwhile stays put.
+    """
+    view = sub_queue(entity, subscription, "deadletter")
+    results: list[dict[str, Any]] = []
+    for seq in numbers:
+        try:
+            broker = entity.partition_of_sequence(seq)
+            page = broker.peek(view.queue, seq, 1)
+            if not page or page[0].sequence_number != seq:
+                raise ArgumentError(f"No dead-lettered message with sequence number {seq}.")
+            if _lock_until(broker, view.queue, seq) is not None:
+                raise ArgumentError(f"Message {seq} is locked by a receiver; try again later.")
+            done, sent = completion()
+            new_numbers = send_bytes(entity, resubmit_bytes(page[0]), max_size, now(), done)
+            await sent
+            removed = broker.remove(view.queue, seq, now())
+            if removed is not None:
+                done2, committed = completion()
+                broker.after_commit(done2)
+                await committed
+            results.append(
+                {
+                    "sequence_number": seq,
+                    "ok": True,
+                    "new_sequence_numbers": new_numbers,
+                    "removed": removed is not None,
+                }
+            )
+        except ServiceBusError as exc:
+            results.append({"sequence_number": seq, "ok": False, "error": exc.description})
+    return results
+
+
+async def purge(
+    entity: Entity, subscription: str | None, state: str, now: Callable[[], int]
+) -> dict[str, Any]:
+    """Empty one explorer tab on every partition in service.
+
+    A dead-letter tab is a whole sub-queue: it is purged like the admin API purges (locks end,
+    each message logged as purged). The active, deferred and scheduled tabs share the queue:
+    only messages in that state go, and a message locked by a receiver stays with its receiver.
+    """
+    view = sub_queue(entity, subscription, state)
+    wanted = STATES[state][1]
+    removed = kept = 0
+    touched: list[PartitionBroker] = []
+    for broker in entity.partitions:
+        if not broker.healthy:
+            continue
+        touched.append(broker)
+        if wanted is None:
+            removed += broker.purge_queue(view.queue, now())
+            continue
+        cursor = 0
+        while True:
+            page = broker.peek(view.queue, cursor, 1000)
+            if not page:
+                break
+            for rec in page:
+                cursor = rec.sequence_number + 1
+                if rec.state != wanted:
+                    continue
+                if broker.remove(view.queue, rec.sequence_number, now()) is None:
+                    kept += 1
+                else:
+                    removed += 1
+    for broker in touched:
+        done, committed = completion()
+        broker.after_commit(done)
+        await committed
+    return {
+        "path": view.address,
+        "removed": removed,
+        "locked_kept": kept,
+        "offline_partitions_skipped": [b.partition_id for b in entity.partitions if not b.healthy],
+    }

@@ -1,0 +1,155 @@
+"""The segment file format: partition-log records as immutable Parquet files (no Spark).
+
+Written by ``sbemu export-logs`` (sbemu.export) for clusters that cannot read the LMDB files,
+read by Spark's file source (sparkjobs/source.py)::
+
+    <to>/<ns dir>/<entity dir>/entity.json                           copy of the layout manifest
+    <to>/<ns dir>/<entity dir>/partition-NN/<first>-<last>.parquet    offsets, 20 digits, inclusive
+
+One row per log record, with the columns of `records.py`'s log schema (`SEGMENT_FIELDS`, same
+names, same order) plus ``segment_version``; "properties" is already decoded into a
+``{name: text}`` map (sbemu.logevents.decode_properties) and "body" holds the payload bytes
+(sbemu.logevents.decode_body). Columnar (Parquet, zstd) so a cluster reads only the columns a
+table needs; the format's version is `SEGMENT_VERSION`, in the ``segment_version`` column of
+every row (readers refuse other versions; Spark sees no file metadata) and in the file's
+key-value metadata ``sbemu.segment_version``. Version 1 was JSON lines (``.jsonl``).
+
+Segments are contiguous and never rewritten: a file appears under its final name only once
+complete (written as a hidden ``.<name>.tmp``, fsynced, renamed), so Spark's file source,
+which ignores hidden files, reads each exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "OFFSET_DIGITS",
+    "SEGMENT_FIELDS",
+    "SEGMENT_RE",
+    "SEGMENT_SUFFIX",
+    "SEGMENT_VERSION",
+    "arrow_schema",
+    "atomic_write",
+    "exported_end",
+    "segment_name",
+    "write_segment",
+]
+
+SEGMENT_VERSION = 2
+OFFSET_DIGITS = 20
+SEGMENT_SUFFIX = ".parquet"
+SEGMENT_RE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+
+# (name, kind) in file order: the log record's keys (records.py), then the format version.
+SEGMENT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("v", "int32"),
+    ("ns", "string"),
+    ("entity", "string"),
+    ("queue", "string"),
+    ("partition", "int32"),
+    ("offset", "int64"),
+    ("event", "string"),
+    ("seq", "int64"),
+    ("message_id", "string"),
+    ("session_id", "string"),
+    ("partition_key", "string"),
+    ("enqueued_ms", "int64"),
+    ("event_ms", "int64"),
+    ("size", "int64"),
+    ("delivery_count", "int32"),
+    ("reason", "string"),
+    ("properties", "map<string,string>"),
+    ("body", "binary"),
+    ("segment_version", "int32"),
+)
+
+
+def arrow_schema() -> Any:
+    """The segment files' pyarrow schema (pyarrow is imported here, not at module load)."""
+    import pyarrow as pa
+
+    kinds = {
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "string": pa.string(),
+        "binary": pa.binary(),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+    }
+    return pa.schema(
+        [pa.field(name, kinds[kind]) for name, kind in SEGMENT_FIELDS],
+        metadata={b"sbemu.segment_version": str(SEGMENT_VERSION).encode()},
+    )
+
+
+def segment_name(first: int, last: int) -> str:
+    """The file name of the segment holding offsets first..last (inclusive)."""
+    return f"{first:0{OFFSET_DIGITS}d}-{last:0{OFFSET_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def exported_end(directory: str | os.PathLike[str]) -> int:
+    """The offset after the last one already exported into a partition's segment directory."""
+    end = 0
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        m = SEGMENT_RE.match(name)
+        if m:
+            end = max(end, int(m.group(2)) + 1)
+    return end
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in `path` durable (best effort where directories cannot be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: str, chunks: Iterator[bytes] | list[bytes]) -> None:
+    """Write a file under a hidden temporary name, fsync it, rename it into place."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.tmp")
+    with open(tmp, "wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def write_segment(target_dir: str, columns: dict[str, list[Any]], first: int) -> tuple[str, int]:
+    """Write one segment from column lists (SEGMENT_FIELDS but ``segment_version``, which is
+    added); returns (path, last offset). Offsets must start at or above `first`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    offsets = columns["offset"]
+    if not offsets:
+        raise ValueError(f"{target_dir}: empty segment")
+    if int(offsets[0]) < first:
+        raise ValueError(f"{target_dir}: log offset {offsets[0]} below {first}")
+    last = int(offsets[-1])
+    schema = arrow_schema()
+    arrays = []
+    for fld in schema:
+        data = columns.get(fld.name)
+        if fld.name == "segment_version":
+            data = [SEGMENT_VERSION] * len(offsets)
+        arrays.append(pa.array(data, type=fld.type))
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    path = os.path.join(target_dir, segment_name(first, last))
+    atomic_write(path, [sink.getvalue().to_pybytes()])
+    return path, last

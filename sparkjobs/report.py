@@ -319,7 +319,7 @@ def run(
     try:
         while query.isActive:
             query.awaitTermination(0.2 if follow else 1)
-            if drain_progress():
+            if drain_progress() and follow:
                 on_tables(TableStore(out).totals()["events"], summary_rows(out))
             if should_stop():
                 log("stopping")

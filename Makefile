@@ -45,12 +45,14 @@ install-spark: $(SPARK_STAMP) java-check
 run: install
 	$(VENV)/bin/sbemu serve $(ARGS)
 
-test: install install-spark chromium-check
+# make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
+test: install install-spark chromium-check lint
 	$(PY) -m pytest -q tests
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
 	$(VENV)/bin/mypy src
+	$(VENV)/bin/lint-imports
 
 bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from ..completions import join_completions
 from ..errors import (
     EntityAlreadyExists,
     EntityNotFound,
@@ -42,7 +43,6 @@ from .broker import (
     Route,
     SessionLock,
     SubQueueSettings,
-    join_completions,
     partition_of_token,
 )
 from .keys import partition_for_key, partition_key_of

@@ -436,7 +436,7 @@ def _add_rule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
         source = RuleSource(name, "correlation", None, correlation, action_expression)
     else:
         source = RuleSource(name, "true", None, None, action_expression)
-    subscriptions.add_rule(sub_name, source)
+    subscriptions.add_rule(sub_name, source, conn.now_ms)
     reply(200, "OK", {}, None)
 
 

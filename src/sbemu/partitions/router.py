@@ -331,14 +331,30 @@ class Entity:
         if not messages:
             done(None)
             return []
-        groups = self._route(messages)
-        part_done = join_completions(len(groups), done)
-        for pid in groups:
-            self._check_available(pid)
-        numbers: list[int] = []
-        for pid, msgs in groups.items():
-            keyless = pid == self._keyless_pid
-            numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
+        # A send that is refused or whose commit fails was never accepted: its MessageIds must
+        # not make the client's retry look like a duplicate (acknowledged, silently dropped).
+        recorded = [m.message_id for m in messages if m.message_id is not None]
+        if spec.requires_duplicate_detection and recorded:
+            accepted = done
+
+            def done(error: Exception | None) -> None:
+                if error is not None:
+                    self._forget_ids(recorded, now_ms)
+                accepted(error)
+
+        try:
+            groups = self._route(messages)
+            part_done = join_completions(len(groups), done)
+            for pid in groups:
+                self._check_available(pid)
+            numbers: list[int] = []
+            for pid, msgs in groups.items():
+                keyless = pid == self._keyless_pid
+                numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
+        except ServiceBusError:
+            if spec.requires_duplicate_detection:
+                self._forget_ids(recorded, now_ms)
+            raise
         return numbers
 
     def _enqueue(
@@ -455,6 +471,13 @@ class Entity:
                 seen[mid] = now_ms
             kept.append(msg)
         return kept
+
+    def _forget_ids(self, message_ids: list[str], now_ms: int) -> None:
+        """Undo what _drop_duplicates recorded at `now_ms` for a send that was not accepted."""
+        seen = self._recent_ids
+        for mid in message_ids:
+            if seen.get(mid) == now_ms:
+                del seen[mid]
 
     # ---------------------------------------------------------------- locks
     def _broker_for(self, token: uuid.UUID) -> PartitionBroker:

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check run test lint bench bench-compare bench-node bench-rabbitmq report clean
+.PHONY: install install-spark java-check chromium-check node-check test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,12 +42,35 @@ $(SPARK_STAMP): $(STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
 
-run: install
+# The JS SDK suite (tests/js) needs Node 18+ and npm: use the machine's, else Debian's when root.
+node-check:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Node.js not found: installing nodejs and npm from Debian for the JS SDK tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+	    || echo "WARNING: could not install Node.js; the JS SDK tests will be skipped"; \
+	else echo "WARNING: Node.js/npm not found; the JS SDK tests will be skipped"; fi
+
+# @azure/service-bus exactly as pinned in tests/js/package-lock.json, into tests/js/node_modules.
+tests/js/node_modules/.package-lock.json: tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+
+# node's own test runner against the real server (the suites start it from .venv).
+test-js: install node-check
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory tests/js/node_modules/.package-lock.json && \
+	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
+	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
+
+run:
+	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."
+	@$(MAKE) --no-print-directory install
 	$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 test: install install-spark chromium-check lint
 	$(PY) -m pytest -q tests
+	@$(MAKE) --no-print-directory test-js
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
@@ -78,7 +101,7 @@ bench-compare: install bench-node bench-rabbitmq
 	$(PY) bench/compare.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/js/node_modules
 
 # spark: reporting tables from the partition logs into ./reports (ARGS=--follow keeps running);
 # see sparkjobs/README.md

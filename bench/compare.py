@@ -9,7 +9,8 @@ for ``--rounds`` rounds, alternating the brokers, the rhea client (``bench/node/
 sends ``--count`` durable messages of ``--size`` bytes with at most ``--credit`` unsettled, and
 receives them with credit ``--credit`` and auto-accept (peek-lock + complete). Prints every
 round, then the medians and the ratios sbemu/RabbitMQ (plain and partitioned queue, each against
-the same RabbitMQ queue). Everything it started is stopped on the way out. Exit 1 if a phase
+the same RabbitMQ queue), and the send-to-receive latency (p50, p99) of each at a fixed offered
+rate of ``--latency-rate`` msg/s. Everything it started is stopped on the way out. Exit 1 if a phase
 fails (lost, refused or duplicated messages).
 """
 
@@ -174,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         "--credit", type=int, default=500, help="send window / receive credit [500]"
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds [3]")
+    parser.add_argument(
+        "--latency-rate", type=int, default=1000, help="latency phase msg/s [1000; 0 = skip]"
+    )
+    parser.add_argument(
+        "--latency-seconds", type=float, default=5.0, help="latency phase length [5]"
+    )
     parser.add_argument("--keep-data", action="store_true", help="keep the temp directories")
     args = parser.parse_args(argv)
     if not CLIENT.exists() or not (NODE_DIR / "node_modules" / "rhea").exists():
@@ -197,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rates: dict[str, dict[str, list[float]]] = {k: {"send": [], "receive": []} for k in targets}
     failures: list[str] = []
+    latencies: dict[str, tuple[float, float]] = {}
     try:
         rabbit.start()
         sbemu.start()
@@ -217,6 +225,31 @@ def main(argv: list[str] | None = None) -> int:
                 print("  ".join(row), flush=True)
                 if name == "rabbitmq":
                     rabbit.purge()  # leftovers of a failed phase must not feed the next round
+        if args.latency_rate > 0:
+            # Send-to-receive latency at a fixed offered rate, same client, both brokers.
+            for name, (port, address, auth) in targets.items():
+                cmd = [
+                    "node", str(CLIENT), "latency", str(port()), address, str(args.latency_rate),
+                    str(args.latency_seconds), str(args.size), *auth,
+                ]  # fmt: skip
+                out = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False
+                )
+                try:
+                    lat = json.loads(out.stdout.strip().splitlines()[-1])
+                except (IndexError, json.JSONDecodeError):
+                    lat = {"error": (out.stderr or out.stdout)[-300:] or "no output"}
+                if lat.get("error"):
+                    failures.append(f"latency {name}: {lat['error']}")
+                    continue
+                latencies[name] = (lat["p50_ms"], lat["p99_ms"])
+                print(
+                    f"  latency {name:<18} {args.latency_rate} msg/s: p50 {lat['p50_ms']:.2f} ms, "
+                    f"p99 {lat['p99_ms']:.2f} ms",
+                    flush=True,
+                )
+                if name == "rabbitmq":
+                    rabbit.purge()
     finally:
         sbemu.stop()
         rabbit.stop()

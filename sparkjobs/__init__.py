@@ -3,7 +3,6 @@
 - ``sparkjobs.source``: the ``sbemu`` Python data source (batch + streaming) over the LMDB
   partition logs, and the reader of the segment files written by ``sbemu export-logs``;
   both give the same event stream (``EVENTS_SCHEMA``).
-- ``sparkjobs.tables``: Spark aggregations of one micro-batch's events.
 - ``sparkjobs.report``: the job behind ``sbemu report`` (each micro-batch writes its events
   and merges its own deltas into the tables, exactly once through a checkpoint).
 - ``sparkjobs.launch``: what ``sbemu report`` runs (loaded by name from sbemu.cli).

@@ -85,7 +85,8 @@ def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "b
     return written
 
 
-def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: int) -> None:
+def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: int,
+                verbose: bool) -> None:
     from sparkjobs import report
 
     data, out = os.path.join(work, "data"), os.path.join(work, "reports")
@@ -96,7 +97,8 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
     print(f"generated {n:,} log records in {partitions} partition(s) "
           f"in {time.monotonic() - t:.1f}s ({work})", flush=True)
     result = report.run(spark, source="lmdb", path=data, out=out,
-                        max_records_per_batch=per_batch)
+                        max_records_per_batch=per_batch,
+                        log=lambda line: print(line, flush=True) if verbose else None)
     assert result.total_events == n, (result.total_events, n)
     total = result.stream_seconds + result.tables_seconds
     times = result.batch_seconds
@@ -227,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-records-per-batch", type=int, default=100_000)
     p.add_argument("--lag-seconds", type=float, default=60.0, help="0: skip the lag run")
     p.add_argument("--rate", type=int, default=2000, help="msg/s sent in the lag run")
+    p.add_argument("--verbose", action="store_true", help="print every batch and its phases")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: temp dir)")
     args = p.parse_args(argv)
 
@@ -240,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     try:
         if args.events > 0:
-            _throughput(spark, work, args.events, args.partitions, args.max_records_per_batch)
+            _throughput(spark, work, args.events, args.partitions, args.max_records_per_batch,
+                        args.verbose)
         if args.lag_seconds > 0:
             _lag(spark, work, args.lag_seconds, args.rate)
     finally:

@@ -10,9 +10,9 @@ Layout of OUT:
     _checkpoints/events/     the streaming checkpoint (offsets, commits)
     _checkpoints/source.json which source this OUT was built from (never mixed)
 
-Each micro-batch (``foreachBatch``) writes its events, aggregates only them into small deltas
-with Spark, and merges those into the files they touch (sbemu.reporttables), so a batch costs
-what its events cost, whatever the history. All events count, however late they arrive
+Each micro-batch (``foreachBatch``) writes its events with Spark, reduces only them (its own
+Parquet files, in the driver, with Arrow) to small deltas, and merges those into the files
+they touch (sbemu.reporttables), so a batch costs what its events cost, whatever the history. All events count, however late they arrive
 (there is no watermark: a late event's minute file is simply rewritten).
 
 Exactly once across kill -9: Spark logs a batch's offsets before running it and re-runs an
@@ -30,11 +30,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DoubleType,
@@ -48,9 +47,8 @@ from pyspark.sql.types import (
 
 from sbemu.atomicfile import atomic_write
 from sbemu.partitions import logreader, retention
-from sbemu.reporttables import COLUMNS, TableStore, summary_rows
+from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
-from sparkjobs.tables import DLQ_SUFFIX, SENT_EVENTS, deadletter_reasons, traffic_by_minute
 
 SOURCES = ("lmdb", "segments")
 OUT_FORMAT = 2  # 1: events through the file sink, tables recomputed from all events
@@ -179,89 +177,6 @@ def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
     return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(path)
 
 
-PREV_SCHEMA = StructType(
-    [
-        StructField("namespace", StringType()),
-        StructField("entity", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("prev_max_seq", LongType()),
-    ]
-)
-
-
-def batch_deltas(
-    spark: SparkSession, events: DataFrame, prev_max_seq: dict[tuple[str, str, int], int]
-) -> dict[str, list[dict[str, Any]]]:
-    """Aggregate one micro-batch's events into the deltas TableStore.apply() merges.
-
-    A message counts (partition_skew, sessions) at its first `enqueued`/`scheduled` event:
-    sequence numbers grow in log order per partition, so an event whose number is at most the
-    partition's last one before this batch (`prev_max_seq`) is a copy already counted (a
-    topic logs one `enqueued` per subscription, all with the message's number).
-    """
-    keys = ["namespace", "entity", "partition"]
-    prev = spark.createDataFrame(
-        [(ns, ent, part, seq) for (ns, ent, part), seq in prev_max_seq.items()], PREV_SCHEMA
-    )
-    ev = events.join(F.broadcast(prev), keys, "left")
-    sent = F.col("event").isin(*SENT_EVENTS)
-    new_seq = F.when(
-        sent & (F.col("prev_max_seq").isNull() | (F.col("sequence_number") > F.col("prev_max_seq"))),
-        F.col("sequence_number"),
-    )
-    ev = ev.withColumn("new_seq", new_seq).cache()
-    try:
-        partitions = ev.groupBy(*keys).agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count_distinct("new_seq").alias("new_messages"),
-            F.max(F.when(sent, F.col("sequence_number"))).alias("max_seq"),
-        )
-        sessions = (
-            ev.where(F.col("session_id").isNotNull())
-            .groupBy("namespace", "entity", "session_id")
-            .agg(
-                F.count_distinct("new_seq").alias("messages"),
-                F.min("timestamp").alias("first_time"),
-                F.max("timestamp").alias("last_time"),
-            )
-        )
-        latency = (
-            ev.where(
-                (F.col("event") == "completed")
-                & ~F.col("queue").endswith(DLQ_SUFFIX)
-                & F.col("enqueued_time").isNotNull()
-            )
-            .withColumn("latency_ms", F.unix_millis("timestamp") - F.unix_millis("enqueued_time"))
-            .groupBy(*keys, "latency_ms")
-            .agg(F.count(F.lit(1)).alias("count"))
-        )
-        return {
-            "partitions": _rows(partitions),
-            "traffic": _rows(traffic_by_minute(ev), "minute"),
-            "reasons": _rows(deadletter_reasons(ev)),
-            "latency": _rows(latency),
-            "sessions": _rows(sessions, "first_time", "last_time"),
-        }
-    finally:
-        ev.unpersist()
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _rows(df: DataFrame, *timestamps: str) -> list[dict[str, Any]]:
-    """Collect a small DataFrame as dicts; timestamps as aware UTC datetimes (Spark would hand
-    them over as naive local times, which depend on the driver's time zone)."""
-    if timestamps:
-        df = df.withColumns({c: F.unix_micros(c) for c in timestamps})
-    rows = [r.asDict() for r in df.collect()]
-    for r in rows:
-        for c in timestamps:
-            if r[c] is not None:
-                r[c] = _EPOCH + timedelta(microseconds=r[c])
-    return rows
-
-
 def _layout(path: str) -> dict[tuple[str, str], int]:
     return {
         (d["ns_key"], d["entity_key"]): int(d["partition_count"])
@@ -270,19 +185,32 @@ def _layout(path: str) -> dict[tuple[str, str], int]:
 
 
 def process_batch(
-    spark: SparkSession, df: DataFrame, batch_id: int, out: str, layout_root: str
+    spark: SparkSession,
+    df: DataFrame,
+    batch_id: int,
+    out: str,
+    layout_root: str,
+    phases: dict[str, float] | None = None,
 ) -> int:
-    """One micro-batch: write its events (once), merge its deltas (once); returns its events."""
+    """One micro-batch: write its events (once), merge its deltas (once); returns its events.
+
+    `phases` receives the seconds spent writing events, aggregating and merging."""
+    phases = phases if phases is not None else {}
+    t0 = time.monotonic()
     paths = OutPaths(out)
     final = paths.batch_events(batch_id)
     if not os.path.isdir(final):  # a re-run of a batch whose events are in place keeps them
         staged = os.path.join(paths.events, f".staging-{batch_id}-{uuid.uuid4().hex}")
         df.write.mode("error").parquet(staged)
         os.replace(staged, final)
-    events = spark.read.schema(EVENTS_SCHEMA).parquet(final)
+    t1 = time.monotonic()
+    # The batch's events are small (maxRecordsPerBatch): the driver reduces them to deltas
+    # with Arrow (C++, columns it needs only) faster than a Spark job could be scheduled.
+    events = pq.read_table(final, columns=list(DELTA_COLUMNS))
     store = TableStore(out)
-    deltas = batch_deltas(spark, events, store.partition_state(batch_id))
+    deltas = batch_deltas(events, store.partition_state(batch_id))
     n = sum(r["events"] for r in deltas["partitions"])
+    t2 = time.monotonic()
     store.apply(
         batch_id,
         events=n,
@@ -293,6 +221,7 @@ def process_batch(
         sessions=deltas["sessions"],
         layout=_layout(layout_root),
     )
+    phases.update(write=t1 - t0, aggregate=t2 - t1, merge=time.monotonic() - t2)
     return n
 
 
@@ -342,12 +271,13 @@ def run(
         reader_name=retention.reader_name("report", out),
     )
     result = RunResult()
-    timings: dict[int, tuple[float, int]] = {}
+    timings: dict[int, tuple[float, dict[str, float]]] = {}
 
     def each_batch(df: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
-        n = process_batch(spark, df, batch_id, out, path)
-        timings[batch_id] = (time.monotonic() - t0, n)
+        phases: dict[str, float] = {}
+        process_batch(spark, df, batch_id, out, path, phases)
+        timings[batch_id] = (time.monotonic() - t0, phases)
 
     writer = (
         stream.writeStream.foreachBatch(each_batch)
@@ -374,9 +304,10 @@ def run(
             result.batches += 1
             result.new_events += rows
             brought = brought or rows > 0
-            secs = timings.get(batch_id, (0.0, 0))[0]
+            secs, phases = timings.get(batch_id, (0.0, {}))
             result.batch_seconds.append(secs)
-            log(f"batch {batch_id}: {rows} event(s) in {secs:.2f}s")
+            detail = ", ".join(f"{k} {v:.2f}s" for k, v in phases.items())
+            log(f"batch {batch_id}: {rows} event(s) in {secs:.2f}s ({detail})")
             on_batch(batch_id, rows)
         return brought
 

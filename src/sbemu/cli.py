@@ -107,7 +107,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_partition(subcommands)
     _add_cert(subcommands)
     _add_purge(subcommands)
+    _add_init(subcommands)
     return parser
+
+
+def _add_init(subcommands: Any) -> None:
+    init = subcommands.add_parser(
+        "init",
+        help="write a starter Config.json (one entity of each kind)",
+        description="Write a starter Config.json: a plain and a partitioned queue, a session "
+        "queue, a duplicate-detection queue and a topic with SQL and correlation rules.",
+    )
+    init.add_argument("path", nargs="?", default="Config.json", help="where (default Config.json)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.set_defaults(handler=_init)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from sbemu.starter import starter_text
+
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        return _fail(f"{path} already exists (use --force to overwrite it)")
+    try:
+        path.write_text(starter_text())
+    except OSError as exc:
+        return _fail(f"cannot write {path}: {exc.strerror or exc}")
+    print(f"wrote {path}; start with: sbemu serve --config {path}")
+    return 0
+
+
 
 
 def _add_purge(subcommands: Any) -> None:
@@ -537,7 +566,37 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(settings.config_path) if settings.config_path else default_config()
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
+    if settings.data_dir.exists() and not settings.data_dir.is_dir():
+        return _fail(f"data dir {settings.data_dir}: not a directory")
+    try:
+        _log_targets(config.logging_type, settings.data_dir)
+    except OSError as exc:
+        return _fail(f"cannot open the log file: {exc.strerror or exc} ({exc.filename})")
     return _run(_serve_async(config, settings))
+
+
+def _log_targets(logging_type: str, data_dir: Path) -> None:
+    """Act on the configuration's Logging.Type, as Microsoft's emulator does: "File" writes
+    the log to <data dir>/logs/sbemu.log (rotated at 10 MB, 5 kept), "Console" to stderr.
+    With "File" alone, stderr keeps warnings and errors only, so a failure is never silent."""
+    import logging.handlers
+
+    targets = {t.strip().casefold() for t in logging_type.split(",")}
+    root = logging.getLogger()
+    if "file" not in targets:
+        return
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(
+        logs / "sbemu.log", maxBytes=10 * 1024 * 1024, backupCount=5, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    if "console" not in targets:
+        for h in root.handlers:
+            if h is not handler:
+                h.setLevel(logging.WARNING)
+    print(f"log file: {logs / 'sbemu.log'} (Logging.Type {logging_type})", file=sys.stderr)
 
 
 async def _serve_async(config: Config, settings: Settings) -> int:
@@ -571,7 +630,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
-    for line in ready_lines(config, settings.host, server.amqp_port, server.admin_port):
+    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
+    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    for line in lines:
         print(line)
     sys.stdout.flush()
 
@@ -624,6 +685,21 @@ def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> l
         f"connection string: {connection_string(config, amqp_port)}",
         f"dashboard on http://{shown_host}:{admin_port}/ (Prometheus metrics on /metrics)",
     ]
+
+
+def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> list[str]:
+    """One line per namespace served on its own AmqpPort, with its connection string."""
+    shown_host = f"[{host}]" if ":" in host else host
+    out = []
+    for ns in config.namespaces:
+        if ns.name in ports:
+            policy = ns.sas_policies[0]
+            out.append(
+                f"namespace {ns.name} on amqp://{shown_host}:{ports[ns.name]}: "
+                f"Endpoint=sb://localhost:{ports[ns.name]};SharedAccessKeyName={policy.key_name};"
+                f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
+            )
+    return out
 
 
 def connection_string(config: Config, amqp_port: int) -> str:

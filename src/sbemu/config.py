@@ -50,7 +50,13 @@ Deliberate differences from Microsoft's emulator (which allows one namespace nam
   Azure, ``Manage`` implies ``Send`` and ``Listen``;
 * a rule's ``FilterType`` may also be ``True`` or ``False`` (Azure's TrueFilter / FalseFilter);
   a subscription without rules gets Azure's ``$Default`` rule that matches everything;
-* ``Queues``, ``Topics``, ``Subscriptions`` and ``Logging`` may be omitted (empty / ``Console``).
+* ``Queues``, ``Topics``, ``Subscriptions`` and ``Logging`` may be omitted (empty / ``Console``);
+* queues, topics and subscriptions take Azure's ``Status`` (``Active``, ``Disabled``,
+  ``SendDisabled`` for queues and topics, ``ReceiveDisabled`` for queues and subscriptions);
+  queues and topics take ``AutoDeleteOnIdle`` (at least 5 minutes, as in Azure) and the
+  emulator extension ``SbemuTestAutoDeleteOnIdle`` (at least 1 s, for tests);
+* auto-forwarding loops, chains of more than 4 hops and missing destinations are refused with
+  one line naming the chain.
 """
 
 from __future__ import annotations
@@ -98,6 +104,13 @@ LOCK_DURATION_MIN_MS = 5_000  # emulator 1.1.2 allows PT5S; Azure's minimum too
 LOCK_DURATION_MAX_MS = 300_000  # PT5M
 DUPLICATE_WINDOW_MIN_MS = 5_000  # emulator schema minimum (Azure's is 20 s)
 DUPLICATE_WINDOW_MAX_MS = 7 * 86_400_000  # Azure maximum, P7D
+AUTO_DELETE_MIN_MS = 5 * 60_000  # Azure's minimum AutoDeleteOnIdle
+AUTO_DELETE_TEST_MIN_MS = 1_000  # with the SbemuTestAutoDeleteOnIdle extension
+ENTITY_STATUSES = {
+    "queue": ("Active", "Disabled", "SendDisabled", "ReceiveDisabled"),
+    "topic": ("Active", "Disabled", "SendDisabled"),
+    "subscription": ("Active", "Disabled", "ReceiveDisabled"),
+}
 TIMESPAN_MAX_MS = 922_337_203_685_477  # .NET TimeSpan.MaxValue, Azure's "never expires" TTL
 _TIMESPAN_MAX_EXACT_MS = Decimal("922337203685477.5807")  # TimeSpan.MaxValue ticks / 10_000
 INT32_MAX = 2**31 - 1
@@ -192,6 +205,8 @@ class QueueConfig:
     requires_session: bool = False
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
+    status: str = "Active"
+    auto_delete_on_idle_ms: int | None = None  # None: never
     partition_count: int = 1
     max_size_mb: int = DEFAULT_MAX_SIZE_MB
     enable_partitioning: bool = False  # true also for every entity of a Premium namespace
@@ -220,6 +235,8 @@ class SubscriptionConfig:
     requires_session: bool = False
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
+    status: str = "Active"
+    auto_delete_on_idle_ms: int | None = None  # None: never
     rules: tuple[RuleConfig, ...] = (DEFAULT_RULE,)
 
 
@@ -235,6 +252,8 @@ class TopicConfig:
     partition_count: int = 1
     max_size_mb: int = DEFAULT_MAX_SIZE_MB
     subscriptions: tuple[SubscriptionConfig, ...] = ()
+    status: str = "Active"
+    auto_delete_on_idle_ms: int | None = None  # None: never
 
     @property
     def partitioned(self) -> bool:
@@ -261,6 +280,9 @@ class NamespaceConfig:
     sas_policies: tuple[SasPolicy, ...] = (DEFAULT_SAS_POLICY,)
     premium_partitions: int | None = None
     max_message_size_bytes: int = STANDARD_MAX_MESSAGE_SIZE  # 262144, or 1048576 when Premium
+    # sbemu extension: a port of its own (0 = any free port) where this namespace is served
+    # whatever host name the client uses, so a second namespace needs no DNS entry
+    amqp_port: int | None = None
 
     def queue(self, name: str) -> QueueConfig | None:
         """The queue called ``name`` (case-insensitive), or None."""
@@ -710,7 +732,9 @@ _NAMESPACE_RULE = (
 
 _ROOT_KEYS = ("UserConfig", "$schema")
 _USER_CONFIG_KEYS = ("Namespaces", "Logging")
-_NAMESPACE_KEYS = ("Name", "Queues", "Topics", "PremiumMessagingPartitions", "SharedAccessPolicies")
+_NAMESPACE_KEYS = (
+    "Name", "Queues", "Topics", "PremiumMessagingPartitions", "SharedAccessPolicies", "AmqpPort",
+)
 _ENTITY_KEYS = ("Name", "Properties")
 _TOPIC_KEYS = ("Name", "Properties", "Subscriptions")
 _SUBSCRIPTION_KEYS = ("Name", "Properties", "Rules")
@@ -726,6 +750,9 @@ _QUEUE_PROPERTIES = (
     "RequiresSession",
     "EnablePartitioning",
     "MaxSizeInMegabytes",
+    "Status",
+    "AutoDeleteOnIdle",
+    "SbemuTestAutoDeleteOnIdle",
 )
 _TOPIC_PROPERTIES = (
     "DefaultMessageTimeToLive",
@@ -733,6 +760,9 @@ _TOPIC_PROPERTIES = (
     "RequiresDuplicateDetection",
     "EnablePartitioning",
     "MaxSizeInMegabytes",
+    "Status",
+    "AutoDeleteOnIdle",
+    "SbemuTestAutoDeleteOnIdle",
 )
 _SUBSCRIPTION_PROPERTIES = (
     "DeadLetteringOnMessageExpiration",
@@ -743,6 +773,7 @@ _SUBSCRIPTION_PROPERTIES = (
     "ForwardTo",
     "RequiresSession",
     "DeadLetteringOnFilterEvaluationExceptions",
+    "Status",
 )
 _RULE_PROPERTIES = ("FilterType", "SqlFilter", "CorrelationFilter", "Action")
 _SAS_KEYS = ("KeyName", "Key", "Rights")
@@ -769,6 +800,16 @@ def parse_config(obj: object, source: str) -> Config:
             )
         seen[folded] = i
         namespaces.append(namespace)
+    ports: dict[int, int] = {}
+    for i, namespace in enumerate(namespaces):
+        port = namespace.amqp_port
+        if port:
+            if port in ports:
+                r.fail(
+                    f"{ns_path}[{i}].AmqpPort",
+                    f"port {port} is already the AmqpPort of {ns_path}[{ports[port]}]",
+                )
+            ports[port] = i
     logging_type = DEFAULT_LOGGING_TYPE
     if "Logging" in user:
         logging = r.fields(user["Logging"], "UserConfig.Logging", ("Type",))
@@ -812,6 +853,9 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
         _parse_topic(r, t, f"{path}.Topics[{i}]", premium, entities)
         for i, t in enumerate(raw_topics)
     )
+    problem = forwarding_problem(queues, topics)
+    if problem is not None:
+        r.fail(path, problem)
     if premium is None:
         partitioned = sum(q.partitioned for q in queues) + sum(t.partitioned for t in topics)
         if partitioned > MAX_PARTITIONED_ENTITIES:
@@ -820,6 +864,10 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
                 f"{partitioned} partitioned queues and topics: a Standard namespace "
                 f"allows at most {MAX_PARTITIONED_ENTITIES} [P19]",
             )
+
+    amqp_port: int | None = None
+    if fields.get("AmqpPort") is not None:
+        amqp_port = r.integer(fields["AmqpPort"], _child(path, "AmqpPort"), 0, 65535)
 
     sas_policies: tuple[SasPolicy, ...] = (DEFAULT_SAS_POLICY,)
     if "SharedAccessPolicies" in fields:
@@ -833,10 +881,65 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
         topics=topics,
         sas_policies=sas_policies,
         premium_partitions=premium,
+        amqp_port=amqp_port,
         max_message_size_bytes=STANDARD_MAX_MESSAGE_SIZE
         if premium is None
         else PREMIUM_MAX_MESSAGE_SIZE,
     )
+
+
+MAX_FORWARD_HOPS = 4  # Azure's limit on auto-forwarding hops
+
+
+def forwarding_problem(
+    queues: Sequence[QueueConfig], topics: Sequence[TopicConfig]
+) -> str | None:
+    """One line naming an auto-forwarding loop or a chain longer than Azure's 4 hops (or a
+    missing destination), or None. ForwardTo and ForwardDeadLetteredMessagesTo both count as
+    hops; a topic passes a message on to each of its subscriptions."""
+    by_name: dict[str, QueueConfig | TopicConfig] = {q.name.casefold(): q for q in queues}
+    by_name.update({t.name.casefold(): t for t in topics})
+
+    def forwards(name: str) -> list[tuple[str, str | None]]:
+        """(node label, its ForwardTo) for what a message sent to `name` reaches."""
+        cfg = by_name.get(name.casefold())
+        if cfg is None:
+            return []
+        if isinstance(cfg, TopicConfig):
+            return [(f"{cfg.name}/Subscriptions/{s.name}", s.forward_to) for s in cfg.subscriptions]
+        return [(cfg.name, cfg.forward_to)]
+
+    def walk(chain: list[str], target: str | None, hops: int) -> str | None:
+        if target is None:
+            return None
+        if target.casefold() not in by_name:
+            return f"auto-forwarding destination {target!r} does not exist: {' -> '.join(chain + [target])}"
+        if hops > MAX_FORWARD_HOPS:
+            return (
+                f"auto-forwarding chain of {hops} hops (Azure allows {MAX_FORWARD_HOPS}): "
+                + " -> ".join(chain + [target])
+            )
+        for label, nxt in forwards(target):
+            step = chain + ([target, label] if label != target else [target])
+            if nxt is not None and any(n.casefold() == label.casefold() for n in chain):
+                return "auto-forwarding loop: " + " -> ".join(step)
+            found = walk(step, nxt, hops + 1)
+            if found is not None:
+                return found
+        return None
+
+    starts: list[tuple[str, str | None]] = []
+    for q in queues:
+        starts += [(q.name, q.forward_to), (f"{q.name}/$DeadLetterQueue", q.forward_dead_lettered_messages_to)]
+    for t in topics:
+        for sub in t.subscriptions:
+            label = f"{t.name}/Subscriptions/{sub.name}"
+            starts += [(label, sub.forward_to), (f"{label}/$DeadLetterQueue", sub.forward_dead_lettered_messages_to)]
+    for label, target in starts:
+        found = walk([label], target, 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _entity_names(
@@ -902,6 +1005,35 @@ def _forward_target(
     if own is not None and resolved.casefold() == own.casefold():
         r.fail(_child(path, key), f"{resolved!r} cannot forward to itself")
     return resolved
+
+
+def _status(r: _Reader, props: dict[str, object], path: str, kind: str) -> str:
+    """Status: Active, Disabled, SendDisabled (queues, topics), ReceiveDisabled (queues,
+    subscriptions), as Azure allows them per kind."""
+    value = props.get("Status")
+    if value is None:
+        return "Active"
+    text = r.string(value, _child(path, "Status"))
+    allowed = ENTITY_STATUSES[kind]
+    canonical = {a.casefold(): a for a in allowed}
+    if text.casefold() not in canonical:
+        r.fail(_child(path, "Status"), f"{text!r} is not a {kind} status: use {', '.join(allowed)}")
+    return canonical[text.casefold()]
+
+
+def _auto_delete(r: _Reader, props: dict[str, object], path: str) -> int | None:
+    """AutoDeleteOnIdle (at least 5 minutes, as in Azure; TimeSpan.MaxValue: never), or the
+    emulator extension SbemuTestAutoDeleteOnIdle (at least 1 s, for tests), which wins."""
+    test = props.get("SbemuTestAutoDeleteOnIdle")
+    if test is not None:
+        return r.duration(
+            test, _child(path, "SbemuTestAutoDeleteOnIdle"), AUTO_DELETE_TEST_MIN_MS, TIMESPAN_MAX_MS
+        )
+    value = props.get("AutoDeleteOnIdle")
+    if value is None:
+        return None
+    ms = r.duration(value, _child(path, "AutoDeleteOnIdle"), AUTO_DELETE_MIN_MS, TIMESPAN_MAX_MS)
+    return None if ms >= TIMESPAN_MAX_MS else ms
 
 
 def _partitioning(
@@ -1015,6 +1147,8 @@ def _parse_queue(
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
         enable_partitioning=enabled,
+        status=_status(r, props, p_path, "queue"),
+        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 
@@ -1065,6 +1199,8 @@ def _parse_topic(
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
         subscriptions=tuple(subscriptions),
+        status=_status(r, props, p_path, "topic"),
+        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 
@@ -1111,6 +1247,7 @@ def _parse_subscription(
             r, props, p_path, "ForwardDeadLetteredMessagesTo", entities, None
         ),
         rules=tuple(rules) if rules else (DEFAULT_RULE,),
+        status=_status(r, props, p_path, "subscription"),
     )
 
 

@@ -97,3 +97,10 @@ class NotImplementedOperation(ServiceBusError):
 class InternalError(ServiceBusError):
     condition = "amqp:internal-error"
     status_code = 500
+
+
+class EntityDisabled(ServiceBusError):
+    """The entity's Status forbids the operation (MessagingEntityDisabledException)."""
+
+    condition = "com.microsoft:entity-disabled"
+    status_code = 400

@@ -1,7 +1,7 @@
 """The reporting tables on disk, merged one micro-batch at a time (pyarrow, no Spark).
 
-The Spark job (sparkjobs/report.py) aggregates each micro-batch's events into small deltas and
-hands them here; this module merges them into Parquet files partitioned by namespace, entity
+The Spark job (sparkjobs/report.py) writes each micro-batch's events; `batch_deltas` reduces
+them to small deltas (Arrow, in the driver) and `TableStore.apply` merges them into Parquet files partitioned by namespace, entity
 and (for `traffic_by_minute`) UTC date, so a batch rewrites only the files its events touch and
 its cost does not grow with the history::
 
@@ -37,7 +37,7 @@ import json
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -413,3 +413,134 @@ def summary_rows(out: str) -> list[dict[str, Any]]:
     for r in read_rows(out, "sessions"):
         row(r)["sessions"] += 1
     return [per[k] for k in sorted(per)]
+
+
+# ================================================================================================
+# One micro-batch's events -> deltas (pyarrow, in the driver)
+# ================================================================================================
+
+SENT_EVENTS = ("enqueued", "scheduled")
+DLQ_SUFFIX = "/$deadletterqueue"
+DELTA_COLUMNS = ("namespace", "entity", "partition", "timestamp", "event", "queue",
+                 "sequence_number", "session_id", "enqueued_time", "reason")
+
+
+def _micros(column: Any) -> Any:
+    """A timestamp column (any unit, with or without zone: Spark writes UTC instants) as
+    int64 microseconds since the epoch."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        column = column.cast(pa.timestamp(t.unit))
+    return column.cast(pa.timestamp("us")).cast(pa.int64())
+
+
+def _utc(us: int | None) -> datetime | None:
+    return None if us is None else _EPOCH + timedelta(microseconds=us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def batch_deltas(
+    events: Any, prev_max_seq: Mapping[tuple[str, str, int], int]
+) -> dict[str, list[dict[str, Any]]]:
+    """The deltas TableStore.apply() merges, from one micro-batch's events (a pyarrow Table
+    with DELTA_COLUMNS): traffic per minute, dead-letter reasons, the latency histogram,
+    events/new messages/last sent number per partition, new messages and first/last time per
+    session. Timestamps come back as aware UTC datetimes.
+
+    A message counts (partition_skew, sessions) at its first `enqueued`/`scheduled` event:
+    sequence numbers grow in log order per partition, so an event whose number is at most the
+    partition's last one before this batch (`prev_max_seq`) is a copy already counted (a
+    topic logs one `enqueued` per subscription, all with the message's number).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = ["namespace", "entity", "partition"]
+    ts = _micros(events.column("timestamp"))
+    enq = _micros(events.column("enqueued_time"))
+    ev = events.column("event")
+    seq = events.column("sequence_number")
+    sent = pc.is_in(ev, value_set=pa.array(SENT_EVENTS))
+    prev = pa.table(
+        {
+            "namespace": pa.array([k[0] for k in prev_max_seq], pa.string()),
+            "entity": pa.array([k[1] for k in prev_max_seq], pa.string()),
+            "partition": pa.array([k[2] for k in prev_max_seq], pa.int32()),
+            "prev_max_seq": pa.array(list(prev_max_seq.values()), pa.int64()),
+        }
+    )
+    t = pa.table(
+        {
+            "namespace": events.column("namespace"),
+            "entity": events.column("entity"),
+            "partition": events.column("partition").cast(pa.int32()),
+            "row": pa.array(range(events.num_rows), pa.int64()),
+        }
+    )
+    prev_col = (
+        t.join(prev, keys, join_type="left outer").sort_by("row").column("prev_max_seq")
+    )
+    fresh = pc.and_kleene(sent, pc.or_kleene(pc.is_null(prev_col), pc.greater(seq, prev_col)))
+    null64 = pa.scalar(None, pa.int64())
+    done = pc.and_(
+        pc.and_(pc.equal(ev, "completed"),
+                pc.invert(pc.ends_with(events.column("queue"), DLQ_SUFFIX))),
+        pc.is_valid(enq),
+    )
+    done = pc.fill_null(done, False)
+    cols = {
+        "namespace": events.column("namespace"),
+        "entity": events.column("entity"),
+        "partition": t.column("partition"),
+        "minute": pc.multiply(pc.divide(ts, 60_000_000), 60_000_000),
+        "ts": ts,
+        "event": ev,
+        "reason": events.column("reason"),
+        "session_id": events.column("session_id"),
+        "latency_ms": pc.if_else(done, pc.divide(pc.subtract(ts, enq), 1000), null64),
+        "done": done,
+        "sent_seq": pc.if_else(pc.fill_null(sent, False), seq, null64),
+        "new_seq": pc.if_else(pc.fill_null(fresh, False), seq, null64),
+        **{f"is_{n}": pc.cast(pc.equal(ev, n), pa.int64()) for n in TRAFFIC_EVENTS},
+    }
+    x = pa.table(cols)
+    distinct = pc.CountOptions(mode="only_valid")
+
+    def rows(table: Any) -> list[dict[str, Any]]:
+        return table.to_pylist()
+
+    traffic = x.filter(pc.is_in(x.column("event"), value_set=pa.array(TRAFFIC_EVENTS)))
+    traffic = traffic.group_by([*keys, "minute"]).aggregate(
+        [(f"is_{n}", "sum") for n in TRAFFIC_EVENTS]
+    )
+    out_traffic = [
+        {**{k: r[k] for k in keys}, "minute": _utc(r["minute"]),
+         **{n: r[f"is_{n}_sum"] for n in TRAFFIC_EVENTS}}
+        for r in rows(traffic)
+    ]
+    reasons = x.filter(pc.equal(x.column("event"), "deadlettered")).group_by(
+        ["namespace", "entity", "reason"]).aggregate([("event", "count")])
+    out_reasons = [{"namespace": r["namespace"], "entity": r["entity"], "reason": r["reason"],
+                    "count": r["event_count"]} for r in rows(reasons)]
+    lat = x.filter(x.column("done")).group_by([*keys, "latency_ms"]).aggregate(
+        [("event", "count")])
+    out_latency = [{**{k: r[k] for k in keys}, "latency_ms": r["latency_ms"],
+                    "count": r["event_count"]} for r in rows(lat)]
+    parts = x.group_by(keys).aggregate(
+        [("event", "count"), ("new_seq", "count_distinct", distinct), ("sent_seq", "max")])
+    out_parts = [{**{k: r[k] for k in keys}, "events": r["event_count"],
+                  "new_messages": r["new_seq_count_distinct"], "max_seq": r["sent_seq_max"]}
+                 for r in rows(parts)]
+    sess = x.filter(pc.is_valid(x.column("session_id"))).group_by(
+        ["namespace", "entity", "session_id"]).aggregate(
+        [("new_seq", "count_distinct", distinct), ("ts", "min"), ("ts", "max")])
+    out_sessions = [{"namespace": r["namespace"], "entity": r["entity"],
+                     "session_id": r["session_id"], "messages": r["new_seq_count_distinct"],
+                     "first_time": _utc(r["ts_min"]), "last_time": _utc(r["ts_max"])}
+                    for r in rows(sess)]
+    return {"traffic": out_traffic, "reasons": out_reasons, "latency": out_latency,
+            "partitions": out_parts, "sessions": out_sessions}

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
+import functools
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,11 +31,12 @@ from .partitions.router import (
     Router,
     StorageLayoutError,
 )
+from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.listener import AmqpProtocol
-from .protocol.views import encode_property, encode_symbol
+from .protocol.views import encode_property, encode_symbol, view_of_record
 
 if TYPE_CHECKING:
     from .admin.dashboard import Dashboard
@@ -42,6 +45,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("sbemu.server")
 
 TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
+# How long the event loop may keep the GIL from a commit thread that finished its fsync and
+# wants to hand the result back (Python's default is 5 ms: up to 5 ms more per acknowledgement).
+GIL_SWITCH_INTERVAL = 0.001
+# Commits in flight at once across partitions (one per partition). The threads mostly wait in
+# fsync with the GIL released, and concurrent fsyncs share the file system's journal commits:
+# with 4 threads a 16-partition queue at 1,000 msg/s queued commits behind each other
+# (latency p50 95-374 ms on the loaded machine, 47-104 ms with 16).
+COMMIT_THREADS = 16
 RETENTION_INTERVAL_MS = 10_000  # between log retention passes
 RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
 # Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
@@ -149,6 +160,27 @@ def _subscription_queues(sub: SubscriptionConfig) -> dict[str, SubQueueSettings]
     )
 
 
+def entity_settings(cfg: QueueConfig | TopicConfig) -> EntitySettings:
+    """The runtime settings (Status, forwarding, idle deletion) of a configured entity."""
+    subs: dict[str, ReceiverSettings] = {}
+    if isinstance(cfg, TopicConfig):
+        for sub in cfg.subscriptions:
+            subs[f"subscriptions/{sub.name.lower()}"] = ReceiverSettings(
+                EntityStatus(sub.status),
+                sub.forward_to,
+                sub.forward_dead_lettered_messages_to,
+            )
+        return EntitySettings(
+            EntityStatus(cfg.status), None, None, cfg.auto_delete_on_idle_ms, subs
+        )
+    return EntitySettings(
+        EntityStatus(cfg.status),
+        cfg.forward_to,
+        cfg.forward_dead_lettered_messages_to,
+        cfg.auto_delete_on_idle_ms,
+    )
+
+
 def namespace_info(ns: NamespaceConfig) -> NamespaceInfo:
     """Keys, rights and limits of a namespace for the protocol side."""
     return NamespaceInfo(
@@ -189,6 +221,7 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._amqp_server: asyncio.Server | None = None
+        self.namespace_servers: dict[str, asyncio.Server] = {}
         self._admin_server: Any = None  # sbemu.admin.http.AdminServer
         self._connections: set[AmqpProtocol] = set()
         self._turn_scheduled = False
@@ -205,8 +238,11 @@ class Server:
     async def start(self) -> None:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._lock_data_dir()
-        self.router = Router(self.data_dir, self._wake, encode_property, encode_symbol)
+        self.router = Router(
+            self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
+        )
         self.router.log_bodies = self.log_bodies
         from .admin.management import Management, SpecBuilders
 
@@ -218,6 +254,7 @@ class Server:
                 self.data_dir,
                 SpecBuilders(queue_spec, topic_spec),
                 self.settle,
+                apply=self.apply_entity_config,
             )
             self.management.seed()
         except ValueError as exc:
@@ -229,8 +266,9 @@ class Server:
         except OSError as exc:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
         self.router.removal_listeners.append(self._entity_removed)
+        self.router.forwarder.clean_stale_markers()
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
+            max_workers=COMMIT_THREADS, thread_name_prefix="sbemu-commit"
         )
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         services = Services(self.router, infos, self.config.namespaces[0].name.lower())
@@ -246,6 +284,7 @@ class Server:
                 f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
+        await self._listen_namespace_ports(infos)
         from .admin.certs import server_ssl_context
         from .admin.http import start_admin
 
@@ -270,8 +309,40 @@ class Server:
             self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
 
+    async def _listen_namespace_ports(self, infos: dict[str, NamespaceInfo]) -> None:
+        """A listener per namespace with its own AmqpPort: there the namespace is the default,
+        whatever host name the client connects with (no DNS entry needed)."""
+        assert self.router is not None and self._loop is not None
+        for ns in self.config.namespaces:
+            if ns.amqp_port is None:
+                continue
+            services = Services(self.router, infos, ns.name.lower())
+            try:
+                server = await self._loop.create_server(
+                    functools.partial(AmqpProtocol, services, self._connections),
+                    self.host,
+                    ns.amqp_port,
+                    reuse_address=True,
+                )
+            except OSError as exc:
+                for other in (self._amqp_server, *self.namespace_servers.values()):
+                    if other is not None:
+                        other.close()
+                raise StartupError(
+                    f"cannot listen on {self.host}:{ns.amqp_port} (AMQP for namespace "
+                    f"{ns.name}): {exc.strerror or exc}"
+                ) from exc
+            self.namespace_servers[ns.name] = server
+
+    @property
+    def namespace_ports(self) -> dict[str, int]:
+        """namespace name -> the port of its own listener (AmqpPort)."""
+        return {n: s.sockets[0].getsockname()[1] for n, s in self.namespace_servers.items()}
+
     def _lock_data_dir(self) -> None:
         """One server per data directory: LMDB would allow two, our in-memory state would not."""
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise StartupError(f"data dir {self.data_dir}: not a directory")
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -292,7 +363,7 @@ class Server:
             self._timer.cancel()
         if self.dashboard is not None:
             self.dashboard.stop()
-        for server in (self._amqp_server, self._admin_server):
+        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values()):
             if server is not None:
                 server.close()
         for proto in list(self._connections):
@@ -341,18 +412,29 @@ class Server:
             return
         assert self._loop is not None and self._executor is not None
         self._inflight.add(broker)
-        future = self._loop.run_in_executor(self._executor, broker.store.commit, batch)
-        future.add_done_callback(lambda f: self._committed(broker, batch, callbacks, f))
+        loop, store = self._loop, broker.store
+
+        def run() -> None:
+            # The worker hands the outcome straight to the loop: one hop, where an asyncio
+            # future from run_in_executor takes two loop passes (set result, then callbacks)
+            # with a socket read possibly processed in between, delaying every acknowledgement.
+            error: Exception | None = None
+            try:
+                store.commit(batch)
+            except Exception as exc:
+                error = exc
+            loop.call_soon_threadsafe(self._committed, broker, batch, callbacks, error)
+
+        self._executor.submit(run)
 
     def _committed(
         self,
         broker: PartitionBroker,
         batch: Any,
         callbacks: list[Any],
-        future: asyncio.Future[None],
+        error: Exception | None,
     ) -> None:
         self._inflight.discard(broker)
-        error = future.exception()
         if error is not None:
             log.error(
                 "partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error
@@ -369,6 +451,8 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(time.time() * 1000)
         self.router.on_timer(now_ms)
+        for entity in self.router.idle_entities(now_ms):
+            self._delete_idle(entity)
         self._wake()
         if not self.keep_logs and now_ms >= self._retention_due_ms and self._retention is None:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
@@ -438,6 +522,7 @@ class Server:
         routes.add("GET", "/health", legacy(self._health))
         routes.add("GET", "/partitions", legacy(self._partitions))
         routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
+        routes.add("POST", "/entities", legacy(self._status_command), prefix=True)
         self._add_dashboard(routes)
         from .admin.atom import add_atom_routes, add_purge_routes
 
@@ -467,6 +552,77 @@ class Server:
         """An entity or subscription was deleted: every client's links on it detach."""
         for proto in list(self._connections):
             proto.entity_removed(entity, queue_prefix)
+
+    # ------------------------------------------------------------------ entity settings
+    def apply_entity_config(self, namespace: str, cfg: QueueConfig | TopicConfig) -> None:
+        """(Re)apply a queue's or topic's runtime settings (Status, ForwardTo,
+        ForwardDeadLetteredMessagesTo, AutoDeleteOnIdle, and its subscriptions'): takes effect
+        at once, for open links too. The admin API calls this after a create or update."""
+        assert self.router is not None
+        self.router.apply_settings(namespace, cfg.name, entity_settings(cfg))
+
+    def _delete_idle(self, entity: Any) -> None:
+        """AutoDeleteOnIdle: delete an idle entity and its data, as the admin API's DELETE does
+        (links detached with not-found, catalog updated, stores closed after their last commit)."""
+        assert self.management is not None
+        log.warning(
+            "%s %s/%s deleted: idle for its AutoDeleteOnIdle window (%d ms)",
+            entity.spec.kind, entity.spec.namespace, entity.name,
+            entity.settings.auto_delete_on_idle_ms,
+        )
+        entity.deleted = True  # due once: the tracker skips it while the delete runs
+        task = asyncio.ensure_future(
+            self.management.delete_entity(entity.spec.namespace, entity.name)
+        )
+        task.add_done_callback(self._idle_deleted)
+
+    @staticmethod
+    def _idle_deleted(task: asyncio.Future[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("idle deletion failed: %s", task.exception())
+
+    def _status_command(self, rest: str) -> tuple[int, dict[str, Any]]:
+        """POST /entities/<namespace>/<queue|topic>[/subscriptions/<sub>]/status/<Status>: the
+        same change as an admin API update of Status (persisted, applied to open links)."""
+        from urllib.parse import unquote
+
+        from .config import ENTITY_STATUSES
+        from .errors import ServiceBusError
+
+        assert self.management is not None
+        parts = [unquote(p) for p in rest.strip("/").split("/")]
+        if len(parts) < 4 or parts[-2].lower() != "status":
+            return 400, {
+                "error": "expected /entities/<namespace>/<entity>[/subscriptions/<name>]"
+                "/status/<Active|Disabled|SendDisabled|ReceiveDisabled>"
+            }
+        namespace, path, value = parts[0], parts[1:-2], parts[-1]
+        entity = self.management.entity(namespace, path[0])
+        sub_name = path[2] if len(path) == 3 and path[1].lower() == "subscriptions" else None
+        if entity is None or (len(path) != 1 and sub_name is None):
+            return 404, {"error": f"no entity {'/'.join(path)!r} in namespace {namespace!r}"}
+        kind = "subscription" if sub_name else entity.spec.kind
+        allowed = {a.lower(): a for a in ENTITY_STATUSES[kind]}
+        if value.lower() not in allowed:
+            return 400, {"error": f"{value!r} is not a {kind} status: use {', '.join(allowed.values())}"}
+        status = allowed[value.lower()]
+        try:
+            if sub_name is not None:
+                sub = self.management.subscription(entity, sub_name)
+                if sub is None:
+                    return 404, {"error": f"no subscription {sub_name!r} on {entity.name!r}"}
+                self.management.update_subscription(
+                    namespace, entity.name, sub_name, dict(sub) | {"status": status}
+                )
+            else:
+                current = {k: v for k, v in entity.description.items() if k != "subscriptions"}
+                self.management.update_entity(
+                    namespace, kind, entity.name, current | {"status": status}
+                )
+        except ServiceBusError as exc:
+            return exc.status_code, {"error": exc.description}
+        log.warning("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
+        return 200, {"namespace": namespace, "entity": "/".join(path), "status": status}
 
     # ------------------------------------------------------------------ operator commands
     def _partitions(self) -> tuple[int, dict[str, Any]]:

@@ -346,3 +346,43 @@ def test_readme_plugin_example(sbemu_server: SbemuServer, sbemu_entities: Entity
         sbemu_server.admin_connection_string
     ) as admin:
         assert admin.get_queue_runtime_properties(queue).active_message_count == 1
+
+
+def test_forwarding_and_status_set_through_the_admin_client(
+    admin: ServiceBusAdministrationClient, sb: ServiceBusClient
+) -> None:
+    """ForwardTo and Status set with the admin client are acted on at once (issue 9 via 8)."""
+    from azure.servicebus.exceptions import ServiceBusError
+
+    dest, source, other = unique("adm-fdst"), unique("adm-fsrc"), unique("adm-floop")
+    admin.create_queue(dest, enable_partitioning=True)
+    admin.create_queue(source, forward_to=dest)
+    assert admin.get_queue(source).forward_to.rstrip("/").endswith(dest)
+    with sb.get_queue_sender(source) as sender:
+        sender.send_messages(ServiceBusMessage("moved", partition_key="k1"))
+    with sb.get_queue_receiver(dest, max_wait_time=10) as receiver:
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+        assert [str(m) for m in got] == ["moved"]
+        receiver.complete_message(got[0])
+    # a loop through the API is refused, naming the chain; nothing changes
+    admin.create_queue(other, forward_to=source)
+    looped = admin.get_queue(dest)
+    looped.forward_to = other
+    with pytest.raises(HttpResponseError) as refused:
+        admin.update_queue(looped)
+    assert refused.value.status_code == 400 and "loop" in str(refused.value)
+    assert admin.get_queue(dest).forward_to is None
+    # Status: SendDisabled refuses sends at once; Active again lets them through
+    props = admin.get_queue(dest)
+    props.status = "SendDisabled"
+    admin.update_queue(props)
+    assert admin.get_queue(dest).status == "SendDisabled"
+    with pytest.raises(ServiceBusError):  # refused at attach or at the send
+        with sb.get_queue_sender(dest) as sender:
+            sender.send_messages(ServiceBusMessage("refused"))
+    props = admin.get_queue(dest)
+    props.status = "Active"
+    admin.update_queue(props)
+    assert admin.get_queue(dest).status == "Active"
+    with sb.get_queue_sender(dest) as sender:
+        sender.send_messages(ServiceBusMessage("accepted"))

@@ -333,7 +333,8 @@ def reference_tables(records: list[dict], layout: list[dict] | None = None) -> d
 def spark_tables(spark, out: str) -> dict[str, set]:
     """The Parquet tables of a report directory, in reference_tables() form."""
     from sparkjobs.report import read_table
-    from sparkjobs.tables import TABLES
+
+    from sbemu.reporttables import TABLES
 
     result = {}
     for name in TABLES:

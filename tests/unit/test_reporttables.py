@@ -149,3 +149,54 @@ def test_report_command_parses_without_loading_spark():
             "assert a.html and a.out == 'x'; "
             "assert not [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'sparkjobs')]")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_batch_deltas_from_events():
+    import pyarrow as pa
+
+    from sbemu.reporttables import batch_deltas
+
+    ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+    def ev(part, offset_ms, event, seq, *, queue="main", session=None, enq=None, reason=None):
+        return {"namespace": NS, "entity": Q, "partition": part, "event": event,
+                "timestamp": ms + offset_ms, "queue": queue, "sequence_number": seq,
+                "session_id": session, "enqueued_time": enq, "reason": reason}
+
+    rows = [
+        ev(0, 0, "enqueued", 5, queue="subscriptions/a"),  # 5 is a copy counted last batch
+        ev(0, 0, "enqueued", 6, queue="subscriptions/a", session="s"),
+        ev(0, 0, "enqueued", 6, queue="subscriptions/b", session="s"),  # copy of 6
+        ev(0, 61_000, "completed", 6, queue="subscriptions/a", session="s", enq=ms),
+        ev(0, 62_000, "completed", 7, queue="main/$deadletterqueue", enq=ms),  # not latency
+        ev(1, 500, "deadlettered", 9),  # no reason
+        ev(1, 700, "scheduled", 10),
+    ]
+    ts = pa.timestamp("ms")  # Spark may write INT96 or micros: any unit, no zone
+    table = pa.table({
+        "namespace": pa.array([r["namespace"] for r in rows]),
+        "entity": pa.array([r["entity"] for r in rows]),
+        "partition": pa.array([r["partition"] for r in rows], pa.int32()),
+        "timestamp": pa.array([r["timestamp"] for r in rows], ts),
+        "event": pa.array([r["event"] for r in rows]),
+        "queue": pa.array([r["queue"] for r in rows]),
+        "sequence_number": pa.array([r["sequence_number"] for r in rows], pa.int64()),
+        "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
+        "enqueued_time": pa.array([r["enqueued_time"] for r in rows], ts),
+        "reason": pa.array([r["reason"] for r in rows], pa.string()),
+    })
+    d = batch_deltas(table, {(NS, Q, 0): 5})
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    t1 = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
+    traffic = {(r["partition"], r["minute"]): (r["enqueued"], r["completed"], r["deadlettered"])
+               for r in d["traffic"]}
+    assert traffic == {(0, t0): (3, 0, 0), (0, t1): (0, 2, 0), (1, t0): (0, 0, 1)}
+    assert d["reasons"] == [{"namespace": NS, "entity": Q, "reason": None, "count": 1}]
+    assert d["latency"] == [{"namespace": NS, "entity": Q, "partition": 0, "latency_ms": 61_000,
+                             "count": 1}]
+    parts = {r["partition"]: (r["events"], r["new_messages"], r["max_seq"])
+             for r in d["partitions"]}
+    assert parts == {0: (5, 1, 6), 1: (2, 1, 10)}
+    (sess,) = d["sessions"]
+    assert (sess["messages"], sess["first_time"], sess["last_time"]) == (
+        1, t0, datetime(2026, 1, 1, 0, 1, 1, tzinfo=UTC))

@@ -214,6 +214,15 @@ def _forward_target(value: str) -> str:
 
 
 # ------------------------------------------------------------------ config <-> description
+def _idle_ms(value: int | None) -> int:
+    """AutoDeleteOnIdle of a config entity (None: never, which Azure writes as TimeSpan.MaxValue)."""
+    return TIMESPAN_MAX_MS if value is None else value
+
+
+def _idle_config(value: int) -> int | None:
+    return None if value >= TIMESPAN_MAX_MS else value
+
+
 def from_queue_config(q: QueueConfig, premium: int | None) -> dict[str, Any]:
     return new_description(
         "queue",
@@ -235,6 +244,8 @@ def from_queue_config(q: QueueConfig, premium: int | None) -> dict[str, Any]:
                 PREMIUM_MAX_MESSAGE_SIZE if premium else STANDARD_MAX_MESSAGE_SIZE
             )
             // 1024,
+            "status": q.status,
+            "auto_delete_on_idle_ms": _idle_ms(q.auto_delete_on_idle_ms),
         },
     )
 
@@ -254,6 +265,8 @@ def from_topic_config(t: TopicConfig, premium: int | None) -> dict[str, Any]:
                 PREMIUM_MAX_MESSAGE_SIZE if premium else STANDARD_MAX_MESSAGE_SIZE
             )
             // 1024,
+            "status": t.status,
+            "auto_delete_on_idle_ms": _idle_ms(t.auto_delete_on_idle_ms),
         },
     )
 
@@ -273,6 +286,8 @@ def from_subscription_config(s: SubscriptionConfig) -> dict[str, Any]:
             "requires_session": s.requires_session,
             "forward_to": s.forward_to,
             "forward_dead_lettered_messages_to": s.forward_dead_lettered_messages_to,
+            "status": s.status,
+            "auto_delete_on_idle_ms": _idle_ms(s.auto_delete_on_idle_ms),
         },
     )
 
@@ -280,6 +295,8 @@ def from_subscription_config(s: SubscriptionConfig) -> dict[str, Any]:
 def queue_config(d: Mapping[str, Any]) -> QueueConfig:
     """The config dataclass of a queue description (what the router spec is built from)."""
     return QueueConfig(
+        status=d["status"],
+        auto_delete_on_idle_ms=_idle_config(d["auto_delete_on_idle_ms"]),
         name=d["name"],
         lock_duration_ms=d["lock_duration_ms"],
         max_delivery_count=d["max_delivery_count"],
@@ -300,6 +317,8 @@ def subscription_config(
     d: Mapping[str, Any], rules: tuple[RuleConfig, ...] = (DEFAULT_RULE,)
 ) -> SubscriptionConfig:
     return SubscriptionConfig(
+        status=d["status"],
+        auto_delete_on_idle_ms=_idle_config(d["auto_delete_on_idle_ms"]),
         name=d["name"],
         lock_duration_ms=d["lock_duration_ms"],
         max_delivery_count=d["max_delivery_count"],
@@ -319,6 +338,8 @@ def topic_config(
     d: Mapping[str, Any], subscriptions: tuple[SubscriptionConfig, ...]
 ) -> TopicConfig:
     return TopicConfig(
+        status=d["status"],
+        auto_delete_on_idle_ms=_idle_config(d["auto_delete_on_idle_ms"]),
         name=d["name"],
         default_message_ttl_ms=d["default_message_ttl_ms"],
         requires_duplicate_detection=d["requires_duplicate_detection"],

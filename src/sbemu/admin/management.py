@@ -19,8 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_RULE, MAX_ENTITIES, MAX_PARTITIONED_ENTITIES, NamespaceConfig
+from ..config import (
+    DEFAULT_RULE,
+    MAX_ENTITIES,
+    MAX_PARTITIONED_ENTITIES,
+    NamespaceConfig,
+    QueueConfig,
+    TopicConfig,
+    forwarding_problem,
+)
 from ..errors import (
+    ArgumentError,
     EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
@@ -67,6 +76,7 @@ class Management:
         build: SpecBuilders,
         settle: Callable[[list[PartitionBroker]], Awaitable[None]],
         clock: Callable[[], float] = time.time,
+        apply: Callable[[str, QueueConfig | TopicConfig], None] | None = None,
     ) -> None:
         self.router = router
         self.namespaces = {ns.name.lower(): ns for ns in namespaces}
@@ -78,6 +88,9 @@ class Management:
         self.started_ms = self.now_ms()
         self._lock = asyncio.Lock()
         self._deleting: set[tuple[str, str]] = set()  # (namespace, name) until its data is gone
+        # (re)applies an entity's runtime settings (Status, forwarding, idle deletion) at once,
+        # for open links too (Server.apply_entity_config)
+        self.apply = apply
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -124,6 +137,7 @@ class Management:
                 self._fill_times(desc, now)
                 entity = self.router.add_entity(self.build.queue(ns, queue_config(desc)))
                 entity.description = desc
+                self._applied(ns, entity)
             for key, desc in topics.items():
                 self._fill_times(desc, now)
                 sub_descs = subs.get(key, {})
@@ -135,6 +149,11 @@ class Management:
                 )
                 entity = self.router.add_entity(self.build.topic(ns, topic_config(desc, configs)))
                 entity.description = desc | {"subscriptions": dict(sub_descs)}
+                self._applied(ns, entity)
+        for ns in self.namespaces.values():
+            problem = self._forwarding_problem(ns)
+            if problem is not None:
+                raise ValueError(problem)
 
     @staticmethod
     def _fill_times(desc: dict[str, Any], now: int) -> None:
@@ -142,6 +161,41 @@ class Management:
         desc["updated_ms"] = desc.get("updated_ms") or desc["created_ms"]
 
     # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ runtime settings
+    @staticmethod
+    def config_of(entity: Entity) -> QueueConfig | TopicConfig:
+        """The config dataclass of an entity's current description."""
+        desc = entity.description
+        if entity.spec.kind == "queue":
+            return queue_config(desc)
+        subs = tuple(subscription_config(d) for d in desc.get("subscriptions", {}).values())
+        return topic_config(desc, subs)
+
+    def _applied(self, ns: NamespaceConfig, entity: Entity) -> None:
+        if self.apply is not None:
+            self.apply(ns.name, self.config_of(entity))
+
+    def _forwarding_problem(
+        self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig | None = None
+    ) -> str | None:
+        """A loop, a chain over Azure's 4 hops or a missing destination in the namespace as it
+        would be with `changed` (None: as it is)."""
+        configs = {
+            name: self.config_of(e)
+            for (n, name), e in self.router.entities.items()
+            if n == ns.name.lower() and e.description
+        }
+        if changed is not None:
+            configs[changed.name.lower()] = changed
+        queues = [c for c in configs.values() if isinstance(c, QueueConfig)]
+        topics = [c for c in configs.values() if isinstance(c, TopicConfig)]
+        return forwarding_problem(queues, topics)
+
+    def _check_forwarding(self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig) -> None:
+        problem = self._forwarding_problem(ns, changed)
+        if problem is not None:
+            raise ArgumentError(f"SubCode=40000. {problem[0].upper()}{problem[1:]}.")
+
     def entities(self, namespace: str, kind: str) -> list[Entity]:
         """Queues or topics of a namespace, sorted by name (as Azure lists them)."""
         ns = namespace.lower()
@@ -236,11 +290,14 @@ class Management:
         desc = new_description(kind, name, given)
         validate(kind, desc, ns)
         self._check_quota(ns, desc)
+        if kind == "queue":
+            self._check_forwarding(ns, queue_config(desc))
         now = self.now_ms()
         desc["created_ms"] = desc["updated_ms"] = now
         entity = self.router.create_entity(self._spec(ns, kind, desc, None))
         entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self.catalog.put(ns.name, kind, desc)
+        self._applied(ns, entity)
         log.info("created %s %s/%s", kind, ns.name, name)
         return entity
 
@@ -267,12 +324,15 @@ class Management:
             if key in old and key not in given:
                 desc[key] = None  # absent from the PUT: cleared, as Azure does
         validate(kind, desc, ns)
+        if kind == "queue":
+            self._check_forwarding(ns, queue_config(desc))
         desc["updated_ms"] = self.now_ms()
         self.router.update_entity(self._spec(ns, kind, desc, entity))
         entity.description = desc | (
             {"subscriptions": entity.description.get("subscriptions", {})} if kind == "topic" else {}
         )
         self.catalog.put(ns.name, kind, desc)
+        self._applied(ns, entity)
         log.info("updated %s %s/%s", kind, ns.name, name)
         return entity
 
@@ -294,6 +354,12 @@ class Management:
         log.info("deleted %s %s/%s", entity.spec.kind, ns.name, name)
 
     # ------------------------------------------------------------------ subscriptions
+    def _with_subscription(self, entity: Entity, desc: dict[str, Any]) -> TopicConfig:
+        """The topic's config with this subscription description added or replaced."""
+        subs = dict(entity.description.get("subscriptions", {}))
+        subs[desc["name"].lower()] = desc
+        return topic_config(entity.description, tuple(subscription_config(d) for d in subs.values()))
+
     def _topic(self, namespace: str, topic: str) -> tuple[NamespaceConfig, Entity]:
         ns = self.namespace(namespace)
         entity = self.router.get_entity(ns.name, topic)
@@ -318,12 +384,14 @@ class Management:
         validate("subscription", desc, ns)
         now = self.now_ms()
         desc["created_ms"] = desc["updated_ms"] = now
+        self._check_forwarding(ns, self._with_subscription(entity, desc))
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         if default_rule is not None:
             sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
         self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
         entity.description.setdefault("subscriptions", {})[name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
+        self._applied(ns, entity)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
         return desc
 
@@ -342,11 +410,13 @@ class Management:
                 f"RequiresSession cannot be changed on the existing subscription '{name}'."
             )
         validate("subscription", desc, ns)
+        self._check_forwarding(ns, self._with_subscription(entity, desc))
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
         entity.description["subscriptions"][name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
+        self._applied(ns, entity)
         return desc
 
     async def delete_subscription(self, namespace: str, topic: str, name: str) -> None:
@@ -357,6 +427,7 @@ class Management:
         self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
         entity.description["subscriptions"].pop(name.lower(), None)
         self.catalog.remove(ns.name, name, topic=entity.name)
+        self._applied(ns, entity)
         error = await done
         if error is not None:
             raise error

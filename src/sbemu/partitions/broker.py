@@ -50,6 +50,9 @@ DLQ_SUFFIX = "/$deadletterqueue"
 MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
 TTL_EXPIRED_REASON = "TTLExpiredException"
 SEQUENCE_BITS = 48
+# A topic partition keeps scheduled messages here, not yet copied to any subscription: they
+# are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
+SCHEDULED_QUEUE = "$scheduled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +254,8 @@ class PartitionBroker:
         self.stats = PartitionStats()  # counters for the dashboard and /metrics
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
+        # A topic partition: where a due scheduled message goes (the subscriptions' routes).
+        self.fan_out: Callable[[MessageRecord], list[Route]] | None = None
         # healthy: False while taken offline or after a store I/O fault (no sends, no receives:
         # its messages wait, neither lost nor delivered). accepting: False once the store is
         # full (no new messages; receivers still drain it) until a commit frees space.
@@ -324,6 +329,50 @@ class PartitionBroker:
         )
         self._batch.meta["next_log_offset"] = self._next_offset
         self._dirty()
+
+    def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
+        """Store duplicate-detection history in the next commit (with the messages it admits)
+        and sweep history older than `sweep_before` in the same transaction; `done` after."""
+        self._batch.dedup.extend((mid, now_ms) for mid in ids)
+        self._batch.dedup_sweep_before = sweep_before
+        self.after_commit(done)
+
+    def put_forward_markers(self, keys: list[bytes], present: bool) -> None:
+        """Write (or delete) auto-forwarding markers in the next commit (see forwarding.py)."""
+        self._batch.markers.extend((k, present) for k in keys)
+        self._dirty()
+
+    def forward_out(
+        self,
+        queue: str,
+        seq: int,
+        now_ms: int,
+        to_queue: str | None = None,
+        reason: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """A message left a forwarding sub-queue: removed (forwarded), or moved to `to_queue`
+        (the transfer dead-letter queue) with a dead-letter reason."""
+        sq = self.queues[queue]
+        rec = sq.records.get(seq)
+        if rec is None:
+            return
+        sq.unready(rec)
+        del sq.records[seq]
+        self._delete(sq, seq)
+        if to_queue is None:
+            self._log(sq, LogEvent.COMPLETED, rec, now_ms, reason)
+            return
+        target = self.queues[to_queue]
+        moved = rec.copy()
+        moved.state = MessageState.ACTIVE
+        moved.dead_letter_reason = reason
+        moved.dead_letter_description = description
+        target.records[seq] = moved
+        target.make_ready(moved)
+        self._put(target, moved)
+        self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
+        self.on_ready(to_queue)
 
     def after_commit(self, done: Done) -> None:
         """Run `done` once the writes queued so far are committed."""
@@ -481,6 +530,8 @@ class PartitionBroker:
             scheduled_enqueue_time_ms=scheduled,
             properties_span=msg.properties_span,
             body_span=msg.body_span,
+            original_sequence_number=msg.original_sequence_number,
+            transfer_hops=msg.transfer_hops,
         )
 
     # ---------------------------------------------------------------- delivery
@@ -801,6 +852,9 @@ class PartitionBroker:
 
     def _activate(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
         """A scheduled message is due: it is enqueued anew with a new sequence number [D3]."""
+        if sq.name == SCHEDULED_QUEUE and self.fan_out is not None:
+            self._fan_out(sq, rec, now_ms)
+            return
         del sq.records[rec.sequence_number]
         self._delete(sq, rec.sequence_number)
         new = rec.copy()
@@ -816,9 +870,68 @@ class PartitionBroker:
         self._track(sq, new)
         self.on_ready(sq.name)
 
+    def _fan_out(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A topic's scheduled message is due: copy it to the subscriptions whose rules match
+        now, each copy enqueued anew (one new sequence number shared by the copies), in the
+        same transaction that removes it from the scheduled sub-queue."""
+        assert self.fan_out is not None
+        del sq.records[rec.sequence_number]
+        self._delete(sq, rec.sequence_number)
+        self._log(sq, LogEvent.ACTIVATED, rec, now_ms)
+        routes = self.fan_out(rec)
+        if not routes:
+            return
+        base = self.sequence_base()
+        seq = base | self._next_seq
+        self._next_seq += 1
+        used: set[str] = set()
+        for route in routes:
+            target = self.queues.get(route.queue)
+            if target is None:
+                continue
+            copy_seq = seq
+            if route.queue in used:
+                copy_seq = base | self._next_seq
+                self._next_seq += 1
+            used.add(route.queue)
+            new = self.restamp(target, rec, copy_seq, now_ms)
+            new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
+            if route.overrides:
+                _merge_overrides(new, route.overrides)
+            if route.dead_letter_reason is not None:
+                new.dead_letter_reason = route.dead_letter_reason
+                new.dead_letter_description = route.dead_letter_description
+            target.records[new.sequence_number] = new
+            self._put(target, new)
+            self._log(target, LogEvent.ENQUEUED, new, now_ms)
+            self._track(target, new)
+            self.on_ready(target.name)
+        self._batch.meta["next_sequence"] = self._next_seq
+
+    @staticmethod
+    def restamp(sq: SubQueue, rec: MessageRecord, seq: int, now_ms: int) -> MessageRecord:
+        """A copy of a stored message enqueued anew in `sq`: new sequence number, active,
+        delivery count 0, TTL capped by the sub-queue's default and counted from now."""
+        new = rec.copy()
+        new.sequence_number = seq
+        new.enqueued_time_ms = now_ms
+        new.state = MessageState.ACTIVE
+        new.delivery_count = 0
+        new.scheduled_enqueue_time_ms = None
+        new.dead_letter_reason = new.dead_letter_description = new.dead_letter_source = None
+        ttl = rec.ttl_ms
+        default = sq.settings.default_ttl_ms
+        if default is not None and (ttl is None or ttl == 0 or ttl > default):
+            ttl = default
+        new.ttl_ms = ttl
+        new.expires_at_ms = (now_ms + ttl) if ttl is not None else None
+        return new
+
     def cancel_scheduled(self, queue: str, seq: int, now_ms: int) -> bool:
         """Drop a scheduled message by its sequence number; False if there is none."""
-        sq = self.queues[queue]
+        sq = self.queues.get(queue)
+        if sq is None:
+            return False
         rec = sq.records.get(seq)
         if rec is None or rec.state != MessageState.SCHEDULED:
             return False

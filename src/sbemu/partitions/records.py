@@ -8,9 +8,12 @@ Message record (value in a queue's LMDB database, key = 8-byte big-endian sequen
      partition_key, ttl_ms, expires_at_ms, durable, priority, annotation_count, annotations,
      tail, size, scheduled_enqueue_time_ms, dead_letter_reason, dead_letter_description,
      dead_letter_source, property_overrides, original_sequence_number, properties_span,
-     body_span]
-The two trailing spans are optional (records written before them have 22 fields):
-[start, end) in `tail` of the encoded application-properties map and of the body sections.
+     body_span, transfer_hops]
+The two trailing spans and `transfer_hops` are optional (records written before them have 22
+or 24 fields). The spans are [start, end) in `tail` of the encoded application-properties map
+and of the body sections; `transfer_hops` counts the auto-forwarding hops a message made (0:
+none) and `original_sequence_number` is its sequence number at the entity it was first sent to
+(set on forwarded messages only).
 `annotations` and `tail` are the client's encoded message-annotation entries and the encoded
 properties/application-properties/body sections, opaque to this package (the protocol side
 scans and rebuilds them). `property_overrides` maps application property names to encoded
@@ -84,6 +87,9 @@ class IncomingMessage:
     # [start, end) in `tail` of the encoded application-properties map / of the body sections
     properties_span: tuple[int, int] | None = None
     body_span: tuple[int, int] | None = None
+    # auto-forwarding: the sequence number at the first entity and the hops made so far
+    original_sequence_number: int | None = None
+    transfer_hops: int = 0
     # Lazily decodes the properties for topic filters (a sbemu.filters.MessageView).
     view: Callable[[], object] | None = None
     # message_id was given by the broker (the sender set none): it is no partition key [P6]
@@ -117,6 +123,7 @@ class MessageRecord:
     original_sequence_number: int | None = None
     properties_span: tuple[int, int] | None = None
     body_span: tuple[int, int] | None = None
+    transfer_hops: int = 0
 
     def copy(self) -> MessageRecord:
         """A shallow copy (bytes are immutable, overrides dict is copied)."""
@@ -128,6 +135,7 @@ class MessageRecord:
             self.dead_letter_reason, self.dead_letter_description, self.dead_letter_source,
             dict(self.property_overrides) if self.property_overrides else None,
             self.original_sequence_number, self.properties_span, self.body_span,
+            self.transfer_hops,
         )
 
 
@@ -140,7 +148,7 @@ def encode_message(r: MessageRecord) -> bytes:
             r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations, r.tail,
             r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
             r.dead_letter_description, r.dead_letter_source, r.property_overrides,
-            r.original_sequence_number, r.properties_span, r.body_span,
+            r.original_sequence_number, r.properties_span, r.body_span, r.transfer_hops,
         ],
         use_bin_type=True,
     )
@@ -154,7 +162,7 @@ def decode_message(data: bytes) -> MessageRecord:
     return MessageRecord(
         f[1], f[2], MessageState(f[3]), f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12],
         f[13], f[14], f[15], f[16], f[17], f[18], f[19], f[20], f[21],
-        _span(f, 22), _span(f, 23),
+        _span(f, 22), _span(f, 23), int(f[24]) if len(f) > 24 and f[24] else 0,
     )
 
 

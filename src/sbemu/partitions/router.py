@@ -36,6 +36,7 @@ from ..errors import (
 )
 from .broker import (
     DLQ_SUFFIX,
+    SCHEDULED_QUEUE,
     SEQUENCE_BITS,
     Done,
     Lock,
@@ -45,14 +46,19 @@ from .broker import (
     SubQueueSettings,
     partition_of_token,
 )
+from .dedup import DuplicateHistory
+from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target, transfer_counts
+from .idle import IdleTracker
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
+from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .store import PartitionStore
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
+from .transfer import ViewOf, incoming_from_record
 
 MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
-TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
+SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
 MIB = 1024 * 1024
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
 
@@ -202,6 +208,8 @@ class EntityView:
     # ------------------------------------------------------------ dispatch
     def dispatch(self, now_ms: int) -> None:
         """Hand ready messages to consumers with credit: one each per round, partitions in turn."""
+        if not self.entity.may_receive(self.queue):
+            return  # Status forbids receiving; receivers were detached when it changed
         if self.session_waiters:
             self._serve_waiters(now_ms)
         consumers = self.consumers
@@ -304,11 +312,79 @@ class Entity:
             self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
         self._keyless_pid: int | None = None
-        self._recent_ids: dict[str, int] = {}
         self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
         # The admin API's full description of the entity (sbemu.admin.catalog): every property
         # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
         self.description: dict[str, Any] = {}
+        # durable duplicate detection, one history per partition (empty: not enabled)
+        self.histories: list[DuplicateHistory] = (
+            [DuplicateHistory(b, spec.duplicate_detection_window_ms) for b in partitions]
+            if spec.requires_duplicate_detection
+            else []
+        )
+        self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
+        self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
+        self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
+
+    # ---------------------------------------------------------------- status
+    def receiver_settings(self, queue: str) -> ReceiverSettings:
+        """The settings of the queue or subscription a sub-queue (or its DLQ) belongs to."""
+        if self.subscriptions is None:
+            s = self.settings
+            return ReceiverSettings(s.status, s.forward_to, s.forward_dead_lettered_messages_to)
+        return self.settings.subscriptions.get(base_queue(queue), ReceiverSettings())
+
+    def check_sendable(self) -> None:
+        """Raise EntityDisabled while the Status forbids sends [Azure: entity suspend]."""
+        self._check_exists()
+        check_send(self.spec.kind, self.name, self.settings.status)
+
+    def check_receive(self, queue: str) -> None:
+        """Raise EntityDisabled while the Status forbids receiving from this sub-queue, and
+        InvalidOperation when it auto-forwards (its messages are moved, not received)."""
+        self._check_exists()
+        if forward_target(self, queue) is not None:
+            raise InvalidOperation(
+                "Cannot create a message receiver on an entity with auto-forwarding enabled "
+                f"('{self.views[queue].address if queue in self.views else self.name}' "
+                f"forwards to '{forward_target(self, queue)}')."
+            )
+        if self.subscriptions is None:
+            check_receive("queue", self.name, self.settings.status, None)
+            return
+        path = f"{self.name}/{base_queue(queue)}"
+        check_receive(
+            "subscription", path, self.receiver_settings(queue).status, self.settings.status
+        )
+
+    def _check_exists(self) -> None:
+        if self.deleted:
+            raise EntityNotFound(f"The messaging entity '{self.name}' could not be found.")
+
+    def may_receive(self, queue: str) -> bool:
+        """Whether receivers of this sub-queue may be served now."""
+        if (
+            self.settings.status is EntityStatus.ACTIVE
+            and not self.settings.subscriptions
+            and not self.deleted
+        ):
+            return True
+        try:
+            self.check_receive(queue)
+        except ServiceBusError:
+            return False
+        return True
+
+    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+        lock = broker.lock_of(token)
+        if lock is not None:
+            self.check_receive(lock.queue.name)
+        return broker
+
+    @property
+    def scheduled_queue(self) -> str:
+        """The sub-queue holding this entity's scheduled messages."""
+        return MAIN if self.subscriptions is None else SCHEDULED_QUEUE
 
     # ---------------------------------------------------------------- sending
     def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
@@ -318,6 +394,8 @@ class Entity:
         duplicate detection get none).
         """
         spec = self.spec
+        self.touched = True
+        self.check_sendable()
         if spec.requires_session:
             for msg in messages:
                 if msg.session_id is None:
@@ -327,34 +405,23 @@ class Entity:
                         "only receive messages that have the SessionId set to a valid value."
                     )
         self.accessed_ms = now_ms
-        messages = self._drop_duplicates(messages, now_ms)
-        if not messages:
-            done(None)
-            return []
-        # A send that is refused or whose commit fails was never accepted: its MessageIds must
-        # not make the client's retry look like a duplicate (acknowledged, silently dropped).
-        recorded = [m.message_id for m in messages if m.message_id is not None]
-        if spec.requires_duplicate_detection and recorded:
-            accepted = done
-
-            def done(error: Exception | None) -> None:
-                if error is not None:
-                    self._forget_ids(recorded, now_ms)
-                accepted(error)
-
-        try:
-            groups = self._route(messages)
-            part_done = join_completions(len(groups), done)
-            for pid in groups:
-                self._check_available(pid)
-            numbers: list[int] = []
-            for pid, msgs in groups.items():
-                keyless = pid == self._keyless_pid
-                numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
-        except ServiceBusError:
-            if spec.requires_duplicate_detection:
-                self._forget_ids(recorded, now_ms)
-            raise
+        groups = self._route(messages)
+        for pid in groups:
+            self._check_available(pid)
+        if self.histories:
+            groups = {
+                pid: kept
+                for pid, msgs in groups.items()
+                if (kept := self.histories[pid].admit(msgs, now_ms))
+            }
+            if not groups:
+                done(None)
+                return []
+        part_done = join_completions(len(groups), done)
+        numbers: list[int] = []
+        for pid, msgs in groups.items():
+            keyless = pid == self._keyless_pid
+            numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
         return numbers
 
     def _enqueue(
@@ -382,7 +449,7 @@ class Entity:
                     return
             done(error)
 
-        got = broker.enqueue(msgs, self._targets(msgs), now_ms, on_done)
+        got = broker.enqueue(msgs, self._targets(msgs, now_ms), now_ms, on_done)
         return [n for n in got if n is not None]
 
     def _check_available(self, pid: int) -> None:
@@ -402,11 +469,22 @@ class Entity:
                 f"Partition {pid} of '{self.name}' is full; the send can be retried."
             )
 
-    def _targets(self, messages: list[IncomingMessage]) -> list[list[Route]]:
-        """Where each message goes: the queue, or the matching subscriptions of a topic."""
-        if self.subscriptions is None:
+    def routes_for(self, msg: IncomingMessage, now_ms: int) -> list[Route]:
+        """Where one message sent here goes (the queue, or the matching subscriptions)."""
+        return self._targets([msg], now_ms)[0]
+
+    def _targets(self, messages: list[IncomingMessage], now_ms: int) -> list[list[Route]]:
+        """Where each message goes: the queue, or the matching subscriptions of a topic (a
+        topic's scheduled message waits in its scheduled sub-queue until it fires)."""
+        subs = self.subscriptions
+        if subs is None:
             return [[QUEUE_ROUTE]] * len(messages)
-        return [self.subscriptions.route(msg) for msg in messages]
+        return [
+            [SCHEDULED_ROUTE]
+            if msg.scheduled_enqueue_time_ms is not None and msg.scheduled_enqueue_time_ms > now_ms
+            else subs.route(msg)
+            for msg in messages
+        ]
 
     def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
         """Group messages by partition; key-less messages of one send share one partition."""
@@ -449,38 +527,10 @@ class Entity:
                 return pid
         return self._round_robin % n
 
-    def _drop_duplicates(
-        self, messages: list[IncomingMessage], now_ms: int
-    ) -> list[IncomingMessage]:
-        """Duplicate detection: a MessageId seen inside the window is accepted and dropped."""
-        if not self.spec.requires_duplicate_detection:
-            return messages
-        window = self.spec.duplicate_detection_window_ms
-        seen = self._recent_ids
-        mid: str | None  # a remembered id below, then each message's (optional) id
-        if len(seen) > 10_000:
-            for mid in [m for m, t in seen.items() if t + window <= now_ms]:
-                del seen[mid]
-        kept = []
-        for msg in messages:
-            mid = msg.message_id
-            if mid is not None:
-                first = seen.get(mid)
-                if first is not None and first + window > now_ms:
-                    continue
-                seen[mid] = now_ms
-            kept.append(msg)
-        return kept
-
-    def _forget_ids(self, message_ids: list[str], now_ms: int) -> None:
-        """Undo what _drop_duplicates recorded at `now_ms` for a send that was not accepted."""
-        seen = self._recent_ids
-        for mid in message_ids:
-            if seen.get(mid) == now_ms:
-                del seen[mid]
-
     # ---------------------------------------------------------------- locks
     def _broker_for(self, token: uuid.UUID) -> PartitionBroker:
+        self.touched = True
+        self._check_exists()
         pid = partition_of_token(token)
         if pid >= len(self.partitions):
             raise MessageLockLost(
@@ -503,25 +553,26 @@ class Entity:
             )
 
     def check_send(self, messages: list[IncomingMessage]) -> None:
-        """Raise the error a send of these messages would get now (keys, availability)."""
+        """Raise the error a send of these messages would get now (status, keys, availability)."""
+        self.check_sendable()
         for pid in self._route(messages):
             self._check_available(pid)
 
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Complete a locked message."""
-        self._broker_for(token).complete(token, now_ms, done)
+        self._check_settle(self._broker_for(token), token).complete(token, now_ms, done)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Abandon a locked message (delivery count + 1)."""
-        self._broker_for(token).abandon(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(token), token).abandon(token, now_ms, overrides, done)
 
     def defer(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Defer a locked message."""
-        self._broker_for(token).defer(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(token), token).defer(token, now_ms, overrides, done)
 
     def dead_letter(
         self,
@@ -533,7 +584,7 @@ class Entity:
         done: Done,
     ) -> None:
         """Dead-letter a locked message."""
-        self._broker_for(token).dead_letter(token, now_ms, reason, description, overrides, done)
+        self._check_settle(self._broker_for(token), token).dead_letter(token, now_ms, reason, description, overrides, done)
 
     def release(self, token: uuid.UUID, now_ms: int) -> None:
         """Unlock without counting a delivery."""
@@ -545,7 +596,7 @@ class Entity:
 
     def renew(self, token: uuid.UUID, now_ms: int) -> int:
         """Renew a lock; returns the new locked-until (ms)."""
-        return self._broker_for(token).renew(token, now_ms)
+        return self._check_settle(self._broker_for(token), token).renew(token, now_ms)
 
     def partition_for_session(self, session_id: str) -> PartitionBroker:
         """[P6] a session lives on the partition its SessionId hashes to."""
@@ -571,6 +622,7 @@ class Entity:
         self, queue: str, numbers: list[int], now_ms: int, peek_lock: bool
     ) -> list[tuple[MessageRecord, Lock | None, int | None]]:
         """Fetch deferred messages by sequence number (all must exist)."""
+        self.check_receive(queue)
         out = []
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
@@ -583,7 +635,7 @@ class Entity:
         brokers = []
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
-            if not broker.cancel_scheduled(MAIN, seq, now_ms):
+            if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms):
                 raise MessageNotFound(f"The scheduled message with sequence number {seq} was not found.")
             brokers.append(broker)
         if not brokers:
@@ -592,6 +644,15 @@ class Entity:
         one_done = join_completions(len(brokers), done)
         for broker in brokers:
             broker.after_commit(one_done)
+
+
+def base_queue(queue: str) -> str:
+    """The queue or subscription a sub-queue belongs to ('main', 'subscriptions/<name>')."""
+    if queue.endswith(TRANSFER_DLQ_SUFFIX):
+        return queue[: -len(TRANSFER_DLQ_SUFFIX)]
+    if queue.endswith(DLQ_SUFFIX):
+        return queue[: -len(DLQ_SUFFIX)]
+    return queue
 
 
 def subqueue_names_for_queue() -> list[str]:
@@ -621,6 +682,14 @@ def resolve_view_name(entity_names: Iterable[str], path: str) -> tuple[str, str]
     raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
 
 
+def _with_scheduled(spec: EntitySpec) -> dict[str, SubQueueSettings]:
+    """A topic's sub-queues plus the one holding its scheduled (not yet fanned out) messages."""
+    if spec.kind != "topic":
+        return spec.subqueues
+    # Never delivered from: no delivery limit, no expiry before it fires, no DLQ.
+    return {**spec.subqueues, SCHEDULED_QUEUE: SubQueueSettings(60_000, None, None, False, None)}
+
+
 def _notify_session_lost(lock: SessionLock) -> None:
     """Tell the receiver holding a session that its lock expired (it detaches the link)."""
     callback = getattr(lock.owner, "session_lost", None)
@@ -637,10 +706,13 @@ class Router:
         wake: Callable[[], None],
         encode_value: Callable[[object], bytes] | None = None,
         encode_symbol: Callable[[object], bytes] | None = None,
+        view_of_record: ViewOf | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.view_of_record = view_of_record  # filter view of a stored message (fan-out)
         self._wake = wake
         self._encode_value = encode_value
+        self.encode_value = encode_value  # encodes carried properties (forwarding)
         self._encode_symbol = encode_symbol
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
         self.entities: dict[tuple[str, str], Entity] = {}
@@ -649,6 +721,8 @@ class Router:
         # Called with (entity, sub-queue prefix or None) when an entity or subscription is
         # deleted at runtime: the server detaches the links on it (amqp:not-found).
         self.removal_listeners: list[Callable[[Entity, str | None], None]] = []
+        self.forwarder = Forwarder(self)
+        self.idle = IdleTracker()
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:
@@ -668,11 +742,12 @@ class Router:
                 entity=spec.name,
                 partition_id=pid,
                 partitioned=spec.partitioned,
-                queues=spec.subqueues,
+                queues=_with_scheduled(spec),
                 mark_dirty=self._mark_dirty,
             )
             broker.log_bodies = self.log_bodies
             broker.load()
+            self.forwarder.load_markers(broker)
             partitions.append(broker)
         subscriptions = None
         if spec.kind == "topic":
@@ -687,8 +762,10 @@ class Router:
             )
         entity = Entity(spec, partitions, subscriptions)
         for broker in partitions:
-            broker.on_ready = self._ready_hook(entity)
+            broker.on_ready = self._ready_hook(entity, broker)
             broker.on_session_lost = _notify_session_lost
+            if subscriptions is not None:
+                broker.fan_out = self._fan_out_hook(subscriptions)
         self.entities[(spec.namespace.lower(), spec.name.lower())] = entity
         return entity
 
@@ -710,8 +787,25 @@ class Router:
         os.makedirs(base, exist_ok=True)
         manifest.write_text(json.dumps(wanted))
 
-    def _ready_hook(self, entity: Entity) -> Callable[[str], None]:
+    def _fan_out_hook(self, subscriptions: Subscriptions) -> Callable[[MessageRecord], list[Route]]:
+        view_of = self.view_of_record
+
+        def fan_out(rec: MessageRecord) -> list[Route]:
+            return subscriptions.route(incoming_from_record(rec, view_of))
+
+        return fan_out
+
+    def wake(self) -> None:
+        """Ask for a turn (run_pending and commits) soon."""
+        self._wake()
+
+    def _ready_hook(self, entity: Entity, broker: PartitionBroker) -> Callable[[str], None]:
+        forwarder = self.forwarder
+
         def on_ready(queue: str) -> None:
+            forwarder.notify(entity, broker, queue)
+            if forwarder.has_work:
+                self._wake()
             view = entity.views.get(queue)
             if view is not None and (view.consumers or view.session_waiters):
                 self._pending_views.add(view)
@@ -731,6 +825,7 @@ class Router:
         names = [name for (n, name) in self.entities if n == ns]
         entity_name, sub = resolve_view_name(names, path)
         entity = self.entities[(ns, entity_name)]
+        entity.touched = True
         view = entity.views.get(sub)
         if view is None:
             raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
@@ -738,7 +833,8 @@ class Router:
 
     # ---------------------------------------------------------------- turn work
     def run_pending(self, now_ms: int) -> None:
-        """Serve views that got new messages since the last turn."""
+        """Forward and serve views that got new messages since the last turn."""
+        self.forwarder.pump(now_ms)
         while self._pending_views:
             views, self._pending_views = self._pending_views, set()
             for view in views:
@@ -751,6 +847,8 @@ class Router:
 
     def on_timer(self, now_ms: int) -> None:
         """Lock expiry, TTL expiry and scheduled activation on every partition."""
+        if self.forwarder.on_timer(now_ms):
+            self.forwarder.pump(now_ms)
         for entity in self.entities.values():
             for view in entity.views.values():
                 if view.session_waiters:
@@ -774,6 +872,35 @@ class Router:
         found.partitions[pid].set_online(online)
         return self.partition_status(found)
 
+    def apply_settings(self, namespace: str, name: str, settings: EntitySettings) -> Entity:
+        """(Re)apply an entity's runtime settings (Status, forwarding, idle deletion): they take
+        effect at once, for open links too. Receivers that may no longer receive are detached
+        with entity-disabled; receivers of a re-enabled entity are served again."""
+        entity = self.entities.get((namespace.lower(), name.lower()))
+        if entity is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}/{name}' could not be found.")
+        entity.settings = settings
+        self.forwarder.rescan(entity)
+        for view in entity.views.values():
+            if not view.receivable:
+                continue
+            try:
+                entity.check_receive(view.queue)
+            except ServiceBusError as exc:
+                for consumer in list(view.consumers):
+                    refuse = getattr(consumer, "refuse", None)
+                    if refuse is not None:
+                        refuse(exc)
+                continue
+            if view.consumers or view.session_waiters:
+                self._pending_views.add(view)
+        self._wake()
+        return entity
+
+    def idle_entities(self, now_ms: int) -> list[Entity]:
+        """Entities idle for their AutoDeleteOnIdle window (the server deletes them)."""
+        return self.idle.due(list(self.entities.values()), now_ms)
+
     @staticmethod
     def partition_status(entity: Entity) -> dict:
         """Health of an entity and each partition [P18: Limited when any is unhealthy]."""
@@ -792,6 +919,7 @@ class Router:
             "entity": entity.name,
             "status": "Available" if healthy else "Limited",
             "partitions": parts,
+            "transfer": transfer_counts(entity),
         }
 
     def close(self) -> None:
@@ -863,7 +991,10 @@ class Router:
         entity = self._require(namespace, name)
         self.check_healthy(entity)
         del self.entities[(namespace.lower(), name.lower())]
+        entity.deleted = True  # links still holding it get not-found
         self._retire_views(entity, None)
+        self.forwarder.forget(entity)
+        self.idle.forget(entity)
         return entity
 
     def _retire_views(self, entity: Entity, prefix: str | None) -> None:

@@ -7,6 +7,11 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
   s:<sub-queue>   session state of a session-enabled sub-queue, key: UTF-8 session id
+  fwd             auto-forwarding markers: source message key -> empty, written with a
+                  forwarded message at its destination (see partitions/forwarding.py)
+  dd:id           duplicate-detection history: UTF-8 MessageId -> 8-byte first-seen time (ms)
+  dd:t            the same history in time order: 8-byte time + MessageId -> empty, so the
+                  expired part is swept from the front (see partitions/dedup.py)
 
 Writes arrive as a WriteBatch and are committed in one durable transaction (group commit: the
 caller collects a whole event-loop turn of work per partition into one batch). commit() runs
@@ -30,6 +35,10 @@ META_DB = b"meta"
 LOG_DB = b"log"
 TRIMMED_BELOW_META = b"log_trimmed_below"
 TRIM_LIMIT = 50_000  # log records deleted per trim_log() call (one write transaction)
+FORWARD_DB = b"fwd"
+DEDUP_ID_DB = b"dd:id"
+DEDUP_TIME_DB = b"dd:t"
+DEDUP_SWEEP_LIMIT = 10_000  # expired history entries deleted per commit
 
 
 class StoreError(Exception):
@@ -52,6 +61,12 @@ class WriteBatch:
     session_ops: list[tuple[str, str, bytes | None]] = field(default_factory=list)
     meta: dict[str, int] = field(default_factory=dict)
     log: list[tuple[int, bytes]] = field(default_factory=list)
+    # duplicate detection: MessageIds admitted by this batch (id, time ms), and the time below
+    # which history is swept in the same transaction (None: no sweep)
+    dedup: list[tuple[bytes, int]] = field(default_factory=list)
+    dedup_sweep_before: int | None = None
+    # auto-forwarding markers (key, True: put / False: delete), see partitions/forwarding.py
+    markers: list[tuple[bytes, bool]] = field(default_factory=list)
 
     def put(self, queue: str, seq: int, value: bytes) -> None:
         """Queue a put of one message record."""
@@ -66,7 +81,10 @@ class WriteBatch:
         self.session_ops.append((queue, session_id, state))
 
     def __bool__(self) -> bool:
-        return bool(self.ops or self.meta or self.log or self.session_ops)
+        return bool(
+            self.ops or self.meta or self.log or self.session_ops or self.dedup
+            or self.dedup_sweep_before is not None or self.markers
+        )
 
 
 @dataclass(slots=True)
@@ -105,6 +123,9 @@ class PartitionStore:
         with self._env.begin(write=True) as txn:
             self._meta = self._env.open_db(META_DB, txn=txn)
             self._log = self._env.open_db(LOG_DB, txn=txn)
+            self._dd_id = self._env.open_db(DEDUP_ID_DB, txn=txn)
+            self._dd_t = self._env.open_db(DEDUP_TIME_DB, txn=txn)
+            self._fwd = self._env.open_db(FORWARD_DB, txn=txn)
 
     def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> _Database:
         name = prefix + queue.encode("utf-8")
@@ -155,10 +176,64 @@ class PartitionStore:
                     txn.put(name.encode(), _U64.pack(number), db=self._meta)
                 for offset, value in batch.log:
                     txn.put(_U64.pack(offset), value, db=self._log, append=True)
+                for key, present in batch.markers:
+                    if present:
+                        txn.put(key, b"", db=self._fwd)
+                    else:
+                        txn.delete(key, db=self._fwd)
+                if batch.dedup or batch.dedup_sweep_before is not None:
+                    self._write_dedup(txn, batch)
         except lmdb.MapFullError as exc:
             raise StoreFull(f"partition store {self.path} is full") from exc
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def _write_dedup(self, txn: lmdb.Transaction, batch: WriteBatch) -> None:
+        """Record admitted MessageIds and sweep expired ones (inside the commit's transaction)."""
+        for mid, at in batch.dedup:
+            old = txn.get(mid, db=self._dd_id)
+            if old is not None:
+                txn.delete(bytes(old) + mid, db=self._dd_t)
+            stamp = _U64.pack(at)
+            txn.put(mid, stamp, db=self._dd_id)
+            txn.put(stamp + mid, b"", db=self._dd_t)
+        cutoff = batch.dedup_sweep_before
+        if cutoff is None:
+            return
+        cur = txn.cursor(db=self._dd_t)
+        swept = 0
+        if not cur.first():
+            return
+        while swept < DEDUP_SWEEP_LIMIT:
+            key = cur.key()
+            if not key or _U64.unpack(key[:8])[0] >= cutoff:
+                break
+            mid = bytes(key[8:])
+            if txn.get(mid, db=self._dd_id) == key[:8]:
+                txn.delete(mid, db=self._dd_id)
+            swept += 1
+            if not cur.delete():
+                break
+
+    def dedup_seen(self, ids: list[bytes], since_ms: int) -> set[bytes]:
+        """Which of these MessageIds were admitted at or after `since_ms` (committed history)."""
+        found: set[bytes] = set()
+        with self._env.begin(db=self._dd_id) as txn:
+            for mid in ids:
+                raw = txn.get(mid)
+                if raw is not None and _U64.unpack(raw)[0] >= since_ms:
+                    found.add(mid)
+        return found
+
+    def forward_markers(self) -> list[bytes]:
+        """Every auto-forwarding marker (few: only those of an interrupted forward remain)."""
+        with self._env.begin() as txn:
+            return [bytes(k) for k, _ in txn.cursor(db=self._fwd)]
+
+    def dedup_size(self) -> int:
+        """How many MessageIds the stored history holds."""
+        with self._env.begin() as txn:
+            return int(txn.stat(self._dd_id)["entries"])
 
     def read_log(self, start: int, limit: int) -> list[tuple[int, bytes]]:
         """Read up to `limit` log records from offset `start`."""

@@ -1,4 +1,7 @@
-"""Drop the frames a peer sends on a channel after it ended that channel's session.
+"""Input fixes for two SDK habits Azure tolerates, applied to the bytes before proton sees them.
+
+1. Frames a peer sends on a channel after it ended that channel's session are dropped.
+2. Delivery-ids on request links (`$management`, `$cbs`) are renumbered into sequence.
 
 [AMQP 1.0 2.7.8] `end` closes a session; after it the channel is unmapped until a `begin`
 maps it again. pyamqp (azure-servicebus) ends the session of a closed receiver and then still
@@ -6,6 +9,15 @@ sends the `detach` of its `$management` links on the same channel. proton answer
 with a connection-level error (`amqp:not-allowed`, "no such channel"), which tears down every
 other link on the shared connection. Azure ignores such frames; so does sbemu: the frames are
 dropped here, before proton sees them, and logged at debug level only.
+
+[AMQP 1.0 2.6.12] delivery-ids are numbered per session. azure-servicebus's AutoLockRenewer
+renews locks from several threads over one `$management` link, and pyamqp's threads race on
+the session's next id: transfers arrive as 1, 2, ..., 6, 4 (the same id twice). proton closes
+the connection ("sequencing error"), and the receiver dies. Azure serves the sample, so on
+request links (client-to-broker links whose target is `$management` or `$cbs`, where each
+request is answered by correlation id, never by delivery-id) sbemu gives such a transfer the
+id the session expects. Message links keep proton's full check: a message sender with ids out
+of sequence is still refused.
 
 The filter walks the incoming byte stream frame by frame (8-byte frame headers [AMQP 1.0
 2.3.1], plus the performative's descriptor for AMQP frames). Frames are passed through as one
@@ -16,17 +28,29 @@ from __future__ import annotations
 
 import logging
 
+from .codec import Described, _decode, _skip, enc_list, enc_uint
+
 log = logging.getLogger("sbemu.connection")
 
 _BEGIN = 0x11
+_ATTACH = 0x12
+_TRANSFER = 0x14
+_DETACH = 0x16
 _END = 0x17
+_REQUEST_NODES = ("$management", "$cbs")
+# session-level performatives (attach .. end) [AMQP 1.0 2.7]; open/close belong to the
+# connection and travel on any channel, so they always pass
+_SESSION_LEVEL = range(0x12, 0x18)
 _AMQP_HEADER = b"AMQP"
 
 
 class EndedChannelFilter:
     """Input filter for one connection's AMQP byte stream (after SASL)."""
 
-    __slots__ = ("_carry", "_started", "_skip", "_dropping", "_ended", "_off", "connection_id")
+    __slots__ = (
+        "_carry", "_started", "_skip", "_dropping", "_ended", "_off", "connection_id",
+        "_next_id", "_requests", "_continuing",
+    )
 
     def __init__(self, connection_id: int = 0) -> None:
         self._carry = b""
@@ -35,6 +59,12 @@ class EndedChannelFilter:
         self._dropping = False
         self._ended: set[int] = set()  # channels whose session the peer ended
         self._off = False  # not an AMQP stream we understand: pass everything to proton
+        # per channel: the delivery-id the session expects next (known once it is tracked)
+        self._next_id: dict[int, int | None] = {}
+        # per channel: handles of the client's request-sending links ($management, $cbs)
+        self._requests: dict[int, set[int]] = {}
+        # (channel, handle) of a request transfer continued in the next frame, and its id
+        self._continuing: dict[tuple[int, int], int] = {}
         self.connection_id = connection_id
 
     def feed(self, data: bytes) -> bytes:
@@ -47,7 +77,7 @@ class EndedChannelFilter:
         n = len(buf)
         pos = 0
         limit = n  # bytes from `limit` on are carried to the next call
-        cuts: list[tuple[int, int]] = []
+        cuts: list[tuple[int, int, bytes]] = []  # [start, stop) replaced by bytes
         if not self._started:
             if n < 8:
                 self._carry = buf
@@ -61,7 +91,7 @@ class EndedChannelFilter:
             if self._skip:
                 take = min(self._skip, n - pos)
                 if self._dropping:
-                    cuts.append((pos, pos + take))
+                    cuts.append((pos, pos + take, b""))
                 self._skip -= take
                 pos += take
                 continue
@@ -83,8 +113,8 @@ class EndedChannelFilter:
                     break
                 if channel in self._ended:
                     if code == _BEGIN:
-                        self._ended.discard(channel)
-                    else:
+                        self._ended.discard(channel)  # mapped again: tracked below
+                    elif code in _SESSION_LEVEL:
                         drop = True
                         log.debug(
                             "connection %d: ignoring a frame (performative %#04x) on channel "
@@ -95,25 +125,127 @@ class EndedChannelFilter:
                         )
                 elif code == _END:
                     self._ended.add(channel)
+                    self._forget(channel)
+                if not drop and (
+                    code in (_BEGIN, _ATTACH, _DETACH)
+                    or (code == _TRANSFER and self._requests.get(channel))
+                ):
+                    try:
+                        replacement = self._track(code, buf, pos, body, size, channel)
+                    except (IndexError, ValueError):
+                        if pos + size > n:  # the performative has not all arrived yet
+                            limit = pos
+                            break
+                        replacement = None  # malformed: proton reports it properly
+                    if replacement is not None:
+                        new_header, perf_end = replacement
+                        cuts.append((pos, perf_end, new_header))
             end = pos + size
             if end > n:
                 self._skip = end - n
                 self._dropping = drop
                 end = n
             if drop:
-                cuts.append((pos, end))
+                cuts.append((pos, end, b""))
             pos = end
         if limit < n:
             self._carry = buf[limit:]
         if not cuts:
             return buf if limit == n else buf[:limit]
-        parts = []
+        parts: list[bytes] = []
         at = 0
-        for start, stop in cuts:
+        for start, stop, new in cuts:
             parts.append(buf[at:start])
+            if new:
+                parts.append(new)
             at = stop
         parts.append(buf[at:limit])
         return b"".join(parts)
+
+    def _forget(self, channel: int) -> None:
+        self._next_id.pop(channel, None)
+        self._requests.pop(channel, None)
+        for key in [k for k in self._continuing if k[0] == channel]:
+            del self._continuing[key]
+
+    def _track(
+        self, code: int, buf: bytes, pos: int, body: int, size: int, channel: int
+    ) -> tuple[bytes, int] | None:
+        """Follow begin/attach/detach/transfer on a channel; for a request transfer whose
+        delivery-id is out of sequence return (new frame header + performative, end of the
+        old performative). Raises IndexError when the performative is incomplete."""
+        perf_end = _skip(buf, body)
+        if perf_end > pos + size:
+            raise ValueError("performative runs past its frame")
+        perf = _decode(buf, body)[0]
+        fields = perf.value if isinstance(perf, Described) and isinstance(perf.value, list) else []
+        if code == _BEGIN:
+            self._forget(channel)
+            self._next_id[channel] = int(fields[1]) if len(fields) > 1 else None
+            return None
+        if code == _ATTACH:
+            role = fields[2] if len(fields) > 2 else None
+            target = fields[6] if len(fields) > 6 else None
+            address = ""
+            if isinstance(target, Described) and isinstance(target.value, list) and target.value:
+                address = str(target.value[0] or "")
+            if role is False and address.endswith(_REQUEST_NODES):
+                self._requests.setdefault(channel, set()).add(int(fields[1]))
+            return None
+        if code == _DETACH:
+            handles = self._requests.get(channel)
+            if handles and fields:
+                handles.discard(int(fields[0]))
+            return None
+        # a transfer on a session that has a request link
+        handle = int(fields[0])
+        delivery_id = fields[1] if len(fields) > 1 else None
+        more = bool(fields[5]) if len(fields) > 5 and fields[5] is not None else False
+        expected = self._next_id.get(channel)
+        key = (channel, handle)
+        if key in self._continuing:  # a later frame of a multi-frame request
+            wanted = self._continuing[key]
+            if not more:
+                del self._continuing[key]
+            if delivery_id is None or delivery_id == wanted:
+                return None
+            return self._rewrite(buf, pos, body, perf_end, fields, wanted, channel)
+        if delivery_id is None:
+            return None
+        if handle not in self._requests.get(channel, ()) or expected is None:
+            self._next_id[channel] = (int(delivery_id) + 1) & 0xFFFFFFFF
+            return None  # message links keep proton's own check
+        self._next_id[channel] = (expected + 1) & 0xFFFFFFFF
+        if more:
+            self._continuing[key] = expected
+        if delivery_id == expected:
+            return None
+        log.debug(
+            "connection %d: request transfer on channel %d handle %d renumbered %s -> %d",
+            self.connection_id, channel, handle, delivery_id, expected,
+        )
+        return self._rewrite(buf, pos, body, perf_end, fields, expected, channel)
+
+    @staticmethod
+    def _rewrite(
+        buf: bytes, pos: int, body: int, perf_end: int, fields: list, new_id: int, channel: int
+    ) -> tuple[bytes, int]:
+        # re-encode the transfer's field list with the new delivery-id; every other field
+        # keeps its original bytes
+        at = body + (3 if buf[body + 1] == 0x53 else 10)  # smallulong / ulong descriptor
+        c = buf[at]
+        p = at + (3 if c == 0xC0 else 9 if c == 0xD0 else 1)
+        raw: list[bytes] = []
+        for _ in range(len(fields)):
+            q = _skip(buf, p)
+            raw.append(buf[p:q])
+            p = q
+        raw[1] = enc_uint(new_id)
+        perf = b"\x00\x53\x14" + enc_list(raw)
+        old_size = int.from_bytes(buf[pos : pos + 4], "big")
+        new_size = old_size - (perf_end - pos) + 8 + len(perf)
+        header = new_size.to_bytes(4, "big") + bytes((2, 0)) + channel.to_bytes(2, "big")
+        return header + perf, perf_end
 
     @staticmethod
     def _descriptor(buf: bytes, body: int, frame_end: int) -> int | None:

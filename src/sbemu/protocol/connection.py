@@ -83,6 +83,7 @@ K_PARTITION_ID = codec.enc_symbol("x-opt-partition-id")
 K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
 K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
 K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
+K_ENQUEUE_SEQUENCE = codec.enc_symbol("x-opt-enqueue-sequence-number")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,13 @@ class ReceiveLink:
     def deliver(self, delivered: Delivered) -> None:
         """Put one message on the wire."""
         self.conn._send_delivery(self, delivered)
+
+    def refuse(self, error: ServiceBusError) -> None:
+        """The entity may no longer be received from (Status changed): detach with the error."""
+        if self.closed:
+            return
+        self.conn._close_link(self.link, error)
+        self.conn.on_output()
 
     def session_lost(self, lock: SessionLock) -> None:
         """The session lock expired: detach with session-lock-lost [contract 4.4]."""
@@ -674,6 +682,7 @@ class AmqpConnection:
                         f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
                     )
                 self._authorize(path, ("Send",))
+                entity.check_sendable()
                 state = SendLink(link, entity, path)
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
@@ -683,6 +692,7 @@ class AmqpConnection:
                         f"Cannot receive from topic '{path}': receive from one of its "
                         "subscriptions ('<topic>/Subscriptions/<name>')."
                     )
+                entity.check_receive(view.queue)
                 is_session, session_id = _session_filter(link.remote_source.filter)
                 peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
                 state = ReceiveLink(self, link, entity, view, peek_lock)
@@ -1350,6 +1360,8 @@ def encode_delivery(
         stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
     if with_state:
         stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+    if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
+        stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
     return encode_record(rec, stamps)
 
 

@@ -10,12 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from .connection import AmqpConnection, Services
 
 log = logging.getLogger("sbemu.listener")
+
+# Bytes handed to the engine per event-loop pass. A big read (uvloop reads up to 256 KB: a
+# few hundred messages) is fed in slices, yielding to the loop in between, so commit
+# completions (acknowledgements) and other connections are not held up behind it.
+READ_SLICE = 65_536
 
 
 class AmqpProtocol(asyncio.Protocol):
@@ -35,6 +41,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush_pending = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0  # the deadline the armed timer is for
+        self._backlog: deque[bytes] = deque()  # input not yet fed (reading paused meanwhile)
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -47,6 +54,38 @@ class AmqpProtocol(asyncio.Protocol):
         conn = self._conn
         if conn is None:
             return
+        if len(data) <= READ_SLICE and not self._backlog:
+            self._feed(conn, data)
+            return
+        self._backlog.append(data)
+        if len(self._backlog) == 1:
+            if self._transport is not None:
+                self._transport.pause_reading()
+            self._drain()
+
+    def _drain(self) -> None:
+        """Feed one slice of the backlog; come back on the next loop pass for the rest."""
+        conn = self._conn
+        if conn is None or not self._backlog:
+            self._backlog.clear()
+            return
+        head = self._backlog[0]
+        if len(head) > READ_SLICE:
+            self._backlog[0] = head[READ_SLICE:]
+            head = head[:READ_SLICE]
+        else:
+            self._backlog.popleft()
+        self._feed(conn, head)
+        if not self._backlog:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+        elif conn.closed:
+            self._backlog.clear()
+        else:
+            self._loop.call_soon(self._drain)
+
+    def _feed(self, conn: AmqpConnection, data: bytes) -> None:
         try:
             conn.receive_data(data, self._clock())
         except Exception:  # never let one connection take the server down
@@ -64,6 +103,8 @@ class AmqpProtocol(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if self._conn is not None:
+            while self._backlog:  # bytes that arrived before the close are still input
+                self._feed(self._conn, self._backlog.popleft())
             self._conn.connection_lost()
             self._conn = None
 

@@ -1,0 +1,439 @@
+"""Auto-forwarding (ForwardTo, ForwardDeadLetteredMessagesTo) between entities whose partitions
+live in different LMDB environments, exactly once across a crash.
+
+The source sub-queue is the outbox: a message sent to a queue (or copied to a subscription,
+or dead-lettered into a DLQ) that forwards is stored there first, in the source partition's
+own transaction, and acknowledged to its sender only then. The forwarder then moves it:
+
+1. it takes the oldest ready messages of the source sub-queue (one step in flight per source
+   sub-queue) and enqueues each at the destination, on the partition its key names [P9]
+   (key-less messages on a partition derived from the source message, so a retry picks the
+   same one), through the destination's own rules (filters, sessions, TTL);
+2. in the same destination transaction it writes a marker naming the source message
+   (namespace/entity/partition/sub-queue/sequence number);
+3. after that commit the message is deleted from the source; after the source commit the
+   marker is deleted at the destination.
+
+A crash between 2 and 3 leaves the message at the source and the marker at the destination:
+on restart the forwarder finds the marker and only deletes the source copy. A crash before 2
+commits leaves nothing at the destination. So every forwarded message is in exactly one
+place after a crash, never lost and never twice.
+
+A forward that cannot be delivered (destination missing, disabled, full, session-less message
+to a session entity, hop limit) moves the message to the source's transfer dead-letter queue
+(`$Transfer/$DeadLetterQueue`) with Azure's reason; a destination partition that is offline
+or failing is retried.
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..completions import join_completions
+from ..errors import QuotaExceeded, ServiceBusError
+from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route, SubQueue
+from .keys import partition_for_key, partition_key_of
+from .records import IncomingMessage, MessageRecord
+from .transfer import incoming_from_record
+
+if TYPE_CHECKING:
+    from .router import Entity, Router
+
+MAX_HOPS = 4  # Azure's limit on forwarding hops
+STEP = 2_000  # messages per forwarding step of one source sub-queue (one commit per destination partition)
+RETRY_MS = 1_000  # wait before retrying a destination partition that is unavailable
+TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
+
+HOP_LIMIT_REASON = "MaxTransferHopCountExceeded"
+NO_SESSION_REASON = "Session ID is null"
+DISABLED_REASON = "MessagingEntityDisabled"
+NOT_FOUND_REASON = "MessagingEntityNotFound"
+FULL_REASON = "QuotaExceeded"
+
+
+def base_of(queue: str) -> str:
+    """'main' or 'subscriptions/<name>' for a sub-queue or its (transfer) dead-letter queue."""
+    for suffix in (TRANSFER_DLQ_SUFFIX, DLQ_SUFFIX):
+        if queue.endswith(suffix):
+            return queue[: -len(suffix)]
+    return queue
+
+
+def forward_target(entity: Entity, queue: str) -> str | None:
+    """Where a sub-queue forwards to: ForwardTo for a queue or subscription, and
+    ForwardDeadLetteredMessagesTo for its dead-letter queue (None: it does not)."""
+    settings = entity.receiver_settings(queue)
+    if queue.endswith(TRANSFER_DLQ_SUFFIX):
+        return None
+    if queue.endswith(DLQ_SUFFIX):
+        return settings.forward_dead_lettered_messages_to
+    if entity.subscriptions is None and queue != "main":
+        return None  # e.g. a topic's scheduled sub-queue
+    return settings.forward_to
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    entity: Entity
+    broker: PartitionBroker
+    queue: str
+
+
+class Forwarder:
+    """Moves messages out of forwarding sub-queues; owned by the Router."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self._pending: set[_Source] = set()
+        self._busy: set[_Source] = set()
+        self._retry_at: dict[_Source, int] = {}
+        # committed markers at each destination partition, read at start-up and kept current
+        self._markers: dict[PartitionBroker, set[bytes]] = {}
+        self.transferred = 0
+        self.transfer_dead_lettered = 0
+
+    # ------------------------------------------------------------ set-up
+    def load_markers(self, broker: PartitionBroker) -> None:
+        """Read a partition's markers (those of forwards interrupted by a crash)."""
+        found = broker.store.forward_markers()
+        if found:
+            self._markers[broker] = set(found)
+
+    def clean_stale_markers(self) -> int:
+        """At start-up, after every entity is loaded: delete markers whose source message is
+        gone (the process died after the source commit, before the marker's deletion)."""
+        sources: dict[bytes, SubQueue] = {}
+        for entity in self.router.entities.values():
+            ns = entity.spec.namespace.lower()
+            for broker in entity.partitions:
+                for name, sq in broker.queues.items():
+                    key = f"{ns}/{entity.name.lower()}/{broker.partition_id}/{name}/".encode()
+                    sources[key] = sq
+        removed = 0
+        for db, markers in self._markers.items():
+            stale = []
+            for marker in markers:
+                source = sources.get(marker[:-8])
+                if source is None or int.from_bytes(marker[-8:], "big") not in source.records:
+                    stale.append(marker)
+            if stale:
+                markers.difference_update(stale)
+                db.put_forward_markers(stale, False)
+                removed += len(stale)
+        return removed
+
+    def notify(self, entity: Entity, broker: PartitionBroker, queue: str) -> None:
+        """A sub-queue got ready messages: forward them if it forwards."""
+        if forward_target(entity, queue) is not None:
+            self._pending.add(_Source(entity, broker, queue))
+
+    def rescan(self, entity: Entity) -> None:
+        """Settings changed: pick up every forwarding sub-queue with ready messages."""
+        for broker in entity.partitions:
+            for name, sq in broker.queues.items():
+                if forward_target(entity, name) is not None and _has_ready(sq):
+                    self._pending.add(_Source(entity, broker, name))
+
+    def forget(self, entity: Entity) -> None:
+        """The entity was deleted: drop its sources."""
+        for src in [s for s in self._pending | self._busy | set(self._retry_at) if s.entity is entity]:
+            self._pending.discard(src)
+            self._busy.discard(src)
+            self._retry_at.pop(src, None)
+        for broker in entity.partitions:
+            self._markers.pop(broker, None)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._pending)
+
+    # ------------------------------------------------------------ work
+    def pump(self, now_ms: int) -> None:
+        """Start a step for every source with ready messages and no step in flight."""
+        if not self._pending:
+            return
+        for src in list(self._pending):
+            if src in self._busy or self._retry_at.get(src, 0) > now_ms:
+                continue
+            self._pending.discard(src)
+            self._retry_at.pop(src, None)
+            self._step(src, now_ms)
+
+    def on_timer(self, now_ms: int) -> bool:
+        """Whether a retry is due (the router then pumps)."""
+        return any(at <= now_ms for at in self._retry_at.values())
+
+    def _step(self, src: _Source, now_ms: int) -> None:
+        entity, broker, queue = src.entity, src.broker, src.queue
+        target = forward_target(entity, queue)
+        sq = broker.queues.get(queue)
+        if target is None or sq is None or not broker.healthy:
+            return
+        if self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower())) is not entity:
+            return  # deleted
+        recs = _take_oldest(sq, STEP)
+        if not recs:
+            return
+        ns = entity.spec.namespace
+        dest = self.router.entities.get((ns.lower(), target.lower()))
+        tdlq = base_of(queue) + TRANSFER_DLQ_SUFFIX
+        prefix = f"{ns.lower()}/{entity.name.lower()}/{broker.partition_id}/{queue}/".encode()
+        groups: dict[PartitionBroker, list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]]] = {}
+        done_markers: list[tuple[PartitionBroker, bytes]] = []
+        retry: list[MessageRecord] = []
+        for rec in recs:
+            marker = prefix + rec.sequence_number.to_bytes(8, "big")
+            refusal = _refusal(dest, target, rec)
+            if refusal is not None:
+                self._dead_letter(broker, queue, tdlq, rec, now_ms, *refusal)
+                continue
+            assert dest is not None
+            db = dest.partitions[_dest_partition(dest, rec, marker)]
+            if marker in self._markers.get(db, ()):
+                # applied before a crash: only the source copy is left to delete
+                broker.forward_out(queue, rec.sequence_number, now_ms, reason=f"forwarded to {dest.name}")
+                done_markers.append((db, marker))
+                self.transferred += 1
+                continue
+            if not db.healthy:
+                retry.append(rec)
+                continue
+            if not db.accepting:
+                self._dead_letter(
+                    broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                    f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
+                )
+                continue
+            dest.touched = True
+            incoming = incoming_from_record(rec, self.router.view_of_record)
+            incoming.original_sequence_number = (
+                rec.original_sequence_number
+                if rec.original_sequence_number is not None
+                else rec.sequence_number
+            )
+            incoming.transfer_hops = rec.transfer_hops + 1
+            if dest.histories and not dest.histories[db.partition_id].admit([incoming], now_ms):
+                # a duplicate at a destination with duplicate detection: dropped, as a send
+                broker.forward_out(queue, rec.sequence_number, now_ms, reason="duplicate")
+                continue
+            routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
+            groups.setdefault(db, []).append((rec, marker, incoming, routes))
+        if done_markers:
+            self._forget_markers(broker, done_markers)
+        for rec in retry:
+            sq.make_ready(rec)
+        if retry:
+            self._retry_at[src] = now_ms + RETRY_MS
+            self._pending.add(src)
+        if not groups:
+            self._after_step(src, sq)
+            return
+        self._busy.add(src)
+        step_done = join_completions(len(groups), lambda error: self._step_done(src, sq))
+        for db, items in groups.items():
+            self._apply(src, db, dest, tdlq, items, now_ms, step_done)  # type: ignore[arg-type]
+
+    def _apply(
+        self,
+        src: _Source,
+        db: PartitionBroker,
+        dest: Entity,
+        tdlq: str,
+        items: list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]],
+        now_ms: int,
+        step_done: Done,
+    ) -> None:
+        """Enqueue one group at one destination partition with its markers (one commit)."""
+        broker, queue = src.broker, src.queue
+        keys = [marker for _, marker, _, _ in items]
+
+        def applied(error: Exception | None) -> None:
+            if error is None:
+                self._markers.setdefault(db, set()).update(keys)
+                for rec, _marker, _, _ in items:
+                    broker.forward_out(
+                        queue, rec.sequence_number, now_ms, reason=f"forwarded to {dest.name}"
+                    )
+                self.transferred += len(items)
+                self._forget_markers(broker, [(db, k) for k in keys])
+            elif isinstance(error, QuotaExceeded):
+                for rec, _marker, _, _ in items:
+                    self._dead_letter(
+                        broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                        f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
+                    )
+            else:  # the destination partition failed: the messages wait and are retried
+                sq = broker.queues[queue]
+                for rec, _marker, _, _ in items:
+                    if rec.sequence_number in sq.records:
+                        sq.make_ready(rec)
+                self._retry_at[src] = now_ms + RETRY_MS
+                self._pending.add(src)
+            step_done(None)
+
+        db.enqueue(
+            [incoming for _, _, incoming, _ in items],
+            [routes for _, _, _, routes in items],
+            now_ms,
+            applied,
+        )
+        db.put_forward_markers(keys, True)
+
+    def _carried(self, rec: MessageRecord) -> dict[str, bytes] | None:
+        """Property changes a message carries on (abandon's properties to modify, and its
+        dead-letter reason and description, which Azure keeps as application properties)."""
+        carried = dict(rec.property_overrides or {})
+        encode = self.router.encode_value
+        if encode is not None:
+            if rec.dead_letter_reason is not None:
+                carried["DeadLetterReason"] = encode(rec.dead_letter_reason)
+            if rec.dead_letter_description is not None:
+                carried["DeadLetterErrorDescription"] = encode(rec.dead_letter_description)
+        return carried or None
+
+    def _forget_markers(
+        self, broker: PartitionBroker, done: list[tuple[PartitionBroker, bytes]]
+    ) -> None:
+        """Once the source deletions are committed, delete the markers at the destinations."""
+
+        def source_committed(error: Exception | None) -> None:
+            if error is not None:
+                return  # the source copies are still there: the markers must stay
+            by_dest: dict[PartitionBroker, list[bytes]] = {}
+            for db, key in done:
+                by_dest.setdefault(db, []).append(key)
+            for db, keys in by_dest.items():
+                held = self._markers.get(db)
+                if held is not None:
+                    held.difference_update(keys)
+                db.put_forward_markers(keys, False)
+
+        broker.after_commit(source_committed)
+
+    def _dead_letter(
+        self,
+        broker: PartitionBroker,
+        queue: str,
+        tdlq: str,
+        rec: MessageRecord,
+        now_ms: int,
+        reason: str,
+        description: str,
+    ) -> None:
+        broker.forward_out(queue, rec.sequence_number, now_ms, tdlq, reason, description)
+        self.transfer_dead_lettered += 1
+
+    def _step_done(self, src: _Source, sq: SubQueue) -> None:
+        self._busy.discard(src)
+        self._after_step(src, sq)
+
+    def _after_step(self, src: _Source, sq: SubQueue) -> None:
+        if _has_ready(sq):
+            self._pending.add(src)
+            self.router.wake()
+
+
+def _carry_properties(routes: list[Route], carried: dict[str, bytes] | None) -> list[Route]:
+    """The routes with the carried property changes under each rule action's own."""
+    if not carried:
+        return routes
+    return [
+        Route(r.queue, {**carried, **(r.overrides or {})}, r.dead_letter_reason, r.dead_letter_description)
+        for r in routes
+    ]
+
+
+def transfer_counts(entity: Entity) -> dict[str, dict[str, int]]:
+    """Per queue or subscription (by sub-queue name): messages waiting to be forwarded
+    (Azure's TransferMessageCount) and in its transfer dead-letter queue
+    (TransferDeadLetterMessageCount)."""
+    out: dict[str, dict[str, int]] = {}
+    for broker in entity.partitions:
+        for name, sq in broker.queues.items():
+            base = base_of(name)
+            if name.endswith(TRANSFER_DLQ_SUFFIX):
+                key = "transfer_dead_letter"
+            elif forward_target(entity, name) is not None:
+                key = "transfer"
+            else:
+                continue
+            counts = out.setdefault(base, {"transfer": 0, "transfer_dead_letter": 0})
+            counts[key] += len(sq.records)
+    return out
+
+
+def _has_ready(sq: SubQueue) -> bool:
+    return sq.ready_count > 0 or any(s.ready_set for s in sq.sessions.values())
+
+
+def _take_oldest(sq: SubQueue, limit: int) -> list[MessageRecord]:
+    """Up to `limit` ready messages, oldest first, across sessions too (taken out of line)."""
+    out: list[MessageRecord] = []
+    if not sq.settings.requires_session:
+        while len(out) < limit:
+            rec = sq.pop_ready()
+            if rec is None:
+                break
+            out.append(rec)
+        return out
+    heads: list[tuple[int, str]] = []
+    for sid, sess in sq.sessions.items():
+        live = [s for s in sess.ready if s in sess.ready_set]
+        if live:
+            heads.append((min(live), sid))
+    heapq.heapify(heads)
+    while heads and len(out) < limit:
+        _, sid = heapq.heappop(heads)
+        rec = sq.pop_ready(sid)
+        if rec is None:
+            continue
+        out.append(rec)
+        sess = sq.sessions[sid]
+        live = [s for s in sess.ready if s in sess.ready_set]
+        if live:
+            heapq.heappush(heads, (min(live), sid))
+    out.sort(key=lambda r: r.sequence_number)
+    return out
+
+
+def _refusal(dest: Entity | None, target: str, rec: MessageRecord) -> tuple[str, str] | None:
+    """Why a message cannot be forwarded at all (reason, description), or None."""
+    if dest is None:
+        return NOT_FOUND_REASON, f"The auto-forwarding destination '{target}' does not exist."
+    if rec.transfer_hops + 1 > MAX_HOPS:
+        return (
+            HOP_LIMIT_REASON,
+            f"The maximum number of hops allowed for a forwarded message ({MAX_HOPS}) was "
+            "exceeded.",
+        )
+    try:
+        dest.check_sendable()
+    except ServiceBusError as exc:
+        return DISABLED_REASON, exc.description
+    if dest.spec.requires_session and rec.session_id is None:
+        return (
+            NO_SESSION_REASON,
+            f"The destination '{dest.name}' requires sessions and the message has no SessionId.",
+        )
+    return None
+
+
+def _dest_partition(dest: Entity, rec: MessageRecord, marker: bytes) -> int:
+    """[P9] the partition the message's key names at the destination; key-less messages go
+    to a partition derived from the source message, the same on every retry."""
+    n = len(dest.partitions)
+    if n == 1:
+        return 0
+    try:
+        key = partition_key_of(
+            rec.session_id, rec.partition_key, rec.message_id,
+            dest.spec.requires_duplicate_detection,
+        )
+    except ServiceBusError:
+        key = None
+    if key is not None:
+        return partition_for_key(key, n)
+    return zlib.crc32(marker) % n

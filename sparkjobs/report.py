@@ -45,6 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sbemu.atomicfile import atomic_write
 from sbemu.partitions import logreader, retention
 from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
@@ -127,10 +128,7 @@ def _check_marker(paths: OutPaths, source: str, path: str) -> None:
             have = json.load(f)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(paths.marker), exist_ok=True)
-        tmp = paths.marker + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(want, f)
-        os.replace(tmp, paths.marker)
+        atomic_write(paths.marker, json.dumps(want).encode())
         return
     if have.get("format", 1) != OUT_FORMAT:
         raise ReportError(

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sbemu.partitions.segments import atomic_write
+from sbemu.atomicfile import atomic_write
 from sbemu.reporttables import read_rows, summary_rows
 
 __all__ = ["REPORT_NAME", "latest_report", "render", "write_html"]

@@ -32,8 +32,9 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..completions import join_completions
 from ..errors import QuotaExceeded, ServiceBusError
-from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route, SubQueue, join_completions
+from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route, SubQueue
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .transfer import incoming_from_record
@@ -115,8 +116,8 @@ class Forwarder:
         for db, markers in self._markers.items():
             stale = []
             for marker in markers:
-                sq = sources.get(marker[:-8])
-                if sq is None or int.from_bytes(marker[-8:], "big") not in sq.records:
+                source = sources.get(marker[:-8])
+                if source is None or int.from_bytes(marker[-8:], "big") not in source.records:
                     stale.append(marker)
             if stale:
                 markers.difference_update(stale)

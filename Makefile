@@ -67,13 +67,15 @@ run:
 	@$(MAKE) --no-print-directory install
 	$(VENV)/bin/sbemu serve $(ARGS)
 
-test: install install-spark chromium-check
+# make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
+test: install install-spark chromium-check lint
 	$(PY) -m pytest -q tests
 	@$(MAKE) --no-print-directory test-js
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
 	$(VENV)/bin/mypy src
+	$(VENV)/bin/lint-imports
 
 bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)

@@ -45,6 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sbemu.atomicfile import atomic_write
 from sbemu.partitions import logreader, retention
 from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
@@ -127,10 +128,7 @@ def _check_marker(paths: OutPaths, source: str, path: str) -> None:
             have = json.load(f)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(paths.marker), exist_ok=True)
-        tmp = paths.marker + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(want, f)
-        os.replace(tmp, paths.marker)
+        atomic_write(paths.marker, json.dumps(want).encode())
         return
     if have.get("format", 1) != OUT_FORMAT:
         raise ReportError(
@@ -319,7 +317,7 @@ def run(
     try:
         while query.isActive:
             query.awaitTermination(0.2 if follow else 1)
-            if drain_progress():
+            if drain_progress() and follow:
                 on_tables(TableStore(out).totals()["events"], summary_rows(out))
             if should_stop():
                 log("stopping")

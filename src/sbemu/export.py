@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sbemu.atomicfile import atomic_write
 from sbemu.logevents import decode_body, decode_properties
 from sbemu.partitions.logreader import (
     close_all,
@@ -35,7 +36,6 @@ from sbemu.partitions.retention import reader_name, register_reader
 from sbemu.partitions.segments import (
     SEGMENT_FIELDS,
     SEGMENT_RE,
-    atomic_write,
     exported_end,
     write_segment,
 )

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sbemu.partitions.segments import atomic_write
+from sbemu.atomicfile import atomic_write
 from sbemu.reporttables import read_rows, summary_rows
 
 __all__ = ["REPORT_NAME", "latest_report", "render", "write_html"]
@@ -150,7 +150,7 @@ def _heatmap(ns: str, entity: str, counts: Sequence[int]) -> str:
         parts.append(f'<rect x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
                      f'fill="{fill}"><title>partition {p}: {n} message(s)</title></rect>')
         parts.append(f'<text x="{x + cell / 2 - 1}" y="{y + cell / 2 + 3}" text-anchor="middle" '
-                     f'fill="{text}" class="cell">{_fmt(n)}</text>')
+                     f'style="fill:{text}" class="cell">{_fmt(n)}</text>')
     parts.append("</svg>")
     mean = sum(counts) / len(counts)
     ratio = f"{max(counts) / mean:.2f}" if mean else "-"

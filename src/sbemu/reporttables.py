@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from sbemu.partitions.segments import atomic_write
+from sbemu.atomicfile import atomic_write
 
 __all__ = [
     "SESSION_BUCKETS",

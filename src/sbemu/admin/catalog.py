@@ -24,12 +24,12 @@ touched follow the configuration. Rules live in each topic's ``rules.json`` (sbe
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..atomicfile import atomic_write
 from ..config import (
     AZURE_MAX_SIZES_MB,
     DEFAULT_RULE,
@@ -404,14 +404,4 @@ class Catalog:
     def save(self) -> None:
         """Write the whole catalog atomically (temp file, fsync, rename, fsync the dir)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(self.data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        atomic_write(self.path, json.dumps(self.data, indent=1, sort_keys=True).encode())

@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ..atomicfile import atomic_write
+
 __all__ = ["CA_FILE", "ca_path", "ensure_certificates", "server_ssl_context"]
 
 TLS_DIR = "tls"
@@ -40,13 +42,7 @@ def ca_path(data_dir: Path) -> Path:
 
 
 def _write_private(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data, mode)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -446,7 +446,7 @@ class Management:
         assert entity.subscriptions is not None
         rule = dataclasses.replace(rule, created_ms=self.now_ms())
         try:
-            entity.subscriptions.add_rule(sub, rule)
+            entity.subscriptions.add_rule(sub, rule, self.now_ms())
         except ServiceBusError as exc:
             if exc.status_code == 409:
                 raise EntityAlreadyExists(
@@ -469,7 +469,7 @@ class Management:
         new = dataclasses.replace(rule, name=old.name, created_ms=old.created_ms)
         new.compile()  # a bad rule is refused before anything changes
         entity.subscriptions.remove_rule(sub, old.name)
-        entity.subscriptions.add_rule(sub, new)
+        entity.subscriptions.add_rule(sub, new, self.now_ms())
         return new
 
     def delete_rule(self, namespace: str, topic: str, sub: str, rule_name: str) -> None:

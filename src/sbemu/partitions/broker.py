@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..completions import Done
 from ..errors import (
     InvalidOperation,
     MessageLockLost,
@@ -54,25 +55,6 @@ from .store import (
     deadline_key,
     parse_deadline_key,
 )
-
-Done = Callable[[Exception | None], None]
-
-
-def join_completions(count: int, done: Done) -> Done:
-    """A completion to hand to `count` operations; `done` runs once, after the last, with
-    the first error any of them reported (or None)."""
-    remaining = count
-    failure: list[Exception] = []
-
-    def one_done(error: Exception | None) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if error is not None and not failure:
-            failure.append(error)
-        if remaining == 0:
-            done(failure[0] if failure else None)
-
-    return one_done
 
 DLQ_SUFFIX = "/$deadletterqueue"
 MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"

@@ -31,8 +31,9 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..completions import join_completions
 from ..errors import QuotaExceeded, ServiceBusError
-from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route, join_completions
+from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .transfer import incoming_from_record

@@ -21,12 +21,13 @@ No clocks here: callers pass `now_ms`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 from dataclasses import dataclass, field
+
+from ..atomicfile import atomic_write
 
 READERS_DIR = "readers"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
@@ -45,18 +46,7 @@ def register_reader(partition_dir: str, name: str, offset: int, now_ms: int) -> 
     directory = os.path.join(partition_dir, READERS_DIR)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{name}.json")
-    tmp = os.path.join(directory, f".{name}.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"offset": int(offset), "updated_ms": int(now_ms)}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    atomic_write(path, json.dumps({"offset": int(offset), "updated_ms": int(now_ms)}).encode())
 
 
 def registered_readers(partition_dir: str) -> dict[str, int]:

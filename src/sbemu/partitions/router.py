@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from ..completions import join_completions
 from ..errors import (
     EntityAlreadyExists,
     EntityNotFound,
@@ -43,7 +44,6 @@ from .broker import (
     Route,
     SessionLock,
     SubQueueSettings,
-    join_completions,
     partition_of_token,
 )
 from .dedup import DuplicateHistory

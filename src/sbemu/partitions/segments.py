@@ -21,11 +21,11 @@ which ignores hidden files, reads each exactly once.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
+
+from ..atomicfile import atomic_write
 
 __all__ = [
     "OFFSET_DIGITS",
@@ -34,7 +34,6 @@ __all__ = [
     "SEGMENT_SUFFIX",
     "SEGMENT_VERSION",
     "arrow_schema",
-    "atomic_write",
     "exported_end",
     "segment_name",
     "write_segment",
@@ -103,29 +102,6 @@ def exported_end(directory: str | os.PathLike[str]) -> int:
         if m:
             end = max(end, int(m.group(2)) + 1)
     return end
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename in `path` durable (best effort where directories cannot be opened)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def atomic_write(path: str, chunks: Iterator[bytes] | list[bytes]) -> None:
-    """Write a file under a hidden temporary name, fsync it, rename it into place."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.tmp")
-    with open(tmp, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
 
 
 def write_segment(target_dir: str, columns: dict[str, list[Any]], first: int) -> tuple[str, int]:

@@ -16,12 +16,11 @@ partitions and win over the configuration's rules for that subscription at the n
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomicfile import atomic_write
 from ..errors import ArgumentError, EntityNotFound, QuotaExceeded, ServiceBusError
 from ..filters import (
     CorrelationFilter,
@@ -241,8 +240,9 @@ class Subscriptions:
             )
         return sub
 
-    def add_rule(self, name: str, source: RuleSource) -> None:
-        """Add a rule at runtime (persisted); duplicate names and quotas are refused."""
+    def add_rule(self, name: str, source: RuleSource, now_ms: int) -> None:
+        """Add a rule at runtime (persisted); duplicate names and quotas are refused. A rule
+        without a creation time gets `now_ms` (Unix milliseconds)."""
         sub = self.subscription(name)
         if any(s.name.lower() == source.name.lower() for s in sub.sources):
             error = ServiceBusError(f"The rule '{source.name}' already exists.")
@@ -254,7 +254,7 @@ class Subscriptions:
         if not source.created_ms:
             source = RuleSource(
                 source.name, source.filter_type, source.sql_expression, source.correlation,
-                source.action_expression, int(time.time() * 1000),
+                source.action_expression, now_ms,
             )
         sub.sources.append(source)
         sub.recompile()
@@ -315,11 +315,6 @@ class Subscriptions:
         }
 
     def _write_rules(self) -> None:
-        """Write every subscription's rules atomically (write, fsync, rename)."""
+        """Write every subscription's rules atomically (write, fsync, rename, fsync the dir)."""
         data = {key: [s.to_json() for s in sub.sources] for key, sub in self.by_name.items()}
-        tmp = self.rules_path.with_suffix(".json.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.rules_path)
+        atomic_write(self.rules_path, json.dumps(data, indent=1).encode())

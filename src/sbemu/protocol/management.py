@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
+from ..completions import join_completions
 from ..errors import (
     ArgumentError,
     InvalidOperation,
@@ -23,7 +24,6 @@ from ..errors import (
     ServiceBusError,
     SessionLockLost,
 )
-from ..partitions.broker import join_completions
 from ..partitions.records import MessageState
 from . import codec, sections
 from .connection import encode_delivery
@@ -436,7 +436,7 @@ def _add_rule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
         source = RuleSource(name, "correlation", None, correlation, action_expression)
     else:
         source = RuleSource(name, "true", None, None, action_expression)
-    subscriptions.add_rule(sub_name, source)
+    subscriptions.add_rule(sub_name, source, conn.now_ms)
     reply(200, "OK", {}, None)
 
 

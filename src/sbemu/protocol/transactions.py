@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Described, ulong
 
+from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
-from ..partitions.broker import join_completions
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Entity
 

@@ -1,0 +1,254 @@
+"""Router: which partition a message lands on [SB partitioning P6-P8], lookups, layout [P4].
+
+Real LMDB in a temp dir, the group commit run inline (routing_harness), no server.
+"""
+
+from __future__ import annotations
+
+import pytest
+from routing_harness import NOW, NS, RouterHarness, message, queue_spec, topic_spec
+
+from sbemu.errors import EntityNotFound, InvalidOperation, QuotaExceeded, ServerBusy
+from sbemu.partitions.broker import DLQ_SUFFIX
+from sbemu.partitions.keys import partition_for_key
+from sbemu.partitions.router import (
+    MAIN,
+    TRANSFER_DLQ_SUFFIX,
+    StorageLayoutError,
+    resolve_view_name,
+)
+from sbemu.partitions.subscriptions import RuleSource
+
+
+@pytest.fixture
+def h(tmp_path):
+    return RouterHarness(tmp_path)
+
+
+def key_on(partition: int, count: int, prefix: str = "k") -> str:
+    """A key that lands on `partition` of `count` (found through the stable hash [P7])."""
+    return next(
+        f"{prefix}{i}" for i in range(10_000) if partition_for_key(f"{prefix}{i}", count) == partition
+    )
+
+
+# ------------------------------------------------------------------ P6: key precedence
+def test_session_id_pins_every_message_of_a_session_to_one_partition(h):
+    q = h.add(queue_spec(partitions=4))
+    for i in range(12):
+        h.send(q, message(f"m{i}", session_id=f"s{i % 3}"))
+    where = h.partitions_of(q)
+    for i in range(12):
+        assert where[f"m{i}"] == partition_for_key(f"s{i % 3}", 4)
+    assert q.partition_for_session("s1").partition_id == partition_for_key("s1", 4)
+
+
+def test_partition_key_pins_and_must_equal_the_session_id(h):
+    q = h.add(queue_spec(partitions=4))
+    h.send(q, message("a", partition_key="pk"), message("b", partition_key="pk"))
+    h.send(q, message("c", session_id="pk", partition_key="pk"))
+    where = h.partitions_of(q)
+    assert set(where.values()) == {partition_for_key("pk", 4)}
+    with pytest.raises(InvalidOperation, match="must be the same"):
+        h.send(q, message("d", session_id="s", partition_key="other"))
+    assert "d" not in h.partitions_of(q)
+
+
+def test_session_and_partition_key_rule_holds_on_a_single_partition_too(h):
+    q = h.add(queue_spec(partitions=1))
+    with pytest.raises(InvalidOperation):
+        h.send(q, message("d", session_id="s", partition_key="other"))
+
+
+def test_message_id_is_a_key_only_with_duplicate_detection(h):
+    dup = h.add(queue_spec("dup", partitions=4, dup=True))
+    plain = h.add(queue_spec("plain", partitions=4))
+    for i in range(8):
+        h.send(dup, message(f"id{i}"))
+        h.send(plain, message(f"id{i}"))
+    assert h.partitions_of(dup) == {f"id{i}": partition_for_key(f"id{i}", 4) for i in range(8)}
+    # without duplicate detection the id is no key: key-less sends go round-robin [P8]
+    assert sorted(h.partitions_of(plain).values()) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_broker_assigned_message_id_is_no_key(h):
+    dup = h.add(queue_spec("dup", partitions=4, dup=True))
+    for i in range(4):
+        h.send(dup, message(f"auto{i}", assigned=True))
+    assert sorted(h.partitions_of(dup).values()) == [0, 1, 2, 3]
+
+
+def test_duplicate_detection_refuses_a_batch_with_distinct_keys(h):
+    dup = h.add(queue_spec("dup", partitions=4, dup=True))
+    with pytest.raises(InvalidOperation, match="distinct SessionId, PartitionKey, or MessageId"):
+        h.send(dup, message("a"), message("b"))
+    h.send(dup, message("a", partition_key="k"), message("b", partition_key="k"))
+    assert len(h.peek(dup)) == 2
+
+
+def test_duplicate_detection_drops_a_repeated_id_inside_the_window(h):
+    dup = h.add(queue_spec("dup", partitions=2, dup=True, dup_window_ms=10_000))
+    assert len(h.send(dup, message("x"), now_ms=NOW)) == 1
+    assert h.send(dup, message("x"), now_ms=NOW + 9_999) == []  # accepted, not stored
+    assert len(h.send(dup, message("x"), now_ms=NOW + 10_001)) == 1  # the window has passed
+    assert [rec.message_id for rec, _ in h.peek(dup)] == ["x", "x"]
+
+
+# ------------------------------------------------------------------ P8: round-robin, fail-over
+def test_keyless_messages_of_one_send_share_a_partition_and_sends_rotate(h):
+    q = h.add(queue_spec(partitions=3))
+    for batch in range(6):
+        h.send(q, *(message(f"b{batch}-{i}") for i in range(3)))
+    where = h.partitions_of(q)
+    for batch in range(6):
+        assert {where[f"b{batch}-{i}"] for i in range(3)} == {batch % 3}
+
+
+def test_sequence_numbers_carry_the_partition(h):
+    q = h.add(queue_spec(partitions=4))
+    for i in range(4):
+        h.send(q, message(f"m{i}"))
+    for rec, pid in h.peek(q):
+        assert rec.sequence_number >> 48 == pid  # [P11] partition id in the top 16 bits
+
+
+def test_keyless_sends_skip_an_offline_partition_and_keyed_sends_to_it_fail(h):
+    q = h.add(queue_spec(partitions=3))
+    h.router.set_partition_online(NS, "q", 1, False)
+    for i in range(6):
+        h.send(q, message(f"m{i}"))
+    assert sorted(h.partitions_of(q).values()) == [0, 0, 0, 2, 2, 2]
+    with pytest.raises(ServerBusy, match="Partition 1 .* unavailable"):
+        h.send(q, message("pinned", partition_key=key_on(1, 3)))
+    status = h.router.set_partition_online(NS, "q", 1, True)
+    assert status["status"] == "Available"
+    h.send(q, message("pinned", partition_key=key_on(1, 3)))
+    assert h.partitions_of(q)["pinned"] == 1
+
+
+def test_keyless_send_fails_over_when_its_partition_turns_out_full(h):
+    q = h.add(queue_spec(partitions=2, max_size_mb=1))
+    key0 = key_on(0, 2)
+    filled = 0
+    with pytest.raises(QuotaExceeded):  # fill partition 0 through its key
+        for i in range(64):
+            h.send(q, message(f"fill{i}", partition_key=key0, size=100_000))
+            filled += 1
+    assert filled > 0
+    assert q.partitions[0].accepting is False
+    assert h.router.partition_status(q)["status"] == "Limited"
+    # round-robin skips the full partition; a pinned send to it is refused as retriable
+    h.send(q, message("rr"))
+    assert h.partitions_of(q)["rr"] == 1
+    with pytest.raises(ServerBusy, match="full"):
+        h.send(q, message("pinned", partition_key=key0))
+
+
+def test_keyless_send_is_retried_on_the_next_partition_after_a_store_full_commit(h):
+    q = h.add(queue_spec(partitions=2, max_size_mb=1))
+    key0 = key_on(0, 2)
+    # nearly fill partition 0; it still accepts (no commit failed yet)
+    h.send(q, *(message(f"fill{i}", partition_key=key0, size=150_000) for i in range(4)))
+    assert q.partitions[0].accepting
+    # the next key-less send goes to partition 0 in turn, does not fit, and moves on [P8]
+    h.send(q, message("big", size=600_000))
+    assert h.partitions_of(q)["big"] == 1
+    assert q.partitions[0].accepting is False
+
+
+def test_every_partition_full_is_quota_exceeded(h):
+    q = h.add(queue_spec(partitions=1, max_size_mb=1))
+    with pytest.raises(QuotaExceeded):
+        for i in range(64):
+            h.send(q, message(f"fill{i}", size=100_000))
+    with pytest.raises(QuotaExceeded, match="Every partition"):
+        h.send(q, message("more"))
+
+
+def test_session_entity_refuses_a_message_without_session_id(h):
+    q = h.add(queue_spec(partitions=2, requires_session=True))
+    with pytest.raises(InvalidOperation, match="SessionId was not set"):
+        h.send(q, message("m"))
+    h.send(q, message("m", session_id="s"))
+    assert h.partitions_of(q) == {"m": partition_for_key("s", 2)}
+
+
+# ------------------------------------------------------------------ lookup
+def test_resolve_view_name_splits_sub_queues():
+    names = ["q", "t", "a/b"]
+    assert resolve_view_name(names, "q") == ("q", MAIN)
+    assert resolve_view_name(names, "Q") == ("q", MAIN)  # entity names are case-insensitive
+    assert resolve_view_name(names, "q/$deadletterqueue") == ("q", MAIN + DLQ_SUFFIX)
+    assert resolve_view_name(names, "q/$Transfer/$DeadLetterQueue") == (
+        "q", MAIN + TRANSFER_DLQ_SUFFIX,
+    )
+    assert resolve_view_name(names, "a/b") == ("a/b", MAIN)
+    assert resolve_view_name(names, "t/Subscriptions/S1") == ("t", "subscriptions/s1")
+    assert resolve_view_name(names, "t/subscriptions/s1/$deadletterqueue") == (
+        "t", "subscriptions/s1" + DLQ_SUFFIX,
+    )
+    assert resolve_view_name(names, "a/b/subscriptions/s") == ("a/b", "subscriptions/s")
+
+
+@pytest.mark.parametrize("path", ["nope", "q/extra", "nope/subscriptions/s", "/subscriptions/s"])
+def test_resolve_view_name_unknown_paths_are_not_found(path):
+    with pytest.raises(EntityNotFound, match="could not be found"):
+        resolve_view_name(["q", "t"], path)
+
+
+def test_lookup_finds_views_and_refuses_unknown_ones(h):
+    h.add(queue_spec(partitions=2))
+    h.add(topic_spec({"s1": [RuleSource("$Default", "true")]}))
+    entity, view = h.router.lookup("NS", "Q/$DeadLetterQueue")
+    assert (entity.name, view.queue, view.address) == ("q", MAIN + DLQ_SUFFIX, "q/$deadletterqueue")
+    entity, view = h.router.lookup(NS, "t/subscriptions/S1")
+    assert view.queue == "subscriptions/s1" and view.receivable
+    _, topic_view = h.router.lookup(NS, "t")
+    assert not topic_view.receivable  # a topic's own address only takes sends
+    for namespace, path in [("other", "q"), (NS, "t/subscriptions/missing"), (NS, "missing")]:
+        with pytest.raises(EntityNotFound):
+            h.router.lookup(namespace, path)
+    with pytest.raises(EntityNotFound):
+        h.router.set_partition_online(NS, "q", 2, False)  # partitions are 0..1
+
+
+# ------------------------------------------------------------------ layout and restart
+def test_partition_count_cannot_change_on_existing_data(h, tmp_path):
+    q = h.add(queue_spec(partitions=2))
+    h.send(q, message("kept", partition_key="pk"))
+    h.router.close()
+    with pytest.raises(StorageLayoutError, match="Partitioning cannot be"):
+        RouterHarness(tmp_path).add(queue_spec(partitions=4))
+    again = RouterHarness(tmp_path)
+    q2 = again.add(queue_spec(partitions=2))
+    assert again.partitions_of(q2) == {"kept": partition_for_key("pk", 2)}
+
+
+def test_a_send_is_acknowledged_only_after_its_commit(h):
+    q = h.add(queue_spec(partitions=2))
+    outcome = []
+    q.send([message("m", partition_key="k")], NOW, outcome.append)
+    assert outcome == [] and h.peek(q) == []  # not acknowledged, not visible
+    assert h.wakes > 0  # the router asked for a turn
+    h.commit()
+    assert outcome == [None]
+    assert [rec.message_id for rec, _ in h.peek(q)] == ["m"]
+
+
+def test_a_send_that_was_not_accepted_does_not_make_its_retry_a_duplicate(h):
+    dup = h.add(queue_spec("dup", partitions=2, dup=True, max_size_mb=1))
+    key = key_on(1, 2)
+    h.router.set_partition_online(NS, "dup", 1, False)
+    with pytest.raises(ServerBusy):
+        h.send(dup, message(key))  # the MessageId is the key: partition 1, offline
+    h.router.set_partition_online(NS, "dup", 1, True)
+    h.send(dup, message(key))  # the retry is stored, not dropped as a duplicate
+    assert h.partitions_of(dup) == {key: 1}
+    # a commit that fails (store full) is no acceptance either
+    key0 = key_on(0, 2)
+    h.send(dup, *(message(f"fill{i}", partition_key=key0, size=150_000) for i in range(4)))
+    with pytest.raises(QuotaExceeded):
+        h.send(dup, message("big", partition_key=key0, size=600_000))
+    h.router.set_partition_online(NS, "dup", 0, True)  # the operator command re-opens it
+    h.send(dup, message("big", partition_key=key0, size=10))
+    assert h.partitions_of(dup)["big"] == 0

@@ -307,7 +307,8 @@ class PartitionStore:
         return db
 
     def load(self) -> StoredState:
-        """Read counters and every sub-queue's records (in sequence order)."""
+        """Read counters and every sub-queue's records (in sequence order): for tools and
+        tests; the broker never loads a whole backlog (see load_meta, scan, get)."""
         meta: dict[str, int] = {}
         queues: dict[str, list[bytes]] = {}
         states: dict[str, dict[str, bytes]] = {}

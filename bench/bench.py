@@ -695,6 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         "--backlog", type=int, metavar="N",
         help="instead: fill N durable messages per queue, restart, drain the cold backlog",
     )  # fmt: skip
+    parser.add_argument(
         "--latency-rate",
         type=int,
         default=1000,

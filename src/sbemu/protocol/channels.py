@@ -27,6 +27,7 @@ unchanged buffer unless one is dropped, so the common case copies nothing.
 from __future__ import annotations
 
 import logging
+import struct
 
 from .codec import Described, _decode, _skip, enc_list, enc_uint
 
@@ -132,7 +133,7 @@ class EndedChannelFilter:
                 ):
                     try:
                         replacement = self._track(code, buf, pos, body, size, channel)
-                    except (IndexError, ValueError):
+                    except (IndexError, ValueError, TypeError, struct.error, RecursionError):
                         if pos + size > n:  # the performative has not all arrived yet
                             limit = pos
                             break
@@ -190,6 +191,10 @@ class EndedChannelFilter:
             if isinstance(target, Described) and isinstance(target.value, list) and target.value:
                 address = str(target.value[0] or "")
             if role is False and address.endswith(_REQUEST_NODES):
+                if not self._requests.get(channel):
+                    # transfers are followed only on sessions with a request link: the id is
+                    # learnt again from the next transfer
+                    self._next_id[channel] = None
                 self._requests.setdefault(channel, set()).add(int(fields[1]))
             return None
         if code == _DETACH:

@@ -92,3 +92,10 @@ class NotImplementedOperation(ServiceBusError):
 class InternalError(ServiceBusError):
     condition = "amqp:internal-error"
     status_code = 500
+
+
+class MalformedInput(ServiceBusError):
+    """The peer sent a value that cannot be decoded (e.g. a string that is not UTF-8)."""
+
+    condition = "amqp:decode-error"
+    status_code = 400

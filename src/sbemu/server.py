@@ -32,6 +32,7 @@ from .partitions.router import (
 from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
+from .protocol.limits import Limits
 from .protocol.listener import AmqpProtocol
 from .protocol.views import encode_property, encode_symbol
 
@@ -217,7 +218,13 @@ class Server:
             max_workers=min(8, (os.cpu_count() or 2) * 2), thread_name_prefix="sbemu-commit"
         )
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
-        services = Services(self.router, infos, self.config.namespaces[0].name.lower())
+        try:
+            limits = Limits.from_env()
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
+        services = Services(
+            self.router, infos, self.config.namespaces[0].name.lower(), limits=limits
+        )
         try:
             self._amqp_server = await self._loop.create_server(
                 lambda: AmqpProtocol(services, self._connections),

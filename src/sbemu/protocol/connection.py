@@ -45,8 +45,10 @@ from proton import (
 from ..errors import (
     EntityNotFound,
     InvalidOperation,
+    MalformedInput,
     MessageSizeExceeded,
     OperationTimeout,
+    QuotaExceeded,
     ServiceBusError,
     SessionLockLost,
     Unauthorized,
@@ -56,6 +58,7 @@ from ..partitions.records import IncomingMessage, MessageRecord
 from ..partitions.router import Delivered, Entity, EntityView, Router
 from . import cbs, codec, sections
 from .frames import FramePadder
+from .limits import Limits
 from .sasl import SaslError, SaslServer, SaslState
 from .transactions import (
     TRANSACTIONAL_STATE,
@@ -100,6 +103,7 @@ class Services:
     router: Router
     namespaces: dict[str, NamespaceInfo]  # lower-cased name -> info
     default_namespace: str
+    limits: Limits = field(default_factory=Limits)
 
     def namespace_for(self, hostname: str | None) -> NamespaceInfo:
         """Pick the namespace a client addresses: by host name (first label), else the default."""
@@ -217,6 +221,10 @@ class AmqpConnection:
         self._tag_counter = itertools.count(1)
         self._padder = FramePadder()
         self.transactions = TransactionCoordinator(self)
+        # Set by the adapter when the server is over its connection limit: the peer's open is
+        # answered with close(resource-limit-exceeded) [limits.py].
+        self.refuse_with: ServiceBusError | None = None
+        self._remote_links = 0  # links the peer attached and has not detached yet
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -332,6 +340,12 @@ class AmqpConnection:
             self._transport = None
 
     @property
+    def handshake_done(self) -> bool:
+        """True once the peer's AMQP open arrived (SASL, if any, is over)."""
+        seen = Connection.REMOTE_ACTIVE | Connection.REMOTE_CLOSED
+        return self._conn is not None and bool(self._conn.state & seen)
+
+    @property
     def now_ms(self) -> int:
         """The current time in Unix milliseconds, as last told by the adapter."""
         return int(self.now * 1000)
@@ -370,6 +384,7 @@ class AmqpConnection:
         elif t in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
             link = event.link
             assert link is not None
+            self._remote_links = max(0, self._remote_links - 1)
             self._on_link_remote_close(link)
         elif t == Event.SESSION_REMOTE_OPEN:
             session = event.session
@@ -386,6 +401,11 @@ class AmqpConnection:
             conn = event.connection
             assert conn is not None
             conn.container = f"sbemu-{self.id}"
+            if self.refuse_with is not None:
+                conn.open()
+                conn.condition = error_condition(self.refuse_with)
+                conn.close()
+                return
             hostname = conn.remote_hostname
             if hostname and self._sasl.result and self._sasl.result.mechanism is None:
                 self.namespace = self.services.namespace_for(hostname)
@@ -404,6 +424,10 @@ class AmqpConnection:
 
     def _fail(self, event: Event, exc: Exception) -> None:
         link = event.link
+        if isinstance(exc, UnicodeDecodeError):
+            # proton decodes the peer's strings (host name, addresses, names) lazily: invalid
+            # UTF-8 there is the peer's error, not ours.
+            exc = MalformedInput(f"Invalid UTF-8 in a string field: {exc.reason}.")
         if not isinstance(exc, ServiceBusError):
             log.exception("connection %d: unexpected error on %s", self.id, event.type)
             exc = ServiceBusError(f"Internal error: {exc}")
@@ -415,6 +439,20 @@ class AmqpConnection:
 
     # ------------------------------------------------------------------ attach
     def _on_link_remote_open(self, link: Link) -> None:
+        self._remote_links += 1
+        limit = self.services.limits.max_links_per_connection
+        if self._remote_links > limit:
+            exc = QuotaExceeded(
+                f"Cannot attach more than {limit} links on one connection "
+                "(SBEMU_MAX_LINKS_PER_CONNECTION)."
+            )
+            if self._remote_links > 2 * limit and self._conn is not None:
+                # The peer ignores the refusals and keeps attaching: drop the connection.
+                self._conn.condition = error_condition(exc)
+                self._conn.close()
+                return
+            self._refuse(link, exc)
+            return
         if link.remote_target.type == Terminus.COORDINATOR:
             link.source.copy(link.remote_source)
             link.target.copy(link.remote_target)

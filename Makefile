@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check run test lint bench report clean
+.PHONY: install install-spark java-check run test lint bench report clean fuzz crash-test soak
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,3 +52,14 @@ clean:
 # see sparkjobs/README.md
 report: install-spark
 	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)
+
+# hardening (see README "Guarantees and how we test them"): long runs of the suites whose
+# bounded parts run in `make test` (tests/fuzz, tests/crash, tests/load)
+fuzz: install
+	$(PY) -m hardening.fuzz $(ARGS)
+
+crash-test: install
+	$(PY) -m hardening.crash $(ARGS)
+
+soak: install
+	$(PY) -m hardening.soak $(ARGS)

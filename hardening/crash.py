@@ -144,13 +144,13 @@ def _receiver(conn_str: str, view: str, ledger: Ledger, stop: threading.Event,
         return
 
 
-def browse(conn_str: str, view: str, dlq: bool) -> list[Any]:
+def browse(client: Any, view: str, dlq: bool) -> list[Any]:
     """Every message of a view (peek, paging by sequence number)."""
-    from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
+    from azure.servicebus import ServiceBusSubQueue
 
     sub = ServiceBusSubQueue.DEAD_LETTER if dlq else None
     out: list[Any] = []
-    with ServiceBusClient.from_connection_string(conn_str, retry_total=3) as client:
+    if True:
         if view.startswith(TOPIC):
             rcv = client.get_subscription_receiver(TOPIC, view.rsplit("/", 1)[1], sub_queue=sub)
         elif view == "csq" and not dlq:
@@ -184,12 +184,15 @@ def browse_sessions(client: Any) -> list[Any]:
 def verify(server: Server, ledger: Ledger) -> list[str]:
     """Check the invariants against the restarted server; returns violations."""
     problems: list[str] = []
+    from azure.servicebus import ServiceBusClient
+
     present: dict[tuple[str, str], list[tuple[bool, int]]] = defaultdict(list)
-    for entity in QUEUES + [TOPIC]:
-        for view in views_of(entity):
-            for dlq in (False, True):
-                for m in browse(server.conn_str, view, dlq):
-                    present[(view, str(m.message_id))].append((dlq, m.delivery_count or 0))
+    with ServiceBusClient.from_connection_string(server.conn_str, retry_total=3) as client:
+        for entity in QUEUES + [TOPIC]:
+            for view in views_of(entity):
+                for dlq in (False, True):
+                    for m in browse(client, view, dlq):
+                        present[(view, str(m.message_id))].append((dlq, m.delivery_count or 0))
     with ledger.lock:
         acked = dict(ledger.acked)
         completed = set(ledger.completed)
@@ -283,12 +286,16 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print) -> dict[str
             t_kill = time.monotonic()
             for t in threads:  # clients of the dead process fail; a straggler cannot reach
                 t.join(timeout=max(0.1, t_kill + 3 - time.monotonic()))  # the next port
+            t1 = time.monotonic()
             server.start()
+            t2 = time.monotonic()
             found = verify(server, ledger)
+            t3 = time.monotonic()
             server.stop()
+            timing = f"(join {t1 - t_kill:.1f} s, start {t2 - t1:.1f} s, verify {t3 - t2:.1f} s)"
             problems += [f"kill {round_no}: {p}" for p in found]
             log(f"crash: kill {round_no}/{kills}: acked {len(ledger.acked)}, "
-                f"completed {len(ledger.completed)}, problems {len(found)}")
+                f"completed {len(ledger.completed)}, problems {len(found)} {timing}")
             if len(problems) > 50:
                 break
     finally:

@@ -225,6 +225,9 @@ class AmqpConnection:
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
+        # Links authorised by a $cbs token: link -> (expiry, path, rights). When the token
+        # expires and no renewed one covers the link, it is detached, as Azure does.
+        self._token_links: dict[Link, tuple[float, str, tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -315,15 +318,39 @@ class AmqpConnection:
         """When handle_timer() should run next (Unix seconds), if ever."""
         if self._transport is None or self.closed:
             return None
-        deadline = self._transport.tick(self.now)
-        return deadline or None
+        deadline = self._transport.tick(self.now) or None
+        if self._token_links:
+            expiry = min(e for e, _, _ in self._token_links.values())
+            deadline = expiry if deadline is None else min(deadline, expiry)
+        return deadline
 
     def handle_timer(self, now: float) -> None:
         """Let proton send heartbeats / detect idle peers."""
         self.now = now
         if self._transport is not None and not self.closed:
             self._transport.tick(now)
+            self._expire_tokens(now)
             self._process()
+
+    def _expire_tokens(self, now: float) -> None:
+        """Detach links whose token expired and was not renewed through $cbs in time."""
+        for link, (expires_at, path, rights) in list(self._token_links.items()):
+            if expires_at > now:
+                continue
+            if link not in self._links:  # refused or already gone
+                del self._token_links[link]
+                continue
+            try:
+                self._token_links[link] = (self._authorize(path, rights) or float("inf"), path, rights)
+            except Unauthorized:
+                del self._token_links[link]
+                self._close_link(
+                    link,
+                    Unauthorized(
+                        f"The token authorising '{path}' expired at {int(expires_at)} and was "
+                        "not renewed on $cbs; the link is detached."
+                    ),
+                )
 
     def connection_lost(self) -> None:
         """The socket is gone: forget our links (locks stay until they expire)."""
@@ -472,7 +499,7 @@ class AmqpConnection:
                 )
             elif address.lower().rstrip("/").endswith("$management"):
                 entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize(path, ("Manage", "Listen", "Send"))
+                self._authorize_link(link, path, ("Manage", "Listen", "Send"))
                 state = (
                     RequestLink(link, path, entity, view)
                     if link.is_receiver
@@ -484,11 +511,11 @@ class AmqpConnection:
                     raise InvalidOperation(
                         f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
                     )
-                self._authorize(path, ("Send",))
+                self._authorize_link(link, path, ("Send",))
                 state = SendLink(link, entity, path)
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize(path, ("Listen",))
+                self._authorize_link(link, path, ("Listen",))
                 if not view.receivable:
                     raise InvalidOperation(
                         f"Cannot receive from topic '{path}': receive from one of its "
@@ -583,15 +610,26 @@ class AmqpConnection:
         state.view.attach(state)
         state.view.dispatch(self.now_ms)
 
-    def _authorize(self, path: str, rights: tuple[str, ...]) -> None:
+    def _authorize_link(self, link: Link, path: str, rights: tuple[str, ...]) -> None:
+        """Authorise an attach; a token-authorised link is watched until its token expires."""
+        expires_at = self._authorize(path, rights)
+        if expires_at is not None:
+            self._token_links[link] = (expires_at, path, rights)
+
+    def _authorize(self, path: str, rights: tuple[str, ...]) -> float | None:
+        """None when SASL PLAIN credentials grant the rights (no expiry), else the latest
+        expiry of the $cbs tokens that do; raises Unauthorized when nothing does."""
         if self._plain_rights is not None and any(r in self._plain_rights for r in rights):
-            return
+            return None
         now = self.now
+        best: float | None = None
         for grant in self._grants:
             if grant.expires_at > now and cbs.covers(grant.scope, path):
                 held = self.namespace.rights.get(grant.key_name, frozenset())
                 if "Manage" in held or any(r in held for r in rights):
-                    return
+                    best = max(best or 0.0, grant.expires_at)
+        if best is not None:
+            return best
         raise Unauthorized(
             f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
             f"operation on '{path}'. Put a valid token on $cbs for this entity first."
@@ -615,6 +653,7 @@ class AmqpConnection:
         link.close()
 
     def _forget_link(self, link: Link) -> None:
+        self._token_links.pop(link, None)
         state = self._links.pop(link, None)
         if isinstance(state, ReceiveLink):
             self._end_receiver(state)

@@ -160,6 +160,18 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+def rss_parts_kb(pid: int) -> dict[str, int]:
+    """RssAnon (heap: what a leak grows) and RssFile (mapped LMDB pages, which the kernel can
+    drop at will) in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                name, value = line.split()[:2]
+                out[name.rstrip(":")] = int(value)
+    return out
+
+
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 

@@ -258,12 +258,16 @@ def verify_logs(data_dir: Path, acked: dict[str, str], completed: set[tuple[str,
     return problems
 
 
-def run(workdir: Path, kills: int, seed: int = 15, log: Any = print) -> dict[str, Any]:
+def run(workdir: Path, kills: int, seed: int = 15, log: Any = print,
+        sigterm: bool = False) -> dict[str, Any]:
+    """`kills` rounds of load then kill -9 (or SIGTERM with `sigterm`: the drain must exit 0
+    within a few seconds) and a check of the invariants after each restart."""
     rng = random.Random(seed)
     shutil.rmtree(workdir, ignore_errors=True)
     server = Server(workdir, crash_config(), env={"SBEMU_KEEP_LOGS": "1"})
     ledger = Ledger()
     problems: list[str] = []
+    stop_times: list[float] = []
     t0 = time.monotonic()
     done = 0
     try:
@@ -280,7 +284,15 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print) -> dict[str
             for t in threads:
                 t.start()
             time.sleep(rng.uniform(0.5, 3.0))
-            server.kill()
+            if sigterm:
+                t_term = time.monotonic()
+                rc = server.stop(timeout=30)
+                exit_s = time.monotonic() - t_term
+                stop_times.append(exit_s)
+                if rc != 0:
+                    problems.append(f"kill {round_no}: SIGTERM exit code {rc}")
+            else:
+                server.kill()
             done += 1
             stop.set()
             t_kill = time.monotonic()
@@ -294,6 +306,8 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print) -> dict[str
             server.stop()
             timing = f"(join {t1 - t_kill:.1f} s, start {t2 - t1:.1f} s, verify {t3 - t2:.1f} s)"
             problems += [f"kill {round_no}: {p}" for p in found]
+            for p in found[:10]:
+                log(f"crash:   kill {round_no}: {p}")
             log(f"crash: kill {round_no}/{kills}: acked {len(ledger.acked)}, "
                 f"completed {len(ledger.completed)}, problems {len(found)} {timing}")
             if len(problems) > 50:
@@ -304,7 +318,7 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print) -> dict[str
     return {"kills": done, "acked": len(ledger.acked), "completed": len(ledger.completed),
             "dead_lettered": len(ledger.dead_lettered), "ops": dict(ledger.ops),
             "problems": problems, "tracebacks": tracebacks,
-            "seconds": time.monotonic() - t0}
+            "seconds": time.monotonic() - t0, "sigterm_exit_seconds": stop_times}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,8 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=60)
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--workdir", default=".hardening/crash")
+    parser.add_argument("--sigterm", action="store_true", help="SIGTERM (drain) instead of kill -9")
     args = parser.parse_args(argv)
-    r = run(Path(args.workdir), args.kills, args.seed)
+    r = run(Path(args.workdir), args.kills, args.seed, sigterm=args.sigterm)
+    if args.sigterm:
+        print(f"crash: SIGTERM under load: exit took max {max(r['sigterm_exit_seconds']):.2f} s")
     print(f"crash: {r['kills']} kill -9 points in {r['seconds']:.0f} s; acknowledged sends "
           f"{r['acked']}, confirmed completions {r['completed']}, dead-letters "
           f"{r['dead_lettered']}; operations {r['ops']}")

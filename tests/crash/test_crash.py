@@ -15,3 +15,11 @@ def test_kill9_under_load_keeps_every_promise(tmp_path):
     assert r["acked"] > 0 and r["completed"] > 0
     assert r["problems"] == [], r["problems"][:20]
     assert r["tracebacks"] == []
+
+
+def test_sigterm_under_load_drains_and_exits_quickly(tmp_path):
+    r = run(tmp_path / "term", 1, seed=8, sigterm=True)
+    assert r["problems"] == [], r["problems"][:20]
+    assert r["acked"] > 0
+    assert max(r["sigterm_exit_seconds"]) < 5.0, r["sigterm_exit_seconds"]
+    assert r["tracebacks"] == []

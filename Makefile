@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check run test lint bench report clean fuzz crash-test soak
+.PHONY: install install-spark java-check run test lint bench report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,3 +63,6 @@ crash-test: install
 
 soak: install
 	$(PY) -m hardening.soak $(ARGS)
+
+load: install
+	$(PY) -m hardening.load $(ARGS)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from hardening import amqpraw as raw
-from hardening.common import SdkProbe, Server, fd_count, make_config, queue_def
+from hardening.common import SdkProbe, Server, fd_count, make_config, queue_def, rss_parts_kb
 from hardening.fuzz import check_output, run_case
 
 MAX_CONNECTIONS = 400
@@ -20,7 +20,7 @@ MAX_LINKS = 50
 def server(tmp_path_factory):
     env = {"SBEMU_HANDSHAKE_TIMEOUT": "1", "SBEMU_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
            "SBEMU_MAX_LINKS_PER_CONNECTION": str(MAX_LINKS)}
-    srv = Server(tmp_path_factory.mktemp("load"), make_config([queue_def("lq")]), env=env).start()
+    srv = Server(tmp_path_factory.mktemp("load"), make_config([queue_def("lq"), queue_def("greedyq")]), env=env).start()
     probe = SdkProbe(srv.conn_str)
     probe.start()
     assert probe.wait_rounds(2), probe.errors
@@ -166,3 +166,29 @@ def test_odd_entity_names_are_not_found(server, name):
     assert errors and errors <= {"amqp:not-found", "amqp:not-allowed"}, frames
     for p in server.data_dir.rglob("*"):
         assert "passwd" not in p.name and "etc" != p.name
+
+
+def test_large_prefetch_never_settling_is_bounded_and_others_are_served(server):
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from proton.utils import BlockingConnection
+
+    with ServiceBusClient.from_connection_string(server.conn_str) as client, \
+            client.get_queue_sender("greedyq") as sender:
+        for _ in range(20):
+            sender.send_messages([ServiceBusMessage(b"g" * 1024) for _ in range(100)])
+    heap_before = rss_parts_kb(server.pid)["RssAnon"]
+    conn = BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=20, sasl_enabled=True,
+                              allowed_mechs="PLAIN", user="RootManageSharedAccessKey",
+                              password="SAS_KEY_VALUE")
+    try:
+        greedy = conn.create_receiver("greedyq", credit=10_000)  # never settles anything
+        got = 0
+        while got < 2000:
+            greedy.receive(timeout=20)
+            got += 1
+        _served(server)
+        heap_grew_mib = (rss_parts_kb(server.pid)["RssAnon"] - heap_before) / 1024
+        assert heap_grew_mib < 30, heap_grew_mib
+    finally:
+        conn.close()
+    _served(server)

@@ -338,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     r = run(Path(args.workdir), args.kills, args.seed, sigterm=args.sigterm)
     if args.sigterm:
         print(f"crash: SIGTERM under load: exit took max {max(r['sigterm_exit_seconds']):.2f} s")
-    print(f"crash: {r['kills']} kill -9 points in {r['seconds']:.0f} s; acknowledged sends "
+    how = "SIGTERM" if args.sigterm else "kill -9"
+    print(f"crash: {r['kills']} {how} points in {r['seconds']:.0f} s; acknowledged sends "
           f"{r['acked']}, confirmed completions {r['completed']}, dead-letters "
           f"{r['dead_lettered']}; operations {r['ops']}")
     lost = sum(1 for p in r["problems"] if "lost" in p)

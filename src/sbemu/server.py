@@ -194,6 +194,7 @@ class Server:
         self._timer: asyncio.TimerHandle | None = None
         self._lock_fd: int | None = None
         self.started_at = 0.0
+        self._closed = False  # stores closed and commit pool shut down: turns do nothing
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -291,6 +292,9 @@ class Server:
                     self._turn()
                     continue
                 await self._idle.wait()
+            # A turn scheduled by the last commit must not dispatch or commit into closed
+            # stores and a shut-down pool (found by make crash-test --sigterm: a traceback).
+            self._closed = True
             self.router.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
@@ -306,6 +310,8 @@ class Server:
 
     def _turn(self) -> None:
         self._turn_scheduled = False
+        if self._closed:
+            return
         router = self.router
         assert router is not None
         router.run_pending(int(time.time() * 1000))

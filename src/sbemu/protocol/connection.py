@@ -341,7 +341,11 @@ class AmqpConnection:
                 del self._token_links[link]
                 continue
             try:
-                self._token_links[link] = (self._authorize(path, rights) or float("inf"), path, rights)
+                renewed = self._authorize(path, rights)
+                if renewed is None:  # SASL PLAIN rights cover it: nothing left to watch
+                    del self._token_links[link]
+                else:
+                    self._token_links[link] = (renewed, path, rights)
             except Unauthorized:
                 del self._token_links[link]
                 self._close_link(

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check node-check test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean
+.PHONY: install install-spark java-check chromium-check node-check test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -107,3 +107,17 @@ clean:
 # see sparkjobs/README.md
 report: install-spark
 	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)
+
+# hardening (see README "Guarantees and how we test them"): long runs of the suites whose
+# bounded parts run in `make test` (tests/fuzz, tests/crash, tests/load)
+fuzz: install
+	$(PY) -m hardening.fuzz $(ARGS)
+
+crash-test: install
+	$(PY) -m hardening.crash $(ARGS)
+
+soak: install
+	$(PY) -m hardening.soak $(ARGS)
+
+load: install
+	$(PY) -m hardening.load $(ARGS)

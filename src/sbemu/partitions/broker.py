@@ -54,6 +54,9 @@ SEQUENCE_BITS = 48
 # are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
 SCHEDULED_QUEUE = "$scheduled"
 
+# expiry-heap entries tolerated beyond twice the live records before a rebuild
+EXPIRY_HEAP_SLACK = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class SubQueueSettings:
@@ -284,12 +287,30 @@ class PartitionBroker:
             for session_id, data in states.items():
                 sq.session(session_id).state = data
 
+    def _compact_expiry_heap(self) -> None:
+        """Drop expiry entries of messages already gone (found by the soak: entries of
+        completed or deleted messages stayed until their TTL passed, so memory grew with
+        throughput, ~100 bytes per consumed message for DefaultMessageTimeToLive). Rebuilt
+        when it holds twice the live records: amortised O(1) per message."""
+        live = sum(len(sq.records) for sq in self.queues.values())
+        if len(self._expiry_heap) <= 2 * live + EXPIRY_HEAP_SLACK:
+            return
+        self._expiry_heap = [
+            entry
+            for entry in self._expiry_heap
+            if (rec := self.queues[entry[1]].records.get(entry[2])) is not None
+            and rec.state == MessageState.ACTIVE
+        ]
+        heapq.heapify(self._expiry_heap)
+
     def _track(self, sq: SubQueue, rec: MessageRecord) -> None:
         """Put a visible record in the structures that serve it, by its state."""
         if rec.state == MessageState.ACTIVE:
             sq.make_ready(rec)
             if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
                 heapq.heappush(self._expiry_heap, (rec.expires_at_ms, sq.name, rec.sequence_number))
+                if len(self._expiry_heap) > EXPIRY_HEAP_SLACK:
+                    self._compact_expiry_heap()
         elif rec.state == MessageState.SCHEDULED and rec.scheduled_enqueue_time_ms is not None:
             heapq.heappush(
                 self._scheduled_heap, (rec.scheduled_enqueue_time_ms, sq.name, rec.sequence_number)

@@ -219,6 +219,9 @@ class EndedChannelFilter:
             return None
         if handle not in self._requests.get(channel, ()) or expected is None:
             self._next_id[channel] = (int(delivery_id) + 1) & 0xFFFFFFFF
+            if more and handle in self._requests.get(channel, ()):
+                # the id is learnt from this request: its later frames keep it [AMQP 2.6.14]
+                self._continuing[key] = int(delivery_id)
             return None  # message links keep proton's own check
         self._next_id[channel] = (expected + 1) & 0xFFFFFFFF
         if more:

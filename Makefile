@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check node-check test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean
+.PHONY: install install-spark java-check chromium-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,10 +55,14 @@ node-check:
 tests/js/node_modules/.package-lock.json: tests/js/package-lock.json
 	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
 
-# node's own test runner against the real server (the suites start it from .venv).
-test-js: install node-check
+# The npm packages when Node is there (pytest's JS admin-client test needs them too).
+js-deps: node-check
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory tests/js/node_modules/.package-lock.json && \
+	  $(MAKE) --no-print-directory tests/js/node_modules/.package-lock.json; fi
+
+# node's own test runner against the real server (the suites start it from .venv).
+test-js: install js-deps
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
 	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
 
@@ -68,7 +72,7 @@ run:
 	$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
-test: install install-spark chromium-check lint
+test: install install-spark chromium-check js-deps lint
 	$(PY) -m pytest -q tests
 	@$(MAKE) --no-print-directory test-js
 
@@ -107,3 +111,17 @@ clean:
 # see sparkjobs/README.md
 report: install-spark
 	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)
+
+# hardening (see README "Guarantees and how we test them"): long runs of the suites whose
+# bounded parts run in `make test` (tests/fuzz, tests/crash, tests/load)
+fuzz: install
+	$(PY) -m hardening.fuzz $(ARGS)
+
+crash-test: install
+	$(PY) -m hardening.crash $(ARGS)
+
+soak: install
+	$(PY) -m hardening.soak $(ARGS)
+
+load: install
+	$(PY) -m hardening.load $(ARGS)

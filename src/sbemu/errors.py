@@ -104,3 +104,10 @@ class EntityDisabled(ServiceBusError):
 
     condition = "com.microsoft:entity-disabled"
     status_code = 400
+
+
+class MalformedInput(ServiceBusError):
+    """The peer sent a value that cannot be decoded (e.g. a string that is not UTF-8)."""
+
+    condition = "amqp:decode-error"
+    status_code = 400

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import fcntl
 import functools
 import logging
@@ -35,6 +36,7 @@ from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
 from .protocol.connection import NamespaceInfo, Services
+from .protocol.limits import Limits
 from .protocol.listener import AmqpProtocol
 from .protocol.views import encode_property, encode_symbol, view_of_record
 
@@ -233,6 +235,7 @@ class Server:
         self.started_at = 0.0
         self.services: Services | None = None  # what AMQP connections share (stats included)
         self.dashboard: Dashboard | None = None
+        self._closed = False  # stores closed and commit pool shut down: turns do nothing
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -271,7 +274,13 @@ class Server:
             max_workers=COMMIT_THREADS, thread_name_prefix="sbemu-commit"
         )
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
-        services = Services(self.router, infos, self.config.namespaces[0].name.lower())
+        try:
+            limits = Limits.from_env()
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
+        services = Services(
+            self.router, infos, self.config.namespaces[0].name.lower(), limits=limits
+        )
         try:
             self._amqp_server = await self._loop.create_server(
                 lambda: AmqpProtocol(services, self._connections),
@@ -284,7 +293,7 @@ class Server:
                 f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
-        await self._listen_namespace_ports(infos)
+        await self._listen_namespace_ports(services)
         from .admin.certs import server_ssl_context
         from .admin.http import start_admin
 
@@ -309,14 +318,15 @@ class Server:
             self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
 
-    async def _listen_namespace_ports(self, infos: dict[str, NamespaceInfo]) -> None:
+    async def _listen_namespace_ports(self, shared: Services) -> None:
         """A listener per namespace with its own AmqpPort: there the namespace is the default,
         whatever host name the client connects with (no DNS entry needed)."""
         assert self.router is not None and self._loop is not None
         for ns in self.config.namespaces:
             if ns.amqp_port is None:
                 continue
-            services = Services(self.router, infos, ns.name.lower())
+            # the same router, keys, limits and counters; only the default namespace differs
+            services = dataclasses.replace(shared, default_namespace=ns.name.lower())
             try:
                 server = await self._loop.create_server(
                     functools.partial(AmqpProtocol, services, self._connections),
@@ -378,6 +388,9 @@ class Server:
                     self._turn()
                     continue
                 await self._idle.wait()
+            # A turn scheduled by the last commit must not dispatch or commit into closed
+            # stores and a shut-down pool (found by make crash-test --sigterm: a traceback).
+            self._closed = True
             self.router.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
@@ -393,6 +406,8 @@ class Server:
 
     def _turn(self) -> None:
         self._turn_scheduled = False
+        if self._closed:
+            return
         router = self.router
         assert router is not None
         router.run_pending(int(time.time() * 1000))

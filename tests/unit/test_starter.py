@@ -74,3 +74,30 @@ def test_logging_type_console_file_keeps_console(tmp_path, clean_root_logger):
 def test_logging_type_console_writes_no_file(tmp_path, clean_root_logger):
     _log_targets("Console", tmp_path)
     assert not (tmp_path / "logs").exists()
+
+
+def _two_namespaces(port_a, port_b):
+    from sbemu.config import parse_config
+
+    def ns(name, port):
+        out = {"Name": name, "Queues": [], "Topics": []}
+        if port is not None:
+            out["AmqpPort"] = port
+        return out
+
+    doc = {"UserConfig": {"Namespaces": [ns("firstns", port_a), ns("otherns", port_b)]}}
+    return parse_config(doc, "test.json")
+
+
+def test_amqp_port_per_namespace():
+    config = _two_namespaces(None, 5673)
+    assert [n.amqp_port for n in config.namespaces] == [None, 5673]
+    assert _two_namespaces(0, 0).namespaces[1].amqp_port == 0  # any free port, twice is fine
+
+
+@pytest.mark.parametrize("ports,message", [((5673, 5673), "already the AmqpPort"), ((None, 70000), "out of range")])
+def test_amqp_port_refused(ports, message):
+    from sbemu.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _two_namespaces(*ports)

@@ -45,34 +45,6 @@ _SESSION_LEVEL = range(0x12, 0x18)
 _AMQP_HEADER = b"AMQP"
 
 
-def _transfer_delivery_id(buf: bytes, body: int, end: int) -> int | None:
-    """The delivery-id of a transfer performative at `body`, read without decoding the rest
-    (None when absent, or when its encoding is not one of the few a peer uses)."""
-    try:
-        at = body + (3 if buf[body + 1] == 0x53 else 10)  # smallulong / ulong descriptor
-        c = buf[at]
-        if c == 0xC0:
-            p = at + 3
-        elif c == 0xD0:
-            p = at + 9
-        else:
-            return None  # list0: no fields
-        h = buf[p]  # handle: uint0 / smalluint / uint
-        p += 1 if h == 0x43 else 2 if h == 0x52 else 5 if h == 0x70 else end
-        d = buf[p]
-        if p >= end:
-            return None
-        if d == 0x43:
-            return 0
-        if d == 0x52:
-            return buf[p + 1]
-        if d == 0x70:
-            return int.from_bytes(buf[p + 1 : p + 5], "big")
-    except IndexError:
-        pass
-    return None
-
-
 class EndedChannelFilter:
     """Input filter for one connection's AMQP byte stream (after SASL)."""
 
@@ -155,20 +127,13 @@ class EndedChannelFilter:
                 elif code == _END:
                     self._ended.add(channel)
                     self._forget(channel)
-                if not drop and code == _TRANSFER and not self._requests.get(channel):
-                    # a message transfer: only its delivery-id is read (a few bytes), so a
-                    # request link attached later on this session knows which id comes next
-                    if channel in self._next_id:
-                        delivery_id = _transfer_delivery_id(buf, body, pos + size)
-                        if delivery_id is not None:
-                            self._next_id[channel] = (delivery_id + 1) & 0xFFFFFFFF
-                elif not drop and (
+                if not drop and (
                     code in (_BEGIN, _ATTACH, _DETACH)
                     or (code == _TRANSFER and self._requests.get(channel))
                 ):
                     try:
                         replacement = self._track(code, buf, pos, body, size, channel)
-                    except (IndexError, ValueError, struct.error):
+                    except (IndexError, ValueError, TypeError, struct.error, RecursionError):
                         if pos + size > n:  # the performative has not all arrived yet
                             limit = pos
                             break
@@ -226,6 +191,10 @@ class EndedChannelFilter:
             if isinstance(target, Described) and isinstance(target.value, list) and target.value:
                 address = str(target.value[0] or "")
             if role is False and address.endswith(_REQUEST_NODES):
+                if not self._requests.get(channel):
+                    # transfers are followed only on sessions with a request link: the id is
+                    # learnt again from the next transfer
+                    self._next_id[channel] = None
                 self._requests.setdefault(channel, set()).add(int(fields[1]))
             return None
         if code == _DETACH:
@@ -250,6 +219,9 @@ class EndedChannelFilter:
             return None
         if handle not in self._requests.get(channel, ()) or expected is None:
             self._next_id[channel] = (int(delivery_id) + 1) & 0xFFFFFFFF
+            if more and handle in self._requests.get(channel, ()):
+                # the id is learnt from this request: its later frames keep it [AMQP 2.6.14]
+                self._continuing[key] = int(delivery_id)
             return None  # message links keep proton's own check
         self._next_id[channel] = (expected + 1) & 0xFFFFFFFF
         if more:

@@ -45,8 +45,10 @@ from proton import (
 from ..errors import (
     EntityNotFound,
     InvalidOperation,
+    MalformedInput,
     MessageSizeExceeded,
     OperationTimeout,
+    QuotaExceeded,
     ServiceBusError,
     SessionLockLost,
     Unauthorized,
@@ -58,6 +60,7 @@ from ..partitions.stats import ServerStats
 from . import cbs, codec, sections
 from .channels import EndedChannelFilter
 from .frames import FramePadder
+from .limits import Limits
 from .sasl import SaslError, SaslServer, SaslState
 from .transactions import (
     TRANSACTIONAL_STATE,
@@ -104,6 +107,7 @@ class Services:
     namespaces: dict[str, NamespaceInfo]  # lower-cased name -> info
     default_namespace: str
     stats: ServerStats = field(default_factory=ServerStats)  # connections and errors
+    limits: Limits = field(default_factory=Limits)
 
     def namespace_for(self, hostname: str | None) -> NamespaceInfo:
         """Pick the namespace a client addresses: by host name (first label), else the default."""
@@ -292,6 +296,13 @@ class AmqpConnection:
         self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
         self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
+        # Set by the adapter when the server is over its connection limit: the peer's open is
+        # answered with close(resource-limit-exceeded) [limits.py].
+        self.refuse_with: ServiceBusError | None = None
+        self._remote_links = 0  # links the peer attached and has not detached yet
+        # Links authorised by a $cbs token: link -> (expiry, path, rights). When the token
+        # expires and no renewed one covers the link, it is detached, as Azure does.
+        self._token_links: dict[Link, tuple[float, str, tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -387,15 +398,43 @@ class AmqpConnection:
         """When handle_timer() should run next (Unix seconds), if ever."""
         if self._transport is None or self.closed:
             return None
-        deadline = self._transport.tick(self.now)
-        return deadline or None
+        deadline = self._transport.tick(self.now) or None
+        if self._token_links:
+            expiry = min(e for e, _, _ in self._token_links.values())
+            deadline = expiry if deadline is None else min(deadline, expiry)
+        return deadline
 
     def handle_timer(self, now: float) -> None:
         """Let proton send heartbeats / detect idle peers."""
         self.now = now
         if self._transport is not None and not self.closed:
             self._transport.tick(now)
+            self._expire_tokens(now)
             self._process()
+
+    def _expire_tokens(self, now: float) -> None:
+        """Detach links whose token expired and was not renewed through $cbs in time."""
+        for link, (expires_at, path, rights) in list(self._token_links.items()):
+            if expires_at > now:
+                continue
+            if link not in self._links:  # refused or already gone
+                del self._token_links[link]
+                continue
+            try:
+                renewed = self._authorize(path, rights)
+                if renewed is None:  # SASL PLAIN rights cover it: nothing left to watch
+                    del self._token_links[link]
+                else:
+                    self._token_links[link] = (renewed, path, rights)
+            except Unauthorized:
+                del self._token_links[link]
+                self._close_link(
+                    link,
+                    Unauthorized(
+                        f"The token authorising '{path}' expired at {int(expires_at)} and was "
+                        "not renewed on $cbs; the link is detached."
+                    ),
+                )
 
     def connection_lost(self) -> None:
         """The socket is gone: forget our links (locks stay until they expire)."""
@@ -436,6 +475,12 @@ class AmqpConnection:
         if detached:
             self.on_output()
         return detached
+
+    @property
+    def handshake_done(self) -> bool:
+        """True once the peer's AMQP open arrived (SASL, if any, is over)."""
+        seen = Connection.REMOTE_ACTIVE | Connection.REMOTE_CLOSED
+        return self._conn is not None and bool(self._conn.state & seen)
 
     @property
     def now_ms(self) -> int:
@@ -603,6 +648,7 @@ class AmqpConnection:
         elif t in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
             link = event.link
             assert link is not None
+            self._remote_links = max(0, self._remote_links - 1)
             self._on_link_remote_close(link)
         elif t == Event.SESSION_REMOTE_OPEN:
             session = event.session
@@ -619,6 +665,11 @@ class AmqpConnection:
             conn = event.connection
             assert conn is not None
             conn.container = f"sbemu-{self.id}"
+            if self.refuse_with is not None:
+                conn.open()
+                conn.condition = error_condition(self.refuse_with)
+                conn.close()
+                return
             hostname = conn.remote_hostname
             if hostname and self._sasl.result and self._sasl.result.mechanism is None:
                 self.namespace = self.services.namespace_for(hostname)
@@ -639,6 +690,10 @@ class AmqpConnection:
 
     def _fail(self, event: Event, exc: Exception) -> None:
         link = event.link
+        if isinstance(exc, UnicodeDecodeError):
+            # proton decodes the peer's strings (host name, addresses, names) lazily: invalid
+            # UTF-8 there is the peer's error, not ours.
+            exc = MalformedInput(f"Invalid UTF-8 in a string field: {exc.reason}.")
         if not isinstance(exc, ServiceBusError):
             log.exception("connection %d: unexpected error on %s", self.id, event.type)
             exc = ServiceBusError(f"Internal error: {exc}")
@@ -650,6 +705,20 @@ class AmqpConnection:
 
     # ------------------------------------------------------------------ attach
     def _on_link_remote_open(self, link: Link) -> None:
+        self._remote_links += 1
+        limit = self.services.limits.max_links_per_connection
+        if self._remote_links > limit:
+            exc = QuotaExceeded(
+                f"Cannot attach more than {limit} links on one connection "
+                "(SBEMU_MAX_LINKS_PER_CONNECTION)."
+            )
+            if self._remote_links > 2 * limit and self._conn is not None:
+                # The peer ignores the refusals and keeps attaching: drop the connection.
+                self._conn.condition = error_condition(exc)
+                self._conn.close()
+                return
+            self._refuse(link, exc)
+            return
         if link.remote_target.type == Terminus.COORDINATOR:
             link.source.copy(link.remote_source)
             link.target.copy(link.remote_target)
@@ -669,7 +738,7 @@ class AmqpConnection:
                 )
             elif address.lower().rstrip("/").endswith("$management"):
                 entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize(path, ("Manage", "Listen", "Send"))
+                self._authorize_link(link, path, ("Manage", "Listen", "Send"))
                 state = (
                     RequestLink(link, path, entity, view)
                     if link.is_receiver
@@ -681,12 +750,12 @@ class AmqpConnection:
                     raise InvalidOperation(
                         f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
                     )
-                self._authorize(path, ("Send",))
+                self._authorize_link(link, path, ("Send",))
                 entity.check_sendable()
                 state = SendLink(link, entity, path)
             else:
                 entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize(path, ("Listen",))
+                self._authorize_link(link, path, ("Listen",))
                 if not view.receivable:
                     raise InvalidOperation(
                         f"Cannot receive from topic '{path}': receive from one of its "
@@ -782,15 +851,26 @@ class AmqpConnection:
         state.view.attach(state)
         state.view.dispatch(self.now_ms)
 
-    def _authorize(self, path: str, rights: tuple[str, ...]) -> None:
+    def _authorize_link(self, link: Link, path: str, rights: tuple[str, ...]) -> None:
+        """Authorise an attach; a token-authorised link is watched until its token expires."""
+        expires_at = self._authorize(path, rights)
+        if expires_at is not None:
+            self._token_links[link] = (expires_at, path, rights)
+
+    def _authorize(self, path: str, rights: tuple[str, ...]) -> float | None:
+        """None when SASL PLAIN credentials grant the rights (no expiry), else the latest
+        expiry of the $cbs tokens that do; raises Unauthorized when nothing does."""
         if self._plain_rights is not None and any(r in self._plain_rights for r in rights):
-            return
+            return None
         now = self.now
+        best: float | None = None
         for grant in self._grants:
             if grant.expires_at > now and cbs.covers(grant.scope, path):
                 held = self.namespace.rights.get(grant.key_name, frozenset())
                 if "Manage" in held or any(r in held for r in rights):
-                    return
+                    best = max(best or 0.0, grant.expires_at)
+        if best is not None:
+            return best
         raise Unauthorized(
             f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
             f"operation on '{path}'. Put a valid token on $cbs for this entity first."
@@ -814,6 +894,7 @@ class AmqpConnection:
         link.close()
 
     def _forget_link(self, link: Link) -> None:
+        self._token_links.pop(link, None)
         state = self._links.pop(link, None)
         if isinstance(state, ReceiveLink):
             self._end_receiver(state)

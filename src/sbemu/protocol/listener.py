@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import QuotaExceeded
 from .connection import AmqpConnection, Services
 
 log = logging.getLogger("sbemu.listener")
@@ -42,13 +43,38 @@ class AmqpProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0  # the deadline the armed timer is for
         self._backlog: deque[bytes] = deque()  # input not yet fed (reading paused meanwhile)
+        self._handshake_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         self._conn = AmqpConnection(self._services, self._clock())
         self._conn.on_output = self._request_flush
+        limits = self._services.limits
+        if len(self._registry) >= limits.max_connections:
+            # [limits.py] over the cap: finish the handshake, then close(resource-limit-exceeded)
+            self._conn.refuse_with = QuotaExceeded(
+                f"The maximum number of connections ({limits.max_connections}) has been "
+                "reached (SBEMU_MAX_CONNECTIONS)."
+            )
         self._registry.add(self)
+        # A peer must reach the AMQP open within the handshake timeout (slowloris, stuck SASL).
+        self._handshake_timer = self._loop.call_later(
+            limits.handshake_timeout, self._on_handshake_timeout
+        )
+
+    def _on_handshake_timeout(self) -> None:
+        self._handshake_timer = None
+        conn, transport = self._conn, self._transport
+        if conn is None or transport is None or conn.handshake_done:
+            return
+        log.info(
+            "connection %d: no AMQP open within %.0f s (SBEMU_HANDSHAKE_TIMEOUT); closing",
+            conn.id,
+            self._services.limits.handshake_timeout,
+        )
+        conn.closed = True
+        transport.close()
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
@@ -99,6 +125,9 @@ class AmqpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

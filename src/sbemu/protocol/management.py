@@ -70,9 +70,23 @@ def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -
             raise NotImplementedOperation(
                 f"The management operation '{operation}' is not supported."
             )
+        if (
+            state.view is not None
+            and not state.view.receivable
+            and operation not in TOPIC_OPERATIONS
+        ):
+            raise InvalidOperation(
+                f"The management operation '{operation}' needs a queue or subscription; "
+                f"'{state.node}' is a topic."
+            )
         handler(conn, state, body, reply)
     except ServiceBusError as exc:
         reply(exc.status_code, exc.description, None, exc.condition)
+    except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
+        # A field of the wrong AMQP type or shape (found by fuzzing): the caller's error.
+        log.info("management %s on %s: invalid request: %r", operation, state.node, exc)
+        error = ArgumentError(f"The request for '{operation}' is invalid: {exc}")
+        reply(error.status_code, error.description, None, error.condition)
 
 
 def _reply_error(reply: Reply) -> Callable[[Exception | None], None]:
@@ -490,6 +504,11 @@ def _enumerate_rules(conn: AmqpConnection, state: RequestLink, body: dict, reply
         return
     reply(200, "OK", {"rules": [{"rule-description": _describe_rule(s)} for s in sources]}, None)
 
+
+# What a topic's own $management node answers (it has no messages of its own to browse or lock).
+TOPIC_OPERATIONS = frozenset(
+    {"com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message"}
+)
 
 OPERATIONS: dict[str, Callable[[AmqpConnection, RequestLink, dict, Reply], None]] = {
     "com.microsoft:renew-lock": _renew_lock,

@@ -1,0 +1,230 @@
+"""A real sbemu server subprocess, process metrics from /proc, and an SDK client that keeps
+working beside the abuse (the "everyone else is served" half of every check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+KEY_NAME = "RootManageSharedAccessKey"
+KEY = "SAS_KEY_VALUE"
+NAMESPACE = "sbemulatorns"
+PROBE_QUEUE = "probe"
+
+
+def queue_def(name: str, **props: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"LockDuration": "PT5S", "MaxDeliveryCount": 5}
+    base.update(props)
+    return {"Name": name, "Properties": base}
+
+
+def make_config(queues: list[dict[str, Any]], topics: list[dict[str, Any]] | None = None,
+                policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    ns: dict[str, Any] = {
+        "Name": NAMESPACE,
+        "Queues": [queue_def(PROBE_QUEUE, LockDuration="PT1M")] + queues,
+        "Topics": topics or [],
+    }
+    if policies is not None:
+        ns["SharedAccessPolicies"] = policies
+    return {"UserConfig": {"Namespaces": [ns], "Logging": {"Type": "Console"}}}
+
+
+class Server:
+    """``python -m sbemu serve`` on ephemeral ports, stderr kept in a file."""
+
+    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str] | None = None,
+                 log_level: str = "warning") -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = self.workdir / "config.json"
+        self.config_path.write_text(json.dumps(config))
+        self.data_dir = self.workdir / "data"
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        self.log_level = log_level
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.admin_port = 0
+        self.starts = 0
+        self.stderr_path = self.workdir / "server.stderr"
+
+    def start(self, timeout: float = 30.0) -> Server:
+        self.starts += 1
+        err = open(self.stderr_path, "a")  # noqa: SIM115 - handed to the child
+        err.write(f"--- start {self.starts}\n")
+        err.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sbemu", "serve", "--config", str(self.config_path),
+             "--data-dir", str(self.data_dir), "--port", "0", "--admin-port", "0",
+             "--log-level", self.log_level],
+            stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=self.env,
+        )
+        err.close()
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump(proc: subprocess.Popen[str]) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        port = admin = None
+        while port is None or admin is None:
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                raise RuntimeError(f"server not ready in {timeout}s: {self.stderr()}") from None
+            if line is None:
+                raise RuntimeError(f"server exited before ready: {self.stderr()}")
+            if m := re.search(r"listening on amqp://[^:]+:(\d+)", line):
+                port = int(m.group(1))
+            elif m := re.search(r"health on http://[^:]+:(\d+)/health", line):
+                admin = int(m.group(1))
+        self.port, self.admin_port = port, admin
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def conn_str(self) -> str:
+        return (f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={KEY_NAME};"
+                f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr(self, tail: int = 4000) -> str:
+        if not self.stderr_path.exists():
+            return ""
+        return self.stderr_path.read_text(errors="replace")[-tail:]
+
+    def tracebacks(self) -> list[str]:
+        """Server log lines that show a traceback or an internal error."""
+        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+        return [ln for ln in text.splitlines()
+                if "Traceback" in ln or "unexpected error" in ln or "Internal error" in ln]
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise RuntimeError(f"no exit within {timeout}s of SIGTERM") from None
+        return self.proc.returncode
+
+    def health(self, timeout: float = 5.0) -> dict[str, Any]:
+        """GET /health over a plain socket (HTTP/1.1, Connection: close)."""
+        with socket.create_connection(("127.0.0.1", self.admin_port), timeout=timeout) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        if b" 200 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"/health answered {head[:80]!r}")
+        return json.loads(body)
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of a process in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_parts_kb(pid: int) -> dict[str, int]:
+    """RssAnon (heap: what a leak grows) and RssFile (mapped LMDB pages, which the kernel can
+    drop at will) in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                name, value = line.split()[:2]
+                out[name.rstrip(":")] = int(value)
+    return out
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class SdkProbe(threading.Thread):
+    """An azure-servicebus client that sends and receives one message at a time, all along.
+
+    `rounds` counts completed round trips; `errors` keeps what went wrong; `latencies` the
+    seconds each round trip took."""
+
+    def __init__(self, conn_str: str, queue_name: str = PROBE_QUEUE, pause: float = 0.05) -> None:
+        super().__init__(daemon=True, name="sdk-probe")
+        self.conn_str = conn_str
+        self.queue_name = queue_name
+        self.pause = pause
+        self.rounds = 0
+        self.errors: list[str] = []
+        self.latencies: list[float] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+        try:
+            with ServiceBusClient.from_connection_string(self.conn_str, retry_total=2) as client, \
+                    client.get_queue_sender(self.queue_name) as sender, \
+                    client.get_queue_receiver(self.queue_name, max_wait_time=10) as receiver:
+                while not self._stop_event.is_set():
+                    marker = str(uuid.uuid4())
+                    t0 = time.monotonic()
+                    sender.send_messages(ServiceBusMessage(marker, message_id=marker))
+                    got = None
+                    deadline = t0 + 20
+                    while got is None and time.monotonic() < deadline:
+                        for msg in receiver.receive_messages(max_message_count=10, max_wait_time=5):
+                            receiver.complete_message(msg)
+                            if str(msg) == marker:
+                                got = msg
+                    if got is None:
+                        self.errors.append(f"round {self.rounds}: own message not received")
+                        return
+                    self.latencies.append(time.monotonic() - t0)
+                    self.rounds += 1
+                    self._stop_event.wait(self.pause)
+        except Exception as exc:  # a probe failure is a finding, reported by the caller
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=60)
+
+    def wait_rounds(self, n: int, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.rounds < n and time.monotonic() < deadline and not self.errors:
+            time.sleep(0.05)
+        return self.rounds >= n

@@ -1,0 +1,137 @@
+"""SAS checks over real sockets: tokens that must not work, and a long-lived link whose token
+expires without renewal (Azure detaches it; a renewed token keeps it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from hardening.common import KEY, KEY_NAME, Server, make_config, queue_def
+from proton import Message
+from proton.utils import BlockingConnection, LinkDetached
+
+from sbemu.protocol.cbs import make_sas_token
+
+POLICIES = [
+    {"KeyName": KEY_NAME, "Key": KEY, "Rights": ["Manage", "Send", "Listen"]},
+    {"KeyName": "sendonly", "Key": "SEND_KEY", "Rights": ["Send"]},
+    {"KeyName": "listenonly", "Key": "LISTEN_KEY", "Rights": ["Listen"]},
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("sec"),
+                 make_config([queue_def("secq"), queue_def("otherq")], policies=POLICIES)).start()
+    yield srv
+    assert srv.tracebacks() == []
+    srv.stop()
+
+
+def _anon(server) -> BlockingConnection:
+    return BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
+                              allowed_mechs="ANONYMOUS")
+
+
+def put_token(conn: BlockingConnection, audience: str, token: str) -> int:
+    reply = f"cbs-{uuid.uuid4()}"
+    receiver = conn.create_receiver("$cbs", name=reply)
+    sender = conn.create_sender("$cbs")
+    sender.send(Message(id=str(uuid.uuid4()), reply_to=reply, body=token,
+                        properties={"operation": "put-token", "name": audience,
+                                    "type": "servicebus.windows.net:sastoken"}))
+    response = receiver.receive(timeout=10)
+    sender.close()
+    receiver.close()
+    return int(response.properties["status-code"])
+
+
+def token(server, entity: str, *, key_name=KEY_NAME, key=KEY, ttl=3600, host="localhost"):
+    return make_sas_token(f"sb://{host}:{server.port}/{entity}", key_name, key,
+                          int(time.time() + ttl))
+
+
+@pytest.mark.parametrize(
+    "make,entity",
+    [
+        (lambda s: token(s, "secq", key="WRONG"), "secq"),
+        (lambda s: token(s, "secq", ttl=-10), "secq"),
+        (lambda s: token(s, "otherq"), "secq"),
+        (lambda s: token(s, "secq", key_name="nosuchkey"), "secq"),
+        (lambda s: "SharedAccessSignature " + "sr=x&" * 200_000 + "se=1&skn=a&sig=b", "secq"),
+        (lambda s: "Bearer " + "A" * 100_000, "secq"),
+    ],
+    ids=["wrong-key", "expired", "other-entity", "unknown-key-name", "oversized", "not-sas"],
+)
+def test_bad_tokens_refused_and_attach_unauthorized(server, make, entity):
+    conn = _anon(server)
+    try:
+        assert put_token(conn, f"sb://localhost/{entity}", make(server)) == 401
+        with pytest.raises(LinkDetached) as info:
+            conn.create_sender(entity)
+        assert "unauthorized-access" in str(info.value)
+    finally:
+        conn.close()
+
+
+def test_token_for_another_namespace_signed_with_another_key_refused(server):
+    conn = _anon(server)
+    try:
+        other = token(server, "secq", host="otherns.servicebus.windows.net", key="OTHER_NS_KEY")
+        assert put_token(conn, "sb://otherns.servicebus.windows.net/secq", other) == 401
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("node", ["secq", "secq/$management"])
+def test_send_policy_cannot_listen_or_manage(server, node):
+    conn = _anon(server)
+    try:
+        assert put_token(conn, "sb://localhost/secq",
+                         token(server, "secq", key_name="sendonly", key="SEND_KEY")) == 202
+        conn.create_sender("secq").send(Message(body="send is allowed"))
+        if node == "secq":
+            with pytest.raises(LinkDetached) as info:
+                conn.create_receiver(node)
+            assert "unauthorized-access" in str(info.value)
+    finally:
+        conn.close()
+
+
+def test_listen_policy_cannot_send(server):
+    conn = _anon(server)
+    try:
+        assert put_token(conn, "sb://localhost/secq",
+                         token(server, "secq", key_name="listenonly", key="LISTEN_KEY")) == 202
+        with pytest.raises(LinkDetached):
+            conn.create_sender("secq")
+        conn.create_receiver("secq").close()
+    finally:
+        conn.close()
+
+
+def test_link_detached_when_its_token_expires_unrenewed(server):
+    conn = _anon(server)
+    try:
+        assert put_token(conn, "sb://localhost/secq", token(server, "secq", ttl=2)) == 202
+        sender = conn.create_sender("secq")
+        sender.send(Message(body="while the token is valid"))
+        time.sleep(3.0)
+        with pytest.raises(LinkDetached) as info:
+            sender.send(Message(body="after expiry"), timeout=5)
+        assert "unauthorized-access" in str(info.value)
+    finally:
+        conn.close()
+
+
+def test_renewed_token_keeps_the_link(server):
+    conn = _anon(server)
+    try:
+        assert put_token(conn, "sb://localhost/secq", token(server, "secq", ttl=2)) == 202
+        sender = conn.create_sender("secq")
+        assert put_token(conn, "sb://localhost/secq", token(server, "secq", ttl=600)) == 202
+        time.sleep(3.0)
+        sender.send(Message(body="after the first token expired"), timeout=5)
+    finally:
+        conn.close()

@@ -37,6 +37,7 @@ from ..errors import (
     ServiceBusError,
 )
 from ..partitions.broker import DLQ_SUFFIX, PartitionBroker
+from ..partitions.forwarding import forward_target
 from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntitySpec, Router
 from ..partitions.subscriptions import RuleSource
 from .catalog import (
@@ -234,7 +235,10 @@ class Management:
                 if sq is None:
                     continue
                 c = broker.counts(queue)
-                total["active"] += c["active"]
+                # a forwarding queue's messages are in transfer, not receivable (Azure's
+                # TransferMessageCount)
+                moving = forward_target(entity, queue) is not None
+                total["transfer" if moving else "active"] += c["active"]
                 total["scheduled"] += c["scheduled"]
                 total["deferred"] += c.get("deferred", 0)
                 total["size"] += _size_of(broker, queue)

@@ -148,27 +148,44 @@ def _add_purge(subcommands: Any) -> None:
         "message is logged as 'purged' in its partition log.",
     )
     purge.add_argument("target", metavar="NAMESPACE[/ENTITY]")
-    purge.add_argument(
-        "--admin-url",
-        default=None,
-        help="admin URL of the running server [SBEMU_ADMIN_URL; default: http://127.0.0.1:5300]",
-    )
+    _add_admin_url(purge)
     purge.set_defaults(handler=_run_purge)
 
 
 def _run_purge(args: Any) -> int:
+    from urllib.parse import quote
+
+    body = _admin_call(args, "POST", f"/purge/{quote(args.target.strip('/'))}", timeout=60)
+    if isinstance(body, int):
+        return body
+    for name, count in sorted(body.get("purged", {}).items()):
+        print(f"{body.get('namespace')}/{name}: {count} message(s) purged")
+    return 0
+
+
+def _add_admin_url(parser: Any) -> None:
+    parser.add_argument(
+        "--admin-url",
+        default=None,
+        help="admin URL of the running server [SBEMU_ADMIN_URL; default: http://127.0.0.1:5300]",
+    )
+
+
+def _admin_call(args: Any, method: str, path: str, timeout: float) -> dict[str, Any] | int:
+    """One request to a running server's admin port: its JSON body, or an exit status after
+    printing why (1: the server refused, 2: it could not be reached)."""
     import json as _json
     import urllib.error
     import urllib.request
-    from urllib.parse import quote
 
-    base = (args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300").rstrip(
-        "/"
-    )
-    url = f"{base}/purge/{quote(args.target.strip('/'))}"
+    base = (args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300")
+    base = base.rstrip("/")
+    data = b"" if method == "POST" else None
+    request = urllib.request.Request(base + path, data=data, method=method)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=60) as response:
-            body = _json.loads(response.read() or b"{}")
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body: dict[str, Any] = _json.loads(response.read() or b"{}")
+            return body
     except urllib.error.HTTPError as exc:
         detail = _json.loads(exc.read() or b"{}").get("error", exc.reason)
         print(f"sbemu: {detail}", file=sys.stderr)
@@ -176,9 +193,6 @@ def _run_purge(args: Any) -> int:
     except OSError as exc:
         print(f"sbemu: cannot reach the server at {base}: {exc}", file=sys.stderr)
         return 2
-    for name, count in sorted(body.get("purged", {}).items()):
-        print(f"{body.get('namespace')}/{name}: {count} message(s) purged")
-    return 0
 
 
 def _add_cert(subcommands: Any) -> None:
@@ -323,25 +337,16 @@ def _add_partition(subcommands: Any) -> None:
     part.add_argument("action", choices=("offline", "online", "status"))
     part.add_argument("entity", metavar="NAMESPACE/ENTITY", nargs="?")
     part.add_argument("partition", metavar="N", type=int, nargs="?")
-    part.add_argument(
-        "--admin-url",
-        default=None,
-        help="admin URL of the running server [SBEMU_ADMIN_URL; default: http://127.0.0.1:5300]",
-    )
+    _add_admin_url(part)
     part.set_defaults(handler=_run_partition)
 
 
 def _run_partition(args: Any) -> int:
     import json as _json
-    import urllib.error
-    import urllib.request
     from urllib.parse import quote
 
-    base = (args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300").rstrip(
-        "/"
-    )
     if args.action == "status":
-        request = urllib.request.Request(base + "/partitions", method="GET")
+        body = _admin_call(args, "GET", "/partitions", timeout=10)
     else:
         if not args.entity or "/" not in args.entity or args.partition is None:
             print(
@@ -349,18 +354,13 @@ def _run_partition(args: Any) -> int:
             )
             return 2
         namespace, entity = args.entity.split("/", 1)
-        url = f"{base}/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}/{args.partition}/{args.action}"
-        request = urllib.request.Request(url, data=b"", method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = _json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        detail = _json.loads(exc.read() or b"{}").get("error", exc.reason)
-        print(f"sbemu: {detail}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"sbemu: cannot reach the server at {base}: {exc}", file=sys.stderr)
-        return 2
+        path = (
+            f"/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}"
+            f"/{args.partition}/{args.action}"
+        )
+        body = _admin_call(args, "POST", path, timeout=10)
+    if isinstance(body, int):
+        return body
     print(_json.dumps(body, indent=2))
     return 0
 

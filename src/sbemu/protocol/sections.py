@@ -448,30 +448,8 @@ def assign_message_id(scanned: ScannedMessage, message_id: str) -> ScannedMessag
     and body stay byte-for-byte, and their spans move by the size difference.
     """
     tail = scanned.tail
-    pos, n = 0, len(tail)
-    start = end = 0
-    fields: list[bytes] = []
     try:
-        while pos < n:
-            code, vpos = _section_code(tail, pos)
-            end = _skip(tail, vpos)
-            if code == PROPERTIES:
-                start = pos
-                c = tail[vpos]
-                if c == 0xC0:
-                    count, p = tail[vpos + 2], vpos + 3
-                elif c == 0xD0:
-                    count, p = _unpack_I(tail, vpos + 5)[0], vpos + 9
-                else:  # list0 / null: every field absent
-                    count, p = 0, end
-                for _ in range(count):
-                    q = _skip(tail, p)
-                    fields.append(tail[p:q])
-                    p = q
-                break
-            pos = end
-        else:
-            start = end = 0
+        start, end, fields = _properties_fields(tail)
     except SectionError:
         raise
     except _FAILURES as e:
@@ -619,31 +597,34 @@ def _apply_overrides(tail: bytes, overrides: Mapping[str, bytes]) -> bytes:
     return _apply_user_overrides(tail, overrides)
 
 
-def _apply_system_overrides(tail: bytes, system: Mapping[str, bytes]) -> bytes:
-    """Rewrite properties-section fields; other fields keep their original encodings."""
+def _properties_fields(tail: bytes) -> tuple[int, int, list[bytes]]:
+    """(start, end, encoded fields) of the tail's properties section; (0, 0, []) when it has
+    none, so a new section goes at the front of the tail."""
     pos, n = 0, len(tail)
-    fields: list[bytes] = []
-    start = end = 0
     while pos < n:
         code, vpos = _section_code(tail, pos)
         end = _skip(tail, vpos)
         if code == PROPERTIES:
-            start = pos
             c = tail[vpos]
             if c == 0xC0:
                 count, p = tail[vpos + 2], vpos + 3
             elif c == 0xD0:
                 count, p = _unpack_I(tail, vpos + 5)[0], vpos + 9
-            else:
+            else:  # list0 / null: every field absent
                 count, p = 0, end
+            fields: list[bytes] = []
             for _ in range(count):
                 q = _skip(tail, p)
                 fields.append(tail[p:q])
                 p = q
-            break
+            return pos, end, fields
         pos = end
-    else:
-        start = end = 0  # no properties section: create one at the front of the tail
+    return 0, 0, []
+
+
+def _apply_system_overrides(tail: bytes, system: Mapping[str, bytes]) -> bytes:
+    """Rewrite properties-section fields; other fields keep their original encodings."""
+    start, end, fields = _properties_fields(tail)
     for key, value in system.items():
         index = _SYSTEM_FIELDS.get(key[len(SYSTEM_OVERRIDE_PREFIX):])
         if index is None:

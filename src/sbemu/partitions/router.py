@@ -956,6 +956,15 @@ class Router:
             raise EntityNotFound(f"The messaging entity '{namespace}:{name}' could not be found.")
         return entity
 
+    def _healthy_topic(self, namespace: str, topic: str) -> tuple[Entity, Subscriptions]:
+        """A topic and its subscriptions for a subscription change; not-found, or 503 while
+        a partition is down."""
+        entity = self._require(namespace, topic)
+        if entity.subscriptions is None:
+            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
+        self.check_healthy(entity)
+        return entity, entity.subscriptions
+
     @staticmethod
     def check_healthy(entity: Entity) -> None:
         """[P17] management operations fail while a partition of the entity is unhealthy."""
@@ -1039,20 +1048,17 @@ class Router:
         subqueues: dict[str, SubQueueSettings],
     ) -> Entity:
         """A subscription created at runtime: its sub-queues on every partition, its rules."""
-        entity = self._require(namespace, topic)
-        if entity.subscriptions is None:
-            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
-        self.check_healthy(entity)
-        if spec.name.lower() in entity.subscriptions.by_name:
+        entity, subs = self._healthy_topic(namespace, topic)
+        if spec.name.lower() in subs.by_name:
             raise EntityAlreadyExists(
                 f"The messaging entity '{namespace}:{topic}|{spec.name}' already exists."
             )
-        if len(entity.subscriptions.by_name) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+        if len(subs.by_name) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
             raise QuotaExceeded(
                 f"The maximum number of subscriptions ({MAX_SUBSCRIPTIONS_PER_TOPIC}) for the "
                 f"topic '{topic}' has been reached."
             )
-        entity.subscriptions.add_subscription(spec)
+        subs.add_subscription(spec)
         for broker in entity.partitions:
             for name, settings in subqueues.items():
                 broker.add_queue(name, settings)
@@ -1073,11 +1079,8 @@ class Router:
         subqueues: dict[str, SubQueueSettings],
     ) -> Entity:
         """New delivery settings of a subscription (from the next lock or delivery)."""
-        entity = self._require(namespace, topic)
-        if entity.subscriptions is None:
-            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
-        self.check_healthy(entity)
-        sub = entity.subscriptions.subscription(spec.name)
+        entity, subs = self._healthy_topic(namespace, topic)
+        sub = subs.subscription(spec.name)
         sub.dead_letter_on_filter_exceptions = spec.dead_letter_on_filter_exceptions
         for broker in entity.partitions:
             for name, settings in subqueues.items():
@@ -1096,11 +1099,8 @@ class Router:
         self, namespace: str, topic: str, name: str, now_ms: int, done: Done
     ) -> None:
         """Delete a subscription: detach its links, delete its messages and rules."""
-        entity = self._require(namespace, topic)
-        if entity.subscriptions is None:
-            raise EntityNotFound(f"The messaging entity '{namespace}:{topic}' is not a topic.")
-        self.check_healthy(entity)
-        entity.subscriptions.subscription(name)  # raises EntityNotFound
+        entity, subs = self._healthy_topic(namespace, topic)
+        subs.subscription(name)  # raises EntityNotFound
         prefix = subscription_queue(name)
         self._retire_views(entity, prefix)
         gone = [q for q in entity.spec.subqueues if q == prefix or q.startswith(prefix + "/")]
@@ -1109,7 +1109,7 @@ class Router:
             for queue in gone:
                 broker.drop_queue(queue, now_ms)
             broker.after_commit(part_done)
-        entity.subscriptions.remove_subscription(name)
+        subs.remove_subscription(name)
         entity.spec = dataclasses.replace(
             entity.spec,
             subqueues={q: s for q, s in entity.spec.subqueues.items() if q not in gone},

@@ -1,10 +1,11 @@
 """Wiring: configuration -> router and partition stores, AMQP listener, admin HTTP, timers.
 
-This is where the event loop meets the core. Once per loop turn (`_turn`) the router's pending
-dispatch runs and every partition with pending writes gets one durable LMDB commit in a worker
-thread (group commit: one transaction per partition per turn, at most one in flight per
-partition; py-lmdb releases the GIL while it syncs). Completions run back on the loop, in
-order, after their commit.
+This is where the event loop meets the core. Once per loop turn (`_turn`) the commit turn
+(sbemu.partitions.commits.GroupCommit) runs the router's pending dispatch and gives every
+partition with pending writes one durable LMDB commit on a worker thread (group commit: one
+transaction per partition per turn, at most one in flight per partition; py-lmdb releases the
+GIL while it syncs, so partitions' fsyncs overlap). Completions run back on the loop, in order,
+after their commit.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
+from .partitions.commits import CommitJob, CommitThreads, GroupCommit
 from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import (
     MAIN,
@@ -227,8 +229,8 @@ class Server:
         self._admin_server: Any = None  # sbemu.admin.http.AdminServer
         self._connections: set[AmqpProtocol] = set()
         self._turn_scheduled = False
-        self._inflight: set[PartitionBroker] = set()
-        self._again: set[PartitionBroker] = set()
+        self._commits: GroupCommit | None = None  # the commit turn, set by start()
+        self._commit_threads: CommitThreads | None = None
         self._idle = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._lock_fd: int | None = None
@@ -270,9 +272,11 @@ class Server:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
         self.router.removal_listeners.append(self._entity_removed)
         self.router.forwarder.clean_stale_markers()
+        # log retention passes run here, off the loop (commits have their own threads)
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=COMMIT_THREADS, thread_name_prefix="sbemu-commit"
+            max_workers=1, thread_name_prefix="sbemu-retention"
         )
+        self._start_commits()
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         try:
             limits = Limits.from_env()
@@ -380,11 +384,12 @@ class Server:
             proto.close()
         if self._retention is not None:  # the pass uses the stores: let it finish first
             await asyncio.wait([self._retention])
-        if self.router is not None:
+        if self.router is not None and self._commits is not None:
+            commits = self._commits
             self._turn()
-            while self._inflight or self.router.dirty:
+            while commits.inflight or self.router.dirty:
                 self._idle.clear()
-                if not self._inflight:
+                if not commits.inflight:
                     self._turn()
                     continue
                 await self._idle.wait()
@@ -394,6 +399,9 @@ class Server:
             self.router.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+        if self._commit_threads is not None:
+            self._commit_threads.shutdown()
+            self._commit_threads = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -404,63 +412,34 @@ class Server:
             self._turn_scheduled = True
             self._loop.call_soon(self._turn)
 
+    def _start_commits(self) -> None:
+        """The commit turn, with its worker threads handing finished commits to the loop."""
+        assert self.router is not None and self._loop is not None
+        commits = GroupCommit(self.router)
+        threads = CommitThreads(
+            COMMIT_THREADS, self._loop.call_soon_threadsafe, self._committed
+        )
+        commits.runner = threads
+        commits.on_error = self._commit_failed
+        commits.on_idle = self._idle.set
+        self._commits, self._commit_threads = commits, threads
+
     def _turn(self) -> None:
         self._turn_scheduled = False
-        if self._closed:
+        if self._closed or self._commits is None:
             return
-        router = self.router
-        assert router is not None
-        router.run_pending(int(time.time() * 1000))
-        for broker in router.take_dirty():
-            self._commit(broker)
+        self._commits.turn(int(time.time() * 1000))
 
-    def _commit(self, broker: PartitionBroker) -> None:
-        if broker in self._inflight:
-            self._again.add(broker)
-            return
-        taken = broker.take_commit()
-        if taken is None:
-            return
-        batch, callbacks = taken
-        if not batch:
-            broker.commit_done(callbacks, None)
-            return
-        assert self._loop is not None and self._executor is not None
-        self._inflight.add(broker)
-        loop, store = self._loop, broker.store
-
-        def run() -> None:
-            # The worker hands the outcome straight to the loop: one hop, where an asyncio
-            # future from run_in_executor takes two loop passes (set result, then callbacks)
-            # with a socket read possibly processed in between, delaying every acknowledgement.
-            error: Exception | None = None
-            try:
-                store.commit(batch)
-            except Exception as exc:
-                error = exc
-            loop.call_soon_threadsafe(self._committed, broker, batch, callbacks, error)
-
-        self._executor.submit(run)
-
-    def _committed(
-        self,
-        broker: PartitionBroker,
-        batch: Any,
-        callbacks: list[Any],
-        error: Exception | None,
-    ) -> None:
-        self._inflight.discard(broker)
-        if error is not None:
-            log.error(
-                "partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error
-            )
-        broker.commit_done(callbacks, error, batch)
-        if broker in self._again:
-            self._again.discard(broker)
-            self._commit(broker)
-        if not self._inflight:
-            self._idle.set()
+    def _committed(self, jobs: list[CommitJob]) -> None:
+        """Finished commits, back on the loop: completions, re-commits, then a turn for what
+        the completions made ready."""
+        assert self._commits is not None
+        self._commits.finished(jobs)
         self._wake()
+
+    @staticmethod
+    def _commit_failed(broker: PartitionBroker, error: Exception) -> None:
+        log.error("partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error)
 
     def _on_timer(self) -> None:
         assert self._loop is not None and self.router is not None
@@ -551,9 +530,9 @@ class Server:
         retention pass runs), so their stores can be closed."""
         wanted = set(brokers)
         while True:
-            assert self.router is not None
+            assert self._commits is not None
             self._turn()
-            if not wanted & (self._inflight | self.router.dirty | self._again):
+            if not self._commits.busy(wanted):
                 break
             self._idle.clear()
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sbemu.partitions.broker import DLQ_SUFFIX, SubQueueSettings
+from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.records import IncomingMessage, MessageRecord
 from sbemu.partitions.router import (
     MAIN,
@@ -17,7 +18,6 @@ from sbemu.partitions.router import (
     EntitySpec,
     Router,
 )
-from sbemu.partitions.store import StoreError
 from sbemu.partitions.subscriptions import RuleSource, SubscriptionSpec, subscription_queue
 from sbemu.protocol.views import encode_property, encode_symbol
 
@@ -116,23 +116,11 @@ class RouterHarness:
             self.router.add_entity(spec)
 
     def commit(self) -> None:
-        """Commit every dirty partition until none is left (fail-over re-dirties another)."""
-        while True:
-            dirty = self.router.take_dirty()
-            if not dirty:
-                return
-            for broker in dirty:
-                taken = broker.take_commit()
-                if taken is None:
-                    continue
-                batch, callbacks = taken
-                error: BaseException | None = None
-                if batch:
-                    try:
-                        broker.store.commit(batch)
-                    except StoreError as exc:
-                        error = exc
-                broker.commit_done(callbacks, error, batch)
+        """Commit every dirty partition until none is left (fail-over re-dirties another):
+        the server's commit turn (sbemu.partitions.commits), run inline."""
+        commits = GroupCommit(self.router)
+        while self.router.dirty:
+            commits.commit_dirty()
 
     def send(self, entity: Entity, *messages: IncomingMessage, now_ms: int = NOW) -> list[int]:
         """Send and commit; returns the sequence numbers; raises what the send completed with."""

@@ -20,6 +20,7 @@ from cproton_ffi import lib as _lib
 from proton import Connection, Data, Delivery, Link, Message, Transport
 
 from sbemu.config import default_config
+from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
 from sbemu.protocol import codec
 from sbemu.protocol.cbs import make_sas_token
@@ -113,18 +114,11 @@ def sas_token(
 
 
 def run_commits(router: Router, now_ms: int) -> bool:
-    """One server 'turn': dispatch pending views, then commit every dirty partition synchronously."""
-    did = False
+    """One server turn (sbemu.partitions.commits), inline: dispatch pending views, commit every
+    dirty partition synchronously, dispatch what the commits made ready."""
     router.run_pending(now_ms)
-    for broker in router.take_dirty():
-        taken = broker.take_commit()
-        if taken is None:
-            continue
-        batch, callbacks = taken
-        if batch:
-            broker.store.commit(batch)
-        broker.commit_done(callbacks, None)
-        did = True
+    did = bool(router.dirty)
+    GroupCommit(router).commit_dirty()
     router.run_pending(now_ms)
     return did
 

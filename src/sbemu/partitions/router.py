@@ -842,6 +842,10 @@ class Router:
             for view in views:
                 view.dispatch(now_ms)
 
+    def has_pending(self) -> bool:
+        """Whether views wait for a dispatch (run_pending has work)."""
+        return bool(self._pending_views)
+
     def take_dirty(self) -> list[PartitionBroker]:
         """Brokers with writes to commit."""
         dirty, self.dirty = list(self.dirty), set()

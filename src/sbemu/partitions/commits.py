@@ -1,0 +1,214 @@
+"""The group-commit turn: one durable LMDB transaction per dirty partition per turn.
+
+What a turn does, in order (the server runs it once per event-loop pass that has work, tests run
+it inline):
+  1. the router's pending dispatch (views that got messages, forwarding);
+  2. every partition with pending writes hands them over as one WriteBatch (take_commit), and
+     each batch becomes one CommitJob, started at once: no timer, no waiting for other work;
+  3. when a job's transaction is durable, its completions run (commit_done), in order, on the
+     turn's thread: acknowledgements go out only after the commit [guide: no accepted message
+     is ever lost].
+
+At most one commit is in flight per partition: a partition that gets new writes while its
+commit runs is committed again as soon as that one finishes, with everything it gathered
+meanwhile (so the batches grow with the load). Different partitions commit concurrently:
+CommitThreads runs each job on a worker thread and py-lmdb releases the GIL while LMDB
+writes and syncs, so the fsyncs of a 16-partition entity overlap instead of queueing.
+
+Finished jobs go back to the turn's thread in groups: one hand-back per burst of finished
+commits rather than one per partition, so a turn that committed 16 partitions wakes the event
+loop once or twice, not 16 times, and each connection flushes its acknowledgements once.
+
+This module is socket- and clock-free: the caller passes `now_ms` and, for threads, a `post`
+callable that runs a function on the turn's thread (the server's loop.call_soon_threadsafe).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from .store import WriteBatch
+
+if TYPE_CHECKING:
+    from ..completions import Done
+    from .broker import PartitionBroker
+    from .router import Router
+
+
+@dataclass(slots=True)
+class CommitJob:
+    """One partition's batch on its way to the store, and what runs after it."""
+
+    broker: PartitionBroker
+    batch: WriteBatch
+    callbacks: list[Done]
+    error: Exception | None = None
+
+    def run(self) -> None:
+        """Commit the batch (any thread); a store fault is kept for the completions."""
+        try:
+            self.broker.store.commit(self.batch)
+        except Exception as exc:  # StoreError, or anything lmdb raised: the partition is marked
+            self.error = exc
+
+
+class CommitRunner(Protocol):
+    """Where jobs run: start() returns at once; finished jobs reach GroupCommit.finished on
+    the turn's thread."""
+
+    def start(self, jobs: list[CommitJob]) -> None: ...
+
+
+class GroupCommit:
+    """The commit turn over one router (see the module comment).
+
+    Without a runner the jobs run inline, inside turn(): what tests and tools use.
+    """
+
+    def __init__(self, router: Router, runner: CommitRunner | None = None) -> None:
+        self.router = router
+        self.runner = runner
+        self.inflight: set[PartitionBroker] = set()
+        self._again: set[PartitionBroker] = set()  # dirty again while their commit ran
+        # Hooks: a commit failed (the server logs it), and nothing is in flight any more.
+        self.on_error: Callable[[PartitionBroker, Exception], None] = lambda broker, exc: None
+        self.on_idle: Callable[[], None] = lambda: None
+
+    # ---------------------------------------------------------------- the turn
+    def turn(self, now_ms: int) -> None:
+        """Dispatch pending work, then start one commit per dirty partition."""
+        self.router.run_pending(now_ms)
+        self.commit_dirty()
+
+    def commit_dirty(self) -> None:
+        """Start one commit per dirty partition (the second half of a turn)."""
+        jobs = self._jobs(self.router.take_dirty())
+        if jobs:
+            self._start(jobs)
+
+    def _jobs(self, brokers: Iterable[PartitionBroker]) -> list[CommitJob]:
+        jobs: list[CommitJob] = []
+        inflight = self.inflight
+        for broker in brokers:
+            if broker in inflight:
+                self._again.add(broker)
+                continue
+            taken = broker.take_commit()
+            if taken is None:
+                continue
+            batch, callbacks = taken
+            if not batch:  # completions waiting on nothing new: they may run now
+                broker.commit_done(callbacks, None)
+                continue
+            inflight.add(broker)
+            jobs.append(CommitJob(broker, batch, callbacks))
+        return jobs
+
+    def _start(self, jobs: list[CommitJob]) -> None:
+        if self.runner is not None:
+            self.runner.start(jobs)
+            return
+        for job in jobs:
+            job.run()
+        self.finished(jobs)
+
+    def finished(self, jobs: list[CommitJob]) -> None:
+        """Finished jobs (on the turn's thread): run their completions in order, then commit
+        again the partitions that gathered writes meanwhile."""
+        for job in jobs:
+            self.inflight.discard(job.broker)
+            if job.error is not None:
+                self.on_error(job.broker, job.error)
+            job.broker.commit_done(job.callbacks, job.error, job.batch)
+        if self._again:
+            again = [job.broker for job in jobs if job.broker in self._again]
+            self._again.difference_update(again)
+            more = self._jobs(again)
+            if more:
+                self._start(more)
+        if not self.inflight:
+            self.on_idle()
+
+    # ---------------------------------------------------------------- state
+    def busy(self, brokers: set[PartitionBroker] | None = None) -> bool:
+        """Whether writes are pending or in flight (of these partitions, or of any)."""
+        pending = self.inflight | self.router.dirty | self._again
+        return bool(pending if brokers is None else pending & brokers)
+
+    def run_until_idle(self, now_ms: int) -> None:
+        """Inline only: turn until nothing is dirty (a fail-over or a forward re-dirties)."""
+        assert self.runner is None, "run_until_idle() is for an inline GroupCommit"
+        while True:
+            self.turn(now_ms)
+            if not self.router.dirty and not self.router.has_pending():
+                return
+
+
+class CommitThreads:
+    """Worker threads for GroupCommit: each job commits on whichever worker is free.
+
+    GroupCommit never has two jobs of one partition in flight, so with as many workers as
+    partitions every partition's fsync overlaps the others'. Finished jobs gather in a deque;
+    the first one of a burst posts one hand-back to the turn's thread, which takes them all.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        post: Callable[[Callable[[], None]], object],
+        deliver: Callable[[list[CommitJob]], None],
+        name: str = "sbemu-commit",
+    ) -> None:
+        self._post = post
+        self._deliver = deliver
+        self._queue: queue.SimpleQueue[CommitJob | None] = queue.SimpleQueue()
+        self._done: collections.deque[CommitJob] = collections.deque()
+        self._posted = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def start(self, jobs: list[CommitJob]) -> None:
+        """Queue jobs for the workers (returns at once)."""
+        put = self._queue.put
+        for job in jobs:
+            put(job)
+
+    def _work(self) -> None:
+        get, done = self._queue.get, self._done
+        while True:
+            job = get()
+            if job is None:
+                return
+            job.run()
+            done.append(job)
+            # One hand-back per burst: a worker that finds one already posted leaves its job
+            # to it (the hand-back clears the flag before it empties the deque, so a job
+            # appended after that posts again).
+            if not self._posted:
+                self._posted = True
+                self._post(self._hand_back)
+
+    def _hand_back(self) -> None:
+        self._posted = False
+        done = self._done
+        jobs = []
+        while done:
+            jobs.append(done.popleft())
+        if jobs:
+            self._deliver(jobs)
+
+    def shutdown(self) -> None:
+        """Stop the workers after the queued jobs (their results still need a hand-back)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()

@@ -331,23 +331,22 @@ class PartitionStore:
         """Apply a batch in one durable transaction; raises StoreFull / StoreUnavailable."""
         try:
             with self._env.begin(write=True) as txn:
-                for op, queue, seq, value in batch.ops:
-                    db = self._db(queue, txn)
-                    if op == 0:
-                        assert value is not None  # WriteBatch.put always carries a value
-                        txn.put(_U64.pack(seq), value, db=db)
-                    else:
-                        txn.delete(_U64.pack(seq), db=db)
+                self._write_ops(txn, batch.ops)
                 for queue, session_id, state in batch.session_ops:
                     db = self._db(queue, txn, b"s:")
                     if state is None:
                         txn.delete(session_id.encode("utf-8"), db=db)
                     else:
                         txn.put(session_id.encode("utf-8"), state, db=db)
-                for name, number in batch.meta.items():
-                    txn.put(name.encode(), _U64.pack(number), db=self._meta)
-                for offset, value in batch.log:
-                    txn.put(_U64.pack(offset), value, db=self._log, append=True)
+                if batch.meta:
+                    txn.cursor(db=self._meta).putmulti(
+                        [(name.encode(), _U64.pack(n)) for name, n in batch.meta.items()]
+                    )
+                if batch.log:
+                    pack = _U64.pack
+                    txn.cursor(db=self._log).putmulti(
+                        [(pack(offset), value) for offset, value in batch.log], append=True
+                    )
                 for key, put in batch.deadlines:
                     if put:
                         txn.put(key, b"", db=self._deadlines)
@@ -364,6 +363,31 @@ class PartitionStore:
             raise StoreFull(f"partition store {self.path} is full") from exc
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
+    def _write_ops(
+        self, txn: lmdb.Transaction, ops: list[tuple[int, str, int, bytes | None]]
+    ) -> None:
+        """Message puts and deletes, in order; a run of puts into one sub-queue goes to LMDB
+        in one putmulti call (the common case: a turn's sends, one per partition)."""
+        pack = _U64.pack
+        run: list[tuple[bytes, bytes]] = []
+        run_queue: str | None = None
+        for op, queue, seq, value in ops:
+            if op == 0 and queue == run_queue:
+                assert value is not None  # WriteBatch.put always carries a value
+                run.append((pack(seq), value))
+                continue
+            if run:
+                txn.cursor(db=self._db(run_queue, txn)).putmulti(run)  # type: ignore[arg-type]
+                run = []
+            if op == 0:
+                assert value is not None
+                run, run_queue = [(pack(seq), value)], queue
+            else:
+                run_queue = None
+                txn.delete(pack(seq), db=self._db(queue, txn))
+        if run:
+            txn.cursor(db=self._db(run_queue, txn)).putmulti(run)  # type: ignore[arg-type]
 
     def _write_dedup(self, txn: lmdb.Transaction, batch: WriteBatch) -> None:
         """Record admitted MessageIds and sweep expired ones (inside the commit's transaction)."""

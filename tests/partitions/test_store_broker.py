@@ -265,3 +265,34 @@ def test_message_records_without_spans_still_decode():
     log = decode_log(encode_log(namespace="ns", entity="q", queue="main", partition=0, offset=0,
                                 event=LogEvent.ENQUEUED, record=rec, event_ms=1, with_body=True))
     assert log["body"] == b"\x00Sw\xa1\x02hi"
+
+
+def test_log_records_are_the_bytes_of_the_schema_map():
+    """encode_log packs a cached prefix plus the variable pairs: the bytes must stay exactly
+    those of packing the schema's map in order (sparkjobs and old readers decode them)."""
+    import msgpack
+
+    from sbemu.partitions.records import MessageRecord, encode_log
+
+    rec = MessageRecord((3 << 48) | 7, 1_700_000_000_000, MessageState.ACTIVE, 2, "m-ü", "s",
+                        "pk", 60_000, 1_700_000_060_000, True, 5, 0, b"",
+                        b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00", 10,
+                        properties_span=(10, 13), body_span=(0, 7))
+    for event, reason, with_body, ns in [
+        (LogEvent.ENQUEUED, None, False, "ns"),
+        (LogEvent.DEADLETTERED, "TTLExpiredException", True, "другой-ns"),
+        (LogEvent.COMPLETED, None, True, "n" * 300),
+    ]:
+        expected = msgpack.packb(
+            {"v": 1, "ns": ns, "entity": "Q", "queue": "subscriptions/s/$deadletterqueue",
+             "partition": 3, "offset": 2**40, "event": event.value, "seq": rec.sequence_number,
+             "message_id": "m-ü", "session_id": "s", "partition_key": "pk",
+             "enqueued_ms": rec.enqueued_time_ms, "event_ms": 1_700_000_000_005, "size": 10,
+             "delivery_count": 2, "reason": reason, "properties": b"\xc1\x01\x00",
+             "body": b"\x00Sw\xa1\x02hi" if with_body else None},
+            use_bin_type=True,
+        )
+        got = encode_log(namespace=ns, entity="Q", queue="subscriptions/s/$deadletterqueue",
+                         partition=3, offset=2**40, event=event, record=rec,
+                         event_ms=1_700_000_000_005, reason=reason, with_body=with_body)
+        assert got == expected

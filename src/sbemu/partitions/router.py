@@ -325,7 +325,16 @@ class Entity:
         )
         self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
         self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
+        # subscriptions ('subscriptions/<name>') received from, peeked, updated or given rules
+        # since the idle tracker last looked (a send to the topic does not count for them)
+        self.touched_subs: set[str] = set()
         self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
+
+    def touch_subscription(self, name: str) -> None:
+        """Note management activity on a subscription (an update, a rule change) for
+        AutoDeleteOnIdle; it counts for the topic too."""
+        self.touched = True
+        self.touched_subs.add(subscription_queue(name))
 
     # ---------------------------------------------------------------- status
     def receiver_settings(self, queue: str) -> ReceiverSettings:
@@ -831,6 +840,8 @@ class Router:
         view = entity.views.get(sub)
         if view is None:
             raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
+        if entity.subscriptions is not None and sub != MAIN:
+            entity.touched_subs.add(base_queue(sub))  # a receiver, peek or rule request
         return entity, view
 
     # ---------------------------------------------------------------- turn work
@@ -910,8 +921,9 @@ class Router:
         self._wake()
         return entity
 
-    def idle_entities(self, now_ms: int) -> list[Entity]:
-        """Entities idle for their AutoDeleteOnIdle window (the server deletes them)."""
+    def idle_entities(self, now_ms: int) -> list[tuple[Entity, str | None]]:
+        """Queues and topics (sub-queue None) and subscriptions (their sub-queue name) idle for
+        their AutoDeleteOnIdle window: the server deletes them."""
         return self.idle.due(list(self.entities.values()), now_ms)
 
     @staticmethod
@@ -1103,6 +1115,7 @@ class Router:
         subs.subscription(name)  # raises EntityNotFound
         prefix = subscription_queue(name)
         self._retire_views(entity, prefix)
+        self.idle.forget(entity, prefix)
         gone = [q for q in entity.spec.subqueues if q == prefix or q.startswith(prefix + "/")]
         part_done = join_completions(len(entity.partitions), done)
         for broker in entity.partitions:

@@ -26,7 +26,7 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBusError
-from azure.servicebus.management import ServiceBusAdministrationClient
+from azure.servicebus.management import ServiceBusAdministrationClient, SqlRuleFilter
 from integration_support import (
     NAMESPACE,
     ServerError,
@@ -643,3 +643,107 @@ def test_auto_delete_on_idle(tmp_path: Path) -> None:
     with pytest.raises(ServerError) as info:
         start(tmp_path / "short", [queue_def("q", AutoDeleteOnIdle="PT1M")], [])
     assert "AutoDeleteOnIdle" in str(info.value)
+
+
+def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subscription idle for its window is deleted with its messages, on a partitioned
+    topic that keeps receiving sends (Azure: a send to the topic is not activity of its
+    subscriptions); an open receiver or rules being added keep one alive, and a subscription's
+    receives keep its topic alive."""
+    from azure.core.exceptions import ResourceNotFoundError
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+
+    idle = {"SbemuTestAutoDeleteOnIdle": "PT3S"}
+    topics = [
+        topic_def(
+            "idle-st",
+            [sub_def("gone", **idle), sub_def("kept", **idle), sub_def("ruled", **idle), sub_def("never")],
+            partitioned=True,
+        ),
+        topic_def("idle-st2", [sub_def("r")], **idle),
+    ]
+    server = start(tmp_path, [], topics)
+    try:
+        with (
+            admin_client(server, monkeypatch) as admin,
+            ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c,
+            c.get_topic_sender("idle-st") as sender,
+            c.get_subscription_receiver(
+                "idle-st", "kept", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+            ) as keeper,
+            c.get_subscription_receiver(
+                "idle-st2", "r", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+            ) as topic_keeper,
+        ):
+            sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(20)])
+            assert admin.get_subscription_runtime_properties("idle-st", "gone").active_message_count == 20
+            deadline = time.monotonic() + 60
+            rules = 0
+            while time.monotonic() < deadline:
+                try:
+                    admin.get_subscription("idle-st", "gone")  # a read is not activity
+                except ResourceNotFoundError:
+                    break
+                sender.send_messages(ServiceBusMessage("tick"))
+                keeper.receive_messages(max_message_count=50, max_wait_time=0.5)
+                topic_keeper.receive_messages(max_message_count=1, max_wait_time=0.5)
+                rules += 1
+                admin.create_rule("idle-st", "ruled", f"r{rules}", filter=SqlRuleFilter("1=0"))
+            else:
+                pytest.fail("the idle subscription was not deleted in time")
+            assert {s.name for s in admin.list_subscriptions("idle-st")} == {"kept", "ruled", "never"}
+            assert [s.name for s in admin.list_subscriptions("idle-st2")] == ["r"]
+            with pytest.raises(MessagingEntityNotFoundError):
+                with c.get_subscription_receiver("idle-st", "gone", max_wait_time=1) as rx:
+                    rx.receive_messages(max_message_count=1, max_wait_time=1)
+            # deleted with its data: a new subscription of the same name starts empty
+            admin.create_subscription("idle-st", "gone")
+            assert admin.get_subscription_runtime_properties("idle-st", "gone").total_message_count == 0
+        assert "subscription sbemulatorns/idle-st/gone deleted: idle" in server.stderr_text()
+        assert "Traceback" not in server.stderr_text()
+    finally:
+        server.stop()
+
+
+def test_idle_clock_survives_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entity idle for longer than its window while the emulator was stopped is deleted at
+    the first tick after the start, not a whole window later (Azure's clock never stops)."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    window = 6.0
+    idle = {"SbemuTestAutoDeleteOnIdle": "PT6S"}
+    queues = [queue_def("rs-q", **idle), queue_def("rs-long", SbemuTestAutoDeleteOnIdle="PT2M")]
+    topics = [topic_def("rs-t", [sub_def("s", **idle)])]
+    server = start(tmp_path, queues, topics)
+    try:
+        with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
+            with c.get_queue_sender("rs-q") as sender:
+                sender.send_messages(ServiceBusMessage("x"))
+            with c.get_subscription_receiver("rs-t", "s", max_wait_time=1) as rx:
+                rx.receive_messages(max_message_count=1, max_wait_time=0.5)
+        last_activity = time.monotonic()
+        assert server.stop() == 0  # a clean stop saves the exact last-activity times
+        assert (server.data_dir / "idle.json").exists()
+        # the window runs out while the emulator is down: only the clock can be waited on
+        time.sleep(max(0.0, last_activity + window - time.monotonic()))
+        server.start()
+        started = time.monotonic()
+        with admin_client(server, monkeypatch) as admin:
+            gone: set[str] = set()
+            while len(gone) < 2 and time.monotonic() < started + window / 2:
+                for name, get in (
+                    ("rs-q", lambda: admin.get_queue("rs-q")),
+                    ("rs-t/s", lambda: admin.get_subscription("rs-t", "s")),
+                ):
+                    if name not in gone:
+                        try:
+                            get()
+                        except ResourceNotFoundError:
+                            gone.add(name)
+            # a restarted clock would keep both for a whole window after the start
+            assert gone == {"rs-q", "rs-t/s"}, f"only {gone} deleted within {window / 2}s of the start"
+            assert admin.get_queue("rs-long").name == "rs-long"
+            assert admin.get_topic("rs-t").name == "rs-t"
+        assert "Traceback" not in server.stderr_text()
+    finally:
+        server.stop()

@@ -330,6 +330,13 @@ class Entity:
         self.touched_subs: set[str] = set()
         self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
 
+    def note_access(self, queue: str) -> None:
+        """Note a link attach or a management request on one of the entity's sub-queues for
+        AutoDeleteOnIdle (for a topic's subscription sub-queue: that subscription too)."""
+        self.touched = True
+        if self.subscriptions is not None and queue != MAIN:
+            self.touched_subs.add(base_queue(queue))
+
     def touch_subscription(self, name: str) -> None:
         """Note management activity on a subscription (an update, a rule change) for
         AutoDeleteOnIdle; it counts for the topic too."""
@@ -840,8 +847,7 @@ class Router:
         view = entity.views.get(sub)
         if view is None:
             raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
-        if entity.subscriptions is not None and sub != MAIN:
-            entity.touched_subs.add(base_queue(sub))  # a receiver, peek or rule request
+        entity.note_access(sub)  # a link attaching (AutoDeleteOnIdle)
         return entity, view
 
     # ---------------------------------------------------------------- turn work

@@ -396,7 +396,8 @@ class Server:
                 await self._idle.wait()
             if self._idle_save is not None:
                 await asyncio.wait([self._idle_save])
-            self._save_idle_times_now()
+            if self._timer is not None:  # started: the tracker holds every entity's time
+                self._save_idle_times_now()
             # A turn scheduled by the last commit must not dispatch or commit into closed
             # stores and a shut-down pool (found by make crash-test --sigterm: a traceback).
             self._closed = True

@@ -184,3 +184,9 @@ def test_saved_times_apply_only_to_entities_there_at_start(tmp_path: Path) -> No
         assert names(tracker.due([q], NOW + 1 + WINDOW)) == {"q"}
     finally:
         router.close()
+
+
+def test_a_stop_before_the_first_tick_keeps_the_saved_times(tmp_path: Path) -> None:
+    tracker = IdleTracker()
+    tracker.restore({(NS, "q", None): NOW}, False)
+    assert tracker.snapshot(force=True) == {(NS, "q", None): NOW + SAVE_INTERVAL_MS}

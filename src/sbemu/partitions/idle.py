@@ -75,7 +75,10 @@ class IdleTracker:
         if not (self.changed or force):
             return None
         self.changed = False
-        return {_saved_key(key): ms for key, ms in self._last.items()}
+        # before the first tick the restored times are not applied yet: keep them
+        times = dict(self._restored)
+        times.update((_saved_key(key), ms) for key, ms in self._last.items())
+        return times
 
     # ------------------------------------------------------------ the timer
     def due(self, entities: Iterable[Entity], now_ms: int) -> list[IdleKey]:

@@ -648,16 +648,24 @@ def test_auto_delete_on_idle(tmp_path: Path) -> None:
 def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A subscription idle for its window is deleted with its messages, on a partitioned
     topic that keeps receiving sends (Azure: a send to the topic is not activity of its
-    subscriptions); an open receiver or rules being added keep one alive, and a subscription's
-    receives keep its topic alive."""
-    from azure.core.exceptions import ResourceNotFoundError
+    subscriptions); an open receiver, rules being added or updates keep one alive, and a
+    subscription's receives keep its topic alive. Through the admin API AutoDeleteOnIdle is
+    Azure's: at least 5 minutes."""
+    from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
     from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
-    idle = {"SbemuTestAutoDeleteOnIdle": "PT3S"}
+    short = {"SbemuTestAutoDeleteOnIdle": "PT3S"}
+    idle = {"SbemuTestAutoDeleteOnIdle": "PT6S"}  # kept alive by activity (below)
     topics = [
         topic_def(
             "idle-st",
-            [sub_def("gone", **idle), sub_def("kept", **idle), sub_def("ruled", **idle), sub_def("never")],
+            [
+                sub_def("gone", **short),
+                sub_def("kept", **idle),
+                sub_def("ruled", **idle),
+                sub_def("updated", **idle),
+                sub_def("never"),
+            ],
             partitioned=True,
         ),
         topic_def("idle-st2", [sub_def("r")], **idle),
@@ -677,21 +685,28 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
         ):
             sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(20)])
             assert admin.get_subscription_runtime_properties("idle-st", "gone").active_message_count == 20
+            # All were first seen at the start; the others (6 s windows) are kept active until
+            # well after 6 s from then: 6 s after the idle one (3 s) is gone.
             deadline = time.monotonic() + 60
+            gone_at: float | None = None
             rules = 0
-            while time.monotonic() < deadline:
-                try:
-                    admin.get_subscription("idle-st", "gone")  # a read is not activity
-                except ResourceNotFoundError:
-                    break
+            while gone_at is None or time.monotonic() < gone_at + 6:
+                assert time.monotonic() < deadline, "the idle subscription was not deleted in time"
+                if gone_at is None:
+                    try:
+                        admin.get_subscription("idle-st", "gone")  # a read is not activity
+                    except ResourceNotFoundError:
+                        gone_at = time.monotonic()
                 sender.send_messages(ServiceBusMessage("tick"))
                 keeper.receive_messages(max_message_count=50, max_wait_time=0.5)
                 topic_keeper.receive_messages(max_message_count=1, max_wait_time=0.5)
                 rules += 1
                 admin.create_rule("idle-st", "ruled", f"r{rules}", filter=SqlRuleFilter("1=0"))
-            else:
-                pytest.fail("the idle subscription was not deleted in time")
-            assert {s.name for s in admin.list_subscriptions("idle-st")} == {"kept", "ruled", "never"}
+                updated = admin.get_subscription("idle-st", "updated")
+                updated.max_delivery_count = 3 + rules % 2
+                admin.update_subscription("idle-st", updated)  # the test window sent back
+            names = {s.name for s in admin.list_subscriptions("idle-st")}
+            assert names == {"kept", "ruled", "updated", "never"}
             assert [s.name for s in admin.list_subscriptions("idle-st2")] == ["r"]
             with pytest.raises(MessagingEntityNotFoundError):
                 with c.get_subscription_receiver("idle-st", "gone", max_wait_time=1) as rx:
@@ -699,6 +714,12 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
             # deleted with its data: a new subscription of the same name starts empty
             admin.create_subscription("idle-st", "gone")
             assert admin.get_subscription_runtime_properties("idle-st", "gone").total_message_count == 0
+            with pytest.raises(HttpResponseError, match="AutoDeleteOnIdle"):
+                admin.create_subscription(
+                    "idle-st", "short", auto_delete_on_idle=dt.timedelta(minutes=4)
+                )
+            admin.create_subscription("idle-st", "long", auto_delete_on_idle=dt.timedelta(minutes=5))
+            assert admin.get_subscription("idle-st", "long").auto_delete_on_idle == dt.timedelta(minutes=5)
         assert "subscription sbemulatorns/idle-st/gone deleted: idle" in server.stderr_text()
         assert "Traceback" not in server.stderr_text()
     finally:

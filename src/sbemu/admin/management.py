@@ -327,7 +327,7 @@ class Management:
         for key in ("forward_to", "forward_dead_lettered_messages_to", "user_metadata"):
             if key in old and key not in given:
                 desc[key] = None  # absent from the PUT: cleared, as Azure does
-        validate(kind, desc, ns)
+        validate(kind, desc, ns, old)
         if kind == "queue":
             self._check_forwarding(ns, queue_config(desc))
         desc["updated_ms"] = self.now_ms()
@@ -414,7 +414,7 @@ class Management:
             raise InvalidOperation(
                 f"RequiresSession cannot be changed on the existing subscription '{name}'."
             )
-        validate("subscription", desc, ns)
+        validate("subscription", desc, ns, old)
         self._check_forwarding(ns, self._with_subscription(entity, desc))
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))

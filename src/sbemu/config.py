@@ -53,8 +53,8 @@ Deliberate differences from Microsoft's emulator (which allows one namespace nam
 * ``Queues``, ``Topics``, ``Subscriptions`` and ``Logging`` may be omitted (empty / ``Console``);
 * queues, topics and subscriptions take Azure's ``Status`` (``Active``, ``Disabled``,
   ``SendDisabled`` for queues and topics, ``ReceiveDisabled`` for queues and subscriptions);
-  queues and topics take ``AutoDeleteOnIdle`` (at least 5 minutes, as in Azure) and the
-  emulator extension ``SbemuTestAutoDeleteOnIdle`` (at least 1 s, for tests);
+  queues, topics and subscriptions take ``AutoDeleteOnIdle`` (at least 5 minutes, as in
+  Azure) and the emulator extension ``SbemuTestAutoDeleteOnIdle`` (at least 1 s, for tests);
 * auto-forwarding loops, chains of more than 4 hops and missing destinations are refused with
   one line naming the chain.
 """
@@ -774,6 +774,8 @@ _SUBSCRIPTION_PROPERTIES = (
     "RequiresSession",
     "DeadLetteringOnFilterEvaluationExceptions",
     "Status",
+    "AutoDeleteOnIdle",
+    "SbemuTestAutoDeleteOnIdle",
 )
 _RULE_PROPERTIES = ("FilterType", "SqlFilter", "CorrelationFilter", "Action")
 _SAS_KEYS = ("KeyName", "Key", "Rights")
@@ -1248,6 +1250,7 @@ def _parse_subscription(
         ),
         rules=tuple(rules) if rules else (DEFAULT_RULE,),
         status=_status(r, props, p_path, "subscription"),
+        auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
 
 

@@ -26,6 +26,8 @@ from . import __version__
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
 from .partitions.commits import CommitJob, CommitThreads, GroupCommit
+from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
+from .partitions.idle import load_idle_times, save_idle_times
 from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import (
     MAIN,
@@ -175,6 +177,7 @@ def entity_settings(cfg: QueueConfig | TopicConfig) -> EntitySettings:
                 EntityStatus(sub.status),
                 sub.forward_to,
                 sub.forward_dead_lettered_messages_to,
+                sub.auto_delete_on_idle_ms,
             )
         return EntitySettings(
             EntityStatus(cfg.status), None, None, cfg.auto_delete_on_idle_ms, subs
@@ -218,6 +221,8 @@ class Server:
         self.log_retention_records = max(0, log_retention_records)
         self._retention: asyncio.Future[None] | None = None
         self._retention_due_ms = 0
+        self._idle_save: asyncio.Future[None] | None = None  # AutoDeleteOnIdle times being saved
+        self._idle_saved_ms = 0
         self.data_dir = Path(data_dir)
         self.host = host
         self.amqp_port = port
@@ -274,9 +279,11 @@ class Server:
             raise StartupError(f"data dir {self.data_dir}: {exc.strerror or exc}") from exc
         self.router.removal_listeners.append(self._entity_removed)
         self.router.forwarder.clean_stale_markers()
-        # log retention passes run here, off the loop (commits have their own threads)
+        self.router.idle.restore(*load_idle_times(self.data_dir))
+        # log retention passes and idle-time saves run here, off the loop (commits have their
+        # own threads, see _start_commits)
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="sbemu-retention"
+            max_workers=2, thread_name_prefix="sbemu-offloop"
         )
         self._start_commits()
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
@@ -386,15 +393,19 @@ class Server:
             proto.close()
         if self._retention is not None:  # the pass uses the stores: let it finish first
             await asyncio.wait([self._retention])
-        if self.router is not None and self._commits is not None:
+        if self.router is not None:
             commits = self._commits
             self._turn()
-            while commits.busy():
+            while commits is not None and commits.busy():
                 self._idle.clear()
                 if not commits.inflight:
                     self._turn()
                     continue
                 await self._idle.wait()
+            if self._idle_save is not None:
+                await asyncio.wait([self._idle_save])
+            if self._timer is not None:  # started: the tracker holds every entity's time
+                self._save_idle_times_now()
             # A turn scheduled by the last commit must not dispatch or commit into closed
             # stores and a shut-down pool (found by make crash-test --sigterm: a traceback).
             self._closed = True
@@ -447,8 +458,9 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(time.time() * 1000)
         self.router.on_timer(now_ms)
-        for entity in self.router.idle_entities(now_ms):
-            self._delete_idle(entity)
+        for entity, sub_queue in self.router.idle_entities(now_ms):
+            self._delete_idle(entity, sub_queue)
+        self._save_idle_times(now_ms)
         self._wake()
         if not self.keep_logs and now_ms >= self._retention_due_ms and self._retention is None:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
@@ -557,25 +569,77 @@ class Server:
         assert self.router is not None
         self.router.apply_settings(namespace, cfg.name, entity_settings(cfg))
 
-    def _delete_idle(self, entity: Any) -> None:
-        """AutoDeleteOnIdle: delete an idle entity and its data, as the admin API's DELETE does
-        (links detached with not-found, catalog updated, stores closed after their last commit)."""
+    # ------------------------------------------------------------------ AutoDeleteOnIdle
+    def _delete_idle(self, entity: Any, sub_queue: str | None) -> None:
+        """AutoDeleteOnIdle: delete an idle queue, topic or subscription and its data, as the
+        admin API's DELETE does (links detached with not-found, catalog updated, stores closed
+        after their last commit)."""
         assert self.management is not None
-        log.warning(
-            "%s %s/%s deleted: idle for its AutoDeleteOnIdle window (%d ms)",
-            entity.spec.kind, entity.spec.namespace, entity.name,
-            entity.settings.auto_delete_on_idle_ms,
+        ns = entity.spec.namespace
+        if sub_queue is None:
+            window = entity.settings.auto_delete_on_idle_ms
+            what = f"{entity.spec.kind} {ns}/{entity.name}"
+            job = self.management.delete_entity(ns, entity.name)
+        else:
+            window = entity.settings.subscriptions[sub_queue].auto_delete_on_idle_ms
+            name = sub_queue.split("/", 1)[1]
+            desc = self.management.subscription(entity, name) or {"name": name}
+            what = f"subscription {ns}/{entity.name}/{desc['name']}"
+            job = self.management.delete_subscription(ns, entity.name, name)
+        task = asyncio.ensure_future(job)
+        task.add_done_callback(
+            functools.partial(self._idle_deleted, (entity, sub_queue), what, window)
         )
-        entity.deleted = True  # due once: the tracker skips it while the delete runs
-        task = asyncio.ensure_future(
-            self.management.delete_entity(entity.spec.namespace, entity.name)
-        )
-        task.add_done_callback(self._idle_deleted)
 
-    @staticmethod
-    def _idle_deleted(task: asyncio.Future[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("idle deletion failed: %s", task.exception())
+    def _idle_deleted(
+        self, key: Any, what: str, window: int | None, task: asyncio.Future[None]
+    ) -> None:
+        from .errors import EntityNotFound
+
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            log.warning("%s deleted: idle for its AutoDeleteOnIdle window (%s ms)", what, window)
+        elif not isinstance(error, EntityNotFound):  # gone already: nothing to do
+            log.warning("idle deletion of %s failed (tried again after another window): %s",
+                        what, error)
+            assert self.router is not None
+            self.router.idle.failed(key, int(time.time() * 1000))
+
+    def _save_idle_times(self, now_ms: int) -> None:
+        """At most every SAVE_INTERVAL_MS, save the changed AutoDeleteOnIdle last-activity
+        times in a worker thread, so that the idle clocks survive a restart."""
+        if self._idle_save is not None or now_ms - self._idle_saved_ms < IDLE_SAVE_INTERVAL_MS:
+            return
+        assert self.router is not None and self._loop is not None
+        times = self.router.idle.snapshot()
+        if times is None:
+            return
+        self._idle_saved_ms = now_ms
+        tracker = self.router.idle
+        future = self._loop.run_in_executor(
+            self._executor, save_idle_times, self.data_dir, times, False
+        )
+        self._idle_save = future
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._idle_save = None
+            if not f.cancelled() and f.exception() is not None:
+                tracker.changed = True  # try again at the next save
+                log.warning("cannot save the AutoDeleteOnIdle times: %s", f.exception())
+
+        future.add_done_callback(done)
+
+    def _save_idle_times_now(self) -> None:
+        """At a clean stop: the exact last-activity times (a restart takes them as they are)."""
+        assert self.router is not None
+        times = self.router.idle.snapshot(force=True)
+        assert times is not None
+        try:
+            save_idle_times(self.data_dir, times, True)
+        except OSError as exc:
+            log.warning("cannot save the AutoDeleteOnIdle times: %s", exc)
 
     def _status_command(self, rest: str) -> tuple[int, dict[str, Any]]:
         """POST /entities/<namespace>/<queue|topic>[/subscriptions/<sub>]/status/<Status>: the

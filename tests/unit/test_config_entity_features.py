@@ -32,6 +32,12 @@ def test_auto_delete_on_idle_minimum_and_extension() -> None:
     assert [x.auto_delete_on_idle_ms for x in cfg.namespaces[0].queues] == [600_000, 2_000]
     with pytest.raises(ConfigError, match="AutoDeleteOnIdle"):
         parse_config(doc([q("a", AutoDeleteOnIdle="PT4M")]), "t")
+    subs = [q("a", AutoDeleteOnIdle="PT10M"), q("b", SbemuTestAutoDeleteOnIdle="PT2S"), q("c")]
+    cfg = parse_config(doc([], [{"Name": "t", "Subscriptions": subs}]), "t")
+    got = [s.auto_delete_on_idle_ms for s in cfg.namespaces[0].topics[0].subscriptions]
+    assert got == [600_000, 2_000, None]
+    with pytest.raises(ConfigError, match="AutoDeleteOnIdle"):
+        parse_config(doc([], [{"Name": "t", "Subscriptions": [q("a", AutoDeleteOnIdle="PT1M")]}]), "t")
 
 
 def test_forwarding_chain_checks() -> None:

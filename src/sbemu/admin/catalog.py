@@ -147,8 +147,12 @@ def _bad(message: str) -> ArgumentError:
     return ArgumentError(message)
 
 
-def validate(kind: str, desc: dict[str, Any], ns: NamespaceConfig) -> None:
+def validate(
+    kind: str, desc: dict[str, Any], ns: NamespaceConfig, old: Mapping[str, Any] | None = None
+) -> None:
     """Azure's limits on a description; raises ArgumentError (400) naming the property.
+    `old`: the description an update replaces (a configured SbemuTestAutoDeleteOnIdle window
+    below Azure's minimum may be sent back unchanged, as the SDKs' get-then-update does).
 
     Also applies the namespace tier: a Premium namespace partitions every entity [P3] and
     allows messages up to 100 MB; Standard has 16 partitions [P2] and 256 KB messages [P19].
@@ -169,7 +173,8 @@ def validate(kind: str, desc: dict[str, Any], ns: NamespaceConfig) -> None:
         raise _bad("MaxDeliveryCount must be at least 1.")
     if desc["default_message_ttl_ms"] < 1_000:
         raise _bad("DefaultMessageTimeToLive must be at least 1 second.")
-    if desc["auto_delete_on_idle_ms"] < AUTO_DELETE_MIN_MS:
+    idle_ms = desc["auto_delete_on_idle_ms"]
+    if idle_ms < AUTO_DELETE_MIN_MS and not (old and idle_ms == old.get("auto_delete_on_idle_ms")):
         raise _bad("AutoDeleteOnIdle must be at least 5 minutes (PT5M).")
     if "duplicate_detection_window_ms" in desc and not (
         AZURE_DUPLICATE_WINDOW_MIN_MS <= desc["duplicate_detection_window_ms"] <= DUPLICATE_WINDOW_MAX_MS

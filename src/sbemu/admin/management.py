@@ -327,11 +327,12 @@ class Management:
         for key in ("forward_to", "forward_dead_lettered_messages_to", "user_metadata"):
             if key in old and key not in given:
                 desc[key] = None  # absent from the PUT: cleared, as Azure does
-        validate(kind, desc, ns)
+        validate(kind, desc, ns, old)
         if kind == "queue":
             self._check_forwarding(ns, queue_config(desc))
         desc["updated_ms"] = self.now_ms()
         self.router.update_entity(self._spec(ns, kind, desc, entity))
+        entity.touched = True  # AutoDeleteOnIdle: an update is activity
         entity.description = desc | (
             {"subscriptions": entity.description.get("subscriptions", {})} if kind == "topic" else {}
         )
@@ -413,11 +414,12 @@ class Management:
             raise InvalidOperation(
                 f"RequiresSession cannot be changed on the existing subscription '{name}'."
             )
-        validate("subscription", desc, ns)
+        validate("subscription", desc, ns, old)
         self._check_forwarding(ns, self._with_subscription(entity, desc))
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
+        entity.touch_subscription(name)  # AutoDeleteOnIdle: an update is activity
         entity.description["subscriptions"][name.lower()] = desc
         self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         self._applied(ns, entity)
@@ -458,6 +460,7 @@ class Management:
                     "already exists."
                 ) from None
             raise
+        entity.touch_subscription(sub)  # AutoDeleteOnIdle: a rule added is activity
         return rule
 
     def update_rule(self, namespace: str, topic: str, sub: str, rule: RuleSource) -> RuleSource:
@@ -474,6 +477,7 @@ class Management:
         new.compile()  # a bad rule is refused before anything changes
         entity.subscriptions.remove_rule(sub, old.name)
         entity.subscriptions.add_rule(sub, new, self.now_ms())
+        entity.touch_subscription(sub)  # AutoDeleteOnIdle: an update is activity
         return new
 
     def delete_rule(self, namespace: str, topic: str, sub: str, rule_name: str) -> None:
@@ -486,6 +490,7 @@ class Management:
             raise EntityNotFound(
                 f"Entity '{entity.spec.namespace}:Topic:{topic}|{sub}|{rule_name}' was not found."
             ) from None
+        entity.touch_subscription(sub)  # AutoDeleteOnIdle: an update is activity
 
     # ------------------------------------------------------------------ purge
     async def purge(self, namespace: str, entity_name: str | None) -> dict[str, int]:

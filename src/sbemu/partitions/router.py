@@ -325,7 +325,23 @@ class Entity:
         )
         self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
         self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
+        # subscriptions ('subscriptions/<name>') received from, peeked, updated or given rules
+        # since the idle tracker last looked (a send to the topic does not count for them)
+        self.touched_subs: set[str] = set()
         self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
+
+    def note_access(self, queue: str) -> None:
+        """Note a link attach or a management request on one of the entity's sub-queues for
+        AutoDeleteOnIdle (for a topic's subscription sub-queue: that subscription too)."""
+        self.touched = True
+        if self.subscriptions is not None and queue != MAIN:
+            self.touched_subs.add(base_queue(queue))
+
+    def touch_subscription(self, name: str) -> None:
+        """Note management activity on a subscription (an update, a rule change) for
+        AutoDeleteOnIdle; it counts for the topic too."""
+        self.touched = True
+        self.touched_subs.add(subscription_queue(name))
 
     # ---------------------------------------------------------------- status
     def receiver_settings(self, queue: str) -> ReceiverSettings:
@@ -831,6 +847,7 @@ class Router:
         view = entity.views.get(sub)
         if view is None:
             raise EntityNotFound(f"The messaging entity '{path}' could not be found.")
+        entity.note_access(sub)  # a link attaching (AutoDeleteOnIdle)
         return entity, view
 
     # ---------------------------------------------------------------- turn work
@@ -914,8 +931,9 @@ class Router:
         self._wake()
         return entity
 
-    def idle_entities(self, now_ms: int) -> list[Entity]:
-        """Entities idle for their AutoDeleteOnIdle window (the server deletes them)."""
+    def idle_entities(self, now_ms: int) -> list[tuple[Entity, str | None]]:
+        """Queues and topics (sub-queue None) and subscriptions (their sub-queue name) idle for
+        their AutoDeleteOnIdle window: the server deletes them."""
         return self.idle.due(list(self.entities.values()), now_ms)
 
     @staticmethod
@@ -1107,6 +1125,7 @@ class Router:
         subs.subscription(name)  # raises EntityNotFound
         prefix = subscription_queue(name)
         self._retire_views(entity, prefix)
+        self.idle.forget(entity, prefix)
         gone = [q for q in entity.spec.subqueues if q == prefix or q.startswith(prefix + "/")]
         part_done = join_completions(len(entity.partitions), done)
         for broker in entity.partitions:

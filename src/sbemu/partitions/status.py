@@ -49,6 +49,7 @@ class ReceiverSettings:
     status: EntityStatus = EntityStatus.ACTIVE
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
+    auto_delete_on_idle_ms: int | None = None  # a subscription's own window (None: never)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,8 @@ def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -
         conn.send_reply(state, request, response)
 
     log.debug("management %s on %s: %r", operation, state.node, body)
+    if state.entity is not None and state.view is not None:
+        state.entity.note_access(state.view.queue)  # peeks, rules...: activity (AutoDeleteOnIdle)
     handler = OPERATIONS.get(operation)
     try:
         if handler is None:

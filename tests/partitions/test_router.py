@@ -252,3 +252,32 @@ def test_a_send_that_was_not_accepted_does_not_make_its_retry_a_duplicate(h):
     h.router.set_partition_online(NS, "dup", 0, True)  # the operator command re-opens it
     h.send(dup, message("big", partition_key=key0, size=10))
     assert h.partitions_of(dup)["big"] == 0
+
+
+# ------------------------------------------------------------------ resident pages
+def test_store_pages_are_released_a_few_stores_per_tick_each_about_every_period(h):
+    """Releasing every store at once stalled the loop; spread over the ticks, each store is
+    still released about once per RELEASE_RESIDENT_MS."""
+    from sbemu.partitions.router import RELEASE_RESIDENT_MS
+
+    q = h.add(queue_spec("q", partitions=16))
+    h.add(queue_spec("plain", partitions=1))
+    released: list[str] = []
+    for entity in h.router.entities.values():
+        for broker in entity.partitions:
+            broker.store.release_resident = (  # type: ignore[method-assign]
+                lambda path=broker.store.path: released.append(path)
+            )
+    h.router.on_timer(NOW)  # the first tick after start: every store once
+    assert len(released) == 17 == len(set(released))
+    released.clear()
+    tick = 100
+    per_tick = []
+    for i in range(1, RELEASE_RESIDENT_MS // tick * 3 + 1):
+        before = len(released)
+        h.router.on_timer(NOW + i * tick)
+        per_tick.append(len(released) - before)
+    assert max(per_tick) <= 2  # never all at once
+    counts = {p: released.count(p) for p in set(released)}
+    assert len(counts) == 17 and set(counts.values()) <= {2, 3}  # ~once per period each
+    assert q.partitions[0].store.path in counts

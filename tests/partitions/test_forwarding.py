@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sbemu.config import parse_config
+from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.router import MAIN, Router
 from sbemu.server import entity_settings, queue_spec
@@ -40,18 +41,13 @@ def open_router(data_dir: Path) -> Router:
 
 
 def commit_all(router: Router) -> None:
-    """One turn's commits, run synchronously, with their completions."""
+    """Commit every dirty partition synchronously, with their completions (the server's
+    commit turn, sbemu.partitions.commits, run inline)."""
+    commits = GroupCommit(router)
     for _ in range(10):
-        dirty = router.take_dirty()
-        if not dirty:
+        if not router.dirty:
             return
-        for broker in dirty:
-            taken = broker.take_commit()
-            if taken is None:
-                continue
-            batch, callbacks = taken
-            broker.store.commit(batch)
-            broker.commit_done(callbacks, None, batch)
+        commits.commit_dirty()
 
 
 def message(i: int) -> IncomingMessage:

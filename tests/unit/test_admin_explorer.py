@@ -11,6 +11,7 @@ import pytest
 from sbemu.admin import explorer
 from sbemu.config import NamespaceConfig, QueueConfig
 from sbemu.errors import ArgumentError
+from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
 from sbemu.partitions.stats import totals
 from sbemu.protocol.views import encode_property, encode_symbol
@@ -21,16 +22,9 @@ MAX = 256 * 1024
 
 
 def pump(router: Router) -> None:
-    """What the server does once per loop turn: dispatch, then commit every dirty partition."""
-    router.run_pending(NOW)
-    for broker in router.take_dirty():
-        taken = broker.take_commit()
-        if taken is None:
-            continue
-        batch, callbacks = taken
-        if batch:
-            broker.store.commit(batch)
-        broker.commit_done(callbacks, None, batch)
+    """What the server does once per loop turn (sbemu.partitions.commits, inline): dispatch,
+    then commit every dirty partition."""
+    GroupCommit(router).turn(NOW)
 
 
 async def settle(router: Router, awaitable: object) -> object:

@@ -1190,33 +1190,12 @@ class AmqpConnection:
 
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
         props: dict[Any, Any] = request.properties or {}
-        operation = props.get("operation")
-        token = request.body
-        status, description = 202, "Accepted"
-        if operation != "put-token":
-            status, description = 400, f"Unsupported $cbs operation {operation!r}."
-        elif not isinstance(token, str) or not token.startswith("SharedAccessSignature "):
-            status, description = 401, "Only SharedAccessSignature tokens are accepted."
-        else:
-            try:
-                grant = cbs.verify_sas_token(token, self.namespace.keys, self.now)
-            except cbs.TokenError as exc:
-                status, description = exc.status_code, exc.description
-            else:
-                audience = props.get("name")
-                if isinstance(audience, str):
-                    wanted = cbs.normalize_entity_path(audience)
-                    if not cbs.covers(grant.scope, wanted):
-                        status, description = (
-                            401,
-                            (
-                                f"The token's resource '{grant.scope}' does not cover the "
-                                f"audience '{wanted}'."
-                            ),
-                        )
-                if status < 300:
-                    self._grants = [g for g in self._grants if g.expires_at > self.now]
-                    self._grants.append(grant)
+        status, description, grant = cbs.put_token(
+            props, request.body, self.namespace.keys, self.now
+        )
+        if grant is not None:
+            self._grants = [g for g in self._grants if g.expires_at > self.now]
+            self._grants.append(grant)
         from proton import int32
 
         response = Message(

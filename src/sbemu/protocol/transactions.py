@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from proton import Condition, Delivery, Described, ulong
 
@@ -28,9 +28,17 @@ from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Entity
+from .settlement import apply_settlement
 
-if TYPE_CHECKING:
-    from .connection import AmqpConnection
+
+class TransactionHost(Protocol):
+    """What the coordinator needs of its connection: the time and a way to flush output."""
+
+    on_output: Callable[[], None]  # ask the adapter to write what the engine has to send
+
+    @property
+    def now_ms(self) -> int:
+        """The current time in Unix milliseconds."""
 
 DECLARE = 0x31
 DISCHARGE = 0x32
@@ -87,7 +95,7 @@ class TransactionCoordinator:
 
     _ids = itertools.count(1)
 
-    def __init__(self, conn: AmqpConnection) -> None:
+    def __init__(self, conn: TransactionHost) -> None:
         self.conn = conn
         self.open: dict[bytes, Transaction] = {}
 
@@ -212,7 +220,7 @@ class TransactionCoordinator:
             ops.append(lambda cb, e=entity, m=messages: e.send(m, now_ms, cb))  # type: ignore[misc]
         for s in txn.settlements:
             ops.append(
-                lambda cb, s=s: self.conn.apply_settlement(  # type: ignore[misc]
+                lambda cb, s=s: apply_settlement(  # type: ignore[misc]
                     s.entity, s.token, s.outcome, s.fields, now_ms, cb
                 )
             )

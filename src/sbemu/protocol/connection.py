@@ -5,8 +5,14 @@ data_to_send(); next_deadline()/handle_timer() drive proton's idle-timeout heart
 adapter (listener.py) owns the socket and the clock. Work that completes later (a group
 commit confirming a send or a settlement) calls `on_output` so the adapter flushes.
 
-Links are ours to track: proton engine objects never carry broker state (house style); the
+Links are ours to track: proton engine objects never carry partition state (house style); the
 `_links` map holds one small object per link, keyed by the proton link.
+
+What this module does not own lives beside it: links.py (per-link state and the one link
+lifecycle table), messages.py (transfers in, deliveries encoded out), settlement.py
+(outcomes and AMQP errors), cbs.py / management.py / transactions.py (the `$cbs`,
+`$management` and coordinator nodes, each behind a small Protocol of this connection). The
+partitions side is reached through the router's Entity, EntityView and SessionHandle only.
 
 Contract traps honoured here (asb-amqp-contract.md section 0): refused attach = null
 source/target + detach(closed, error) (5); echo the client's termini byte-for-byte (4); sender
@@ -49,8 +55,7 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..partitions.broker import PartitionBroker, SessionLock
-from ..partitions.router import Delivered, Entity
+from ..partitions.router import Delivered, Entity, SessionHandle
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -665,10 +670,10 @@ class AmqpConnection:
         advance(state, LinkPhase.WAITING)
         self._links[link] = state
 
-        def on_session(result: tuple[PartitionBroker, SessionLock] | None) -> None:
+        def on_session(result: SessionHandle | None) -> None:
             if state.phase is _DETACHED:
                 if result is not None:
-                    result[0].release_session(result[1], self.now_ms)
+                    result.release(self.now_ms)
                 return
             self._links.pop(link, None)
             try:
@@ -691,16 +696,17 @@ class AmqpConnection:
         state.view.wait_for_session(state, self.now_ms + wait_ms, on_session)
 
     def _open_session_link(
-        self, link: Link, state: ReceiveLink, accepted: tuple[PartitionBroker, SessionLock]
+        self, link: Link, state: ReceiveLink, session: SessionHandle
     ) -> None:
-        broker, lock = accepted
-        state.session, state.session_broker = lock, broker
+        state.session = session
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         # The reply names the session granted (never null) [contract 4.4].
         link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): lock.session_id})
-        link.properties = {symbol("com.microsoft:locked-until-utc"): dotnet_ticks(lock.until_ms)}
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): session.session_id})
+        link.properties = {
+            symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
+        }
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         link.max_message_size = self.namespace.max_message_size
@@ -771,8 +777,8 @@ class AmqpConnection:
         state.view.detach(state)
         if was_waiting:
             state.view.cancel_wait(state)
-        if state.session is not None and state.session_broker is not None:
-            state.session_broker.release_session(state.session, self.now_ms)
+        if state.session is not None:
+            state.session.release(self.now_ms)
 
     # ------------------------------------------------------------------ flow
     def _on_link_flow(self, link: Link) -> None:

@@ -4,7 +4,7 @@ Rule 1 (after h11's _state.py): everything that moves a link between phases live
 table. The connection says *which* transition it wants (`advance(state, LinkPhase.ATTACHED)`);
 this module says whether that is allowed. Nothing else assigns `phase`.
 Rule 2: this module knows nothing of the proton engine's own endpoint state (proton tracks
-the frames); `phase` is *our* view: whether the broker side serves the link.
+the frames); `phase` is *our* view: whether the partitions side serves the link.
 
 Phases of a link, from the peer's attach to its end:
 
@@ -19,7 +19,7 @@ held is released. A transition not in the table is our bug or a peer racing us; 
 LinkStateError (amqp:illegal-state), which the connection's one error path turns into a
 detach with that condition, never a traceback.
 
-Proton engine objects carry no broker state (house style): the connection keeps these
+Proton engine objects carry no partition state (house style): the connection keeps these
 objects in a LinkMap keyed by the proton link.
 """
 
@@ -35,8 +35,7 @@ from typing import Any, Protocol
 from proton import Link
 
 from ..errors import ServiceBusError, SessionLockLost
-from ..partitions.broker import PartitionBroker, SessionLock
-from ..partitions.router import Delivered, Entity, EntityView
+from ..partitions.router import Delivered, Entity, EntityView, SessionHandle
 
 
 class LinkPhase(enum.Enum):
@@ -141,8 +140,7 @@ class ReceiveLink:
     view: EntityView
     peek_lock: bool
     unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
-    session: SessionLock | None = None
-    session_broker: PartitionBroker | None = None
+    session: SessionHandle | None = None  # the accepted session of a session receiver
 
     def credit(self) -> int:
         """Credit the client granted and we have not used yet [AMQP 2.6.7]."""
@@ -161,13 +159,14 @@ class ReceiveLink:
         self.conn.close_link(self.link, error)
         self.conn.on_output()
 
-    def session_lost(self, lock: SessionLock) -> None:
+    def session_lost(self, lock: object) -> None:
         """The session lock expired: detach with session-lock-lost [contract 4.4]."""
-        if self.phase is _DETACHED or lock is not self.session:
+        session = self.session
+        if self.phase is _DETACHED or session is None or not session.holds(lock):
             return
         self.conn.close_link(
             self.link,
-            SessionLockLost(f"The session lock for session '{lock.session_id}' has expired."),
+            SessionLockLost(f"The session lock for session '{session.session_id}' has expired."),
         )
         self.conn.on_output()
 

@@ -310,8 +310,7 @@ def _owned_session(conn: ManagementHost, state: RequestLink, session_id: str) ->
     assert entity is not None and view is not None
     if not view.requires_session:
         raise InvalidOperation(f"The entity '{view.address}' does not require sessions.")
-    broker = entity.partition_for_session(session_id)
-    owner = broker.session_owner(view.queue, session_id, conn.now_ms)
+    owner = entity.session_owner(view.queue, session_id, conn.now_ms)
     if owner is None or getattr(owner, "conn", None) is not conn:
         raise SessionLockLost(
             f"The session lock for session '{session_id}' has expired or is not held by this "
@@ -332,8 +331,7 @@ def _renew_session_lock(conn: ManagementHost, state: RequestLink, body: dict, re
     assert entity is not None and view is not None
     session_id = _session_id(body)
     owner = _owned_session(conn, state, session_id)
-    broker = entity.partition_for_session(session_id)
-    until = broker.renew_session(view.queue, session_id, owner, conn.now_ms)
+    until = entity.renew_session(view.queue, session_id, owner, conn.now_ms)
     receiver = owner
     if hasattr(receiver, "link"):
         from proton import symbol as _symbol
@@ -347,7 +345,7 @@ def _get_session_state(conn: ManagementHost, state: RequestLink, body: dict, rep
     assert entity is not None and view is not None
     session_id = _session_id(body)
     _owned_session(conn, state, session_id)
-    data = entity.partition_for_session(session_id).get_session_state(view.queue, session_id)
+    data = entity.get_session_state(view.queue, session_id)
     reply(200, "OK", {"session-state": data}, None)
 
 
@@ -359,7 +357,7 @@ def _set_session_state(conn: ManagementHost, state: RequestLink, body: dict, rep
     data = body.get("session-state")
     if data is not None and not isinstance(data, bytes | bytearray | memoryview):
         raise ArgumentError("session-state must be binary or null.")
-    entity.partition_for_session(session_id).set_session_state(
+    entity.set_session_state(
         view.queue,
         session_id,
         bytes(data) if data is not None else None,

@@ -1,5 +1,5 @@
 """Messages as they cross the wire: incoming transfers scanned into IncomingMessage, stored
-records encoded as delivered to a client (with the broker annotations of [contract 3.7]).
+records encoded as delivered to a client (with the service annotations of [contract 3.7]).
 
 Neutral on purpose: the connection, `$management`, the admin explorer and the server's
 topic fan-out all use it, and it imports nothing of the connection. Hot path: scan_transfer
@@ -103,7 +103,7 @@ def encode_delivery(
     with_state: bool = False,
 ) -> bytes:
     """A stored message as sent to a client (delivery, peek, receive-by-sequence-number),
-    with the broker annotations of [contract 3.7] in their required AMQP types."""
+    with the service annotations of [contract 3.7] in their required AMQP types."""
     stamps = [
         (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
         (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
@@ -120,7 +120,7 @@ def encode_delivery(
 
 
 def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> bytes:
-    """Rebuild a stored message for the wire with broker annotations stamped on."""
+    """Rebuild a stored message for the wire with service annotations stamped on."""
     overrides = rec.property_overrides
     if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
         overrides = dict(overrides or {})

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -76,17 +75,10 @@ from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
-from .settlement import (
-    apply_settlement,
-    condition_from_fields,
-    error_condition,
-    storage_error,
-)
+from .settlement import error_condition, settle_delivery, storage_error
 from .transactions import (
     TRANSACTIONAL_STATE,
-    StagedSettlement,
     TransactionCoordinator,
-    descriptor_code,
     transactional_outcome,
 )
 
@@ -556,7 +548,7 @@ class AmqpConnection:
         if link is not None:
             self.close_link(link, exc)
         elif self._conn is not None:
-            self._conn.condition = self._error_condition(exc)
+            self._conn.condition = self.condition_for(exc)
             self._conn.close()
 
     # ------------------------------------------------------------------ attach
@@ -746,12 +738,12 @@ class AmqpConnection:
         link.source.type = Terminus.UNSPECIFIED
         link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = self._error_condition(exc)
+        link.condition = self.condition_for(exc)
         link.close()
 
     def close_link(self, link: Link, exc: ServiceBusError) -> None:
         self._forget_link(link)
-        link.condition = self._error_condition(exc)
+        link.condition = self.condition_for(exc)
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
@@ -893,7 +885,7 @@ class AmqpConnection:
         else:
             if not isinstance(error, ServiceBusError):
                 error = storage_error(error)
-            delivery.local.condition = self._error_condition(error)
+            delivery.local.condition = self.condition_for(error)
             delivery.update(Delivery.REJECTED)
         delivery.settle()
         self.on_output()
@@ -921,74 +913,16 @@ class AmqpConnection:
         self.on_output()
 
     def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        tag = raw_tag(delivery)
-        token = state.unsettled.pop(tag, None)
+        token = state.unsettled.pop(raw_tag(delivery), None)
         outcome = delivery.remote_state
         if token is None or outcome is None:
             if delivery.settled:
                 delivery.settle()
             return
-        entity = state.entity
-        now_ms = self.now_ms
-        needs_reply = not delivery.settled
-
-        def done(error: Exception | None) -> None:
-            if needs_reply:
-                if error is None:
-                    # [contract 5.2] echo the requested outcome type with no error.
-                    delivery.update(outcome)
-                else:
-                    err = error if isinstance(error, ServiceBusError) else storage_error(error)
-                    delivery.local.condition = self._error_condition(err)
-                    delivery.update(Delivery.REJECTED)
-            delivery.settle()
-            self.on_output()
-
         if outcome == TRANSACTIONAL_STATE:
-            self._on_transactional_disposition(entity, token, delivery)
-            return
-        try:
-            if outcome == Delivery.MODIFIED:
-                details: Any = (delivery.remote.undeliverable, delivery.remote.annotations)
-            elif outcome == Delivery.REJECTED:
-                details = delivery.remote.condition
-            else:
-                details = None
-            apply_settlement(entity, token, int(outcome), details, now_ms, done)
-        except ServiceBusError as exc:
-            done(exc)
-
-    def _on_transactional_disposition(
-        self, entity: Entity, token: uuid.UUID, delivery: Delivery
-    ) -> None:
-        """A settlement inside a transaction: staged now, applied at commit [contract 7]."""
-        # proton types disposition data as list[int]; it holds decoded AMQP values.
-        data: list[Any] = list(delivery.remote.data or []) + [None, None]
-        inner = data[1]
-        code = descriptor_code(inner)
-        try:
-            txn = self.transactions.transaction(data[0])
-            if code is None:
-                raise InvalidOperation("A transactional settlement needs an outcome.")
-            fields = list(inner.value or []) + [None, None, None]
-            details: Any = None
-            if code == Delivery.MODIFIED:
-                details = (bool(fields[1]), fields[2])
-            elif code == Delivery.REJECTED:
-                details = condition_from_fields(fields[0])
-            self.transactions.stage_settlement(
-                txn, StagedSettlement(entity, token, code, details, delivery)
-            )
-        except ServiceBusError as exc:
-            delivery.local.condition = self._error_condition(exc)
-            delivery.update(Delivery.REJECTED)
-            delivery.settle()
-            self.on_output()
-            return
-        delivery.local.data = transactional_outcome(txn.txn_id, code)
-        delivery.update(TRANSACTIONAL_STATE)
-        delivery.settle()
-        self.on_output()
+            self.transactions.on_disposition(state.entity, token, delivery)
+        else:
+            settle_delivery(self, state.entity, token, delivery, outcome)
 
     # ------------------------------------------------------------------ requests
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
@@ -1059,7 +993,7 @@ class AmqpConnection:
             delivery.settle()
 
     # ------------------------------------------------------------------ operator view
-    def _error_condition(self, exc: ServiceBusError) -> Condition:
+    def condition_for(self, exc: ServiceBusError) -> Condition:
         """error_condition(), counted for /metrics (throttled, server or user error)."""
         self.services.stats.error(self.namespace.name, exc.condition)
         return error_condition(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from proton import Condition, Delivery, symbol
 
@@ -20,6 +20,20 @@ from . import codec
 from .messages import plain_value
 
 DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
+
+
+class SettlementHost(Protocol):
+    """What settling a delivery needs of its connection: the time, a way to flush output, and
+    errors turned into AMQP conditions (counted for /metrics)."""
+
+    on_output: Callable[[], None]
+
+    @property
+    def now_ms(self) -> int:
+        """The current time in Unix milliseconds."""
+
+    def condition_for(self, exc: ServiceBusError) -> Condition:
+        """The AMQP error a client sees for `exc`."""
 
 
 def error_condition(error: ServiceBusError) -> Condition:
@@ -39,6 +53,38 @@ def error_condition(error: ServiceBusError) -> Condition:
 def storage_error(error: Exception) -> ServiceBusError:
     """A store fault seen by a client: transient, retried by the SDKs."""
     return ServerBusy(f"The partition store is unavailable: {error}")
+
+
+def settle_delivery(
+    host: SettlementHost, entity: Entity, token: uuid.UUID, delivery: Delivery, outcome: Any
+) -> None:
+    """A client's outcome on a delivered (peek-locked) message, outside a transaction: apply
+    it, then answer an unsettled disposition with the same outcome, or rejected with the
+    error [contract 5.2]. (The plain accept is settled on the connection's raw fast path.)"""
+    needs_reply = not delivery.settled
+
+    def done(error: Exception | None) -> None:
+        if needs_reply:
+            if error is None:
+                # [contract 5.2] echo the requested outcome type with no error.
+                delivery.update(outcome)
+            else:
+                err = error if isinstance(error, ServiceBusError) else storage_error(error)
+                delivery.local.condition = host.condition_for(err)
+                delivery.update(Delivery.REJECTED)
+        delivery.settle()
+        host.on_output()
+
+    try:
+        if outcome == Delivery.MODIFIED:
+            details: Any = (delivery.remote.undeliverable, delivery.remote.annotations)
+        elif outcome == Delivery.REJECTED:
+            details = delivery.remote.condition
+        else:
+            details = None
+        apply_settlement(entity, token, int(outcome), details, host.now_ms, done)
+    except ServiceBusError as exc:
+        done(exc)
 
 
 def apply_settlement(

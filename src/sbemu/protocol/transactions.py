@@ -28,7 +28,7 @@ from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Entity
-from .settlement import apply_settlement
+from .settlement import apply_settlement, condition_from_fields
 
 
 class TransactionHost(Protocol):
@@ -39,6 +39,9 @@ class TransactionHost(Protocol):
     @property
     def now_ms(self) -> int:
         """The current time in Unix milliseconds."""
+
+    def condition_for(self, exc: ServiceBusError) -> Condition:
+        """The AMQP error a client sees for `exc` (counted for /metrics)."""
 
 DECLARE = 0x31
 DISCHARGE = 0x32
@@ -195,6 +198,34 @@ class TransactionCoordinator:
                         f"one transaction must share one partition key ('{first}', not "
                         f"'{key}'); a transaction cannot span sessions or partitions."
                     )
+
+    def on_disposition(self, entity: Entity, token: Any, delivery: Delivery) -> None:
+        """A settlement inside a transaction: staged now, applied at commit [contract 7]."""
+        # proton types disposition data as list[int]; it holds decoded AMQP values.
+        data: list[Any] = list(delivery.remote.data or []) + [None, None]
+        inner = data[1]
+        code = descriptor_code(inner)
+        try:
+            txn = self.transaction(data[0])
+            if code is None:
+                raise InvalidOperation("A transactional settlement needs an outcome.")
+            fields = list(inner.value or []) + [None, None, None]
+            details: Any = None
+            if code == Delivery.MODIFIED:
+                details = (bool(fields[1]), fields[2])
+            elif code == Delivery.REJECTED:
+                details = condition_from_fields(fields[0])
+            self.stage_settlement(txn, StagedSettlement(entity, token, code, details, delivery))
+        except ServiceBusError as exc:
+            delivery.local.condition = self.conn.condition_for(exc)
+            delivery.update(Delivery.REJECTED)
+            delivery.settle()
+            self.conn.on_output()
+            return
+        delivery.local.data = transactional_outcome(txn.txn_id, code)
+        delivery.update(TRANSACTIONAL_STATE)
+        delivery.settle()
+        self.conn.on_output()
 
     def stage_settlement(self, txn: Transaction, staged: StagedSettlement) -> None:
         """Hold a settlement until commit; the lock must be live now."""

@@ -1,15 +1,16 @@
 """The `$cbs` node: put-token requests [contract §2].
 
-A client puts a SAS token on `$cbs` before attaching to an entity; the connection keeps the
-grants and checks them at attach (and detaches links whose token expires). The token code
+A client puts a SAS token on `$cbs` before attaching to an entity; each connection keeps its
+Grants (below), checks them at attach and detaches links whose token expires. The token code
 itself lives in sbemu/sas.py, shared with the admin HTTP API.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import Unauthorized
 from ..sas import (
     SAS_PREFIX,
     SasGrant,
@@ -22,6 +23,7 @@ from ..sas import (
 
 __all__ = [
     "SAS_PREFIX",
+    "Grants",
     "SasGrant",
     "TokenError",
     "covers",
@@ -59,3 +61,98 @@ def put_token(
                 None,
             )
     return 202, "Accepted", grant
+
+
+class Grants:
+    """What one connection may do: the rights of its SASL PLAIN key, the `$cbs` tokens put so
+    far, and the links a token authorised, watched until that token expires (then detached
+    unless a renewed token covers them, as Azure does). Times are Unix seconds; `key_rights`
+    maps a SAS key name to its rights ("Manage", "Send", "Listen")."""
+
+    def __init__(self) -> None:
+        self.plain_rights: frozenset[str] | None = None  # set when SASL PLAIN authenticated
+        self.tokens: list[SasGrant] = []
+        self._watched: dict[Any, tuple[float, str, tuple[str, ...]]] = {}  # link -> ...
+
+    def add(self, grant: SasGrant, now: float) -> None:
+        """Keep a token accepted on `$cbs` (and drop expired ones)."""
+        self.tokens = [g for g in self.tokens if g.expires_at > now]
+        self.tokens.append(grant)
+
+    def authorize(
+        self,
+        path: str,
+        rights: tuple[str, ...],
+        key_rights: Mapping[str, frozenset[str]],
+        now: float,
+    ) -> float | None:
+        """None when SASL PLAIN credentials grant the rights (no expiry), else the latest
+        expiry of the $cbs tokens that do; raises Unauthorized when nothing does."""
+        if self.plain_rights is not None and any(r in self.plain_rights for r in rights):
+            return None
+        best: float | None = None
+        for grant in self.tokens:
+            if grant.expires_at > now and covers(grant.scope, path):
+                held = key_rights.get(grant.key_name, frozenset())
+                if "Manage" in held or any(r in held for r in rights):
+                    best = max(best or 0.0, grant.expires_at)
+        if best is not None:
+            return best
+        raise Unauthorized(
+            f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
+            f"operation on '{path}'. Put a valid token on $cbs for this entity first."
+        )
+
+    def authorize_link(
+        self,
+        link: Any,
+        path: str,
+        rights: tuple[str, ...],
+        key_rights: Mapping[str, frozenset[str]],
+        now: float,
+    ) -> None:
+        """Authorise an attach; a token-authorised link is watched until its token expires."""
+        expires_at = self.authorize(path, rights, key_rights, now)
+        if expires_at is not None:
+            self._watched[link] = (expires_at, path, rights)
+
+    def forget(self, link: Any) -> None:
+        """The link is gone: stop watching it."""
+        self._watched.pop(link, None)
+
+    def next_expiry(self) -> float | None:
+        """When the first watched link's token expires, if any link is watched."""
+        if not self._watched:
+            return None
+        return min(e for e, _, _ in self._watched.values())
+
+    def expired(
+        self,
+        now: float,
+        key_rights: Mapping[str, frozenset[str]],
+        attached: Callable[[Any], bool],
+    ) -> list[tuple[Any, str, float]]:
+        """Watched links whose token expired and was not renewed: (link, path, expiry), to be
+        detached by the caller; links no longer `attached` are just forgotten."""
+        lost: list[tuple[Any, str, float]] = []
+        for link, (expires_at, path, rights) in list(self._watched.items()):
+            if expires_at > now:
+                continue
+            if not attached(link):  # refused or already gone
+                del self._watched[link]
+                continue
+            try:
+                renewed = self.authorize(path, rights, key_rights, now)
+            except Unauthorized:
+                del self._watched[link]
+                lost.append((link, path, expires_at))
+                continue
+            if renewed is None:  # SASL PLAIN rights cover it: nothing left to watch
+                del self._watched[link]
+            else:
+                self._watched[link] = (renewed, path, rights)
+        return lost
+
+    def identities(self, now: float) -> list[str]:
+        """The key names of the live tokens, sorted (for the dashboard)."""
+        return sorted({g.key_name for g in self.tokens if g.expires_at > now})

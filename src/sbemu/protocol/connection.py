@@ -130,8 +130,7 @@ class AmqpConnection:
         self._collector: Collector | None = None
         self._out = bytearray()
         self._links: dict[Link, LinkState] = LinkMap()
-        self._grants: list[cbs.SasGrant] = []
-        self._plain_rights: frozenset[str] | None = None
+        self._grants = cbs.Grants()  # SASL PLAIN rights, $cbs tokens, token-watched links
         self.namespace: NamespaceInfo = services.namespace_for(None)
         self.closed = False
         self.on_output: Callable[[], None] = lambda: None
@@ -144,9 +143,6 @@ class AmqpConnection:
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
-        # Links authorised by a $cbs token: link -> (expiry, path, rights). When the token
-        # expires and no renewed one covers the link, it is detached, as Azure does.
-        self._token_links: dict[Link, tuple[float, str, tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -181,7 +177,7 @@ class AmqpConnection:
         assert result is not None
         self.namespace = self.services.namespace_for(result.hostname)
         if result.mechanism == "PLAIN" and result.username is not None:
-            self._plain_rights = self.namespace.rights.get(result.username, frozenset())
+            self._grants.plain_rights = self.namespace.rights.get(result.username, frozenset())
         transport = Transport(Transport.SERVER)
         transport.max_frame_size = MAX_FRAME_SIZE
         conn = Connection()
@@ -243,8 +239,8 @@ class AmqpConnection:
         if self._transport is None or self.closed:
             return None
         deadline = self._transport.tick(self.now) or None
-        if self._token_links:
-            expiry = min(e for e, _, _ in self._token_links.values())
+        expiry = self._grants.next_expiry()
+        if expiry is not None:
             deadline = expiry if deadline is None else min(deadline, expiry)
         return deadline
 
@@ -258,27 +254,15 @@ class AmqpConnection:
 
     def _expire_tokens(self, now: float) -> None:
         """Detach links whose token expired and was not renewed through $cbs in time."""
-        for link, (expires_at, path, rights) in list(self._token_links.items()):
-            if expires_at > now:
-                continue
-            if link not in self._links:  # refused or already gone
-                del self._token_links[link]
-                continue
-            try:
-                renewed = self._authorize(path, rights)
-                if renewed is None:  # SASL PLAIN rights cover it: nothing left to watch
-                    del self._token_links[link]
-                else:
-                    self._token_links[link] = (renewed, path, rights)
-            except Unauthorized:
-                del self._token_links[link]
-                self.close_link(
-                    link,
-                    Unauthorized(
-                        f"The token authorising '{path}' expired at {int(expires_at)} and was "
-                        "not renewed on $cbs; the link is detached."
-                    ),
-                )
+        lost = self._grants.expired(now, self.namespace.rights, self._links.__contains__)
+        for link, path, expires_at in lost:
+            self.close_link(
+                link,
+                Unauthorized(
+                    f"The token authorising '{path}' expired at {int(expires_at)} and was "
+                    "not renewed on $cbs; the link is detached."
+                ),
+            )
 
     def connection_lost(self) -> None:
         """The socket is gone: forget our links (locks stay until they expire)."""
@@ -710,28 +694,7 @@ class AmqpConnection:
 
     def _authorize_link(self, link: Link, path: str, rights: tuple[str, ...]) -> None:
         """Authorise an attach; a token-authorised link is watched until its token expires."""
-        expires_at = self._authorize(path, rights)
-        if expires_at is not None:
-            self._token_links[link] = (expires_at, path, rights)
-
-    def _authorize(self, path: str, rights: tuple[str, ...]) -> float | None:
-        """None when SASL PLAIN credentials grant the rights (no expiry), else the latest
-        expiry of the $cbs tokens that do; raises Unauthorized when nothing does."""
-        if self._plain_rights is not None and any(r in self._plain_rights for r in rights):
-            return None
-        now = self.now
-        best: float | None = None
-        for grant in self._grants:
-            if grant.expires_at > now and cbs.covers(grant.scope, path):
-                held = self.namespace.rights.get(grant.key_name, frozenset())
-                if "Manage" in held or any(r in held for r in rights):
-                    best = max(best or 0.0, grant.expires_at)
-        if best is not None:
-            return best
-        raise Unauthorized(
-            f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
-            f"operation on '{path}'. Put a valid token on $cbs for this entity first."
-        )
+        self._grants.authorize_link(link, path, rights, self.namespace.rights, self.now)
 
     def _refuse(self, link: Link, exc: ServiceBusError) -> None:
         """[contract 3.1, 8] attach with null source and target, then detach(closed, error)."""
@@ -751,7 +714,7 @@ class AmqpConnection:
         link.close()
 
     def _forget_link(self, link: Link) -> None:
-        self._token_links.pop(link, None)
+        self._grants.forget(link)
         state = self._links.pop(link, None)
         if state is None:
             return
@@ -946,8 +909,7 @@ class AmqpConnection:
             props, request.body, self.namespace.keys, self.now
         )
         if grant is not None:
-            self._grants = [g for g in self._grants if g.expires_at > self.now]
-            self._grants.append(grant)
+            self._grants.add(grant, self.now)
         from proton import int32
 
         response = Message(
@@ -1001,7 +963,7 @@ class AmqpConnection:
     def describe(self) -> dict[str, Any]:
         """A read-only picture of this connection for the dashboard: identity and links."""
         result = self._sasl.result
-        identities = sorted({g.key_name for g in self._grants if g.expires_at > self.now})
+        identities = self._grants.identities(self.now)
         if result is not None and result.mechanism == "PLAIN" and result.username:
             identities.insert(0, result.username)
         links = []

@@ -22,8 +22,8 @@ from proton import Connection, Data, Delivery, Link, Message, Transport
 from sbemu.config import default_config
 from sbemu.partitions.router import Router
 from sbemu.protocol import codec
-from sbemu.protocol.cbs import make_sas_token
 from sbemu.protocol.connection import AmqpConnection, Services
+from sbemu.sas import make_sas_token
 from sbemu.server import namespace_info, queue_spec
 
 NAMESPACE = "sbemulatorns"

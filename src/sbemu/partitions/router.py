@@ -82,8 +82,7 @@ class Consumer(Protocol):
     """A receiver link as the router sees it."""
 
     peek_lock: bool
-    session: SessionLock | None  # set for session receivers once a session is accepted
-    session_broker: PartitionBroker | None
+    session: SessionHandle | None  # set for session receivers once a session is accepted
 
     def credit(self) -> int:
         """How many more messages it may take now."""
@@ -92,13 +91,44 @@ class Consumer(Protocol):
         """Hand over one message (the consumer puts it on the wire)."""
 
 
+@dataclass(slots=True, eq=False)
+class SessionHandle:
+    """A receiver's accepted session, as the protocol side holds it.
+
+    Opaque on purpose: which partition holds the session, and its lock, are the router's
+    business; the protocol reads the session id and expiry the link reports, releases the
+    session when the link goes, and asks whether a lost lock is the one it holds.
+    """
+
+    _broker: PartitionBroker
+    _lock: SessionLock
+
+    @property
+    def session_id(self) -> str:
+        """The SessionId of the accepted session."""
+        return self._lock.session_id
+
+    @property
+    def until_ms(self) -> int:
+        """When the session lock expires (Unix ms) unless renewed."""
+        return self._lock.until_ms
+
+    def holds(self, lock: object) -> bool:
+        """Whether `lock` (as passed to Consumer.session_lost) is this session's lock."""
+        return lock is self._lock
+
+    def release(self, now_ms: int) -> None:
+        """The receiver went away: end the session lock; unsettled messages become ready."""
+        self._broker.release_session(self._lock, now_ms)
+
+
 @dataclass(slots=True)
 class SessionWaiter:
     """A next-available-session receiver waiting for a session [contract 4.4]."""
 
     owner: object
     deadline_ms: int
-    callback: Callable[[tuple[PartitionBroker, SessionLock] | None], None]
+    callback: Callable[[SessionHandle | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +189,14 @@ class EntityView:
     # ------------------------------------------------------------ sessions
     def accept_session(
         self, session_id: str | None, owner: object, now_ms: int
-    ) -> tuple[PartitionBroker, SessionLock] | None:
+    ) -> SessionHandle | None:
         """Lock a named session (on its partition [P6]) or the next available one anywhere."""
         parts = self.entity.partitions
         if session_id is not None:
             broker = self.entity.partition_for_session(session_id)
-            return broker, broker.accept_session(self.queue, session_id, owner, now_ms)  # type: ignore[return-value]
+            named = broker.accept_session(self.queue, session_id, owner, now_ms)
+            assert named is not None  # a named session is locked or refused, never None
+            return SessionHandle(broker, named)
         n = len(parts)
         for i in range(n):
             broker = parts[(self._next_partition + i) % n]
@@ -173,14 +205,14 @@ class EntityView:
             lock = broker.accept_session(self.queue, None, owner, now_ms)
             if lock is not None:
                 self._next_partition = (self._next_partition + i + 1) % n
-                return broker, lock
+                return SessionHandle(broker, lock)
         return None
 
     def wait_for_session(
         self,
         owner: object,
         deadline_ms: int,
-        callback: Callable[[tuple[PartitionBroker, SessionLock] | None], None],
+        callback: Callable[[SessionHandle | None], None],
     ) -> None:
         """Call back when a session becomes available, or with None at the deadline."""
         self.session_waiters.append(SessionWaiter(owner, deadline_ms, callback))
@@ -246,9 +278,8 @@ class EntityView:
         peek_lock = consumer.peek_lock
         session = consumer.session
         if session is not None:
-            broker = consumer.session_broker
-            assert broker is not None
-            taken = broker.take_next(self.queue, now_ms, peek_lock, session)
+            broker = session._broker
+            taken = broker.take_next(self.queue, now_ms, peek_lock, session._lock)
             if taken is None:
                 return None
             pid = broker.partition_id if self.entity.partitioned else None
@@ -619,6 +650,28 @@ class Entity:
         """[P6] a session lives on the partition its SessionId hashes to."""
         n = len(self.partitions)
         return self.partitions[partition_for_key(session_id, n) if n > 1 else 0]
+
+    def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
+        """Who holds a live lock on a session of sub-queue `queue`, if anyone."""
+        return self.partition_for_session(session_id).session_owner(queue, session_id, now_ms)
+
+    def renew_session(self, queue: str, session_id: str, owner: object, now_ms: int) -> int:
+        """Extend a session lock held by `owner`; returns the new locked-until (Unix ms)."""
+        return self.partition_for_session(session_id).renew_session(
+            queue, session_id, owner, now_ms
+        )
+
+    def get_session_state(self, queue: str, session_id: str) -> bytes | None:
+        """A session's stored state (None if it has none)."""
+        return self.partition_for_session(session_id).get_session_state(queue, session_id)
+
+    def set_session_state(
+        self, queue: str, session_id: str, state: bytes | None, now_ms: int, done: Done
+    ) -> None:
+        """Store (or clear) a session's state durably; `done` runs after the commit."""
+        self.partition_for_session(session_id).set_session_state(
+            queue, session_id, state, now_ms, done
+        )
 
     def session_ids(self, queue: str, changed_after_ms: int | None) -> list[str]:
         """Session ids with messages or state over all partitions, sorted."""

@@ -383,6 +383,12 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print,
             for t in threads:
                 t.start()
             time.sleep(rng.uniform(0.5, 3.0))
+            deadline = time.monotonic() + 15
+            while round_no == 1 and time.monotonic() < deadline:  # every kind ran before the
+                with ledger.lock:  # first kill (the bounded test's 2 kills cover them too)
+                    if ledger.ops["tx committed"] and CHAIN[0] in ledger.acked.values():
+                        break
+                time.sleep(0.1)
             if sigterm:
                 t_term = time.monotonic()
                 rc = server.stop(timeout=30)

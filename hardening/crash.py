@@ -18,7 +18,7 @@ place), then the server restarts on the same data directory and:
 - the partition logs agree: contiguous offsets, one `enqueued`/`scheduled` record per
   acknowledged send and view (at most one per hop of the forwarding chain, and none for an
   uncommitted transaction), a `completed` record for every confirmed completion;
-- Spark's count-once: at the end, the partition logs are exported (`sbemu export`, the files
+- Spark's count-once: at the end, the partition logs are exported (`sbemu export-logs`, the files
   the Spark jobs read) and every acknowledged send is counted exactly once there.
 
     python -m hardening.crash --kills 60        # make crash-test

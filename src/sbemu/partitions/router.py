@@ -52,7 +52,7 @@ from .idle import IdleTracker
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
-from .store import PartitionStore
+from .store import PartitionStore, map_size_for
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
 from .transfer import ViewOf, incoming_from_record
 
@@ -457,6 +457,13 @@ class Entity:
         for pid in groups:
             self._check_available(pid)
         if self.histories:
+            for pid, msgs in groups.items():  # a refused MessageId must not enter the history
+                need = sum(
+                    m.size * len(t) for m, t in zip(msgs, self._targets(msgs, now_ms), strict=True)
+                )
+                refused = self.partitions[pid].refuse_over_quota(need)
+                if refused is not None:
+                    raise refused
             groups = {
                 pid: kept
                 for pid, msgs in groups.items()
@@ -485,7 +492,9 @@ class Entity:
         broker = self.partitions[pid]
 
         def on_done(error: Exception | None) -> None:
-            if error is not None and keyless and not broker.accepting:
+            if error is not None and keyless and (
+                not broker.accepting or isinstance(error, QuotaExceeded)
+            ):
                 if attempt + 1 < len(self.partitions):
                     try:
                         nxt = self._next_round_robin()
@@ -805,7 +814,7 @@ class Router:
         partitions = []
         for pid in range(spec.partition_count):
             store = PartitionStore(
-                str(base / f"partition-{pid:02d}"), map_size=spec.max_size_mb * MIB
+                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
             )
             broker = PartitionBroker(
                 store,
@@ -817,6 +826,7 @@ class Router:
                 mark_dirty=self._mark_dirty,
             )
             broker.log_bodies = self.log_bodies
+            broker.max_bytes = spec.max_size_mb * MIB  # the quota, on stored byte counts
             broker.load()
             self.forwarder.load_markers(broker)
             partitions.append(broker)
@@ -926,7 +936,7 @@ class Router:
                 if view.session_waiters:
                     view.expire_waiters(now_ms)
             for broker in entity.partitions:
-                if not broker.healthy:
+                if not broker.healthy and not (broker.store_fault and broker.recover(now_ms)):
                     continue  # offline: its locks and timers wait until it is back
                 deadline = broker.next_deadline()
                 if deadline is not None and deadline <= now_ms:
@@ -1070,6 +1080,7 @@ class Router:
                 "on an existing entity."
             )
         for broker in entity.partitions:
+            broker.max_bytes = spec.max_size_mb * MIB  # a new MaxSizeInMegabytes applies at once
             for name, settings in spec.subqueues.items():
                 if name in broker.queues:
                     broker.update_queue_settings(name, settings)

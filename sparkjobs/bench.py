@@ -35,6 +35,54 @@ from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, enco
 from sbemu.partitions.store import PartitionStore, WriteBatch
 
 T0 = 1_767_225_600_000
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu() -> dict[str, float]:
+    """CPU seconds (user + system, reaped children included) of this process and its
+    descendants, by role: "driver" (this Python process), "jvm" (Spark's JVM: planning,
+    scheduling, Arrow transfer), "python workers" (Spark's Python workers and the data source
+    planner under the JVM: decoding and Parquet writing), "other"."""
+    procs: dict[int, tuple[int, str, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        procs[int(name)] = (int(fields[1]), comm, sum(int(x) for x in fields[11:15]) / _HZ)
+    me = os.getpid()
+    out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0, "other": 0.0}
+    for pid, (_ppid, comm, cpu) in procs.items():
+        chain, p = [], pid
+        while p in procs and p != me and len(chain) < 64:
+            chain.append(procs[p][1])
+            p = procs[p][0]
+        if p != me:
+            continue  # not ours
+        if pid == me:
+            role = "driver"
+        elif comm == "java":
+            role = "jvm"
+        elif "java" in chain:
+            role = "python workers"
+        else:
+            role = "other"
+        out[role] += cpu
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "benchns",
@@ -96,17 +144,29 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
     n = generate(data, events, partitions)
     print(f"generated {n:,} log records in {partitions} partition(s) "
           f"in {time.monotonic() - t:.1f}s ({work})", flush=True)
+    cpu0, load0 = process_cpu(), loadavg()
     result = report.run(spark, source="lmdb", path=data, out=out,
                         max_records_per_batch=per_batch,
                         log=lambda line: print(line, flush=True) if verbose else None)
+    cpu = cpu_delta(cpu0, process_cpu())
     assert result.total_events == n, (result.total_events, n)
     total = result.stream_seconds + result.tables_seconds
     times = result.batch_seconds
     print(f"report  {n:>12,} events in {total:7.1f}s = {n / total:>10,.0f} events/s end to end "
-          f"({result.batches} batches of <= {per_batch:,})")
+          f"({result.batches} batches of <= {per_batch:,}); load average {load0} -> {loadavg()}")
+    busy = sum(cpu.values())
+    split = ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in cpu.items() if v > 0.005)
+    print(f"cpu     {busy:.1f} CPU-s = {busy / n * 1e6:.1f} us/event ({split} us/event); "
+          f"{n / busy:,.0f} events per CPU-second")
     print(f"batch   first {times[0]:.2f}s, last {times[-1]:.2f}s (last/first "
           f"{times[-1] / times[0]:.2f}); median {statistics.median(times):.2f}s, "
           f"max {max(times):.2f}s")
+    if len(times) >= 4:
+        k = max(2, len(times) // 10)
+        head, tail = times[1 : 1 + k], times[-k:]
+        print(f"batch   after warm-up: first {k} median {statistics.median(head):.2f}s, "
+              f"last {k} median {statistics.median(tail):.2f}s "
+              f"(ratio {statistics.median(tail) / statistics.median(head):.2f})")
 
 
 def _start_server(work: str) -> tuple[subprocess.Popen[str], int]:

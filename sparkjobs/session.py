@@ -59,7 +59,8 @@ def build_session(
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``sbemu`` data source on a session (idempotent)."""
-    from sparkjobs.source import SbemuDataSource
+    """Register the ``sbemu`` and ``sbemu_event_files`` data sources on a session (idempotent)."""
+    from sparkjobs.source import SbemuDataSource, SbemuEventFilesSource
 
     spark.dataSource.register(SbemuDataSource)
+    spark.dataSource.register(SbemuEventFilesSource)

@@ -145,9 +145,18 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
     print(f"generated {n:,} log records in {partitions} partition(s) "
           f"in {time.monotonic() - t:.1f}s ({work})", flush=True)
     cpu0, load0 = process_cpu(), loadavg()
+    last = [cpu0]
+
+    def log(line: str) -> None:
+        if not verbose:
+            return
+        now = process_cpu()
+        spent = ", ".join(f"{k} {v:.2f}" for k, v in cpu_delta(last[0], now).items() if v > 0.005)
+        last[0] = now
+        print(f"{line}; CPU-s since the last line: {spent}", flush=True)
+
     result = report.run(spark, source="lmdb", path=data, out=out,
-                        max_records_per_batch=per_batch,
-                        log=lambda line: print(line, flush=True) if verbose else None)
+                        max_records_per_batch=per_batch, log=log)
     cpu = cpu_delta(cpu0, process_cpu())
     assert result.total_events == n, (result.total_events, n)
     total = result.stream_seconds + result.tables_seconds

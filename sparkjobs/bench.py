@@ -58,7 +58,8 @@ def process_cpu() -> dict[str, float]:
     me = os.getpid()
     out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0, "other": 0.0}
     for pid, (_ppid, comm, cpu) in procs.items():
-        chain, p = [], pid
+        chain: list[str] = []
+        p = pid
         while p in procs and p != me and len(chain) < 64:
             chain.append(procs[p][1])
             p = procs[p][0]

@@ -13,7 +13,9 @@
 2. Lag (`--lag-seconds` > 0): starts `sbemu serve`, sends `--rate` msg/s to queue.1 with a
    python-qpid-proton client (no SDK), runs the job with `--follow --interval 1`, and prints
    the lag from a message's send to the batch that puts it into `traffic_by_minute` (the
-   oldest message of each batch; median and max after a 15 s warm-up).
+   oldest message of each batch; median and max after a 15 s warm-up, and once Spark is warm:
+   from the third batch with events on, after the JVM/worker warm-up batch and the batch that
+   catches up with what was sent meanwhile).
 """
 
 from __future__ import annotations
@@ -250,7 +252,7 @@ def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
     Container(Sender()).run()
 
 
-def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
+def _lag(spark: Any, work: str, seconds: float, rate: int, verbose: bool = False) -> None:
     from sparkjobs import report
 
     proc, port = _start_server(work)
@@ -270,7 +272,8 @@ def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
     sender = threading.Thread(target=_proton_sender, args=(port, rate, seconds, sent_at, stop))
     job = threading.Thread(target=lambda: report.run(
         spark, source="lmdb", path=os.path.join(work, "lagdata"), out=os.path.join(work, "lagout"),
-        follow=True, interval_seconds=1.0, on_tables=on_tables, should_stop=stop.is_set))
+        follow=True, interval_seconds=1.0, on_tables=on_tables, should_stop=stop.is_set,
+        log=lambda line: print(f"{time.time() - t0:6.1f}s {line}", flush=True) if verbose else None))
     try:
         job.start()
         sender.start()
@@ -284,6 +287,16 @@ def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
         proc.terminate()
         proc.wait(30)
     warm = [lag for at, lag in lags if at > 15]
+    print(f"lag     load average {loadavg()}")
+    if verbose:
+        print("lag     per batch (s since start, lag s): "
+              + ", ".join(f"({at:.1f}, {lag:.2f})" for at, lag in lags))
+    steady = [lag for _at, lag in lags[2:]]  # after the warm-up batch and the catch-up one
+    if steady:
+        print(f"lag     once Spark is warm (from the third batch with events on): median "
+              f"{statistics.median(steady):.2f}s, p90 "
+              f"{sorted(steady)[int(0.9 * (len(steady) - 1))]:.2f}s, max {max(steady):.2f}s "
+              f"({len(steady)} batches)")
     print(f"lag     {len(sent_at):,} messages at {len(sent_at) / seconds:,.0f} msg/s for "
           f"{seconds:.0f}s; {seen[0]:,} in traffic_by_minute; lag to traffic_by_minute after "
           f"warm-up: median {statistics.median(warm):.2f}s, max {max(warm):.2f}s "
@@ -316,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             _throughput(spark, work, args.events, args.partitions, args.max_records_per_batch,
                         args.verbose)
         if args.lag_seconds > 0:
-            _lag(spark, work, args.lag_seconds, args.rate)
+            _lag(spark, work, args.lag_seconds, args.rate, args.verbose)
     finally:
         spark.stop()
         if not args.keep:

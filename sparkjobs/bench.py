@@ -13,7 +13,9 @@
 2. Lag (`--lag-seconds` > 0): starts `sbemu serve`, sends `--rate` msg/s to queue.1 with a
    python-qpid-proton client (no SDK), runs the job with `--follow --interval 1`, and prints
    the lag from a message's send to the batch that puts it into `traffic_by_minute` (the
-   oldest message of each batch; median and max after a 15 s warm-up).
+   oldest message of each batch; median and max after a 15 s warm-up, and once Spark is warm:
+   from the third batch with events on, after the JVM/worker warm-up batch and the batch that
+   catches up with what was sent meanwhile).
 """
 
 from __future__ import annotations
@@ -35,6 +37,55 @@ from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, enco
 from sbemu.partitions.store import PartitionStore, WriteBatch
 
 T0 = 1_767_225_600_000
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu() -> dict[str, float]:
+    """CPU seconds (user + system, reaped children included) of this process and its
+    descendants, by role: "driver" (this Python process), "jvm" (Spark's JVM: planning,
+    scheduling, Arrow transfer), "python workers" (Spark's Python workers and the data source
+    planner under the JVM: decoding and Parquet writing), "other"."""
+    procs: dict[int, tuple[int, str, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        procs[int(name)] = (int(fields[1]), comm, sum(int(x) for x in fields[11:15]) / _HZ)
+    me = os.getpid()
+    out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0, "other": 0.0}
+    for pid, (_ppid, comm, cpu) in procs.items():
+        chain: list[str] = []
+        p = pid
+        while p in procs and p != me and len(chain) < 64:
+            chain.append(procs[p][1])
+            p = procs[p][0]
+        if p != me:
+            continue  # not ours
+        if pid == me:
+            role = "driver"
+        elif comm == "java":
+            role = "jvm"
+        elif "java" in chain:
+            role = "python workers"
+        else:
+            role = "other"
+        out[role] += cpu
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "benchns",
@@ -96,17 +147,38 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
     n = generate(data, events, partitions)
     print(f"generated {n:,} log records in {partitions} partition(s) "
           f"in {time.monotonic() - t:.1f}s ({work})", flush=True)
+    cpu0, load0 = process_cpu(), loadavg()
+    last = [cpu0]
+
+    def log(line: str) -> None:
+        if not verbose:
+            return
+        now = process_cpu()
+        spent = ", ".join(f"{k} {v:.2f}" for k, v in cpu_delta(last[0], now).items() if v > 0.005)
+        last[0] = now
+        print(f"{line}; CPU-s since the last line: {spent}", flush=True)
+
     result = report.run(spark, source="lmdb", path=data, out=out,
-                        max_records_per_batch=per_batch,
-                        log=lambda line: print(line, flush=True) if verbose else None)
+                        max_records_per_batch=per_batch, log=log)
+    cpu = cpu_delta(cpu0, process_cpu())
     assert result.total_events == n, (result.total_events, n)
     total = result.stream_seconds + result.tables_seconds
     times = result.batch_seconds
     print(f"report  {n:>12,} events in {total:7.1f}s = {n / total:>10,.0f} events/s end to end "
-          f"({result.batches} batches of <= {per_batch:,})")
+          f"({result.batches} batches of <= {per_batch:,}); load average {load0} -> {loadavg()}")
+    busy = sum(cpu.values())
+    split = ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in cpu.items() if v > 0.005)
+    print(f"cpu     {busy:.1f} CPU-s = {busy / n * 1e6:.1f} us/event ({split} us/event); "
+          f"{n / busy:,.0f} events per CPU-second")
     print(f"batch   first {times[0]:.2f}s, last {times[-1]:.2f}s (last/first "
           f"{times[-1] / times[0]:.2f}); median {statistics.median(times):.2f}s, "
           f"max {max(times):.2f}s")
+    if len(times) >= 4:
+        k = max(2, len(times) // 10)
+        head, tail = times[1 : 1 + k], times[-k:]
+        print(f"batch   after warm-up: first {k} median {statistics.median(head):.2f}s, "
+              f"last {k} median {statistics.median(tail):.2f}s "
+              f"(ratio {statistics.median(tail) / statistics.median(head):.2f})")
 
 
 def _start_server(work: str) -> tuple[subprocess.Popen[str], int]:
@@ -180,7 +252,7 @@ def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
     Container(Sender()).run()
 
 
-def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
+def _lag(spark: Any, work: str, seconds: float, rate: int, verbose: bool = False) -> None:
     from sparkjobs import report
 
     proc, port = _start_server(work)
@@ -200,7 +272,8 @@ def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
     sender = threading.Thread(target=_proton_sender, args=(port, rate, seconds, sent_at, stop))
     job = threading.Thread(target=lambda: report.run(
         spark, source="lmdb", path=os.path.join(work, "lagdata"), out=os.path.join(work, "lagout"),
-        follow=True, interval_seconds=1.0, on_tables=on_tables, should_stop=stop.is_set))
+        follow=True, interval_seconds=1.0, on_tables=on_tables, should_stop=stop.is_set,
+        log=lambda line: print(f"{time.time() - t0:6.1f}s {line}", flush=True) if verbose else None))
     try:
         job.start()
         sender.start()
@@ -214,6 +287,16 @@ def _lag(spark: Any, work: str, seconds: float, rate: int) -> None:
         proc.terminate()
         proc.wait(30)
     warm = [lag for at, lag in lags if at > 15]
+    print(f"lag     load average {loadavg()}")
+    if verbose:
+        print("lag     per batch (s since start, lag s): "
+              + ", ".join(f"({at:.1f}, {lag:.2f})" for at, lag in lags))
+    steady = [lag for _at, lag in lags[2:]]  # after the warm-up batch and the catch-up one
+    if steady:
+        print(f"lag     once Spark is warm (from the third batch with events on): median "
+              f"{statistics.median(steady):.2f}s, p90 "
+              f"{sorted(steady)[int(0.9 * (len(steady) - 1))]:.2f}s, max {max(steady):.2f}s "
+              f"({len(steady)} batches)")
     print(f"lag     {len(sent_at):,} messages at {len(sent_at) / seconds:,.0f} msg/s for "
           f"{seconds:.0f}s; {seen[0]:,} in traffic_by_minute; lag to traffic_by_minute after "
           f"warm-up: median {statistics.median(warm):.2f}s, max {max(warm):.2f}s "
@@ -246,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             _throughput(spark, work, args.events, args.partitions, args.max_records_per_batch,
                         args.verbose)
         if args.lag_seconds > 0:
-            _lag(spark, work, args.lag_seconds, args.rate)
+            _lag(spark, work, args.lag_seconds, args.rate, args.verbose)
     finally:
         spark.stop()
         if not args.keep:

@@ -1,7 +1,9 @@
 """The job behind ``sbemu report``: partition logs -> Parquet reporting tables, incrementally.
 
 Layout of OUT:
-    events/batch-<id>/       raw events (Parquet), one directory per micro-batch
+    events/<ns>/<entity>/partition-NN/<first>-<last>.parquet
+                             raw events (Parquet), one file per log range a task read
+                             (LMDB source); events/batch-<id>/ per micro-batch (segments)
     traffic_by_minute/, deadletter_reasons/, latency/, partition_skew/, sessions/
                              aggregate tables (Parquet), partitioned by namespace/entity(/date);
                              see sbemu.reporttables
@@ -10,19 +12,23 @@ Layout of OUT:
     _checkpoints/events/     the streaming checkpoint (offsets, commits)
     _checkpoints/source.json which source this OUT was built from (never mixed)
 
-Each micro-batch (``foreachBatch``) writes its events with Spark, reduces only them (its own
-Parquet files, in the driver, with Arrow) to small deltas, and merges those into the files
-they touch (sbemu.reporttables), so a batch costs what its events cost, whatever the history. All events count, however late they arrive
+Each micro-batch (``foreachBatch``) has its events written (LMDB source: by the tasks that
+decode them, with pyarrow, format ``sbemu_event_files``, so they never cross the JVM;
+segments: by Spark), reduces only them (its own Parquet files, in the driver, with Arrow) to
+small deltas, and merges those into the files they touch (sbemu.reporttables), so a batch
+costs what its events cost, whatever the history. All events count, however late they arrive
 (there is no watermark: a late event's minute file is simply rewritten).
 
 Exactly once across kill -9: Spark logs a batch's offsets before running it and re-runs an
-unfinished batch with the same id and the same offsets. The batch's events directory appears
-by rename once complete (a re-run finds it and keeps it), and every table file records the
-last batch merged into it, so a re-run merges each delta at most once.
+unfinished batch with the same id and the same offsets. The batch's events files (named by
+their log range) or directory appear by rename once complete (a re-run finds them and keeps
+them), and every table file records the last batch merged into it, so a re-run merges each
+delta at most once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +52,7 @@ from pyspark.sql.types import (
 )
 
 from sbemu.atomicfile import atomic_write
+from sbemu.logevents import event_arrow_schema
 from sbemu.partitions import logreader, retention
 from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
@@ -102,14 +109,20 @@ def events_stream(
     max_records_per_batch: int | None = None,
     max_files_per_batch: int | None = None,
     reader_name: str | None = None,
+    events_dir: str | None = None,
 ) -> DataFrame:
     """The event stream of a data directory (LMDB logs) or of an export directory (segments).
 
     `reader_name` (LMDB): register committed offsets under it, so retention keeps what this
-    stream has not read yet (sbemu.partitions.retention).
+    stream has not read yet (sbemu.partitions.retention). `events_dir` (LMDB): the tasks
+    write the events into Parquet files there themselves and the stream's rows name those
+    files (format ``sbemu_event_files``, EVENT_FILES_SCHEMA) instead of carrying the events.
     """
     if source == "lmdb":
-        reader = spark.readStream.format("sbemu").option("path", path)
+        fmt = "sbemu_event_files" if events_dir else "sbemu"
+        reader = spark.readStream.format(fmt).option("path", path)
+        if events_dir:
+            reader = reader.option("eventsDir", events_dir)
         if reader_name:
             reader = reader.option("readerName", reader_name)
         if max_records_per_batch:
@@ -143,13 +156,21 @@ def _check_marker(paths: OutPaths, source: str, path: str) -> None:
 
 
 def read_events(spark: SparkSession, out: str) -> DataFrame:
-    """The committed rows of OUT/events (every batch directory that appeared by rename)."""
+    """The committed rows of OUT/events: every file that appeared by rename (hidden temp
+    files and staging directories are skipped), at any depth: ``events/<ns>/<entity>/
+    partition-NN/<first>-<last>.parquet`` (LMDB source) or ``events/batch-<id>/``
+    (segments)."""
     paths = OutPaths(out)
-    if not os.path.isdir(paths.events) or not any(
-        n.startswith("batch-") for n in os.listdir(paths.events)
+    if not any(
+        f.endswith(".parquet") and not f.startswith((".", "_"))
+        for d, _s, files in os.walk(paths.events)
+        if "/." not in d[len(paths.events):]
+        for f in files
     ):
         return spark.createDataFrame([], EVENTS_SCHEMA)
-    return spark.read.schema(EVENTS_SCHEMA).parquet(os.path.join(paths.events, "batch-*"))
+    return (
+        spark.read.schema(EVENTS_SCHEMA).option("recursiveFileLookup", "true").parquet(paths.events)
+    )
 
 
 _SPARK_TYPES = {
@@ -198,15 +219,23 @@ def process_batch(
     phases = phases if phases is not None else {}
     t0 = time.monotonic()
     paths = OutPaths(out)
-    final = paths.batch_events(batch_id)
-    if not os.path.isdir(final):  # a re-run of a batch whose events are in place keeps them
-        staged = os.path.join(paths.events, f".staging-{batch_id}-{uuid.uuid4().hex}")
-        df.write.mode("error").parquet(staged)
-        os.replace(staged, final)
-    t1 = time.monotonic()
-    # The batch's events are small (maxRecordsPerBatch): the driver reduces them to deltas
-    # with Arrow (C++, columns it needs only) faster than a Spark job could be scheduled.
-    events = pq.read_table(final, columns=list(DELTA_COLUMNS))
+    if "file" in df.columns:  # sbemu_event_files: the tasks wrote the events themselves
+        files = sorted(str(r["file"]) for r in df.collect() if r["events"])
+        if files:
+            events = pq.read_table(files, columns=list(DELTA_COLUMNS))
+        else:
+            events = event_arrow_schema().empty_table().select(list(DELTA_COLUMNS))
+        t1 = time.monotonic()
+    else:
+        final = paths.batch_events(batch_id)
+        if not os.path.isdir(final):  # a re-run of a batch whose events are in place keeps them
+            staged = os.path.join(paths.events, f".staging-{batch_id}-{uuid.uuid4().hex}")
+            df.write.mode("error").parquet(staged)
+            os.replace(staged, final)
+        t1 = time.monotonic()
+        # The batch's events are small (maxRecordsPerBatch): the driver reduces them to deltas
+        # with Arrow (C++, columns it needs only) faster than a Spark job could be scheduled.
+        events = pq.read_table(final, columns=list(DELTA_COLUMNS))
     store = TableStore(out)
     deltas = batch_deltas(events, store.partition_state(batch_id))
     n = sum(r["events"] for r in deltas["partitions"])
@@ -226,11 +255,16 @@ def process_batch(
 
 
 def _clean_staging(paths: OutPaths) -> None:
-    """Remove what a killed run left half-written (hidden, never read)."""
-    if os.path.isdir(paths.events):
-        for name in os.listdir(paths.events):
-            if name.startswith(".staging-"):
-                shutil.rmtree(os.path.join(paths.events, name), ignore_errors=True)
+    """Remove what a killed run left half-written (hidden, never read): staging directories
+    and the temp files of event files."""
+    for dirpath, dirs, files in os.walk(paths.events):
+        for name in [d for d in dirs if d.startswith(".staging-")]:
+            shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
+            dirs.remove(name)
+        for name in files:
+            if name.startswith(".") and name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dirpath, name))
 
 
 def run(
@@ -269,14 +303,16 @@ def run(
         max_records_per_batch=max_records_per_batch,
         max_files_per_batch=max_files_per_batch,
         reader_name=retention.reader_name("report", out),
+        events_dir=paths.events if source == "lmdb" else None,
     )
     result = RunResult()
     timings: dict[int, tuple[float, dict[str, float]]] = {}
+    counts: dict[int, int] = {}  # events per batch (a row of sbemu_event_files is a file)
 
     def each_batch(df: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
         phases: dict[str, float] = {}
-        process_batch(spark, df, batch_id, out, path, phases)
+        counts[batch_id] = process_batch(spark, df, batch_id, out, path, phases)
         timings[batch_id] = (time.monotonic() - t0, phases)
 
     writer = (
@@ -298,7 +334,7 @@ def run(
             if batch_id in seen:
                 continue
             seen.add(batch_id)
-            rows = int(p.numInputRows or 0)
+            rows = counts.get(batch_id, int(p.numInputRows or 0))
             if rows == 0 and follow:
                 continue
             result.batches += 1

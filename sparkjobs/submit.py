@@ -7,7 +7,8 @@
 On a cluster the executors cannot read LMDB on the broker host, so the usual source is the
 segment files that `sbemu export-logs --to /shared/sbemu-segments --follow` writes beside the
 broker; `--data-dir` (the LMDB source) works where every executor sees the data directory
-(then sbemu, lmdb and msgpack must be installed on the executors). The master comes from
+(then sbemu, lmdb, msgpack and pyarrow must be installed on the executors, and they write the
+`events` files into --out themselves, so --out must be shared with them). The master comes from
 spark-submit. The driver (this process) merges the tables with local renames, so `--out` must
 be a path it can write (shared storage, the same path everywhere).
 """

@@ -42,7 +42,8 @@ from .partitions.subscriptions import RuleDefinitionError, RuleSource, Subscript
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.limits import Limits
 from .protocol.listener import AmqpProtocol
-from .protocol.views import encode_property, encode_symbol, view_of_record
+from .protocol.messages import view_of_record
+from .protocol.views import encode_property, encode_symbol
 
 if TYPE_CHECKING:
     from .admin.dashboard import Dashboard

@@ -13,6 +13,7 @@ def test_kill9_under_load_keeps_every_promise(tmp_path):
     r = run(tmp_path / "crash", KILLS, seed=7)
     assert r["kills"] == KILLS
     assert r["acked"] > 0 and r["completed"] > 0
+    assert r["ops"].get("tx committed", 0) > 0 and r["forwarded_acked"] > 0  # both exercised
     assert r["problems"] == [], r["problems"][:20]
     assert r["tracebacks"] == []
 

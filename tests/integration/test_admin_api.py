@@ -31,8 +31,8 @@ from azure.servicebus.management import (
     SqlRuleFilter,
 )
 
-from sbemu.protocol.cbs import make_sas_token
 from sbemu.pytest_plugin import EntityFactory, SbemuServer, start_server, stop_server
+from sbemu.sas import make_sas_token
 
 NS = "sbemulatorns"
 

@@ -399,18 +399,15 @@ class Bystander:
         self.sender.__exit__(*exc)
 
     def roundtrip(self, tag: str) -> None:
-        t0 = time.monotonic()
         self.sender.send_messages(ServiceBusMessage(tag))
         got = receive_n(self.receiver, 1, timeout=10)
-        assert [body_text(m) for m in got] == [tag]
-        assert time.monotonic() - t0 < 5, "the bystander queue was served slowly"
+        assert [body_text(m) for m in got] == [tag], "the bystander queue was not served"
 
 
 def test_full_store_plain_and_partitioned(server):
     """Plain queue: quota-exceeded once its one store is full. Partitioned queue: key-less sends
     fail over to partitions with room (P8) until every partition is full, then quota-exceeded.
     Completing messages makes room again; other entities are served throughout."""
-    t_start = time.monotonic()
     with client_for(server, retry_total=0) as client, Bystander(client) as bystander:
         bystander.roundtrip("before")
         # -- plain queue, one 1 MB store
@@ -466,5 +463,3 @@ def test_full_store_plain_and_partitioned(server):
         assert drain(client, "full-pq") == PARTITIONS + 1
         assert drain(client, "full-q") == 1
         bystander.roundtrip("after")
-    elapsed = time.monotonic() - t_start
-    assert elapsed < 60, f"store-full test took {elapsed:.1f}s"

@@ -23,8 +23,8 @@ from sbemu.config import default_config
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
 from sbemu.protocol import codec
-from sbemu.protocol.cbs import make_sas_token
 from sbemu.protocol.connection import AmqpConnection, Services
+from sbemu.sas import make_sas_token
 from sbemu.server import namespace_info, queue_spec
 
 NAMESPACE = "sbemulatorns"

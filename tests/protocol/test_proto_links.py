@@ -787,3 +787,59 @@ def test_cbs_reply_waits_for_credit(anon):
     assert len(got) == 1
     reply = _decode(got[0][1])
     assert reply.correlation_id == "held-1" and reply.properties["status-code"] == 202
+
+
+# ------------------------------------------------------------------ link lifecycle (links.py)
+
+
+def _attach_replies(pair: EnginePair, name: str, since: int = 0):
+    return [f for f in pair.frames_since(since) if f.code == 0x12 and f.field(0) == name]
+
+
+def _granted_session(attach) -> str:
+    return {str(k): v for k, v in (attach.field(5).value[7] or {}).items()}[
+        "com.microsoft:session-filter"
+    ]
+
+
+def test_session_waiter_attached_when_a_session_arrives(spair):
+    # WAITING -> ATTACHED: no session yet, so the attach is not answered until one arrives.
+    rcv = _session_receiver(spair, None, "waits-then-served")
+    assert _attach_replies(spair, "waits-then-served") == []
+    snd = spair.sender("queue.session")
+    spair.send(snd, Message(id="w-1", body=b"x", group_id="sess-w"))
+    (reply,) = _attach_replies(spair, "waits-then-served")
+    assert _granted_session(reply) == "sess-w"
+    rcv.flow(5)
+    spair.pump()
+    assert [_decode(raw).group_id for _, raw in spair.take(rcv)] == ["sess-w"]
+
+
+def test_session_waiter_detached_before_a_session_arrives(spair):
+    # WAITING -> DETACHED: a waiter the peer gave up on must not take the next session.
+    gone = _session_receiver(spair, None, "gives-up")
+    gone.close()
+    spair.pump()
+    snd = spair.sender("queue.session")
+    spair.send(snd, Message(id="d-1", body=b"x", group_id="sess-d"))
+    for reply in _attach_replies(spair, "gives-up"):  # proton's attach before its detach
+        source = reply.field(5)
+        assert source is None or not (source.value[7:8] and source.value[7])  # no session
+    _session_receiver(spair, None, "next")
+    (reply,) = _attach_replies(spair, "next")
+    assert _granted_session(reply) == "sess-d"
+
+
+def test_detached_session_receiver_releases_its_session(spair):
+    # ATTACHED -> DETACHED: the session handle is released, so the session is free at once.
+    snd = spair.sender("queue.session")
+    spair.send(snd, Message(id="r-1", body=b"x", group_id="sess-r"))
+    first = _session_receiver(spair, "sess-r", "holder")
+    assert first.remote_condition is None
+    first.close()
+    spair.pump()
+    mark = spair.mark()
+    second = _session_receiver(spair, "sess-r", "after")
+    assert second.remote_condition is None
+    (reply,) = _attach_replies(spair, "after", mark)
+    assert _granted_session(reply) == "sess-r"

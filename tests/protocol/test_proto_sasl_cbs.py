@@ -31,7 +31,7 @@ from amqp_harness import (
 )
 from proton import Data, Delivery, Message, Terminus, ulong
 
-from sbemu.protocol.cbs import make_sas_token
+from sbemu.sas import make_sas_token
 
 ENTITY = "queue.1"
 AUDIENCE = f"sb://localhost/{ENTITY}"
@@ -370,3 +370,25 @@ def test_cbs_links_with_null_terminus_accepted(anon):
     )
     assert reply.correlation_id == "js-1"
     assert reply.properties["status-code"] == 202
+
+
+def test_token_identity_and_watch_end_with_the_token(anon):
+    # cbs.Grants: the dashboard lists the live token's key name and the links it authorised;
+    # once the token expires unrenewed the link is detached and the identity is gone.
+    reply, _ = anon.put_token(sas_token(ENTITY, now=anon.now, ttl=60), AUDIENCE)
+    assert reply.properties["status-code"] == 202
+    snd = anon.sender(ENTITY, source="watched-sender")
+    assert snd.remote_condition is None
+    picture = anon.server.describe()
+    assert picture["identities"] == ["RootManageSharedAccessKey"]
+    assert [link["kind"] for link in picture["links"] if link["address"] == ENTITY] == ["SendLink"]
+    deadline = anon.server.next_deadline()
+    assert deadline is not None and deadline <= anon.now + 61  # woken for the token's expiry
+    anon.advance(61)
+    anon.server.handle_timer(anon.now)  # what the adapter does at next_deadline()
+    anon.pump()
+    assert snd.remote_condition is not None
+    assert snd.remote_condition.name == "amqp:unauthorized-access"
+    picture = anon.server.describe()
+    assert picture["identities"] == []
+    assert not [link for link in picture["links"] if link["address"] == ENTITY]

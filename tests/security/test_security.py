@@ -11,7 +11,7 @@ from hardening.common import KEY, KEY_NAME, Server, make_config, queue_def
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
-from sbemu.protocol.cbs import make_sas_token
+from sbemu.sas import make_sas_token
 
 POLICIES = [
     {"KeyName": KEY_NAME, "Key": KEY, "Rights": ["Manage", "Send", "Listen"]},

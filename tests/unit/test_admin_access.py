@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from sbemu.admin.access import COOKIE_NAME, Access, Principal, cookies, is_loopback
-from sbemu.protocol.cbs import make_sas_token
+from sbemu.sas import make_sas_token
 
 KEYS = {"RootManageSharedAccessKey": "SAS_KEY_VALUE"}
 NOW = 1_700_000_000.0

@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from sbemu.protocol.cbs import (
+from sbemu.sas import (
     SasGrant,
     TokenError,
     covers,

@@ -27,7 +27,7 @@ from sbemu.protocol.codec import (
     skip,
 )
 from sbemu.protocol.sections import (
-    BROKER_ANNOTATIONS,
+    SERVICE_ANNOTATIONS,
     ScannedMessage,
     SectionError,
     assign_message_id,
@@ -256,7 +256,7 @@ def test_scheduled_enqueue_time_timestamp_or_long():
 
 
 def test_via_partition_key_and_all_broker_keys_stripped():
-    pairs = [(enc_symbol(k), enc_long(1)) for k in sorted(BROKER_ANNOTATIONS)]
+    pairs = [(enc_symbol(k), enc_long(1)) for k in sorted(SERVICE_ANNOTATIONS)]
     pairs.insert(3, (enc_symbol("x-opt-via-partition-key"), enc_string("via")))
     pairs.append((enc_symbol("a" * 300), enc_string("sym32 key")))  # sym32 key path
     pairs.append((enc_ulong(7), enc_string("ulong key")))  # ulong keys are legal too
@@ -265,9 +265,9 @@ def test_via_partition_key_and_all_broker_keys_stripped():
     assert s.via_partition_key == "via"
     assert s.annotation_count == 3
     assert s.annotations == b"".join(
-        k + v for k, v in pairs if not (k[0] == 0xA3 and k[2:].decode() in BROKER_ANNOTATIONS)
+        k + v for k, v in pairs if not (k[0] == 0xA3 and k[2:].decode() in SERVICE_ANNOTATIONS)
     )
-    assert len(BROKER_ANNOTATIONS) == 8
+    assert len(SERVICE_ANNOTATIONS) == 8
 
 
 def test_delivery_annotations_dropped():

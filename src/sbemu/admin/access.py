@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..protocol.cbs import SAS_PREFIX, TokenError, verify_sas_token
+from ..sas import SAS_PREFIX, TokenError, verify_sas_token
 
 COOKIE_NAME = "sbemu_session"
 CSRF_HEADER = "x-csrf-token"

@@ -32,7 +32,7 @@ from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.router import Entity
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
-from ..protocol.cbs import TokenError, covers, normalize_entity_path, verify_sas_token
+from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token
 from .http import HttpRoutes, Request, Response, json_response
 from .management import Management
 

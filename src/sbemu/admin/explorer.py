@@ -27,7 +27,7 @@ from ..partitions.broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
 from ..partitions.records import MessageRecord, MessageState
 from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntityView
 from ..protocol import sections
-from ..protocol.connection import _to_incoming, encode_delivery, encode_record
+from ..protocol.messages import encode_delivery, encode_record, to_incoming
 
 MAX_PEEK = 100  # messages per explorer page
 SCAN_LIMIT = 5_000  # records looked at per page when filtering by state
@@ -284,7 +284,7 @@ def send_bytes(
         scanned = sections.scan_message(data)
     except sections.SectionError as exc:
         raise ArgumentError(f"The message could not be encoded: {exc}") from exc
-    incoming = _to_incoming(scanned, entity.subscriptions is not None)
+    incoming = to_incoming(scanned, entity.subscriptions is not None)
     return entity.send([incoming], now_ms, done)
 
 

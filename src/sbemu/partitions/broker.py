@@ -50,6 +50,7 @@ from .records import (
 from .stats import PartitionStats
 from .store import (
     PartitionStore,
+    StoreError,
     StoreFull,
     WriteBatch,
     deadline_key,
@@ -60,6 +61,8 @@ DLQ_SUFFIX = "/$deadletterqueue"
 MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
 TTL_EXPIRED_REASON = "TTLExpiredException"
 SEQUENCE_BITS = 48
+FAULT_RETRY_MS = 1_000  # first wait before reopening a store after an I/O fault (then doubled)
+FAULT_RETRY_MAX_MS = 30_000  # longest wait between two reopen attempts
 # A topic partition keeps scheduled messages here, not yet copied to any subscription: they
 # are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
 SCHEDULED_QUEUE = "$scheduled"
@@ -176,6 +179,11 @@ class SubQueue:
         self.counts = [0, 0, 0]  # by MessageState: active, deferred, scheduled
         self.bytes = 0  # encoded size of the stored messages (Azure's SizeInBytes)
 
+    def clear(self) -> None:
+        """Forget the index (read-ahead, ready lines, locks, sessions, counts): the partition
+        reloads it from the store."""
+        self.__init__(self.name, self.settings)  # type: ignore[misc]
+
     def session(self, session_id: str) -> SessionState:
         """The session's state, created on first use."""
         sess = self.sessions.get(session_id)
@@ -286,11 +294,25 @@ class PartitionBroker:
         # A topic partition: where a due scheduled message goes (the subscriptions' routes).
         self.fan_out: Callable[[MessageRecord], list[Route]] | None = None
         # healthy: False while taken offline or after a store I/O fault (no sends, no receives:
-        # its messages wait, neither lost nor delivered). accepting: False once the store is
-        # full (no new messages; receivers still drain it) until a commit frees space.
+        # its messages wait, neither lost nor delivered). accepting (a property): False while
+        # the stored messages fill the quota (no new messages; receivers still drain it).
         self.healthy = True
-        self.accepting = True
         self.unhealthy_reason: str | None = None
+        # MaxSizeInMegabytes of this partition in bytes (0: no quota), enforced on the stored
+        # byte counts (stored_bytes: every sub-queue, DLQ and scheduled included, uncommitted
+        # sends too) before anything is stored, so the store's map never fills at the quota.
+        self.max_bytes = 0
+        self.stored_bytes = 0
+        # stored_bytes when a send was last refused for the quota: the partition counts as full
+        # (not accepting) until messages are removed, then sends are tried again
+        self._full_at: int | None = None
+        self._epoch = 0  # counts reloads from the store (_reload)
+        # A store I/O fault: the partition reopens its store by itself (recover(now_ms)) from
+        # fault_retry_at_ms on, waiting twice as long after each failed attempt.
+        self.store_fault = False
+        self.held_offline = False  # taken offline by the operator: recover() waits for online
+        self.fault_retry_at_ms: int | None = None
+        self._fault_backoff_ms = FAULT_RETRY_MS
 
     # ---------------------------------------------------------------- load
     def load(self) -> None:
@@ -308,6 +330,9 @@ class PartitionBroker:
         for name, sq in self.queues.items():
             sq.counts = [meta.get(f"n:{name}:{k}", 0) for k in "ads"]
             sq.bytes = meta.get(f"n:{name}:b", 0)
+        self.stored_bytes = sum(max(sq.bytes, 0) for sq in self.queues.values())
+        self._full_at = None
+        for sq in self.queues.values():
             if sq.settings.requires_session:
                 self._load_sessions(sq)
         for name, states in store.load_session_states().items():
@@ -468,6 +493,9 @@ class PartitionBroker:
         next commit."""
         sq.counts[state] += delta
         sq.bytes += nbytes
+        self.stored_bytes += nbytes
+        if self._full_at is not None and self.stored_bytes < self._full_at:
+            self._full_at = None  # messages were removed: there may be room again
         self._counts_dirty.add(sq)
 
     @staticmethod
@@ -662,47 +690,158 @@ class PartitionBroker:
                 if sq is not None and not sq.settings.requires_session:
                     sq.more = True
 
+    @property
+    def accepting(self) -> bool:
+        """Whether new messages may fit: the stored bytes are below MaxSizeInMegabytes and no
+        send was refused for the quota since messages were last removed."""
+        return self.max_bytes <= 0 or (
+            self.stored_bytes < self.max_bytes and self._full_at is None
+        )
+
+    def quota_error(self, incoming: int) -> QuotaExceeded | None:
+        """Azure's quota error if `incoming` more bytes do not fit (None: they fit)."""
+        if self.max_bytes <= 0 or self.stored_bytes + incoming <= self.max_bytes:
+            return None
+        where = f"'{self.entity}'" + (f" partition {self.partition_id}" if self.partitioned else "")
+        return QuotaExceeded(
+            f"The maximum entity size has been reached or exceeded for {where}. Size of entity "
+            f"in bytes:{self.stored_bytes}, Max entity size in bytes:{self.max_bytes}. "
+            "Receive or delete messages to make room; sends are accepted again as soon as "
+            "they fit."
+        )
+
+    def refuse_over_quota(self, incoming: int) -> QuotaExceeded | None:
+        """quota_error(), and if there is no room the partition counts as full (accepting is
+        False) until messages are removed."""
+        error = self.quota_error(incoming)
+        if error is not None:
+            self._full_at = self.stored_bytes
+        return error
+
     def commit_done(
         self, callbacks: list[Done], error: BaseException | None, batch: WriteBatch | None = None
     ) -> None:
         """Run the completions of a committed (or failed) batch, in order.
 
-        A store fault marks the partition: full stops new messages, an I/O fault takes it out
-        of service; completions see the error the SDKs map (quota, or server-busy: retried).
+        A failed commit leaves the store as it was before the batch, so the partition forgets
+        every change not yet committed (the failed batch and the one gathered meanwhile, both
+        answered with the error) and reads its state back from the store: held locks end
+        (settling them fails with lock-lost; the messages are delivered again), nothing
+        acknowledged is touched. A full LMDB map is grown at once (the partition stays in
+        service; the completions get server-busy, which the SDKs retry); an I/O fault takes
+        the partition out of service until recover() reopens the store.
         """
-        failure: Exception | None = None
         self._landed(error is None)
-        if batch is None or batch.deadlines or error is not None:
-            self._refresh_deadline()
-        if error is not None:
-            failure = self.store_failed(error)
-        elif not self.accepting and batch is not None and any(op[0] == 1 for op in batch.ops):
-            self.accepting = True  # messages were removed: there is room again
-        for cb in callbacks:
+        if error is None:
+            if batch is None or batch.deadlines:
+                self._refresh_deadline()
+            for cb in callbacks:
+                cb(None)
+            return
+        pending = self._forget_pending()
+        failure = self.store_failed(error)
+        for cb in callbacks + pending:
             cb(failure)
 
     def store_failed(self, error: BaseException) -> ServiceBusError:
-        """Record a store fault on this partition; returns the error to report."""
+        """Record a store fault on this partition (no commit may be in flight); returns the
+        error to report. A full map grows and the partition reloads from its store; any other
+        fault (or a map that cannot grow) takes the partition out of service."""
         where = f"partition {self.partition_id} of '{self.entity}'"
-        if isinstance(error, StoreFull):
-            self.accepting = False
-            return QuotaExceeded(
-                f"The store of {where} is full (MaxSizeInMegabytes reached); the message was "
-                "not stored."
-            )
+        if isinstance(error, StoreFull) and not self._taken_gens and self.store.grow():
+            try:
+                self._reload()
+            except StoreError as exc:
+                error = exc
+            else:
+                return ServerBusy(
+                    f"The store of {where} was full and has grown to {self.store.map_size} "
+                    "bytes; the operation can be retried."
+                )
         self.healthy = False
+        self.store_fault = True
+        self.fault_retry_at_ms = None  # the next recover(now_ms) schedules the first retry
         self.unhealthy_reason = f"store fault: {error}"
         return ServerBusy(f"The store of {where} is unavailable: {error}")
 
+    def recover(self, now_ms: int) -> bool:
+        """After a store fault: reopen the store and reload the partition once the retry time
+        has come (backing off while the fault lasts). No commit may be in flight; the
+        router's timer calls it for unhealthy partitions. True: back in service."""
+        if not self.store_fault or self.held_offline or self._taken_gens:
+            return False  # (a batch still in flight must land before the store is reopened)
+        if self.fault_retry_at_ms is None:
+            self.fault_retry_at_ms = now_ms + self._fault_backoff_ms
+            return False
+        if now_ms < self.fault_retry_at_ms:
+            return False
+        try:
+            self.store.reopen()
+            self._reload()
+        except StoreError as exc:
+            self._fault_backoff_ms = min(self._fault_backoff_ms * 2, FAULT_RETRY_MAX_MS)
+            self.fault_retry_at_ms = now_ms + self._fault_backoff_ms
+            self.unhealthy_reason = f"store fault: {exc}"
+            return False
+        self.store_fault = False
+        self.fault_retry_at_ms = None
+        self._fault_backoff_ms = FAULT_RETRY_MS
+        self.set_online(True)
+        return True
+
+    def _forget_pending(self) -> list[Done]:
+        """Drop the writes gathered since the last taken batch; returns their completions."""
+        pending = self._callbacks
+        self._batch, self._callbacks = WriteBatch(), []
+        self._counts_dirty.clear()
+        return pending
+
+    def _reload(self) -> None:
+        """Forget every uncommitted change, lock and read-ahead and load the partition's
+        state from the store again (as a restart of this partition would); the held session
+        locks are reported lost. Raises StoreError if the store cannot be read."""
+        lost = [
+            sess.lock for sq in self.queues.values() for sess in sq.sessions.values()
+            if sess.lock is not None
+        ]  # fmt: skip
+        self._epoch += 1
+        for cb in self._forget_pending():  # (none when a failed commit led here)
+            cb(ServerBusy(f"Partition {self.partition_id} of '{self.entity}' was reloaded."))
+        self._overlay.clear()
+        self._gen_keys.clear()
+        self._taken_gens.clear()
+        self.locks.clear()
+        self._lock_heap.clear()
+        self._session_heap.clear()
+        for sq in self.queues.values():
+            sq.clear()
+        self._deadline_from = b""
+        self._deadline_at = None
+        self._batch_deadline_min = None
+        self._batch_has_deadlines = False
+        self.load()
+        for lock in lost:
+            self.on_session_lost(lock)
+        self._announce_ready()
+
+    def _announce_ready(self) -> None:
+        for name, sq in self.queues.items():
+            if sq.has_ready() or any(s.ready_set for s in sq.sessions.values()):
+                self.on_ready(name)
+
     def set_online(self, online: bool, reason: str | None = None) -> None:
-        """Take the partition out of service (operator command) or bring it back."""
+        """Take the partition out of service (operator command) or bring it back. After a
+        store fault the store is reopened first; if it still fails the partition stays out."""
+        self.held_offline = not online
+        if online and self.store_fault:
+            self.fault_retry_at_ms = -1  # at once
+            self.recover(0)
+            return
         self.healthy = online
         self.unhealthy_reason = None if online else (reason or "taken offline")
         if online:
-            self.accepting = True
-            for name, sq in self.queues.items():
-                if sq.has_ready() or any(s.ready_set for s in sq.sessions.values()):
-                    self.on_ready(name)
+            self._full_at = None  # sends are tried against the quota again
+            self._announce_ready()
 
     # ---------------------------------------------------------------- sending
     def sequence_base(self) -> int:
@@ -723,6 +862,12 @@ class PartitionBroker:
         message share its sequence number [Azure: topic sequence numbers], except a second copy
         in the same sub-queue (several rule actions matched), which gets a number of its own.
         """
+        quota = self.refuse_over_quota(
+            sum(msg.size * len(targets) for msg, targets in zip(messages, routes, strict=True))
+        )
+        if quota is not None:  # refused before anything is staged: answered after this turn
+            self.after_commit(lambda _error: done(quota))
+            return [None] * len(messages)
         staged: list[tuple[SubQueue, MessageRecord]] = []
         numbers: list[int | None] = []
         base = self.sequence_base()
@@ -757,6 +902,7 @@ class PartitionBroker:
                 staged.append((sq, rec))
         self._batch.meta["next_sequence"] = self._next_seq
         self._dirty()
+        epoch = self._epoch
 
         def on_commit(error: Exception | None) -> None:
             if error is None:
@@ -772,7 +918,7 @@ class PartitionBroker:
                     touched.add(sq.name)
                 for name in touched:
                     self.on_ready(name)
-            else:
+            elif self._epoch == epoch:  # (after a reload the counts come from the store)
                 for sq, rec in staged:
                     self._count(sq, rec.state, -1, -rec.size)
             done(error)

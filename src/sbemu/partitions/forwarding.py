@@ -216,11 +216,17 @@ class Forwarder:
                 else rec.sequence_number
             )
             incoming.transfer_hops = rec.transfer_hops + 1
+            routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
+            if db.quota_error(incoming.size * len(routes)) is not None:
+                self._dead_letter(  # checked before its MessageId enters the history
+                    broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                    f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
+                )
+                continue
             if dest.histories and not dest.histories[db.partition_id].admit([incoming], now_ms):
                 # a duplicate at a destination with duplicate detection: dropped, as a send
                 broker.forward_out(queue, rec.sequence_number, now_ms, reason="duplicate")
                 continue
-            routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
             groups.setdefault(db, []).append((rec, marker, incoming, routes))
         if done_markers:
             self._forget_markers(broker, done_markers)
@@ -250,6 +256,14 @@ class Forwarder:
         """Enqueue one group at one destination partition with its markers (one commit)."""
         broker, queue = src.broker, src.queue
         keys = [marker for _, marker, _, _ in items]
+        if db.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
+            for rec, _marker, _, _ in items:  # no room: refused before any marker is written
+                self._dead_letter(
+                    broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                    f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
+                )
+            step_done(None)
+            return
 
         def applied(error: Exception | None) -> None:
             if error is None:

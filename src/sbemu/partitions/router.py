@@ -52,7 +52,7 @@ from .idle import IdleTracker
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
-from .store import PartitionStore
+from .store import PartitionStore, map_size_for
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
 from .transfer import ViewOf, incoming_from_record
 
@@ -82,8 +82,7 @@ class Consumer(Protocol):
     """A receiver link as the router sees it."""
 
     peek_lock: bool
-    session: SessionLock | None  # set for session receivers once a session is accepted
-    session_broker: PartitionBroker | None
+    session: SessionHandle | None  # set for session receivers once a session is accepted
 
     def credit(self) -> int:
         """How many more messages it may take now."""
@@ -92,13 +91,44 @@ class Consumer(Protocol):
         """Hand over one message (the consumer puts it on the wire)."""
 
 
+@dataclass(slots=True, eq=False)
+class SessionHandle:
+    """A receiver's accepted session, as the protocol side holds it.
+
+    Opaque on purpose: which partition holds the session, and its lock, are the router's
+    business; the protocol reads the session id and expiry the link reports, releases the
+    session when the link goes, and asks whether a lost lock is the one it holds.
+    """
+
+    _broker: PartitionBroker
+    _lock: SessionLock
+
+    @property
+    def session_id(self) -> str:
+        """The SessionId of the accepted session."""
+        return self._lock.session_id
+
+    @property
+    def until_ms(self) -> int:
+        """When the session lock expires (Unix ms) unless renewed."""
+        return self._lock.until_ms
+
+    def holds(self, lock: object) -> bool:
+        """Whether `lock` (as passed to Consumer.session_lost) is this session's lock."""
+        return lock is self._lock
+
+    def release(self, now_ms: int) -> None:
+        """The receiver went away: end the session lock; unsettled messages become ready."""
+        self._broker.release_session(self._lock, now_ms)
+
+
 @dataclass(slots=True)
 class SessionWaiter:
     """A next-available-session receiver waiting for a session [contract 4.4]."""
 
     owner: object
     deadline_ms: int
-    callback: Callable[[tuple[PartitionBroker, SessionLock] | None], None]
+    callback: Callable[[SessionHandle | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +189,14 @@ class EntityView:
     # ------------------------------------------------------------ sessions
     def accept_session(
         self, session_id: str | None, owner: object, now_ms: int
-    ) -> tuple[PartitionBroker, SessionLock] | None:
+    ) -> SessionHandle | None:
         """Lock a named session (on its partition [P6]) or the next available one anywhere."""
         parts = self.entity.partitions
         if session_id is not None:
             broker = self.entity.partition_for_session(session_id)
-            return broker, broker.accept_session(self.queue, session_id, owner, now_ms)  # type: ignore[return-value]
+            named = broker.accept_session(self.queue, session_id, owner, now_ms)
+            assert named is not None  # a named session is locked or refused, never None
+            return SessionHandle(broker, named)
         n = len(parts)
         for i in range(n):
             broker = parts[(self._next_partition + i) % n]
@@ -173,14 +205,14 @@ class EntityView:
             lock = broker.accept_session(self.queue, None, owner, now_ms)
             if lock is not None:
                 self._next_partition = (self._next_partition + i + 1) % n
-                return broker, lock
+                return SessionHandle(broker, lock)
         return None
 
     def wait_for_session(
         self,
         owner: object,
         deadline_ms: int,
-        callback: Callable[[tuple[PartitionBroker, SessionLock] | None], None],
+        callback: Callable[[SessionHandle | None], None],
     ) -> None:
         """Call back when a session becomes available, or with None at the deadline."""
         self.session_waiters.append(SessionWaiter(owner, deadline_ms, callback))
@@ -246,9 +278,8 @@ class EntityView:
         peek_lock = consumer.peek_lock
         session = consumer.session
         if session is not None:
-            broker = consumer.session_broker
-            assert broker is not None
-            taken = broker.take_next(self.queue, now_ms, peek_lock, session)
+            broker = session._broker
+            taken = broker.take_next(self.queue, now_ms, peek_lock, session._lock)
             if taken is None:
                 return None
             pid = broker.partition_id if self.entity.partitioned else None
@@ -426,6 +457,13 @@ class Entity:
         for pid in groups:
             self._check_available(pid)
         if self.histories:
+            for pid, msgs in groups.items():  # a refused MessageId must not enter the history
+                need = sum(
+                    m.size * len(t) for m, t in zip(msgs, self._targets(msgs, now_ms), strict=True)
+                )
+                refused = self.partitions[pid].refuse_over_quota(need)
+                if refused is not None:
+                    raise refused
             groups = {
                 pid: kept
                 for pid, msgs in groups.items()
@@ -454,7 +492,9 @@ class Entity:
         broker = self.partitions[pid]
 
         def on_done(error: Exception | None) -> None:
-            if error is not None and keyless and not broker.accepting:
+            if error is not None and keyless and (
+                not broker.accepting or isinstance(error, QuotaExceeded)
+            ):
                 if attempt + 1 < len(self.partitions):
                     try:
                         nxt = self._next_round_robin()
@@ -620,6 +660,28 @@ class Entity:
         n = len(self.partitions)
         return self.partitions[partition_for_key(session_id, n) if n > 1 else 0]
 
+    def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
+        """Who holds a live lock on a session of sub-queue `queue`, if anyone."""
+        return self.partition_for_session(session_id).session_owner(queue, session_id, now_ms)
+
+    def renew_session(self, queue: str, session_id: str, owner: object, now_ms: int) -> int:
+        """Extend a session lock held by `owner`; returns the new locked-until (Unix ms)."""
+        return self.partition_for_session(session_id).renew_session(
+            queue, session_id, owner, now_ms
+        )
+
+    def get_session_state(self, queue: str, session_id: str) -> bytes | None:
+        """A session's stored state (None if it has none)."""
+        return self.partition_for_session(session_id).get_session_state(queue, session_id)
+
+    def set_session_state(
+        self, queue: str, session_id: str, state: bytes | None, now_ms: int, done: Done
+    ) -> None:
+        """Store (or clear) a session's state durably; `done` runs after the commit."""
+        self.partition_for_session(session_id).set_session_state(
+            queue, session_id, state, now_ms, done
+        )
+
     def session_ids(self, queue: str, changed_after_ms: int | None) -> list[str]:
         """Session ids with messages or state over all partitions, sorted."""
         ids: set[str] = set()
@@ -754,7 +816,7 @@ class Router:
         partitions = []
         for pid in range(spec.partition_count):
             store = PartitionStore(
-                str(base / f"partition-{pid:02d}"), map_size=spec.max_size_mb * MIB
+                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
             )
             broker = PartitionBroker(
                 store,
@@ -766,6 +828,7 @@ class Router:
                 mark_dirty=self._mark_dirty,
             )
             broker.log_bodies = self.log_bodies
+            broker.max_bytes = spec.max_size_mb * MIB  # the quota, on stored byte counts
             broker.load()
             self.forwarder.load_markers(broker)
             partitions.append(broker)
@@ -879,7 +942,7 @@ class Router:
                 if view.session_waiters:
                     view.expire_waiters(now_ms)
             for broker in entity.partitions:
-                if not broker.healthy:
+                if not broker.healthy and not (broker.store_fault and broker.recover(now_ms)):
                     continue  # offline: its locks and timers wait until it is back
                 deadline = broker.next_deadline()
                 if deadline is not None and deadline <= now_ms:
@@ -1037,6 +1100,7 @@ class Router:
                 "on an existing entity."
             )
         for broker in entity.partitions:
+            broker.max_bytes = spec.max_size_mb * MIB  # a new MaxSizeInMegabytes applies at once
             for name, settings in spec.subqueues.items():
                 if name in broker.queues:
                     broker.update_queue_settings(name, settings)

@@ -104,25 +104,31 @@ def exported_end(directory: str | os.PathLike[str]) -> int:
     return end
 
 
-def write_segment(target_dir: str, columns: dict[str, list[Any]], first: int) -> tuple[str, int]:
-    """Write one segment from column lists (SEGMENT_FIELDS but ``segment_version``, which is
-    added); returns (path, last offset). Offsets must start at or above `first`."""
+def write_segment(target_dir: str, columns: dict[str, Any], first: int) -> tuple[str, int]:
+    """Write one segment from columns, Python lists or pyarrow arrays (SEGMENT_FIELDS but
+    ``segment_version``, which is added); returns (path, last offset). Offsets must start at
+    or above `first`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     offsets = columns["offset"]
-    if not offsets:
+    n = len(offsets)
+    if not n:
         raise ValueError(f"{target_dir}: empty segment")
-    if int(offsets[0]) < first:
-        raise ValueError(f"{target_dir}: log offset {offsets[0]} below {first}")
-    last = int(offsets[-1])
+    lo, last = (offsets[0], offsets[-1])
+    lo, last = (int(getattr(x, "as_py", lambda x=x: x)()) for x in (lo, last))
+    if lo < first:
+        raise ValueError(f"{target_dir}: log offset {lo} below {first}")
     schema = arrow_schema()
     arrays = []
     for fld in schema:
         data = columns.get(fld.name)
         if fld.name == "segment_version":
-            data = [SEGMENT_VERSION] * len(offsets)
-        arrays.append(pa.array(data, type=fld.type))
+            arrays.append(pa.array([SEGMENT_VERSION] * n, type=fld.type))
+        elif isinstance(data, pa.Array | pa.ChunkedArray):  # already columnar (export.py)
+            arrays.append(data.cast(fld.type))
+        else:
+            arrays.append(pa.array(data if data is not None else [None] * n, type=fld.type))
     table = pa.Table.from_arrays(arrays, schema=schema)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")

@@ -28,11 +28,13 @@ in a worker thread; py-lmdb releases the GIL while LMDB syncs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
 import struct
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,6 +54,18 @@ FORWARD_DB = b"fwd"
 DEDUP_ID_DB = b"dd:id"
 DEDUP_TIME_DB = b"dd:t"
 DEDUP_SWEEP_LIMIT = 10_000  # expired history entries deleted per commit
+MIB = 1 << 20
+MAP_HEADROOM = 64 * MIB  # map room beyond twice the quota (log, timers, dedup, page churn)
+MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, not growth
+
+
+def map_size_for(quota_bytes: int) -> int:
+    """The LMDB map size a partition opens with for a MaxSizeInMegabytes quota of
+    `quota_bytes`: the quota is enforced on the stored byte counts (see broker.enqueue), never
+    by the map filling, so the map has room beyond it for what must always commit (completes,
+    dead-letters, log records, timers, duplicate-detection history, LMDB's copy-on-write pages).
+    The map is address space, not disk: the file grows only with the pages written."""
+    return 2 * max(quota_bytes, 0) + MAP_HEADROOM
 
 
 def _load_madvise() -> Callable[[int, int], int] | None:
@@ -90,7 +104,8 @@ class StoreError(Exception):
 
 
 class StoreFull(StoreError):
-    """The partition reached its configured maximum size (LMDB map full)."""
+    """The partition's LMDB map is full (the quota itself is enforced on byte counts before
+    anything is stored; this is the map behind it, grown by PartitionStore.grow())."""
 
 
 class StoreUnavailable(StoreError):
@@ -172,6 +187,15 @@ class PartitionStore:
     def __init__(self, path: str, *, map_size: int, durable: bool = True) -> None:
         os.makedirs(path, exist_ok=True)
         self.path = path
+        self._durable = durable
+        self.map_size = map_size
+        # Held by the work that may run off the event loop on this environment (log retention)
+        # and by grow()/reopen(), which remap it: no transaction may be open meanwhile.
+        self.remap_lock = threading.Lock()
+        self._open()
+
+    def _open(self) -> None:
+        path, durable, map_size = self.path, self._durable, self.map_size
         try:
             self._env = lmdb.open(
                 path,
@@ -187,13 +211,17 @@ class PartitionStore:
         self._dbs: dict[bytes, _Database] = {}
         self._mapping: tuple[int, int] | None = None
         self._closed = False
-        with self._env.begin(write=True) as txn:
-            self._meta = self._env.open_db(META_DB, txn=txn)
-            self._log = self._env.open_db(LOG_DB, txn=txn)
-            self._deadlines = self._env.open_db(DEADLINE_DB, txn=txn)
-            self._dd_id = self._env.open_db(DEDUP_ID_DB, txn=txn)
-            self._dd_t = self._env.open_db(DEDUP_TIME_DB, txn=txn)
-            self._fwd = self._env.open_db(FORWARD_DB, txn=txn)
+        try:
+            with self._env.begin(write=True) as txn:
+                self._meta = self._env.open_db(META_DB, txn=txn)
+                self._log = self._env.open_db(LOG_DB, txn=txn)
+                self._deadlines = self._env.open_db(DEADLINE_DB, txn=txn)
+                self._dd_id = self._env.open_db(DEDUP_ID_DB, txn=txn)
+                self._dd_t = self._env.open_db(DEDUP_TIME_DB, txn=txn)
+                self._fwd = self._env.open_db(FORWARD_DB, txn=txn)
+        except lmdb.Error as exc:
+            self._env.close()
+            raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
 
     def ensure_queues(self, names: list[str]) -> None:
         """Create (open) the databases of these sub-queues, so reads never need a write txn."""
@@ -450,8 +478,9 @@ class PartitionStore:
         return out
 
     def log_bounds(self) -> tuple[int, int]:
-        """(first offset still stored, next offset): the log holds [first, end)."""
-        with self._env.begin() as txn:
+        """(first offset still stored, next offset): the log holds [first, end).
+        Safe off the event loop (log retention): holds remap_lock."""
+        with self.remap_lock, self._env.begin() as txn:
             raw = txn.get(b"next_log_offset", db=self._meta)
             end = _U64.unpack(raw)[0] if raw else 0
             cur = txn.cursor(db=self._log)
@@ -468,11 +497,12 @@ class PartitionStore:
         """Delete up to `limit` log records below offset `below`, in one write transaction.
 
         Records meta ``log_trimmed_below`` (never lowered) so readers can tell a trimmed log
-        from one that starts later. Returns how many records were deleted.
+        from one that starts later. Returns how many records were deleted. Safe off the event
+        loop (log retention): holds remap_lock.
         """
         deleted = 0
         try:
-            with self._env.begin(write=True) as txn:
+            with self.remap_lock, self._env.begin(write=True) as txn:
                 cur = txn.cursor(db=self._log)
                 last = -1
                 if cur.first():
@@ -510,6 +540,38 @@ class PartitionStore:
         addr, length = self._mapping
         if length:
             _MADVISE(addr, length)
+
+    def grow(self) -> bool:
+        """Double the map after a MapFullError (False: at MAX_MAP_SIZE, or it failed).
+
+        Call it on the thread that reads this store, with no commit in flight: LMDB remaps the
+        file, so no transaction of this process may be open on it meanwhile (log retention,
+        the one other user, holds remap_lock)."""
+        if self.map_size >= MAX_MAP_SIZE or self._closed:
+            return False
+        size = min(self.map_size * 2, MAX_MAP_SIZE)
+        with self.remap_lock:
+            try:
+                self._env.set_mapsize(size)
+            except lmdb.Error:
+                return False
+            self.map_size = size
+            self._mapping = None  # the map may have moved
+        return True
+
+    def reopen(self) -> None:
+        """Close and open the environment again (recovery after an I/O fault, when LMDB may
+        refuse every further transaction); raises StoreUnavailable while the fault lasts.
+        Same conditions as grow(): no commit in flight, no transaction open."""
+        with self.remap_lock:
+            if not self._closed:
+                self._closed = True
+                with contextlib.suppress(lmdb.Error):
+                    self._env.close()
+            self._dbs.clear()
+            self._mapping = None
+            self._open()
+            self._closed = False
 
     def close(self) -> None:
         """Close the environment (after the last commit)."""

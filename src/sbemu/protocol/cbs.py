@@ -1,126 +1,158 @@
-"""Shared Access Signature verification for `$cbs` put-token (contract §2).
+"""The `$cbs` node: put-token requests [contract §2].
 
-A SAS token is ``SharedAccessSignature sr=<enc-resource>&sig=<enc-sig>&se=<unix
-seconds>&skn=<key name>`` with fields in any order. The signature is
-HMAC-SHA256 over ``<sr exactly as it appears in the token> + "\\n" + <se>``, keyed
-with the UTF-8 bytes of the key string (contract §2.3).
+A client puts a SAS token on `$cbs` before attaching to an entity; each connection keeps its
+Grants (below), checks them at attach and detaches links whose token expires. The token code
+itself lives in sbemu/sas.py, shared with the admin HTTP API.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from urllib.parse import quote_plus, unquote, unquote_plus
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import Unauthorized
+from ..sas import (
+    SAS_PREFIX,
+    SasGrant,
+    TokenError,
+    covers,
+    make_sas_token,
+    normalize_entity_path,
+    verify_sas_token,
+)
 
 __all__ = [
     "SAS_PREFIX",
+    "Grants",
     "SasGrant",
     "TokenError",
     "covers",
     "make_sas_token",
     "normalize_entity_path",
+    "put_token",
     "verify_sas_token",
 ]
 
-SAS_PREFIX = "SharedAccessSignature "
 
-_SCHEME_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/]*")
-_MANAGEMENT = "/$management"
+def put_token(
+    properties: Mapping[Any, Any], token: object, keys: Mapping[str, str], now: float
+) -> tuple[int, str, SasGrant | None]:
+    """Answer one `$cbs` request: (status code, status description, the grant if accepted).
 
-
-@dataclass(frozen=True)
-class SasGrant:
-    """What a verified token grants: the key used, its entity scope and expiry."""
-
-    key_name: str
-    scope: str  # normalised entity path prefix; '' = the whole namespace
-    expires_at: float  # unix seconds
-
-
-class TokenError(Exception):
-    """A rejected token, carrying the `$cbs` status code and description."""
-
-    def __init__(self, status_code: int, description: str) -> None:
-        super().__init__(description)
-        self.status_code = status_code
-        self.description = description
-
-
-def normalize_entity_path(address: str) -> str:
-    """Reduce an address/audience to a lower-case entity path ('' = namespace)."""
-    # contract §2.2: "ignore scheme (sb, amqps, amqp), host and port, trailing
-    # slash and case, and strip a trailing /$management".
-    path = _SCHEME_HOST.sub("", address, count=1).strip("/")
-    low = path.lower()
-    if low == "$management":
-        return ""
-    if low.endswith(_MANAGEMENT):
-        low = low[: -len(_MANAGEMENT)].rstrip("/")
-    return low
-
-
-def covers(scope: str, entity_path: str) -> bool:
-    """True if a token scoped to `scope` authorises `entity_path` (both normalised)."""
-    # Prefix on a path-segment boundary only: 'q1' must not cover 'q10'.
-    return scope == "" or entity_path == scope or entity_path.startswith(scope + "/")
-
-
-def _sign(string_to_sign: str, key: str) -> str:
-    mac = hmac.new(key.encode("utf-8"), string_to_sign.encode("utf-8"), hashlib.sha256)
-    return base64.b64encode(mac.digest()).decode("ascii")
-
-
-def verify_sas_token(token: str, keys: Mapping[str, str], now: float) -> SasGrant:
-    """Verify a SAS token against the namespace keys; return its grant or raise TokenError."""
+    `properties` are the request's application properties (operation, name = audience);
+    `token` its body; `now` Unix seconds.
+    """
+    operation = properties.get("operation")
+    if operation != "put-token":
+        return 400, f"Unsupported $cbs operation {operation!r}.", None
     if not isinstance(token, str) or not token.startswith(SAS_PREFIX):
-        raise TokenError(401, "not a SharedAccessSignature token")
-    fields: dict[str, str] = {}
-    for part in token[len(SAS_PREFIX) :].strip().split("&"):
-        name, sep, value = part.partition("=")
-        if not sep or not value:
-            raise TokenError(401, f"malformed SAS token field {name!r}")
-        if name in fields:
-            raise TokenError(401, f"duplicate SAS token field {name!r}")
-        fields[name] = value
-    missing = [f for f in ("sr", "sig", "se", "skn") if f not in fields]
-    if missing:
-        raise TokenError(401, f"SAS token is missing {', '.join(missing)}")
-
-    raw_sr, raw_se = fields["sr"], fields["se"]
-    if not raw_se.isascii() or not raw_se.isdigit():
-        raise TokenError(401, f"SAS token expiry se={raw_se!r} is not unix seconds")
-    expires_at = int(raw_se)
-
-    key_name = unquote_plus(fields["skn"])
-    key = keys.get(key_name)
-    if key is None:
-        # pyamqp's generate_sas_token quote_plus()es the key name and then
-        # urlencode()s it again, so a name with reserved characters arrives
-        # double-encoded; accept that spelling too.
-        twice = unquote_plus(key_name)
-        key = keys.get(twice)
-        if key is None:
-            raise TokenError(401, f"unknown SAS key name {key_name!r}")
-        key_name = twice
-
-    # Decode sig with unquote (not unquote_plus): a client that left the base64
-    # '+' unescaped would otherwise have it turned into a space.
-    presented = unquote(fields["sig"]).encode("ascii", "replace")
-    # contract §2.3: sign the raw sr text; never decode and re-encode it.
-    expected = _sign(f"{raw_sr}\n{raw_se}", key).encode("ascii")
-    if not hmac.compare_digest(expected, presented):
-        raise TokenError(401, f"invalid SAS signature for key {key_name!r}")
-    if expires_at <= now:
-        raise TokenError(401, f"SAS token expired at {expires_at}")
-    return SasGrant(key_name, normalize_entity_path(unquote_plus(raw_sr)), float(expires_at))
+        return 401, "Only SharedAccessSignature tokens are accepted.", None
+    try:
+        grant = verify_sas_token(token, keys, now)
+    except TokenError as exc:
+        return exc.status_code, exc.description, None
+    audience = properties.get("name")
+    if isinstance(audience, str):
+        wanted = normalize_entity_path(audience)
+        if not covers(grant.scope, wanted):
+            return (
+                401,
+                f"The token's resource '{grant.scope}' does not cover the audience '{wanted}'.",
+                None,
+            )
+    return 202, "Accepted", grant
 
 
-def make_sas_token(resource: str, key_name: str, key: str, expiry: int) -> str:
-    """Make a SAS token the way azure-servicebus for Python signs (quote_plus)."""
-    sr = quote_plus(resource)
-    sig = quote_plus(_sign(f"{sr}\n{int(expiry)}", key))
-    return f"{SAS_PREFIX}sr={sr}&sig={sig}&se={int(expiry)}&skn={quote_plus(key_name)}"
+class Grants:
+    """What one connection may do: the rights of its SASL PLAIN key, the `$cbs` tokens put so
+    far, and the links a token authorised, watched until that token expires (then detached
+    unless a renewed token covers them, as Azure does). Times are Unix seconds; `key_rights`
+    maps a SAS key name to its rights ("Manage", "Send", "Listen")."""
+
+    def __init__(self) -> None:
+        self.plain_rights: frozenset[str] | None = None  # set when SASL PLAIN authenticated
+        self.tokens: list[SasGrant] = []
+        self._watched: dict[Any, tuple[float, str, tuple[str, ...]]] = {}  # link -> ...
+
+    def add(self, grant: SasGrant, now: float) -> None:
+        """Keep a token accepted on `$cbs` (and drop expired ones)."""
+        self.tokens = [g for g in self.tokens if g.expires_at > now]
+        self.tokens.append(grant)
+
+    def authorize(
+        self,
+        path: str,
+        rights: tuple[str, ...],
+        key_rights: Mapping[str, frozenset[str]],
+        now: float,
+    ) -> float | None:
+        """None when SASL PLAIN credentials grant the rights (no expiry), else the latest
+        expiry of the $cbs tokens that do; raises Unauthorized when nothing does."""
+        if self.plain_rights is not None and any(r in self.plain_rights for r in rights):
+            return None
+        best: float | None = None
+        for grant in self.tokens:
+            if grant.expires_at > now and covers(grant.scope, path):
+                held = key_rights.get(grant.key_name, frozenset())
+                if "Manage" in held or any(r in held for r in rights):
+                    best = max(best or 0.0, grant.expires_at)
+        if best is not None:
+            return best
+        raise Unauthorized(
+            f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
+            f"operation on '{path}'. Put a valid token on $cbs for this entity first."
+        )
+
+    def authorize_link(
+        self,
+        link: Any,
+        path: str,
+        rights: tuple[str, ...],
+        key_rights: Mapping[str, frozenset[str]],
+        now: float,
+    ) -> None:
+        """Authorise an attach; a token-authorised link is watched until its token expires."""
+        expires_at = self.authorize(path, rights, key_rights, now)
+        if expires_at is not None:
+            self._watched[link] = (expires_at, path, rights)
+
+    def forget(self, link: Any) -> None:
+        """The link is gone: stop watching it."""
+        self._watched.pop(link, None)
+
+    def next_expiry(self) -> float | None:
+        """When the first watched link's token expires, if any link is watched."""
+        if not self._watched:
+            return None
+        return min(e for e, _, _ in self._watched.values())
+
+    def expired(
+        self,
+        now: float,
+        key_rights: Mapping[str, frozenset[str]],
+        attached: Callable[[Any], bool],
+    ) -> list[tuple[Any, str, float]]:
+        """Watched links whose token expired and was not renewed: (link, path, expiry), to be
+        detached by the caller; links no longer `attached` are just forgotten."""
+        lost: list[tuple[Any, str, float]] = []
+        for link, (expires_at, path, rights) in list(self._watched.items()):
+            if expires_at > now:
+                continue
+            if not attached(link):  # refused or already gone
+                del self._watched[link]
+                continue
+            try:
+                renewed = self.authorize(path, rights, key_rights, now)
+            except Unauthorized:
+                del self._watched[link]
+                lost.append((link, path, expires_at))
+                continue
+            if renewed is None:  # SASL PLAIN rights cover it: nothing left to watch
+                del self._watched[link]
+            else:
+                self._watched[link] = (renewed, path, rights)
+        return lost
+
+    def identities(self, now: float) -> list[str]:
+        """The key names of the live tokens, sorted (for the dashboard)."""
+        return sorted({g.key_name for g in self.tokens if g.expires_at > now})

@@ -14,7 +14,7 @@ dropped here, before proton sees them, and logged at debug level only.
 renews locks from several threads over one `$management` link, and pyamqp's threads race on
 the session's next id: transfers arrive as 1, 2, ..., 6, 4 (the same id twice). proton closes
 the connection ("sequencing error"), and the receiver dies. Azure serves the sample, so on
-request links (client-to-broker links whose target is `$management` or `$cbs`, where each
+request links (client-to-service links whose target is `$management` or `$cbs`, where each
 request is answered by correlation id, never by delivery-id) sbemu gives such a transfer the
 id the session expects. Message links keep proton's full check: a message sender with ids out
 of sequence is still refused.

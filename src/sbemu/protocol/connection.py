@@ -5,8 +5,14 @@ data_to_send(); next_deadline()/handle_timer() drive proton's idle-timeout heart
 adapter (listener.py) owns the socket and the clock. Work that completes later (a group
 commit confirming a send or a settlement) calls `on_output` so the adapter flushes.
 
-Links are ours to track: proton engine objects never carry broker state (house style); the
+Links are ours to track: proton engine objects never carry partition state (house style); the
 `_links` map holds one small object per link, keyed by the proton link.
+
+What this module does not own lives beside it: links.py (per-link state and the one link
+lifecycle table), messages.py (transfers in, deliveries encoded out), settlement.py
+(outcomes and AMQP errors), cbs.py / management.py / transactions.py (the `$cbs`,
+`$management` and coordinator nodes, each behind a small Protocol of this connection). The
+partitions side is reached through the router's Entity, EntityView and SessionHandle only.
 
 Contract traps honoured here (asb-amqp-contract.md section 0): refused attach = null
 source/target + detach(closed, error) (5); echo the client's termini byte-for-byte (4); sender
@@ -18,13 +24,9 @@ annotation types (13).
 
 from __future__ import annotations
 
-import hmac
 import itertools
 import logging
-import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
@@ -50,201 +52,41 @@ from ..errors import (
     OperationTimeout,
     QuotaExceeded,
     ServiceBusError,
-    SessionLockLost,
     Unauthorized,
 )
-from ..partitions.broker import PartitionBroker, SessionLock
-from ..partitions.records import IncomingMessage, MessageRecord
-from ..partitions.router import Delivered, Entity, EntityView, Router
-from ..partitions.stats import ServerStats
-from . import cbs, codec, sections
+from ..partitions.router import Delivered, Entity, SessionHandle
+from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
-from .limits import Limits
+from .links import (
+    CoordinatorLink,
+    LinkMap,
+    LinkPhase,
+    LinkState,
+    LinkStateError,
+    ReceiveLink,
+    ReplyLink,
+    RequestLink,
+    SendLink,
+    advance,
+    session_filter,
+)
+from .management import handle_request
+from .messages import dotnet_ticks, encode_delivery, scan_transfer
 from .sasl import SaslError, SaslServer, SaslState
+from .services import NamespaceInfo, Services
+from .settlement import error_condition, settle_delivery, storage_error
 from .transactions import (
     TRANSACTIONAL_STATE,
-    StagedSettlement,
     TransactionCoordinator,
-    descriptor_code,
     transactional_outcome,
 )
-from .views import message_view
 
 log = logging.getLogger("sbemu.connection")
 
 MAX_FRAME_SIZE = 262_144
 SENDER_CREDIT = 1000
 SESSION_CAPACITY = 1 << 30
-DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
-
-# Pre-encoded annotation keys (contract 3.7): the delivery path only encodes values.
-K_SEQUENCE = codec.enc_symbol("x-opt-sequence-number")
-K_ENQUEUED = codec.enc_symbol("x-opt-enqueued-time")
-K_LOCKED_UNTIL = codec.enc_symbol("x-opt-locked-until")
-K_PARTITION_ID = codec.enc_symbol("x-opt-partition-id")
-K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
-K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
-K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
-K_ENQUEUE_SEQUENCE = codec.enc_symbol("x-opt-enqueue-sequence-number")
-
-
-@dataclass(frozen=True, slots=True)
-class NamespaceInfo:
-    """What the protocol side needs of a namespace: keys, rights and size limits."""
-
-    name: str
-    keys: dict[str, str]  # SAS key name -> key
-    rights: dict[str, frozenset[str]]  # SAS key name -> {"Manage", "Send", "Listen"}
-    max_message_size: int
-
-
-@dataclass(slots=True)
-class Services:
-    """Everything a connection talks to, handed in by the server."""
-
-    router: Router
-    namespaces: dict[str, NamespaceInfo]  # lower-cased name -> info
-    default_namespace: str
-    stats: ServerStats = field(default_factory=ServerStats)  # connections and errors
-    limits: Limits = field(default_factory=Limits)
-
-    def namespace_for(self, hostname: str | None) -> NamespaceInfo:
-        """Pick the namespace a client addresses: by host name (first label), else the default."""
-        if hostname:
-            host = hostname.lower()
-            if host in self.namespaces:
-                return self.namespaces[host]
-            first = host.split(".", 1)[0]
-            if first in self.namespaces:
-                return self.namespaces[first]
-        return self.namespaces[self.default_namespace]
-
-    def check_plain(self, hostname: str | None, username: str, password: str) -> bool:
-        """SASL PLAIN: user = SAS key name, password = key."""
-        ns = self.namespace_for(hostname)
-        key = ns.keys.get(username)
-        return key is not None and hmac.compare_digest(key.encode(), password.encode())
-
-
-# ------------------------------------------------------------------------ link kinds
-@dataclass(eq=False)
-class ReplyLink:
-    """A client receiver for request/response replies ($cbs or $management)."""
-
-    link: Link
-    node: str  # normalised node address the link is attached to
-    pending: deque[bytes] = field(default_factory=deque)
-
-
-@dataclass(eq=False)
-class RequestLink:
-    """A client sender of $cbs or $management requests."""
-
-    link: Link
-    node: str  # "$cbs" or the entity path of the management node
-    entity: Entity | None = None
-    view: EntityView | None = None
-
-
-@dataclass(eq=False)
-class CoordinatorLink:
-    """A client's transaction controller link (target `coordinator`)."""
-
-    link: Link
-
-
-@dataclass(eq=False)
-class SendLink:
-    """A client sender to an entity."""
-
-    link: Link
-    entity: Entity
-    address: str
-
-
-@dataclass(eq=False)
-class ReceiveLink:
-    """A client receiver on an entity view; the router sees it as a Consumer."""
-
-    conn: AmqpConnection
-    link: Link
-    entity: Entity
-    view: EntityView
-    peek_lock: bool
-    unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
-    closed: bool = False
-    session: SessionLock | None = None
-    session_broker: PartitionBroker | None = None
-    waiting: bool = False  # next-available session receiver not answered yet
-
-    def credit(self) -> int:
-        """Credit the client granted and we have not used yet [AMQP 2.6.7]."""
-        if self.closed:
-            return 0
-        return self.link.credit
-
-    def deliver(self, delivered: Delivered) -> None:
-        """Put one message on the wire."""
-        self.conn._send_delivery(self, delivered)
-
-    def refuse(self, error: ServiceBusError) -> None:
-        """The entity may no longer be received from (Status changed): detach with the error."""
-        if self.closed:
-            return
-        self.conn._close_link(self.link, error)
-        self.conn.on_output()
-
-    def session_lost(self, lock: SessionLock) -> None:
-        """The session lock expired: detach with session-lock-lost [contract 4.4]."""
-        if self.closed or lock is not self.session:
-            return
-        self.conn._close_link(
-            self.link,
-            SessionLockLost(f"The session lock for session '{lock.session_id}' has expired."),
-        )
-        self.conn.on_output()
-
-
-_LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink | CoordinatorLink
-
-
-class _LinkMap(dict):
-    """`_links` (proton Link -> our state) plus a cache keyed by the C link pointer, so the
-    hot path finds a link's state without wrapping the link; any change drops the cache."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_ptr: dict[int, Any] = {}
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.by_ptr.clear()
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        self.by_ptr.clear()
-        super().__delitem__(key)
-
-    def pop(self, *args: Any) -> Any:
-        self.by_ptr.clear()
-        return super().pop(*args)
-
-    def popitem(self) -> Any:
-        self.by_ptr.clear()
-        return super().popitem()
-
-    def clear(self) -> None:
-        self.by_ptr.clear()
-        super().clear()
-
-    def setdefault(self, *args: Any) -> Any:
-        self.by_ptr.clear()
-        return super().setdefault(*args)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self.by_ptr.clear()
-        super().update(*args, **kwargs)
-
 
 # proton's C event types, for the raw event loop (AmqpConnection._process).
 _PN_DELIVERY = Event.DELIVERY.number
@@ -269,6 +111,8 @@ _PN_IGNORED = frozenset(
 _PN_ACCEPTED = Delivery.ACCEPTED
 _NULL = _ffi.NULL
 _MISSING = object()
+_WAITING = LinkPhase.WAITING
+_DETACHED = LinkPhase.DETACHED
 
 
 class AmqpConnection:
@@ -285,9 +129,8 @@ class AmqpConnection:
         self._conn: Connection | None = None
         self._collector: Collector | None = None
         self._out = bytearray()
-        self._links: dict[Link, _LinkState] = _LinkMap()
-        self._grants: list[cbs.SasGrant] = []
-        self._plain_rights: frozenset[str] | None = None
+        self._links: dict[Link, LinkState] = LinkMap()
+        self._grants = cbs.Grants()  # SASL PLAIN rights, $cbs tokens, token-watched links
         self.namespace: NamespaceInfo = services.namespace_for(None)
         self.closed = False
         self.on_output: Callable[[], None] = lambda: None
@@ -300,9 +143,6 @@ class AmqpConnection:
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
-        # Links authorised by a $cbs token: link -> (expiry, path, rights). When the token
-        # expires and no renewed one covers the link, it is detached, as Azure does.
-        self._token_links: dict[Link, tuple[float, str, tuple[str, ...]]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -337,7 +177,7 @@ class AmqpConnection:
         assert result is not None
         self.namespace = self.services.namespace_for(result.hostname)
         if result.mechanism == "PLAIN" and result.username is not None:
-            self._plain_rights = self.namespace.rights.get(result.username, frozenset())
+            self._grants.plain_rights = self.namespace.rights.get(result.username, frozenset())
         transport = Transport(Transport.SERVER)
         transport.max_frame_size = MAX_FRAME_SIZE
         conn = Connection()
@@ -399,8 +239,8 @@ class AmqpConnection:
         if self._transport is None or self.closed:
             return None
         deadline = self._transport.tick(self.now) or None
-        if self._token_links:
-            expiry = min(e for e, _, _ in self._token_links.values())
+        expiry = self._grants.next_expiry()
+        if expiry is not None:
             deadline = expiry if deadline is None else min(deadline, expiry)
         return deadline
 
@@ -414,27 +254,15 @@ class AmqpConnection:
 
     def _expire_tokens(self, now: float) -> None:
         """Detach links whose token expired and was not renewed through $cbs in time."""
-        for link, (expires_at, path, rights) in list(self._token_links.items()):
-            if expires_at > now:
-                continue
-            if link not in self._links:  # refused or already gone
-                del self._token_links[link]
-                continue
-            try:
-                renewed = self._authorize(path, rights)
-                if renewed is None:  # SASL PLAIN rights cover it: nothing left to watch
-                    del self._token_links[link]
-                else:
-                    self._token_links[link] = (renewed, path, rights)
-            except Unauthorized:
-                del self._token_links[link]
-                self._close_link(
-                    link,
-                    Unauthorized(
-                        f"The token authorising '{path}' expired at {int(expires_at)} and was "
-                        "not renewed on $cbs; the link is detached."
-                    ),
-                )
+        lost = self._grants.expired(now, self.namespace.rights, self._links.__contains__)
+        for link, path, expires_at in lost:
+            self.close_link(
+                link,
+                Unauthorized(
+                    f"The token authorising '{path}' expired at {int(expires_at)} and was "
+                    "not renewed on $cbs; the link is detached."
+                ),
+            )
 
     def connection_lost(self) -> None:
         """The socket is gone: forget our links (locks stay until they expire)."""
@@ -468,7 +296,7 @@ class AmqpConnection:
                 ):
                     continue
             path = view.address if view is not None else entity.name
-            self._close_link(
+            self.close_link(
                 link, EntityNotFound(f"The messaging entity '{path}' was deleted.")
             )
             detached += 1
@@ -537,7 +365,7 @@ class AmqpConnection:
         cls = type(state)
         if kind == _PN_LINK_FLOW:
             if cls is ReceiveLink:
-                if state.waiting:
+                if state.phase is _WAITING:
                     return True
                 state.view.dispatch(self.now_ms)
                 if lib.pn_link_get_drain(link):
@@ -571,7 +399,9 @@ class AmqpConnection:
             data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
             lib.pn_incref(d)  # held until the commit settles it
             try:
-                messages = self._incoming(data, state.entity.subscriptions is not None)
+                messages = scan_transfer(
+                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                )
                 state.entity.send(messages, self.now_ms, lambda error: self._settle_raw(d, error))
             except ServiceBusError as exc:
                 self._settle_raw(d, exc)
@@ -621,7 +451,7 @@ class AmqpConnection:
             else:
                 delivery = Delivery.wrap(d)
                 if needs_reply:
-                    err = error if isinstance(error, ServiceBusError) else _storage_error(error)
+                    err = error if isinstance(error, ServiceBusError) else storage_error(error)
                     delivery.local.condition = error_condition(err)
                     delivery.update(Delivery.REJECTED)
                 delivery.settle()
@@ -694,13 +524,15 @@ class AmqpConnection:
             # proton decodes the peer's strings (host name, addresses, names) lazily: invalid
             # UTF-8 there is the peer's error, not ours.
             exc = MalformedInput(f"Invalid UTF-8 in a string field: {exc.reason}.")
-        if not isinstance(exc, ServiceBusError):
+        if isinstance(exc, LinkStateError):
+            log.warning("connection %d: %s", self.id, exc.description)  # ours to fix; no traceback
+        elif not isinstance(exc, ServiceBusError):
             log.exception("connection %d: unexpected error on %s", self.id, event.type)
             exc = ServiceBusError(f"Internal error: {exc}")
         if link is not None:
-            self._close_link(link, exc)
+            self.close_link(link, exc)
         elif self._conn is not None:
-            self._conn.condition = self._error_condition(exc)
+            self._conn.condition = self.condition_for(exc)
             self._conn.close()
 
     # ------------------------------------------------------------------ attach
@@ -723,7 +555,9 @@ class AmqpConnection:
             link.source.copy(link.remote_source)
             link.target.copy(link.remote_target)
             link.rcv_settle_mode = Link.RCV_FIRST
-            self._links[link] = CoordinatorLink(link)
+            coordinator = CoordinatorLink(link)
+            advance(coordinator, LinkPhase.ATTACHED)
+            self._links[link] = coordinator
             link.open()
             link.flow(SENDER_CREDIT)
             return
@@ -733,7 +567,7 @@ class AmqpConnection:
         path = cbs.normalize_entity_path(address)
         try:
             if path == "$cbs":
-                state: _LinkState = (
+                state: LinkState = (
                     RequestLink(link, "$cbs") if link.is_receiver else ReplyLink(link, "$cbs")
                 )
             elif address.lower().rstrip("/").endswith("$management"):
@@ -762,7 +596,7 @@ class AmqpConnection:
                         "subscriptions ('<topic>/Subscriptions/<name>')."
                     )
                 entity.check_receive(view.queue)
-                is_session, session_id = _session_filter(link.remote_source.filter)
+                is_session, session_id = session_filter(link.remote_source.filter)
                 peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
                 state = ReceiveLink(self, link, entity, view, peek_lock)
                 if view.requires_session != is_session:
@@ -790,6 +624,7 @@ class AmqpConnection:
             link.snd_settle_mode = link.remote_snd_settle_mode
             link.rcv_settle_mode = link.remote_rcv_settle_mode
             link.max_message_size = self.namespace.max_message_size
+        advance(state, LinkPhase.ATTACHED)
         self._links[link] = state
         link.open()
         if link.is_receiver:
@@ -808,44 +643,50 @@ class AmqpConnection:
         props = link.remote_properties or {}
         timeout = next((v for k, v in props.items() if str(k) == "com.microsoft:timeout"), None)
         wait_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else 60_000
-        state.waiting = True
+        advance(state, LinkPhase.WAITING)
         self._links[link] = state
 
-        def on_session(result: tuple[PartitionBroker, SessionLock] | None) -> None:
-            state.waiting = False
-            if state.closed:
+        def on_session(result: SessionHandle | None) -> None:
+            if state.phase is _DETACHED:
                 if result is not None:
-                    result[0].release_session(result[1], self.now_ms)
+                    result.release(self.now_ms)
                 return
             self._links.pop(link, None)
-            if result is None:
-                self._refuse(
-                    link,
-                    OperationTimeout(
-                        "The operation did not complete within the allotted timeout: no "
-                        "session with messages became available."
-                    ),
-                )
-            else:
-                self._open_session_link(link, state, result)
+            try:
+                if result is None:
+                    advance(state, LinkPhase.DETACHED)
+                    self._refuse(
+                        link,
+                        OperationTimeout(
+                            "The operation did not complete within the allotted timeout: no "
+                            "session with messages became available."
+                        ),
+                    )
+                else:
+                    self._open_session_link(link, state, result)
+            except LinkStateError as exc:  # called by the router: never raise into it
+                log.warning("connection %d: %s", self.id, exc.description)
+                self._refuse(link, exc)
             self.on_output()
 
         state.view.wait_for_session(state, self.now_ms + wait_ms, on_session)
 
     def _open_session_link(
-        self, link: Link, state: ReceiveLink, accepted: tuple[PartitionBroker, SessionLock]
+        self, link: Link, state: ReceiveLink, session: SessionHandle
     ) -> None:
-        broker, lock = accepted
-        state.session, state.session_broker = lock, broker
+        state.session = session
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         # The reply names the session granted (never null) [contract 4.4].
         link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): lock.session_id})
-        link.properties = {symbol("com.microsoft:locked-until-utc"): dotnet_ticks(lock.until_ms)}
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): session.session_id})
+        link.properties = {
+            symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
+        }
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         link.max_message_size = self.namespace.max_message_size
+        advance(state, LinkPhase.ATTACHED)
         self._links[link] = state
         link.open()
         state.view.attach(state)
@@ -853,40 +694,19 @@ class AmqpConnection:
 
     def _authorize_link(self, link: Link, path: str, rights: tuple[str, ...]) -> None:
         """Authorise an attach; a token-authorised link is watched until its token expires."""
-        expires_at = self._authorize(path, rights)
-        if expires_at is not None:
-            self._token_links[link] = (expires_at, path, rights)
-
-    def _authorize(self, path: str, rights: tuple[str, ...]) -> float | None:
-        """None when SASL PLAIN credentials grant the rights (no expiry), else the latest
-        expiry of the $cbs tokens that do; raises Unauthorized when nothing does."""
-        if self._plain_rights is not None and any(r in self._plain_rights for r in rights):
-            return None
-        now = self.now
-        best: float | None = None
-        for grant in self._grants:
-            if grant.expires_at > now and cbs.covers(grant.scope, path):
-                held = self.namespace.rights.get(grant.key_name, frozenset())
-                if "Manage" in held or any(r in held for r in rights):
-                    best = max(best or 0.0, grant.expires_at)
-        if best is not None:
-            return best
-        raise Unauthorized(
-            f"Unauthorized access. '{'/'.join(rights)}' claim(s) are required to perform this "
-            f"operation on '{path}'. Put a valid token on $cbs for this entity first."
-        )
+        self._grants.authorize_link(link, path, rights, self.namespace.rights, self.now)
 
     def _refuse(self, link: Link, exc: ServiceBusError) -> None:
         """[contract 3.1, 8] attach with null source and target, then detach(closed, error)."""
         link.source.type = Terminus.UNSPECIFIED
         link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = self._error_condition(exc)
+        link.condition = self.condition_for(exc)
         link.close()
 
-    def _close_link(self, link: Link, exc: ServiceBusError) -> None:
+    def close_link(self, link: Link, exc: ServiceBusError) -> None:
         self._forget_link(link)
-        link.condition = self._error_condition(exc)
+        link.condition = self.condition_for(exc)
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
@@ -894,27 +714,32 @@ class AmqpConnection:
         link.close()
 
     def _forget_link(self, link: Link) -> None:
-        self._token_links.pop(link, None)
+        self._grants.forget(link)
         state = self._links.pop(link, None)
+        if state is None:
+            return
         if isinstance(state, ReceiveLink):
             self._end_receiver(state)
-        elif isinstance(state, CoordinatorLink):
+            return
+        advance(state, LinkPhase.DETACHED)
+        if isinstance(state, CoordinatorLink):
             self.transactions.rollback_all()  # [AMQP 4.4] open transactions roll back
 
     def _end_receiver(self, state: ReceiveLink) -> None:
         """A receiver went away: stop serving it; a session it held is released."""
-        state.closed = True
+        was_waiting = state.phase is _WAITING
+        advance(state, LinkPhase.DETACHED)
         state.view.detach(state)
-        if state.waiting:
+        if was_waiting:
             state.view.cancel_wait(state)
-        if state.session is not None and state.session_broker is not None:
-            state.session_broker.release_session(state.session, self.now_ms)
+        if state.session is not None:
+            state.session.release(self.now_ms)
 
     # ------------------------------------------------------------------ flow
     def _on_link_flow(self, link: Link) -> None:
         state = self._links.get(link)
         if isinstance(state, ReceiveLink):
-            if state.waiting:
+            if state.phase is _WAITING:
                 return
             state.view.dispatch(self.now_ms)
             if link.drain_mode:
@@ -953,7 +778,7 @@ class AmqpConnection:
             limit = self.namespace.max_message_size
             if isinstance(state, SendLink) and delivery.pending > limit + 64 * 1024:
                 # A message far beyond the limit: do not buffer it; close the link.
-                self._close_link(
+                self.close_link(
                     link,
                     MessageSizeExceeded(
                         f"The received message exceeds the maximum message size of {limit} bytes."
@@ -981,7 +806,9 @@ class AmqpConnection:
             self._on_transactional_message(state, delivery, data)
             return
         try:
-            messages = self._incoming(data, state.entity.subscriptions is not None)
+            messages = scan_transfer(
+                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                )
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
             )
@@ -994,7 +821,9 @@ class AmqpConnection:
         txn = None
         try:
             txn = self.transactions.transaction(data_fields[0])
-            messages = self._incoming(data, state.entity.subscriptions is not None)
+            messages = scan_transfer(
+                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                )
             if state.entity.spec.requires_session:
                 for msg in messages:
                     if msg.session_id is None:
@@ -1013,44 +842,19 @@ class AmqpConnection:
         delivery.settle()
         self.on_output()
 
-    def _incoming(self, data: bytes, for_topic: bool = False) -> list[IncomingMessage]:
-        """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4]."""
-        limit = self.namespace.max_message_size
-        if len(data) > limit:
-            raise MessageSizeExceeded(
-                f"The received message (size {len(data)} bytes) exceeds the limit "
-                f"({limit} bytes) currently allowed on the link."
-            )
-        try:
-            scanned = sections.scan_message(data)
-        except sections.SectionError:
-            scanned = None
-        if scanned is not None and not _may_be_batch(scanned):
-            return [_to_incoming(scanned, for_topic)]  # the common case: one scan, no split
-        try:
-            inner = _batch_payloads(data)
-            if inner is not None:
-                try:
-                    return [_to_incoming(sections.scan_message(p), for_topic) for p in inner]
-                except sections.SectionError:
-                    pass  # not an envelope after all: a message whose body looks like one
-            return [_to_incoming(sections.scan_message(data), for_topic)]
-        except sections.SectionError as exc:
-            raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
-
     def _settle_incoming(self, delivery: Delivery, error: Exception | None) -> None:
         if error is None:
             delivery.update(Delivery.ACCEPTED)
         else:
             if not isinstance(error, ServiceBusError):
-                error = _storage_error(error)
-            delivery.local.condition = self._error_condition(error)
+                error = storage_error(error)
+            delivery.local.condition = self.condition_for(error)
             delivery.update(Delivery.REJECTED)
         delivery.settle()
         self.on_output()
 
     # ------------------------------------------------------------------ deliveries out
-    def _send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
+    def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         rec = delivered.record
         lock = delivered.lock
         data = encode_delivery(
@@ -1072,103 +876,16 @@ class AmqpConnection:
         self.on_output()
 
     def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        tag = raw_tag(delivery)
-        token = state.unsettled.pop(tag, None)
+        token = state.unsettled.pop(raw_tag(delivery), None)
         outcome = delivery.remote_state
         if token is None or outcome is None:
             if delivery.settled:
                 delivery.settle()
             return
-        entity = state.entity
-        now_ms = self.now_ms
-        needs_reply = not delivery.settled
-
-        def done(error: Exception | None) -> None:
-            if needs_reply:
-                if error is None:
-                    # [contract 5.2] echo the requested outcome type with no error.
-                    delivery.update(outcome)
-                else:
-                    err = error if isinstance(error, ServiceBusError) else _storage_error(error)
-                    delivery.local.condition = self._error_condition(err)
-                    delivery.update(Delivery.REJECTED)
-            delivery.settle()
-            self.on_output()
-
         if outcome == TRANSACTIONAL_STATE:
-            self._on_transactional_disposition(entity, token, delivery)
-            return
-        try:
-            if outcome == Delivery.MODIFIED:
-                details: Any = (delivery.remote.undeliverable, delivery.remote.annotations)
-            elif outcome == Delivery.REJECTED:
-                details = delivery.remote.condition
-            else:
-                details = None
-            self.apply_settlement(entity, token, int(outcome), details, now_ms, done)
-        except ServiceBusError as exc:
-            done(exc)
-
-    def apply_settlement(
-        self,
-        entity: Entity,
-        token: uuid.UUID,
-        outcome: int,
-        details: Any,
-        now_ms: int,
-        done: Callable[[Exception | None], None],
-    ) -> None:
-        """Apply an outcome [contract 5.1]: accepted completes, released unlocks, modified
-        abandons (or defers when undeliverable-here), rejected dead-letters."""
-        if outcome == Delivery.ACCEPTED:
-            entity.complete(token, now_ms, done)
-        elif outcome == Delivery.RELEASED:
-            entity.release(token, now_ms)
-            done(None)
-        elif outcome == Delivery.MODIFIED:
-            undeliverable, annotations = details or (False, None)
-            overrides = _encode_overrides(annotations)
-            if undeliverable:
-                entity.defer(token, now_ms, overrides, done)
-            else:
-                entity.abandon(token, now_ms, overrides, done)
-        elif outcome == Delivery.REJECTED:
-            reason, description, overrides = _dead_letter_details(details)
-            entity.dead_letter(token, now_ms, reason, description, overrides, done)
+            self.transactions.on_disposition(state.entity, token, delivery)
         else:
-            done(InvalidOperation(f"Unsupported delivery outcome {outcome}."))
-
-    def _on_transactional_disposition(
-        self, entity: Entity, token: uuid.UUID, delivery: Delivery
-    ) -> None:
-        """A settlement inside a transaction: staged now, applied at commit [contract 7]."""
-        # proton types disposition data as list[int]; it holds decoded AMQP values.
-        data: list[Any] = list(delivery.remote.data or []) + [None, None]
-        inner = data[1]
-        code = descriptor_code(inner)
-        try:
-            txn = self.transactions.transaction(data[0])
-            if code is None:
-                raise InvalidOperation("A transactional settlement needs an outcome.")
-            fields = list(inner.value or []) + [None, None, None]
-            details: Any = None
-            if code == Delivery.MODIFIED:
-                details = (bool(fields[1]), fields[2])
-            elif code == Delivery.REJECTED:
-                details = _condition_from_fields(fields[0])
-            self.transactions.stage_settlement(
-                txn, StagedSettlement(entity, token, code, details, delivery)
-            )
-        except ServiceBusError as exc:
-            delivery.local.condition = self._error_condition(exc)
-            delivery.update(Delivery.REJECTED)
-            delivery.settle()
-            self.on_output()
-            return
-        delivery.local.data = transactional_outcome(txn.txn_id, code)
-        delivery.update(TRANSACTIONAL_STATE)
-        delivery.settle()
-        self.on_output()
+            settle_delivery(self, state.entity, token, delivery, outcome)
 
     # ------------------------------------------------------------------ requests
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
@@ -1184,39 +901,15 @@ class AmqpConnection:
         if state.node == "$cbs":
             self._on_put_token(state, request)
         else:
-            from .management import handle_request
-
             handle_request(self, state, request)
 
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
         props: dict[Any, Any] = request.properties or {}
-        operation = props.get("operation")
-        token = request.body
-        status, description = 202, "Accepted"
-        if operation != "put-token":
-            status, description = 400, f"Unsupported $cbs operation {operation!r}."
-        elif not isinstance(token, str) or not token.startswith("SharedAccessSignature "):
-            status, description = 401, "Only SharedAccessSignature tokens are accepted."
-        else:
-            try:
-                grant = cbs.verify_sas_token(token, self.namespace.keys, self.now)
-            except cbs.TokenError as exc:
-                status, description = exc.status_code, exc.description
-            else:
-                audience = props.get("name")
-                if isinstance(audience, str):
-                    wanted = cbs.normalize_entity_path(audience)
-                    if not cbs.covers(grant.scope, wanted):
-                        status, description = (
-                            401,
-                            (
-                                f"The token's resource '{grant.scope}' does not cover the "
-                                f"audience '{wanted}'."
-                            ),
-                        )
-                if status < 300:
-                    self._grants = [g for g in self._grants if g.expires_at > self.now]
-                    self._grants.append(grant)
+        status, description, grant = cbs.put_token(
+            props, request.body, self.namespace.keys, self.now
+        )
+        if grant is not None:
+            self._grants.add(grant, self.now)
         from proton import int32
 
         response = Message(
@@ -1262,7 +955,7 @@ class AmqpConnection:
             delivery.settle()
 
     # ------------------------------------------------------------------ operator view
-    def _error_condition(self, exc: ServiceBusError) -> Condition:
+    def condition_for(self, exc: ServiceBusError) -> Condition:
         """error_condition(), counted for /metrics (throttled, server or user error)."""
         self.services.stats.error(self.namespace.name, exc.condition)
         return error_condition(exc)
@@ -1270,7 +963,7 @@ class AmqpConnection:
     def describe(self) -> dict[str, Any]:
         """A read-only picture of this connection for the dashboard: identity and links."""
         result = self._sasl.result
-        identities = sorted({g.key_name for g in self._grants if g.expires_at > self.now})
+        identities = self._grants.identities(self.now)
         if result is not None and result.mechanism == "PLAIN" and result.username:
             identities.insert(0, result.username)
         links = []
@@ -1312,221 +1005,10 @@ class AmqpConnection:
 
 
 # ------------------------------------------------------------------------ helpers
-def error_condition(error: ServiceBusError) -> Condition:
-    """An AMQP error with its info map always present.
-
-    pyamqp reads `error[2]` (info) of a rejected outcome without checking its length, and proton
-    drops a trailing null field, so an error without info crashes the SDK's send callback. The
-    service puts a tracking id there; so do we.
-    """
-    return Condition(
-        error.condition,
-        error.description,
-        {symbol("com.microsoft:tracking-id"): uuid.uuid4().hex},
-    )
-
-
 def raw_tag(delivery: Delivery) -> bytes:
     """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
     tag = _lib.pn_delivery_tag(delivery._impl)
     return bytes(_ffi.unpack(tag.start, tag.size))
-
-
-def _batch_payloads(data: bytes) -> list[bytes] | None:
-    """The inner messages if `data` is a batch envelope, else None.
-
-    A batch is marked by message-format 0x80013700 on the transfer [contract 3.4], but the
-    python-qpid-proton binding does not expose a delivery's message-format. So an envelope is
-    recognised by its shape: a body of data sections that each hold a whole encoded message
-    (starting with a section descriptor 0x00 0x53 0x70..0x78) and scan cleanly.
-    """
-    try:
-        parts = sections.split_batch(data)
-    except sections.SectionError:
-        return None
-    for part in parts:
-        if len(part) < 3 or part[0] != 0x00 or part[1] != 0x53 or not 0x70 <= part[2] <= 0x78:
-            return None
-    return parts
-
-
-def _may_be_batch(scanned: sections.ScannedMessage) -> bool:
-    """Whether a scanned message could be a batch envelope: its first body section is a data
-    section whose payload starts like an encoded message (the check _batch_payloads makes of
-    every part), so a plain message is not split and copied section by section."""
-    span = scanned.body_span
-    if span is None:
-        return False
-    tail, at = scanned.tail, span[0]
-    if at + 4 > len(tail) or tail[at + 2] != 0x75:
-        return False
-    p = at + (5 if tail[at + 3] == 0xA0 else 8)
-    return (
-        p + 3 <= len(tail)
-        and tail[p] == 0x00
-        and tail[p + 1] == 0x53
-        and 0x70 <= tail[p + 2] <= 0x78
-    )
-
-
-TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000
-
-
-def dotnet_ticks(unix_ms: int) -> int:
-    """.NET ticks (100 ns since 0001-01-01 UTC) for com.microsoft:locked-until-utc [contract 4.4]."""
-    return unix_ms * 10_000 + TICKS_AT_UNIX_EPOCH
-
-
-def _session_filter(data: object) -> tuple[bool, str | None]:
-    """(is a session receiver, requested session id or None for next-available)."""
-    try:
-        data.rewind()  # type: ignore[attr-defined]
-        data.next()  # type: ignore[attr-defined]
-        filters = data.get_object()  # type: ignore[attr-defined]
-    except Exception:
-        return False, None
-    if not isinstance(filters, dict):
-        return False, None
-    for key, value in filters.items():
-        if str(key) == "com.microsoft:session-filter":
-            if value is None:
-                return True, None
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            return True, str(value)
-    return False, None
-
-
-def _to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> IncomingMessage:
-    # Azure gives a message whose sender set no MessageId one at enqueue (the JS SDK's lock
-    # renewer keys on it); stamped into the stored bytes so every reader sees the same id.
-    assigned = scanned.message_id is None
-    if assigned:
-        scanned = sections.assign_message_id(scanned, sections.new_message_id())
-    return IncomingMessage(
-        message_id=scanned.message_id,
-        session_id=scanned.session_id,
-        partition_key=scanned.partition_key,
-        ttl_ms=scanned.ttl_ms,
-        durable=scanned.durable,
-        priority=scanned.priority,
-        annotation_count=scanned.annotation_count,
-        annotations=scanned.annotations,
-        tail=scanned.tail,
-        size=scanned.size,
-        scheduled_enqueue_time_ms=scanned.scheduled_enqueue_time_ms,
-        via_partition_key=scanned.via_partition_key,
-        properties_span=scanned.properties_span,
-        body_span=scanned.body_span,
-        view=(lambda: message_view(scanned)) if for_topic else None,
-        message_id_assigned=assigned,
-    )
-
-
-def encode_delivery(
-    rec: MessageRecord,
-    partition_id: int | None,
-    locked_until_ms: int | None,
-    with_state: bool = False,
-) -> bytes:
-    """A stored message as sent to a client (delivery, peek, receive-by-sequence-number),
-    with the broker annotations of [contract 3.7] in their required AMQP types."""
-    stamps = [
-        (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
-        (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
-    ]
-    if locked_until_ms is not None:
-        stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(locked_until_ms)))
-    if partition_id is not None:
-        stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
-    if with_state:
-        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
-    if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
-        stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
-    return encode_record(rec, stamps)
-
-
-def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> bytes:
-    """Rebuild a stored message for the wire with broker annotations stamped on."""
-    overrides = rec.property_overrides
-    if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
-        overrides = dict(overrides or {})
-        if rec.dead_letter_reason is not None:
-            overrides["DeadLetterReason"] = codec.enc_string(rec.dead_letter_reason)
-        if rec.dead_letter_description is not None:
-            overrides["DeadLetterErrorDescription"] = codec.enc_string(rec.dead_letter_description)
-    if rec.dead_letter_source is not None:
-        stamps = stamps + [(K_DEADLETTER_SOURCE, codec.enc_string(rec.dead_letter_source))]
-    if rec.scheduled_enqueue_time_ms is not None:
-        stamps = stamps + [(K_SCHEDULED, codec.enc_timestamp(rec.scheduled_enqueue_time_ms))]
-    return sections.build_message(
-        durable=rec.durable,
-        priority=rec.priority,
-        ttl_ms=rec.ttl_ms,
-        delivery_count=rec.delivery_count,
-        annotations=rec.annotations,
-        annotation_count=rec.annotation_count,
-        stamps=stamps,
-        tail=rec.tail,
-        property_overrides=overrides,
-    )
-
-
-def _encode_overrides(annotations: object) -> dict[str, bytes] | None:
-    """properties-to-modify (modified.message-annotations) as encoded application properties."""
-    if not annotations or not isinstance(annotations, dict):
-        return None
-    return {str(k): codec.encode(_plain(v)) for k, v in annotations.items()}
-
-
-def _condition_from_fields(error: Any) -> Condition | None:
-    """An AMQP error (described list: condition, description, info) as a proton Condition."""
-    if isinstance(error, Condition) or error is None:
-        return error
-    value = getattr(error, "value", error)
-    if isinstance(value, list | tuple) and value:
-        fields = list(value) + [None, None]
-        info = fields[2] if isinstance(fields[2], dict) else None
-        return Condition(str(fields[0]), fields[1], info)
-    return None
-
-
-def _dead_letter_details(
-    condition: Condition | None,
-) -> tuple[str | None, str | None, dict[str, bytes] | None]:
-    """Reason, description and other property updates from a rejected outcome's error."""
-    if condition is None:
-        return None, None, None
-    info: dict[Any, Any] = dict(condition.info or {}) if isinstance(condition.info, dict) else {}
-    info = {str(k): v for k, v in info.items()}
-    reason = info.pop("DeadLetterReason", None)
-    description = info.pop("DeadLetterErrorDescription", None)
-    if description is None and condition.name == DEAD_LETTER_CONDITION:
-        description = condition.description
-    overrides = {k: codec.encode(_plain(v)) for k, v in info.items()} or None
-    return (
-        str(reason) if reason is not None else None,
-        str(description) if description is not None else None,
-        overrides,
-    )
-
-
-def _plain(value: object) -> object:
-    """proton's decoded value as a plain Python value the codec can encode."""
-    from proton import symbol, timestamp
-
-    if isinstance(value, timestamp):
-        return codec.Timestamp(int(value))
-    if isinstance(value, symbol):
-        return codec.Symbol(str(value))
-    return value
-
-
-def _storage_error(error: Exception) -> ServiceBusError:
-    """A store fault seen by a client: transient, retried by the SDKs."""
-    from ..errors import ServerBusy
-
-    return ServerBusy(f"The partition store is unavailable: {error}")
 
 
 __all__ = ["AmqpConnection", "NamespaceInfo", "Services", "EntityNotFound"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
@@ -26,18 +26,33 @@ from ..errors import (
 )
 from ..partitions.records import MessageState
 from . import codec, sections
-from .connection import encode_delivery
+from .links import RequestLink
+from .messages import dotnet_ticks, encode_delivery, plain_value, to_incoming
+from .services import NamespaceInfo, Services
 
 log = logging.getLogger("sbemu.management")
 
-if TYPE_CHECKING:
-    from .connection import AmqpConnection, RequestLink
+
+class ManagementHost(Protocol):
+    """What a `$management` request needs of its connection: who is asking (namespace, for
+    limits and /metrics), the time, and the reply path back to the client."""
+
+    namespace: NamespaceInfo
+    services: Services
+
+    @property
+    def now_ms(self) -> int:
+        """The current time in Unix milliseconds."""
+
+    def send_reply(self, state: RequestLink, request: Message, response: Message) -> None:
+        """Send a response on the client's reply link [contract 6.1]."""
+
 
 Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
 UNDESCRIBED = None
 
 
-def handle_request(conn: AmqpConnection, state: RequestLink, request: Message) -> None:
+def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -> None:
     """Run one management request and send its response on the client's reply link."""
     raw_props: dict[Any, Any] = request.properties or {}  # proton leaves properties untyped
     props = {str(k): v for k, v in raw_props.items()}
@@ -144,7 +159,7 @@ def _with_lock_token(data: bytes, token: uuid.UUID) -> bytes:
 
 
 # ------------------------------------------------------------------------ operations
-def _renew_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _renew_lock(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.entity is not None
     expirations = [state.entity.renew(t, conn.now_ms) for t in _tokens(body)]
     reply(
@@ -155,7 +170,7 @@ def _renew_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Rep
     )
 
 
-def _peek(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _peek(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.view is not None
     session_id = body.get("session-id")
     start = int(body.get("from-sequence-number") or 0)
@@ -181,7 +196,7 @@ def _peek(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) ->
 DISPOSITIONS = ("completed", "abandoned", "suspended", "defered", "deferred")
 
 
-def _update_disposition(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity = state.entity
     assert entity is not None
     status = str(body.get("disposition-status") or "")
@@ -191,9 +206,7 @@ def _update_disposition(conn: AmqpConnection, state: RequestLink, body: dict, re
     overrides = None
     modify = body.get("properties-to-modify")
     if isinstance(modify, dict) and modify:
-        from .connection import _plain
-
-        overrides = {str(k): codec.encode(_plain(v)) for k, v in modify.items()}
+        overrides = {str(k): codec.encode(plain_value(v)) for k, v in modify.items()}
     if not tokens:
         raise ArgumentError("update-disposition needs at least one lock token in lock-tokens.")
     one_done = join_completions(len(tokens), _reply_error(reply))
@@ -223,7 +236,7 @@ def _update_disposition(conn: AmqpConnection, state: RequestLink, body: dict, re
 
 
 def _receive_by_sequence_number(
-    conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
+    conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
 ) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
@@ -246,11 +259,9 @@ def _receive_by_sequence_number(
     reply(200, "OK", {"messages": messages}, None)
 
 
-def _schedule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity = state.entity
     assert entity is not None
-    from .connection import _to_incoming
-
     incoming = []
     for item in _elements(body.get("messages")):
         if not isinstance(item, dict):
@@ -272,7 +283,7 @@ def _schedule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
             raise ArgumentError(f"A scheduled message could not be decoded: {exc}") from exc
         if scanned.scheduled_enqueue_time_ms is None:
             raise ArgumentError("A scheduled message needs x-opt-scheduled-enqueue-time.")
-        incoming.append(_to_incoming(scanned, entity.subscriptions is not None))
+        incoming.append(to_incoming(scanned, entity.subscriptions is not None))
     numbers: list[int] = []
 
     def done(error: Exception | None) -> None:
@@ -284,7 +295,7 @@ def _schedule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
     numbers.extend(entity.send(incoming, conn.now_ms, done))
 
 
-def _cancel_scheduled(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _cancel_scheduled(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity = state.entity
     assert entity is not None
     numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
@@ -295,14 +306,13 @@ def _cancel_scheduled(conn: AmqpConnection, state: RequestLink, body: dict, repl
 LIST_ALL_SESSIONS_MS = 253_402_300_800_000
 
 
-def _owned_session(conn: AmqpConnection, state: RequestLink, session_id: str) -> object:
+def _owned_session(conn: ManagementHost, state: RequestLink, session_id: str) -> object:
     """The session's lock owner, which must be a receiver on this connection [contract 6.4]."""
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
     if not view.requires_session:
         raise InvalidOperation(f"The entity '{view.address}' does not require sessions.")
-    broker = entity.partition_for_session(session_id)
-    owner = broker.session_owner(view.queue, session_id, conn.now_ms)
+    owner = entity.session_owner(view.queue, session_id, conn.now_ms)
     if owner is None or getattr(owner, "conn", None) is not conn:
         raise SessionLockLost(
             f"The session lock for session '{session_id}' has expired or is not held by this "
@@ -318,33 +328,30 @@ def _session_id(body: dict) -> str:
     return str(value)
 
 
-def _renew_session_lock(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _renew_session_lock(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
     session_id = _session_id(body)
     owner = _owned_session(conn, state, session_id)
-    broker = entity.partition_for_session(session_id)
-    until = broker.renew_session(view.queue, session_id, owner, conn.now_ms)
+    until = entity.renew_session(view.queue, session_id, owner, conn.now_ms)
     receiver = owner
     if hasattr(receiver, "link"):
         from proton import symbol as _symbol
-
-        from .connection import dotnet_ticks
 
         receiver.link.properties = {_symbol("com.microsoft:locked-until-utc"): dotnet_ticks(until)}
     reply(200, "OK", {"expiration": timestamp(until)}, None)
 
 
-def _get_session_state(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _get_session_state(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
     session_id = _session_id(body)
     _owned_session(conn, state, session_id)
-    data = entity.partition_for_session(session_id).get_session_state(view.queue, session_id)
+    data = entity.get_session_state(view.queue, session_id)
     reply(200, "OK", {"session-state": data}, None)
 
 
-def _set_session_state(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _set_session_state(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
     session_id = _session_id(body)
@@ -352,7 +359,7 @@ def _set_session_state(conn: AmqpConnection, state: RequestLink, body: dict, rep
     data = body.get("session-state")
     if data is not None and not isinstance(data, bytes | bytearray | memoryview):
         raise ArgumentError("session-state must be binary or null.")
-    entity.partition_for_session(session_id).set_session_state(
+    entity.set_session_state(
         view.queue,
         session_id,
         bytes(data) if data is not None else None,
@@ -362,7 +369,7 @@ def _set_session_state(conn: AmqpConnection, state: RequestLink, body: dict, rep
 
 
 def _get_message_sessions(
-    conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
+    conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
 ) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
@@ -424,7 +431,7 @@ def _str_map(value: object) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-def _add_rule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _add_rule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     from ..partitions.subscriptions import RuleSource
 
     subscriptions, sub_name = _subscription_of(state)
@@ -457,13 +464,11 @@ def _add_rule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply
 
 
 def _plain_value(value: object) -> object:
-    from .connection import _plain
-
-    plain = _plain(value)
+    plain = plain_value(value)
     return str(plain) if isinstance(plain, codec.Symbol) else plain
 
 
-def _remove_rule(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _remove_rule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     subscriptions, sub_name = _subscription_of(state)
     name = body.get("rule-name")
     if not isinstance(name, str) or not name:
@@ -496,7 +501,7 @@ def _describe_rule(source: Any) -> Described:
     )
 
 
-def _enumerate_rules(conn: AmqpConnection, state: RequestLink, body: dict, reply: Reply) -> None:
+def _enumerate_rules(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     subscriptions, sub_name = _subscription_of(state)
     skip = int(body.get("skip") or 0)
     top = int(body.get("top") or 2**31 - 1)
@@ -512,7 +517,7 @@ TOPIC_OPERATIONS = frozenset(
     {"com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message"}
 )
 
-OPERATIONS: dict[str, Callable[[AmqpConnection, RequestLink, dict, Reply], None]] = {
+OPERATIONS: dict[str, Callable[[ManagementHost, RequestLink, dict, Reply], None]] = {
     "com.microsoft:renew-lock": _renew_lock,
     "com.microsoft:peek-message": _peek,
     "com.microsoft:update-disposition": _update_disposition,

@@ -5,7 +5,7 @@ header 0x70, delivery-annotations 0x71, message-annotations 0x72, properties
 0x73, application-properties 0x74, data 0x75, amqp-sequence 0x76, amqp-value
 0x77, footer 0x78.
 
-The broker only needs a handful of fields (header, a few properties and
+The partitions side only needs a handful of fields (header, a few properties and
 annotations) to route and store a message; everything else is kept as opaque
 byte ranges so the stored message is what the client sent. Scanning accepts
 descriptors in all three forms (smallulong, ulong, symbolic); building always
@@ -33,7 +33,7 @@ from sbemu.protocol.codec import (
 )
 
 __all__ = [
-    "BROKER_ANNOTATIONS",
+    "SERVICE_ANNOTATIONS",
     "PROPERTY_FIELDS",
     "ScannedMessage",
     "SectionError",
@@ -57,9 +57,9 @@ AMQP_SEQUENCE = 0x76
 AMQP_VALUE = 0x77
 FOOTER = 0x78
 
-# Keys the broker owns (contract §3.5, §3.7): "Client-supplied service
+# Keys the service owns (contract §3.5, §3.7): "Client-supplied service
 # annotations ... must be ignored/overwritten on enqueue".
-BROKER_ANNOTATIONS: frozenset[str] = frozenset(
+SERVICE_ANNOTATIONS: frozenset[str] = frozenset(
     {
         "x-opt-sequence-number",
         "x-opt-enqueued-time",
@@ -71,7 +71,7 @@ BROKER_ANNOTATIONS: frozenset[str] = frozenset(
         "x-opt-lock-token",
     }
 )
-_BROKER_B = frozenset(k.encode("ascii") for k in BROKER_ANNOTATIONS)
+_SERVICE_B = frozenset(k.encode("ascii") for k in SERVICE_ANNOTATIONS)
 
 # Annotations the scan extracts; value = slot number used in scan_message.
 _PARTITION_KEY = 1
@@ -162,7 +162,7 @@ class ScannedMessage:
     partition_key: str | None
     via_partition_key: str | None
     scheduled_enqueue_time_ms: int | None
-    # client message-annotation map entries (no map header) minus BROKER_ANNOTATIONS
+    # client message-annotation map entries (no map header) minus SERVICE_ANNOTATIONS
     annotations: bytes
     annotation_count: int
     # properties, application-properties, body sections and footer, byte-for-byte
@@ -364,7 +364,7 @@ def _scan(buf: bytes) -> ScannedMessage:
                     kv, kend = _decode(buf, p)
                     key = kv.encode("utf-8") if isinstance(kv, str) else None
                 p = _skip(buf, kend)
-                if key in _BROKER_B:
+                if key in _SERVICE_B:
                     if keep_from < kpos:
                         ann_parts.append(buf[keep_from:kpos])
                     keep_from = p
@@ -434,7 +434,7 @@ def _scan(buf: bytes) -> ScannedMessage:
 
 
 def new_message_id() -> str:
-    """A broker-assigned MessageId in Azure's form: a GUID as 32 lower-case hex digits, no
+    """A service-assigned MessageId in Azure's form: a GUID as 32 lower-case hex digits, no
     dashes (what the service gives a message whose sender set none; the same form as the
     Track 1 .NET client's `Guid.NewGuid().ToString("N")`)."""
     return uuid.uuid4().hex

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from proton import Condition, Delivery, Described, ulong
 
@@ -28,9 +28,20 @@ from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Entity
+from .settlement import apply_settlement, condition_from_fields
 
-if TYPE_CHECKING:
-    from .connection import AmqpConnection
+
+class TransactionHost(Protocol):
+    """What the coordinator needs of its connection: the time and a way to flush output."""
+
+    on_output: Callable[[], None]  # ask the adapter to write what the engine has to send
+
+    @property
+    def now_ms(self) -> int:
+        """The current time in Unix milliseconds."""
+
+    def condition_for(self, exc: ServiceBusError) -> Condition:
+        """The AMQP error a client sees for `exc` (counted for /metrics)."""
 
 DECLARE = 0x31
 DISCHARGE = 0x32
@@ -87,7 +98,7 @@ class TransactionCoordinator:
 
     _ids = itertools.count(1)
 
-    def __init__(self, conn: AmqpConnection) -> None:
+    def __init__(self, conn: TransactionHost) -> None:
         self.conn = conn
         self.open: dict[bytes, Transaction] = {}
 
@@ -188,6 +199,34 @@ class TransactionCoordinator:
                         f"'{key}'); a transaction cannot span sessions or partitions."
                     )
 
+    def on_disposition(self, entity: Entity, token: Any, delivery: Delivery) -> None:
+        """A settlement inside a transaction: staged now, applied at commit [contract 7]."""
+        # proton types disposition data as list[int]; it holds decoded AMQP values.
+        data: list[Any] = list(delivery.remote.data or []) + [None, None]
+        inner = data[1]
+        code = descriptor_code(inner)
+        try:
+            txn = self.transaction(data[0])
+            if code is None:
+                raise InvalidOperation("A transactional settlement needs an outcome.")
+            fields = list(inner.value or []) + [None, None, None]
+            details: Any = None
+            if code == Delivery.MODIFIED:
+                details = (bool(fields[1]), fields[2])
+            elif code == Delivery.REJECTED:
+                details = condition_from_fields(fields[0])
+            self.stage_settlement(txn, StagedSettlement(entity, token, code, details, delivery))
+        except ServiceBusError as exc:
+            delivery.local.condition = self.conn.condition_for(exc)
+            delivery.update(Delivery.REJECTED)
+            delivery.settle()
+            self.conn.on_output()
+            return
+        delivery.local.data = transactional_outcome(txn.txn_id, code)
+        delivery.update(TRANSACTIONAL_STATE)
+        delivery.settle()
+        self.conn.on_output()
+
     def stage_settlement(self, txn: Transaction, staged: StagedSettlement) -> None:
         """Hold a settlement until commit; the lock must be live now."""
         txn.settlements.append(staged)
@@ -212,7 +251,7 @@ class TransactionCoordinator:
             ops.append(lambda cb, e=entity, m=messages: e.send(m, now_ms, cb))  # type: ignore[misc]
         for s in txn.settlements:
             ops.append(
-                lambda cb, s=s: self.conn.apply_settlement(  # type: ignore[misc]
+                lambda cb, s=s: apply_settlement(  # type: ignore[misc]
                     s.entity, s.token, s.outcome, s.fields, now_ms, cb
                 )
             )

@@ -69,10 +69,3 @@ def encode_symbol(value: object) -> bytes:
     """Encode a system property that travels as a symbol (content-type)."""
     return codec.enc_symbol(str(value))
 
-
-def view_of_record(rec: object) -> MessageView:
-    """The filter view of a stored message (a topic's scheduled or forwarded message, routed
-    when it fires): rebuilt and scanned like a new send. Only for subscriptions with rules."""
-    from .connection import encode_record
-
-    return message_view(sections.scan_message(encode_record(rec, [])))  # type: ignore[arg-type]

@@ -1,0 +1,231 @@
+"""Links: what we keep per attached link, and the one place a link's lifecycle changes.
+
+Rule 1 (after h11's _state.py): everything that moves a link between phases lives here, as a
+table. The connection says *which* transition it wants (`advance(state, LinkPhase.ATTACHED)`);
+this module says whether that is allowed. Nothing else assigns `phase`.
+Rule 2: this module knows nothing of the proton engine's own endpoint state (proton tracks
+the frames); `phase` is *our* view: whether the partitions side serves the link.
+
+Phases of a link, from the peer's attach to its end:
+
+    ATTACHING --attach answered--------------------------------> ATTACHED
+    ATTACHING --next-available session receiver, none free yet--> WAITING
+    WAITING   --a session was granted--------------------------> ATTACHED
+    ATTACHING, WAITING, ATTACHED --detach (either side), refusal,
+                                   connection lost-------------> DETACHED
+
+DETACHED is final: a detached receiver gets no more messages (credit() is 0), and a session it
+held is released. A transition not in the table is our bug or a peer racing us; it raises
+LinkStateError (amqp:illegal-state), which the connection's one error path turns into a
+detach with that condition, never a traceback.
+
+Proton engine objects carry no partition state (house style): the connection keeps these
+objects in a LinkMap keyed by the proton link.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proton import Link
+
+from ..errors import ServiceBusError, SessionLockLost
+from ..partitions.router import Delivered, Entity, EntityView, SessionHandle
+
+
+class LinkPhase(enum.Enum):
+    """Our side of a link's lifecycle (see the module docstring)."""
+
+    ATTACHING = "attaching"  # the peer's attach arrived; not answered yet
+    WAITING = "waiting"  # a next-available session receiver waiting for a session
+    ATTACHED = "attached"  # answered and served
+    DETACHED = "detached"  # final
+
+
+_TRANSITIONS: dict[LinkPhase, frozenset[LinkPhase]] = {
+    LinkPhase.ATTACHING: frozenset({LinkPhase.WAITING, LinkPhase.ATTACHED, LinkPhase.DETACHED}),
+    LinkPhase.WAITING: frozenset({LinkPhase.ATTACHED, LinkPhase.DETACHED}),
+    LinkPhase.ATTACHED: frozenset({LinkPhase.DETACHED}),
+    LinkPhase.DETACHED: frozenset(),
+}
+
+# Module constants so the hot path's phase checks are one identity compare.
+_DETACHED = LinkPhase.DETACHED
+
+
+class LinkStateError(ServiceBusError):
+    """A link was asked to move between phases the table does not allow."""
+
+    condition = "amqp:illegal-state"
+
+
+def advance(state: LinkState, to: LinkPhase) -> None:
+    """Move a link to phase `to`, or raise LinkStateError if the table forbids it."""
+    if to not in _TRANSITIONS[state.phase]:
+        raise LinkStateError(
+            f"The link '{state.link.name}' cannot go from {state.phase.value} to {to.value}."
+        )
+    state.phase = to
+
+
+class ReceiverOwner(Protocol):
+    """What a receiver link needs of its connection: put a delivery on the wire, detach."""
+
+    on_output: Callable[[], None]
+
+    def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
+        """Encode and send one message on the receiver's link."""
+
+    def close_link(self, link: Link, exc: ServiceBusError) -> None:
+        """Detach a link with the error's condition."""
+
+
+@dataclass(eq=False)
+class ReplyLink:
+    """A client receiver for request/response replies ($cbs or $management)."""
+
+    phase: LinkPhase = field(default=LinkPhase.ATTACHING, kw_only=True)
+
+    link: Link
+    node: str  # normalised node address the link is attached to
+    pending: deque[bytes] = field(default_factory=deque)
+
+
+@dataclass(eq=False)
+class RequestLink:
+    """A client sender of $cbs or $management requests."""
+
+    phase: LinkPhase = field(default=LinkPhase.ATTACHING, kw_only=True)
+
+    link: Link
+    node: str  # "$cbs" or the entity path of the management node
+    entity: Entity | None = None
+    view: EntityView | None = None
+
+
+@dataclass(eq=False)
+class CoordinatorLink:
+    """A client's transaction controller link (target `coordinator`)."""
+
+    phase: LinkPhase = field(default=LinkPhase.ATTACHING, kw_only=True)
+
+    link: Link
+
+
+@dataclass(eq=False)
+class SendLink:
+    """A client sender to an entity."""
+
+    phase: LinkPhase = field(default=LinkPhase.ATTACHING, kw_only=True)
+
+    link: Link
+    entity: Entity
+    address: str
+
+
+@dataclass(eq=False)
+class ReceiveLink:
+    """A client receiver on an entity view; the router sees it as a Consumer."""
+
+    phase: LinkPhase = field(default=LinkPhase.ATTACHING, kw_only=True)
+
+    conn: ReceiverOwner
+    link: Link
+    entity: Entity
+    view: EntityView
+    peek_lock: bool
+    unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
+    session: SessionHandle | None = None  # the accepted session of a session receiver
+
+    def credit(self) -> int:
+        """Credit the client granted and we have not used yet [AMQP 2.6.7]."""
+        if self.phase is _DETACHED:
+            return 0
+        return self.link.credit
+
+    def deliver(self, delivered: Delivered) -> None:
+        """Put one message on the wire."""
+        self.conn.send_delivery(self, delivered)
+
+    def refuse(self, error: ServiceBusError) -> None:
+        """The entity may no longer be received from (Status changed): detach with the error."""
+        if self.phase is _DETACHED:
+            return
+        self.conn.close_link(self.link, error)
+        self.conn.on_output()
+
+    def session_lost(self, lock: object) -> None:
+        """The session lock expired: detach with session-lock-lost [contract 4.4]."""
+        session = self.session
+        if self.phase is _DETACHED or session is None or not session.holds(lock):
+            return
+        self.conn.close_link(
+            self.link,
+            SessionLockLost(f"The session lock for session '{session.session_id}' has expired."),
+        )
+        self.conn.on_output()
+
+
+LinkState = ReplyLink | RequestLink | SendLink | ReceiveLink | CoordinatorLink
+
+
+class LinkMap(dict):
+    """`_links` (proton Link -> our state) plus a cache keyed by the C link pointer, so the
+    hot path finds a link's state without wrapping the link; any change drops the cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_ptr: dict[int, Any] = {}
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.by_ptr.clear()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.by_ptr.clear()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.by_ptr.clear()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.by_ptr.clear()
+        super().clear()
+
+    def setdefault(self, *args: Any) -> Any:
+        self.by_ptr.clear()
+        return super().setdefault(*args)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.by_ptr.clear()
+        super().update(*args, **kwargs)
+
+
+def session_filter(data: object) -> tuple[bool, str | None]:
+    """(is a session receiver, requested session id or None for next-available)."""
+    try:
+        data.rewind()  # type: ignore[attr-defined]
+        data.next()  # type: ignore[attr-defined]
+        filters = data.get_object()  # type: ignore[attr-defined]
+    except Exception:
+        return False, None
+    if not isinstance(filters, dict):
+        return False, None
+    for key, value in filters.items():
+        if str(key) == "com.microsoft:session-filter":
+            if value is None:
+                return True, None
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            return True, str(value)
+    return False, None

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,7 @@ class ServerProcess:
         ]
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["SBEMU_TEST_CLOCK"] = "1"  # advance_clock(): lock expiry, TTL, schedules without sleeping
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
@@ -249,6 +251,22 @@ class ServerProcess:
             if rc != 0:
                 raise ServerError(f"SIGTERM exit code {rc}; stderr={self.stderr_text()!r}")
         return self.start()
+
+    def advance_clock(self, seconds: float) -> int:
+        """Move the server's clock ``seconds`` forward (its TestClock, SBEMU_TEST_CLOCK=1): locks,
+        time-to-live, schedules and idle deletion come due as if that time had passed; the
+        server has swept them when this returns. Returns the server's new time (Unix ms).
+
+        The client's clock does not move: a message's ``locked_until_utc`` (server time) is
+        then later than the client's now, so the SDK's own lock check passes and settling an
+        expired lock reaches the server, which refuses it (MessageLockLostError)."""
+        req = urllib.request.Request(
+            f"http://{self.host}:{self.admin_port}/test-clock/advance/{seconds}",
+            data=b"",
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(json.loads(resp.read())["now_ms"])
 
     @property
     def running(self) -> bool:

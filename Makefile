@@ -72,9 +72,19 @@ run:
 	$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
+# The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
+# TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), and
+# the JS suite runs alongside it (its output follows pytest's). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 test: install install-spark chromium-check js-deps lint
-	$(PY) -m pytest -q tests
-	@$(MAKE) --no-print-directory test-js
+	@js_log=$$(mktemp); \
+	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
+	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; \
+	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests; fi; \
+	py=$$?; wait $$js; js_rc=$$?; \
+	echo "---- JS SDK suite (tests/js, ran alongside pytest) ----"; cat "$$js_log"; rm -f "$$js_log"; \
+	if [ $$py -ne 0 ] || [ $$js_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, JS suite exit $$js_rc"; exit 1; fi
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs

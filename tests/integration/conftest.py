@@ -9,6 +9,7 @@ the three ready lines on stdout, AMQP on the printed port, SIGTERM/SIGKILL.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import hmac
 import json
@@ -267,6 +268,11 @@ class ServerProcess:
         )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return int(json.loads(resp.read())["now_ms"])
+
+    def now(self) -> dt.datetime:
+        """The server's current time (its clock may be ahead of ours: ``advance_clock``).
+        Tests on a server whose clock moved compare server-stamped times with this."""
+        return dt.datetime.fromtimestamp(self.advance_clock(0) / 1000, dt.timezone.utc)
 
     @property
     def running(self) -> bool:

@@ -124,10 +124,14 @@ def client(feature_server: ServerProcess) -> Iterator[ServiceBusClient]:
 
 
 @pytest.mark.parametrize("topic", ["sched-t", "sched-pt"])
-def test_schedule_and_cancel_on_topic(client: ServiceBusClient, topic: str) -> None:
+def test_schedule_and_cancel_on_topic(
+    client: ServiceBusClient, feature_server: ServerProcess, topic: str
+) -> None:
     """Scheduled topic messages reach the subscriptions (filters applied) only when they fire;
     a cancelled one never does."""
-    soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)
+    # 30 s ahead on the server's clock, which the test then advances: however slow the SDK
+    # calls below are on a loaded machine, nothing fires before the peek.
+    soon = feature_server.now() + dt.timedelta(seconds=30)
     with client.get_topic_sender(topic) as sender:
         keep = ServiceBusMessage("keep", application_properties={"color": "red"})
         drop = ServiceBusMessage("drop", application_properties={"color": "red"})
@@ -137,6 +141,7 @@ def test_schedule_and_cancel_on_topic(client: ServiceBusClient, topic: str) -> N
         sender.cancel_scheduled_messages(seq_drop)
     with client.get_subscription_receiver(topic, "all", max_wait_time=1) as rx:
         assert rx.peek_messages(10) == []  # not fanned out before it fires
+    feature_server.advance_clock(30.5)  # past the scheduled time, without waiting for it
     for sub in ("all", "red"):
         with client.get_subscription_receiver(
             topic, sub, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE

@@ -127,7 +127,7 @@ def test_named_session_receiver_gets_only_its_messages_in_order(server, client):
     with client.get_queue_receiver("s-fifo", session_id="b", max_wait_time=1) as r:
         assert r.session.session_id == "b"
         until = r.session.locked_until_utc
-        assert until is not None and until > now_utc()
+        assert until is not None and until > server.now()
         got = receive_n(r, 5, timeout=10)
         got += r.receive_messages(max_message_count=10, max_wait_time=0.5)
         assert [body_text(m) for m in got] == [f"b-{i}" for i in range(5)]
@@ -144,7 +144,7 @@ def test_named_session_receiver_gets_only_its_messages_in_order(server, client):
         assert [body_text(m) for m in got] == [f"{s}-{i}" for i in range(5)]
 
 
-def test_second_receiver_for_a_locked_session_is_refused(client):
+def test_second_receiver_for_a_locked_session_is_refused(client, server):
     send(client, "s-excl", [smsg("x", 0)])
     with client.get_queue_receiver("s-excl", session_id="x", max_wait_time=1) as first:
         (m,) = receive_n(first, 1, timeout=10)
@@ -155,7 +155,7 @@ def test_second_receiver_for_a_locked_session_is_refused(client):
     # Once the first receiver closed, the session can be locked again.
     with client.get_queue_receiver("s-excl", session_id="x", max_wait_time=1) as again:
         assert again.session.session_id == "x"
-        assert again.session.locked_until_utc > now_utc()
+        assert again.session.locked_until_utc > server.now()
 
 
 def test_next_available_session_picks_a_session_with_messages(client):
@@ -250,11 +250,11 @@ def test_session_lock_expiry_loses_the_session(client):
 # ------------------------------------------------------------------------------- listing
 
 
-def test_list_sessions(client):
+def test_list_sessions(client, server):
     if not hasattr(client, "list_queue_sessions"):
         pytest.skip("this azure-servicebus has no ServiceBusClient.list_queue_sessions")
     send(client, "s-list", [smsg("l1", 0), smsg("l2", 0), smsg("l2", 1)])
-    marker = now_utc()
+    marker = server.now()  # state updates are stamped with the server's clock
     with client.get_queue_receiver("s-list", session_id="l3", max_wait_time=1) as r:
         r.session.set_state(b"only-state")  # a session with state and no messages
     assert sorted(client.list_queue_sessions("s-list")) == ["l1", "l2", "l3"]

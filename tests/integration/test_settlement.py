@@ -152,7 +152,7 @@ def test_lock_expiry_redelivers_with_incremented_count(sb_client, server):
     send_plain(sb_client, "s-lockexp", [ServiceBusMessage("slow", message_id="le-1")])
     with sb_client.get_queue_receiver("s-lockexp", max_wait_time=5) as receiver:
         (m1,) = receive_n(receiver, 1)
-        t0 = _now()
+        t0 = server.now()  # locked_until is server time (other tests advance its clock)
         assert m1.locked_until_utc is not None
         lock_left = (m1.locked_until_utc - t0).total_seconds()
         assert 2.0 < lock_left <= LOCK_SECONDS + 1.0, (

@@ -134,6 +134,7 @@ class ServerProcess:
         self._starts = 0
         self._stderr_path: Path | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
 
     # -- life cycle
     def start(self) -> ServerProcess:
@@ -160,7 +161,8 @@ class ServerProcess:
         ]
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env["SBEMU_TEST_CLOCK"] = "1"  # advance_clock(): lock expiry, TTL, schedules without sleeping
+        # advance_clock(): lock expiry, TTL, schedules without sleeping
+        env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock else ""
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
@@ -260,7 +262,8 @@ class ServerProcess:
 
         The client's clock does not move: a message's ``locked_until_utc`` (server time) is
         then later than the client's now, so the SDK's own lock check passes and settling an
-        expired lock reaches the server, which refuses it (MessageLockLostError)."""
+        expired lock reaches the server, which refuses it (MessageLockLostError). Keep the
+        steps to minutes: SAS tokens are checked on the server's clock (the SDK's last 1 h)."""
         req = urllib.request.Request(
             f"http://{self.host}:{self.admin_port}/test-clock/advance/{seconds}",
             data=b"",

@@ -45,9 +45,11 @@ def _server_time(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _assert_empty(client, queue: str, *, sub_queue=None, wait: float = 1.0) -> None:
-    with client.get_queue_receiver(queue, sub_queue=sub_queue, max_wait_time=wait) as r:
-        left = r.receive_messages(max_message_count=10, max_wait_time=wait)
+def _assert_empty(client, queue: str, *, sub_queue=None) -> None:
+    """Nothing left at all (peek sees locked and deferred messages too): no receive timeout
+    to wait out, and a completion acknowledged before this removed its message already."""
+    with client.get_queue_receiver(queue, sub_queue=sub_queue) as r:
+        left = r.peek_messages(max_message_count=10)
         assert left == [], f"{queue} {sub_queue or ''} not empty: {[body_text(m) for m in left]}"
 
 

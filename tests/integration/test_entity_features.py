@@ -300,8 +300,12 @@ def test_duplicate_detection_survives_restart(tmp_path: Path, kill: bool) -> Non
                 with c.get_queue_receiver(
                     q, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2
                 ) as rx:
-                    got = sorted(str(m) for m in receive_n(rx, 30, timeout=6))
+                    got = sorted(str(m) for m in receive_n(rx, len(ids) + 1, timeout=15))
+                    # every send above was acknowledged, so an accepted duplicate would be
+                    # stored by now: peek sees it without waiting out a receive timeout
+                    left = sorted(str(m) for m in rx.peek_messages(max_message_count=50))
                 assert got == sorted([f"first {mid}" for mid in ids] + ["new"]), q
+                assert left == [], (q, left)
     finally:
         server.stop()
 

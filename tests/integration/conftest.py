@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from sbemu.admin.access import is_loopback
+
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
 KEY = "SAS_KEY_VALUE"
@@ -162,7 +164,9 @@ class ServerProcess:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # advance_clock(): lock expiry, TTL, schedules without sleeping
-        env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock else ""
+        # (loopback only: a server bound beyond it, SBEMU_HOST=0.0.0.0, refuses the switch)
+        host = env.get("SBEMU_HOST") or "127.0.0.1"
+        env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock and is_loopback(host) else ""
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,

@@ -72,9 +72,25 @@ run:
 	$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
+# The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
+# TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
+# the JS suite alongside (its output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
+# its JVMs and standalone cluster, headless Chromium) run after that, in one process, so they
+# do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
+TEST_WORKERS ?= 4
+SERIAL_TESTS ?= tests/spark tests/ui
 test: install install-spark chromium-check js-deps lint
-	$(PY) -m pytest -q tests
-	@$(MAKE) --no-print-directory test-js
+	@js_log=$$(mktemp); \
+	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
+	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
+	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
+	  echo "---- $(SERIAL_TESTS): one process ----"; $(PY) -m pytest -q $(SERIAL_TESTS); serial=$$?; fi; \
+	wait $$js; js_rc=$$?; \
+	echo "---- JS SDK suite (tests/js, ran alongside pytest) ----"; cat "$$js_log"; rm -f "$$js_log"; \
+	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc"; \
+	  exit 1; fi
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs

@@ -66,6 +66,8 @@ ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
 ENV_KEEP_LOGS = "SBEMU_KEEP_LOGS"
+# tests only: run on a clock that POST /test-clock/advance/<seconds> moves forward (loopback)
+ENV_TEST_CLOCK = "SBEMU_TEST_CLOCK"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -603,6 +605,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
     try:
         from sbemu.server import Server, StartupError  # lazily: `sbemu --help` stays light
 
+        clock = _server_clock(settings)
+        if isinstance(clock, str):
+            return _fail(clock)
         server = Server(
             config,
             data_dir=settings.data_dir,
@@ -612,6 +617,7 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             log_retention_records=settings.log_retention_records,
             log_bodies=settings.log_bodies,
             keep_logs=settings.keep_logs,
+            clock=clock,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)
@@ -646,6 +652,21 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         return 1
     log.info("stopped")
     return 0
+
+
+def _server_clock(settings: Settings) -> Any:
+    """time.time, or a TestClock when SBEMU_TEST_CLOCK=1 (the admin port then takes
+    POST /test-clock/advance/<seconds>); a message instead when that is asked off loopback."""
+    import time
+
+    from sbemu.admin.access import is_loopback
+    from sbemu.clock import TestClock
+
+    if not _flag(os.environ.get(ENV_TEST_CLOCK) or None, ENV_TEST_CLOCK):
+        return time.time
+    if not is_loopback(settings.host):
+        return f"{ENV_TEST_CLOCK}=1 is for tests on a loopback address, not --host {settings.host}"
+    return TestClock()
 
 
 async def _stop_quietly(server: Any) -> None:

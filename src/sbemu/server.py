@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
 from .partitions.commits import CommitJob, CommitThreads, GroupCommit
@@ -215,7 +216,12 @@ class Server:
         log_retention_records: int = 0,
         log_bodies: bool = False,
         keep_logs: bool = False,
+        clock: Clock = time.time,
     ) -> None:
+        # The one time source of the server (sbemu.clock); a TestClock lets tests advance it.
+        self.clock = clock
+        if isinstance(clock, TestClock):
+            clock.on_advance(self._clock_advanced)
         self.log_bodies = log_bodies
         self.keep_logs = keep_logs
         self.config = config
@@ -268,6 +274,7 @@ class Server:
                 SpecBuilders(queue_spec, topic_spec),
                 self.settle,
                 apply=self.apply_entity_config,
+                clock=self.clock,
             )
             self.management.seed()
         except ValueError as exc:
@@ -297,7 +304,7 @@ class Server:
         )
         try:
             self._amqp_server = await self._loop.create_server(
-                lambda: AmqpProtocol(services, self._connections),
+                lambda: AmqpProtocol(services, self._connections, self.clock),
                 self.host,
                 self.amqp_port,
                 reuse_address=True,
@@ -343,7 +350,7 @@ class Server:
             services = dataclasses.replace(shared, default_namespace=ns.name.lower())
             try:
                 server = await self._loop.create_server(
-                    functools.partial(AmqpProtocol, services, self._connections),
+                    functools.partial(AmqpProtocol, services, self._connections, self.clock),
                     self.host,
                     ns.amqp_port,
                     reuse_address=True,
@@ -442,7 +449,7 @@ class Server:
         self._turn_scheduled = False
         if self._closed or self._commits is None:
             return
-        self._commits.turn(int(time.time() * 1000))
+        self._commits.turn(int(self.clock() * 1000))
 
     def _committed(self, jobs: list[CommitJob]) -> None:
         """Finished commits, back on the loop: completions, re-commits, then a turn for what
@@ -457,7 +464,7 @@ class Server:
 
     def _on_timer(self) -> None:
         assert self._loop is not None and self.router is not None
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock() * 1000)
         self.router.on_timer(now_ms)
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
@@ -467,6 +474,48 @@ class Server:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
             self._start_retention()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+
+    # ------------------------------------------------------------------ test clock
+    def _clock_advanced(self) -> None:
+        """A TestClock moved forward: sweep locks, TTLs, schedules and idle entities now rather
+        than at the next tick, so what came due is released before the advance returns."""
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+
+        def sweep() -> None:
+            if self._timer is not None and not self._closed:
+                self._timer.cancel()
+                self._on_timer()
+
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            sweep()
+        else:
+            loop.call_soon_threadsafe(sweep)
+
+    def _add_test_clock(self, routes: HttpRoutes) -> None:
+        """POST /test-clock/advance/<seconds>: only when the server runs on a TestClock
+        (SBEMU_TEST_CLOCK=1, loopback only), for tests that would otherwise sleep."""
+        from .admin.http import json_response
+
+        clock = self.clock
+        if not isinstance(clock, TestClock):
+            return
+
+        def advance(request: Any, params: dict[str, str]) -> Any:
+            text = params.get("rest", "").strip("/")
+            try:
+                now = clock.advance(float(text))
+            except ValueError as exc:
+                return json_response(400, {"error": f"expected /test-clock/advance/<seconds>: {exc}"})
+            log.info("test clock advanced by %s s (offset now %.3f s)", text, clock.offset)
+            return json_response(200, {"now_ms": int(now * 1000), "offset_s": clock.offset})
+
+        routes.add("POST", "/test-clock/advance", advance, prefix=True)
 
     # ------------------------------------------------------------------ log retention
     def _start_retention(self) -> None:
@@ -537,6 +586,7 @@ class Server:
 
         add_purge_routes(routes, self.management)
         add_atom_routes(routes, self.management)
+        self._add_test_clock(routes)
         return routes
 
     # ------------------------------------------------------------------ runtime entities
@@ -606,7 +656,7 @@ class Server:
             log.warning("idle deletion of %s failed (tried again after another window): %s",
                         what, error)
             assert self.router is not None
-            self.router.idle.failed(key, int(time.time() * 1000))
+            self.router.idle.failed(key, int(self.clock() * 1000))
 
     def _save_idle_times(self, now_ms: int) -> None:
         """At most every SAVE_INTERVAL_MS, save the changed AutoDeleteOnIdle last-activity

@@ -9,6 +9,7 @@ the three ready lines on stdout, AMQP on the printed port, SIGTERM/SIGKILL.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import hmac
 import json
@@ -21,11 +22,14 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sbemu.admin.access import is_loopback
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
@@ -132,6 +136,7 @@ class ServerProcess:
         self._starts = 0
         self._stderr_path: Path | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
 
     # -- life cycle
     def start(self) -> ServerProcess:
@@ -158,6 +163,10 @@ class ServerProcess:
         ]
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # advance_clock(): lock expiry, TTL, schedules without sleeping
+        # (loopback only: a server bound beyond it, SBEMU_HOST=0.0.0.0, refuses the switch)
+        host = env.get("SBEMU_HOST") or "127.0.0.1"
+        env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock and is_loopback(host) else ""
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
@@ -249,6 +258,28 @@ class ServerProcess:
             if rc != 0:
                 raise ServerError(f"SIGTERM exit code {rc}; stderr={self.stderr_text()!r}")
         return self.start()
+
+    def advance_clock(self, seconds: float) -> int:
+        """Move the server's clock ``seconds`` forward (its TestClock, SBEMU_TEST_CLOCK=1): locks,
+        time-to-live, schedules and idle deletion come due as if that time had passed; the
+        server has swept them when this returns. Returns the server's new time (Unix ms).
+
+        The client's clock does not move: a message's ``locked_until_utc`` (server time) is
+        then later than the client's now, so the SDK's own lock check passes and settling an
+        expired lock reaches the server, which refuses it (MessageLockLostError). Keep the
+        steps to minutes: SAS tokens are checked on the server's clock (the SDK's last 1 h)."""
+        req = urllib.request.Request(
+            f"http://{self.host}:{self.admin_port}/test-clock/advance/{seconds}",
+            data=b"",
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(json.loads(resp.read())["now_ms"])
+
+    def now(self) -> dt.datetime:
+        """The server's current time (its clock may be ahead of ours: ``advance_clock``).
+        Tests on a server whose clock moved compare server-stamped times with this."""
+        return dt.datetime.fromtimestamp(self.advance_clock(0) / 1000, dt.timezone.utc)
 
     @property
     def running(self) -> bool:

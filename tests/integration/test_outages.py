@@ -120,14 +120,27 @@ def client_for(server: Any, **kwargs: Any) -> ServiceBusClient:
     return ServiceBusClient.from_connection_string(server.conn_str, **kwargs)
 
 
-def receive_complete_all(client: ServiceBusClient, queue: str, *, max_wait: float = 1.0) -> list:
-    """Receive and complete everything that is receivable now."""
-    got = []
+def receive_complete_all(
+    client: ServiceBusClient,
+    queue: str,
+    *,
+    expected: int = 0,
+    max_wait: float = 1.0,
+    timeout: float = 30.0,
+) -> list:
+    """Receive and complete everything that is receivable now. An empty receive ends it once
+    ``expected`` messages came (a loaded machine may take longer than one ``max_wait`` to hand
+    over the first ones; up to ``timeout`` s), so the callers' counts still catch a lost or an
+    extra message."""
+    got: list = []
+    deadline = time.monotonic() + timeout
     with client.get_queue_receiver(queue, max_wait_time=max_wait, prefetch_count=50) as receiver:
         while True:
             batch = receiver.receive_messages(max_message_count=50, max_wait_time=max_wait)
             if not batch:
-                break
+                if len(got) >= expected or time.monotonic() >= deadline:
+                    break
+                continue
             for m in batch:
                 receiver.complete_message(m)
             got.extend(batch)
@@ -180,7 +193,7 @@ def test_offline_partition_keyless_failover_pinned_busy_messages_wait(server):
                 sender.send_messages(ServiceBusMessage("rr-after-busy"))
 
             # P10: the receiver sees every partition but N; N's messages wait.
-            got = receive_complete_all(client, entity)
+            got = receive_complete_all(client, entity, expected=n + 1)
             bodies = sorted(body_text(m) for m in got)
             assert bodies == sorted([f"rr-{i}" for i in range(n)] + ["rr-after-busy"]), bodies
             parts = Counter(partition_of(m.sequence_number) for m in got)
@@ -203,7 +216,7 @@ def test_offline_partition_keyless_failover_pinned_busy_messages_wait(server):
         # The same key's send succeeds again and lands on N.
         with client.get_queue_sender(entity) as sender:
             sender.send_messages(ServiceBusMessage("pinned-after", partition_key=key))
-        got = receive_complete_all(client, entity)
+        got = receive_complete_all(client, entity, expected=1)
         assert [body_text(m) for m in got] == ["pinned-after"]
         assert partition_of(got[0].sequence_number) == OFFLINE_PID
 
@@ -240,7 +253,7 @@ def test_sdk_default_retries_ride_out_a_short_outage(server):
             assert elapsed >= 0.9, (
                 f"the send cannot have succeeded before the partition was back ({elapsed:.2f}s)"
             )
-            got = receive_complete_all(client, entity)
+            got = receive_complete_all(client, entity, expected=2)
     finally:
         http(server, "POST", f"/partitions/{NAMESPACE}/{entity}/{RETRY_PID}/online")
     by_body = {body_text(m): m for m in got}
@@ -310,7 +323,7 @@ def test_outage_over_http_admin_endpoints(server):
     with client_for(server, retry_total=0) as client:
         with client.get_queue_sender(entity) as sender:
             sender.send_messages(ServiceBusMessage("y", partition_key=key_for(HTTP_PID, "http")))
-        assert [body_text(m) for m in receive_complete_all(client, entity)] == ["y"]
+        assert [body_text(m) for m in receive_complete_all(client, entity, expected=1)] == ["y"]
 
 
 @pytest.mark.parametrize(
@@ -449,7 +462,7 @@ def test_full_store_plain_and_partitioned(server):
         with client.get_queue_sender("full-q") as sender:
             sender.send_messages(ServiceBusMessage(b"z" * PAYLOAD, message_id="plain-again"))
 
-        got = receive_complete_all(client, "full-pq")
+        got = receive_complete_all(client, "full-pq", expected=part_count)
         assert len(got) == part_count, f"received {len(got)} of {part_count} (none lost)"
         per_partition = Counter(partition_of(m.sequence_number) for m in got)
         assert set(per_partition) == set(range(PARTITIONS)), per_partition

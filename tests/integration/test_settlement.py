@@ -41,15 +41,15 @@ def _now() -> dt.datetime:
     return dt.datetime.now(UTC)
 
 
-def _sleep_until(when: dt.datetime, extra: float = 0.0) -> None:
-    delay = (when - _now()).total_seconds() + extra
-    if delay > 0:
-        time.sleep(delay)
+def _server_time(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _assert_empty(client, queue: str, *, sub_queue=None, wait: float = 1.0) -> None:
-    with client.get_queue_receiver(queue, sub_queue=sub_queue, max_wait_time=wait) as r:
-        left = r.receive_messages(max_message_count=10, max_wait_time=wait)
+def _assert_empty(client, queue: str, *, sub_queue=None) -> None:
+    """Nothing left at all (peek sees locked and deferred messages too): no receive timeout
+    to wait out, and a completion acknowledged before this removed its message already."""
+    with client.get_queue_receiver(queue, sub_queue=sub_queue) as r:
+        left = r.peek_messages(max_message_count=10)
         assert left == [], f"{queue} {sub_queue or ''} not empty: {[body_text(m) for m in left]}"
 
 
@@ -150,11 +150,11 @@ def test_deferred_message_is_visible_to_peek_as_deferred(sb_client):
         assert peeked[0].state == ServiceBusMessageState.DEFERRED
 
 
-def test_lock_expiry_redelivers_with_incremented_count(sb_client):
+def test_lock_expiry_redelivers_with_incremented_count(sb_client, server):
     send_plain(sb_client, "s-lockexp", [ServiceBusMessage("slow", message_id="le-1")])
     with sb_client.get_queue_receiver("s-lockexp", max_wait_time=5) as receiver:
         (m1,) = receive_n(receiver, 1)
-        t0 = _now()
+        t0 = server.now()  # locked_until is server time (other tests advance its clock)
         assert m1.locked_until_utc is not None
         lock_left = (m1.locked_until_utc - t0).total_seconds()
         assert 2.0 < lock_left <= LOCK_SECONDS + 1.0, (
@@ -162,7 +162,7 @@ def test_lock_expiry_redelivers_with_incremented_count(sb_client):
         )
         # Not redelivered while the lock holds.
         assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
-        _sleep_until(m1.locked_until_utc, 0.5)
+        server.advance_clock(LOCK_SECONDS + 0.5)  # the server's clock: past the lock's end
         got = receive_n(receiver, 1, timeout=6)
         assert got, "message not redelivered after its lock expired"
         (m2,) = got
@@ -171,7 +171,8 @@ def test_lock_expiry_redelivers_with_incremented_count(sb_client):
         assert m2.delivery_count == 1, "lock expiry counts as a delivery attempt"
         assert m2.lock_token != m1.lock_token, "a new delivery needs a new lock token"
         # The SDK refuses an expired lock client-side; push the client's view of the lock into the
-        # future so the completion really reaches the server, which must refuse the lost lock.
+        # future so the completion really reaches the server, which must refuse the lost lock
+        # (with the advanced server clock it is in the future already; this keeps it so).
         m1._expiry = _now() + dt.timedelta(hours=1)
         with pytest.raises(MessageLockLostError):
             receiver.complete_message(m1)
@@ -200,11 +201,11 @@ def test_lock_expiry_wakes_a_waiting_receiver(sb_client):
         waiter.complete_message(got[0])
 
 
-def test_renewing_a_lost_lock_raises(sb_client):
+def test_renewing_a_lost_lock_raises(sb_client, server):
     send_plain(sb_client, "s-locklost", [ServiceBusMessage("slow", message_id="ll-1")])
     with sb_client.get_queue_receiver("s-locklost", max_wait_time=5) as receiver:
         (m1,) = receive_n(receiver, 1)
-        _sleep_until(m1.locked_until_utc, 0.5)
+        server.advance_clock(LOCK_SECONDS + 0.5)  # the server's clock: past the lock's end
         # renew-lock goes to $management without a client-side expiry check: the server decides.
         with pytest.raises(MessageLockLostError):
             receiver.renew_message_lock(m1)
@@ -213,7 +214,7 @@ def test_renewing_a_lost_lock_raises(sb_client):
         receiver.complete_message(got[0])
 
 
-def test_renew_lock_extends_locked_until(sb_client):
+def test_renew_lock_extends_locked_until(sb_client, server):
     send_plain(sb_client, "s-renew", [ServiceBusMessage("keep", message_id="rn-1")])
     with (
         sb_client.get_queue_receiver("s-renew", max_wait_time=5) as receiver,
@@ -222,15 +223,17 @@ def test_renew_lock_extends_locked_until(sb_client):
         other.peek_messages(max_message_count=1)  # open the second link now, not on the clock
         (m,) = receive_n(receiver, 1)
         first_until = m.locked_until_utc
-        _sleep_until(first_until, -2.0)
+        # The server's clock to 2 s before the lock's end (sleeping that long is the same test).
+        before_renew = _server_time(server.advance_clock(LOCK_SECONDS - 2.0))
         new_until = receiver.renew_message_lock(m)
         assert new_until > first_until + dt.timedelta(seconds=1), (
             f"renewal must move the lock forward: {first_until} -> {new_until}"
         )
         assert m.locked_until_utc == new_until
-        assert new_until <= _now() + dt.timedelta(seconds=LOCK_SECONDS + 2)
+        assert new_until <= before_renew + dt.timedelta(seconds=LOCK_SECONDS + 2)
         # Past the original expiry the renewed lock still holds: nobody else gets the message...
-        _sleep_until(first_until, 0.3)
+        after = _server_time(server.advance_clock(2.3))
+        assert first_until < after < new_until
         assert other.receive_messages(max_message_count=1, max_wait_time=1) == [], (
             "message redelivered although its lock was renewed"
         )

@@ -526,7 +526,7 @@ def test_commit_failing_on_an_expired_lock_keeps_none_of_the_transaction(server,
     client, thread = start_tx(server, plan)
     try:
         assert plan.staged.wait(RUN_TIMEOUT)
-        time.sleep(6.0)  # the accepted message's lock (PT5S) expires before the commit
+        server.advance_clock(6.0)  # the accepted message's lock (PT5S) expires before the commit
     finally:
         gate.set()
         finish_tx(client, thread)

@@ -45,6 +45,7 @@ KEY = "SAS_KEY_VALUE"
 QUEUES = ("bench", "benchp")
 START_TIMEOUT = 30.0
 IDLE_TIMEOUT = 30.0  # seconds without progress before a phase is declared stuck
+PROGRESS_FROM, PROGRESS_EVERY = 1_000_000, 60.0  # phases this long print progress each minute
 
 
 # ------------------------------------------------------------------------------- server
@@ -342,10 +343,13 @@ def _proton_phase(
         def __init__(self, handler: Any) -> None:
             self.handler = handler
             self.last = -1
-            self.since = time.monotonic()
+            self.since = self.shown = time.monotonic()
 
         def on_timer_task(self, event: Any) -> None:
             progress = self.handler.progress()
+            if count >= PROGRESS_FROM and time.monotonic() - self.shown >= PROGRESS_EVERY:
+                self.shown = time.monotonic()  # a long backlog run says how far it is
+                print(f"    {address}: {progress}/{count} at {time.strftime('%H:%M:%S')}", flush=True)
             if progress != self.last:
                 self.last, self.since = progress, time.monotonic()
             elif time.monotonic() - self.since > IDLE_TIMEOUT:

@@ -257,3 +257,41 @@ def test_release_resident_unmaps_touched_store_pages(tmp_path):
     assert touched - before > 16_000 and released - before < 4_000, (before, touched, released)
     assert store.get(MAIN, 7999, bytes) == body  # the pages fault back in when read again
     store.close()
+
+
+def test_new_records_fill_store_pages_in_sequence_order(tmp_path):
+    # MDB_APPEND: three 1.1 KB records per 4 KB leaf page, not the two a mid-page split leaves
+    store = PartitionStore(str(tmp_path / "a"), map_size=64 << 20, durable=False)
+    record = b"r" * 1100
+    for base in range(1, 3001, 100):
+        batch = WriteBatch()
+        for seq in range(base, base + 100):
+            batch.put(MAIN, seq, record)
+        store.commit(batch)
+    assert store.pages(MAIN) <= 3000 // 3 + 10
+    batch = WriteBatch()
+    batch.put(MAIN, 1500, b"updated")  # below the last key: an ordinary put, not an append
+    batch.put(MAIN, 3001, record)
+    store.commit(batch)
+    assert store.get(MAIN, 1500, bytes) == b"updated"
+    assert [seq for seq, _ in store.scan(MAIN, 1499, 3, bytes)] == [1499, 1500, 1501]
+    assert store.entries(MAIN) == 3001
+    store.close()
+
+
+def test_settled_locks_leave_no_lock_timers_behind(h):
+    n = 3 * broker_module.LOCK_HEAP_SLACK
+    h.send(*[msg(i) for i in range(n)])
+    for _ in range(n - 1):  # a drain: every lock settled long before it would expire
+        _rec, lock = h.broker.take_next(MAIN, 1000, True)
+        h.broker.complete(lock.token, 1000, lambda e: None)
+    h.commit()
+    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    rec, lock = h.broker.take_next(MAIN, 1000, True)  # the last one: renewed, then it expires
+    for now in range(1001, 1001 + n):
+        h.broker.renew(lock.token, now)
+    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    h.broker.on_timer(1001 + n + 5_000)
+    assert h.broker.lock_of(lock.token) is None
+    again, _ = h.broker.take_next(MAIN, 1001 + n + 5_000, True)
+    assert again.sequence_number == rec.sequence_number and again.delivery_count == 1

@@ -298,6 +298,13 @@ class PartitionStore:
         with self._env.begin(db=db) as txn:
             return int(txn.stat(db)["entries"])
 
+    def pages(self, queue: str) -> int:
+        """How many pages (branch, leaf, overflow) a sub-queue's database takes on disk."""
+        db = self._read_db(queue)
+        with self._env.begin(db=db) as txn:
+            st = txn.stat(db)
+        return int(st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"])
+
     def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> _Database:
         name = prefix + queue.encode("utf-8")
         db = self._dbs.get(name)

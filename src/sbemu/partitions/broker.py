@@ -390,9 +390,9 @@ class PartitionBroker:
 
     def _load_sessions(self, sq: SubQueue) -> None:
         """A session-enabled sub-queue's lines are rebuilt after start-up, not during it: a
-        scan of the records stored so far, a chunk per timer tick, and further on demand
-        (accepting a session, listing sessions). A session's line only ever holds its oldest
-        records, so FIFO per session holds while the scan runs."""
+        scan of the records stored so far, a chunk per timer tick (and one more when a
+        receiver finds nothing; listing sessions finishes it). A session's line only ever
+        holds its oldest records, so FIFO per session holds while the scan runs."""
         sq.session_scan = 0
         sq.session_scan_end = self.sequence_base() | self._next_seq
 
@@ -499,8 +499,10 @@ class PartitionBroker:
             return None  # a session-enabled sub-queue serves session receivers only
         if session_id is not None:
             sess = sq.sessions.get(session_id)
-            while sq.session_scan is not None and (sess is None or not sess.ready_set):
-                self._scan_sessions(sq, SESSION_SCAN_CHUNK)  # its next message may be unread
+            if sq.session_scan is not None and (sess is None or not sess.ready_set):
+                # its next message may be unread: one chunk now (bounded, so the loop never
+                # stalls on a long scan); the timer ticks read the rest and call on_ready
+                self._scan_sessions(sq, SESSION_SCAN_CHUNK)
                 sess = sq.sessions.get(session_id)
             if sess is None:
                 return None
@@ -1393,7 +1395,8 @@ class PartitionBroker:
         sq = self.queues[queue]
         if session_id is None:
             sess = sq.available_session(now_ms)
-            while sess is None and sq.session_scan is not None:
+            if sess is None and sq.session_scan is not None:
+                # one chunk now (bounded); the timer ticks read the rest and wake waiters
                 self._scan_sessions(sq, SESSION_SCAN_CHUNK)
                 sess = sq.available_session(now_ms)
             if sess is None:

@@ -304,6 +304,7 @@ class PartitionBroker:
         self._batch_has_deadlines = False
         self._next_seq = 1
         self._next_offset = 0
+        self._scanning: list[SubQueue] = []  # session-enabled sub-queues a restart scan rebuilds
         self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
         self.stats = PartitionStats()  # counters for the dashboard and /metrics
         self.on_ready: Callable[[str], None] = lambda queue: None
@@ -395,6 +396,7 @@ class PartitionBroker:
         holds its oldest records, so FIFO per session holds while the scan runs."""
         sq.session_scan = 0
         sq.session_scan_end = self.sequence_base() | self._next_seq
+        self._scanning.append(sq)
 
     def _scan_sessions(self, sq: SubQueue, limit: int = 0) -> None:
         """Read the next `limit` stored records (0: all the rest) of a session-enabled
@@ -434,7 +436,13 @@ class PartitionBroker:
             self.on_ready(name)
 
     def _session_scans(self) -> list[SubQueue]:
-        return [sq for sq in self.queues.values() if sq.session_scan is not None]
+        """The restart scans still running (dropped sub-queues left out)."""
+        if self._scanning:
+            self._scanning = [
+                sq for sq in self._scanning
+                if sq.session_scan is not None and self.queues.get(sq.name) is sq
+            ]  # fmt: skip
+        return self._scanning
 
     def _migrate(self, layout: int) -> None:
         """A store written before the current layout, once: count each sub-queue by state
@@ -1264,7 +1272,7 @@ class PartitionBroker:
             self.on_session_lost(lost)
         if self._deadline_at is not None and self._deadline_at <= now_ms:
             self._fire_deadlines(now_ms)
-        for sq in self._session_scans():
+        for sq in list(self._session_scans()):
             self._scan_sessions(sq, SESSION_SCAN_CHUNK)
 
     def _fire_deadlines(self, now_ms: int) -> None:
@@ -1494,7 +1502,7 @@ class PartitionBroker:
         times = [h[0][0] for h in (self._lock_heap, self._session_heap) if h]
         if self._deadline_at is not None:
             times.append(self._deadline_at)
-        if self._session_scans():
+        if self._scanning and self._session_scans():
             times.append(0)  # a restart's session scan goes on at every tick
         return min(times) if times else None
 

@@ -45,6 +45,7 @@ KEY = "SAS_KEY_VALUE"
 QUEUES = ("bench", "benchp")
 START_TIMEOUT = 30.0
 IDLE_TIMEOUT = 30.0  # seconds without progress before a phase is declared stuck
+PROGRESS_FROM, PROGRESS_EVERY = 1_000_000, 60.0  # phases this long print progress each minute
 
 
 # ------------------------------------------------------------------------------- server
@@ -302,6 +303,29 @@ class Result:
 # ------------------------------------------------------------------------------- proton client
 
 
+class _Seen:
+    """The distinct message indexes received: a bitmap (a set of 10M ints would cost the
+    bench process ~700 MB, more than the server it measures)."""
+
+    def __init__(self) -> None:
+        self._bits = bytearray()
+        self._count = 0
+
+    def add(self, index: int) -> bool:
+        """Record `index`; False if it was already there (a duplicate)."""
+        byte, bit = divmod(index, 8)
+        if byte >= len(self._bits):
+            self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
+        if self._bits[byte] >> bit & 1:
+            return False
+        self._bits[byte] |= 1 << bit
+        self._count += 1
+        return True
+
+    def __len__(self) -> int:
+        return self._count
+
+
 def _proton_phase(
     url: str, address: str, count: int, size: int, prefix: str, part: str = "both"
 ) -> Result:
@@ -319,10 +343,13 @@ def _proton_phase(
         def __init__(self, handler: Any) -> None:
             self.handler = handler
             self.last = -1
-            self.since = time.monotonic()
+            self.since = self.shown = time.monotonic()
 
         def on_timer_task(self, event: Any) -> None:
             progress = self.handler.progress()
+            if count >= PROGRESS_FROM and time.monotonic() - self.shown >= PROGRESS_EVERY:
+                self.shown = time.monotonic()  # a long backlog run says how far it is
+                print(f"    {address}: {progress}/{count} at {time.strftime('%H:%M:%S')}", flush=True)
             if progress != self.last:
                 self.last, self.since = progress, time.monotonic()
             elif time.monotonic() - self.since > IDLE_TIMEOUT:
@@ -420,7 +447,7 @@ def _proton_phase(
             super().__init__(prefetch=1000, auto_accept=True)
             self.expected = expected
             self.idle_stop = idle_stop
-            self.seen: set[int] = set()
+            self.seen = _Seen()
             self.messages = 0
             self.t0 = self.t1 = 0.0
             self.last_message = time.monotonic()
@@ -450,10 +477,8 @@ def _proton_phase(
             self.last_message = time.monotonic()
             props = event.message.properties or {}
             index = props.get("i")
-            if index is None or index in self.seen:
+            if index is None or not self.seen.add(int(index)):
                 result.duplicates += index is not None
-            else:
-                self.seen.add(int(index))
             if self.expected and len(self.seen) >= self.expected:
                 self.t1 = time.perf_counter()
                 # Let auto-accept run for this delivery before closing.

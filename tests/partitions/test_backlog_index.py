@@ -257,3 +257,111 @@ def test_release_resident_unmaps_touched_store_pages(tmp_path):
     assert touched - before > 16_000 and released - before < 4_000, (before, touched, released)
     assert store.get(MAIN, 7999, bytes) == body  # the pages fault back in when read again
     store.close()
+
+
+def test_new_records_fill_store_pages_in_sequence_order(tmp_path):
+    # MDB_APPEND: three 1.1 KB records per 4 KB leaf page, not the two a mid-page split leaves
+    store = PartitionStore(str(tmp_path / "a"), map_size=64 << 20, durable=False)
+    record = b"r" * 1100
+    for base in range(1, 3001, 100):
+        batch = WriteBatch()
+        for seq in range(base, base + 100):
+            batch.put(MAIN, seq, record)
+        store.commit(batch)
+    assert store.pages(MAIN) <= 3000 // 3 + 10
+    batch = WriteBatch()
+    batch.put(MAIN, 1500, b"updated")  # below the last key: an ordinary put, not an append
+    batch.put(MAIN, 3001, record)
+    store.commit(batch)
+    assert store.get(MAIN, 1500, bytes) == b"updated"
+    assert [seq for seq, _ in store.scan(MAIN, 1499, 3, bytes)] == [1499, 1500, 1501]
+    assert store.entries(MAIN) == 3001
+    store.close()
+
+
+def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
+    monkeypatch.setattr(broker_module, "LOCK_HEAP_SLACK", 256)
+    n = 3 * broker_module.LOCK_HEAP_SLACK
+    h.send(*[msg(i) for i in range(n)])
+    for _ in range(n - 1):  # a drain: every lock settled long before it would expire
+        _rec, lock = h.broker.take_next(MAIN, 1000, True)
+        h.broker.complete(lock.token, 1000, lambda e: None)
+    h.commit()
+    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    rec, lock = h.broker.take_next(MAIN, 1000, True)  # the last one: renewed, then it expires
+    for now in range(1001, 1001 + n):
+        h.broker.renew(lock.token, now)
+    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    h.broker.on_timer(1001 + n + 5_000)
+    assert h.broker.lock_of(lock.token) is None
+    again, _ = h.broker.take_next(MAIN, 1001 + n + 5_000, True)
+    assert again.sequence_number == rec.sequence_number and again.delivery_count == 1
+
+
+@pytest.fixture
+def small_scan(monkeypatch):
+    monkeypatch.setattr(broker_module, "SESSION_SCAN_CHUNK", 8)
+
+
+def test_restart_reads_no_session_backlog_and_keeps_fifo_per_session(tmp_path, small_scan):
+    h = SessionHarness(tmp_path / "s")
+    h.send(*[smsg(i, "abc"[i % 3]) for i in range(60)])  # seqs 1..60: a 1,4,..; b 2,5,..
+    h.store.close()
+    h.store = PartitionStore(str(h.path), map_size=64 << 20)
+    reads = Counting(h.store)
+    h.broker = PartitionBroker(
+        h.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
+        queues=SESSION_SETTINGS, mark_dirty=lambda b: None,
+    )  # fmt: skip
+    h.broker.load()
+    assert reads.reads == 0  # start-up reads no record
+    assert h.broker.next_deadline() == 0  # the scan runs from the first timer tick on
+    h.send(smsg(100, "b"))  # seq 61, sent while the scan has not started
+    lock = h.broker.accept_session(MAIN, None, "owner", 1000)
+    assert lock.session_id == "a"  # the oldest message (seq 1) is a's
+    h.broker.release_session(lock, 1000)
+    lock = h.broker.accept_session(MAIN, "b", "owner", 1000)
+    got = []
+    sq = h.broker.queues[MAIN]
+    while (taken := h.broker.take_next(MAIN, 1000, False, lock)) is not None or sq.session_scan:
+        if taken is None:
+            h.broker.on_timer(1000)  # the scan goes on at the next tick
+        else:
+            got.append(taken[0].sequence_number)
+    assert got == list(range(2, 61, 3)) + [61]  # the old ones first, then the new one
+    h.commit()
+    assert h.broker.session_ids(MAIN) == ["a", "c"]  # listing finishes the scan
+    assert h.broker.queues[MAIN].session_scan is None
+    assert h.broker.next_deadline() != 0
+
+
+def test_timer_ticks_finish_the_session_scan(tmp_path, small_scan):
+    h = SessionHarness(tmp_path / "s")
+    h.send(*[smsg(i, f"s{i % 5}") for i in range(50)])
+    h.reopen()
+    sq = h.broker.queues[MAIN]
+    ticks = 0
+    while sq.session_scan is not None:
+        h.broker.on_timer(1000)
+        ticks += 1
+    assert ticks == 50 // 8 + 1  # a chunk per tick
+    assert {sid: len(s.ready_set) for sid, s in sq.sessions.items()} == {
+        f"s{k}": 10 for k in range(5)
+    }
+    assert h.broker.session_ids(MAIN) == [f"s{k}" for k in range(5)]
+
+
+def test_messages_settled_before_the_scan_reaches_them_are_counted_once(tmp_path, small_scan):
+    h = SessionHarness(tmp_path / "s")
+    h.send(*[smsg(i, "a" if i < 40 else "z") for i in range(48)])  # z: seqs 41..48
+    h.reopen()
+    h.broker.on_timer(1000 + 60_001)  # every message expires, the scan not through yet
+    h.commit()
+    h.reopen()
+    assert h.broker.session_ids(MAIN) == []
+    assert h.broker.accept_session(MAIN, None, "owner", 1000) is None
+    h.send(smsg(1, "z"))
+    h.broker.on_timer(1000)
+    h.reopen()
+    h.broker.on_timer(1000 + 60_001 * 2)
+    assert h.broker.session_ids(MAIN) == []

@@ -178,6 +178,25 @@ class SubQueue:
         self.sessions: dict[str, SessionState] = {}
         self.counts = [0, 0, 0]  # by MessageState: active, deferred, scheduled
         self.bytes = 0  # encoded size of the stored messages (Azure's SizeInBytes)
+        # A session-enabled sub-queue after a restart: its session lines are rebuilt by a scan
+        # of the records stored before it, [session_scan, session_scan_end) still to read
+        # (None: complete). Until the scan passes a record, memory knows nothing of it.
+        self.session_scan: int | None = None
+        self.session_scan_end = 0
+        # Messages stored since (new, activated) that became ready while the scan runs: they
+        # wait for it to end, so none overtakes an older message of its session (FIFO).
+        self.session_held: list[int] = []
+
+    def scanned(self, seq: int) -> bool:
+        """Whether the session lines account for this record (not left to the scan)."""
+        start = self.session_scan
+        return start is None or seq < start or seq >= self.session_scan_end
+
+    def count_session(self, rec: MessageRecord, delta: int) -> None:
+        """One more (or fewer) stored record in the message's session, unless the restart
+        scan has yet to count it."""
+        if self.scanned(rec.sequence_number):
+            self.session(rec.session_id or "").messages += delta
 
     def clear(self) -> None:
         """Forget the index (read-ahead, ready lines, locks, sessions, counts): the partition
@@ -195,6 +214,10 @@ class SubQueue:
         """Put a visible message (back) in line for delivery, in sequence order."""
         seq = rec.sequence_number
         if self.settings.requires_session:
+            if self.session_scan is not None and seq >= self.session_scan:
+                if seq >= self.session_scan_end:
+                    self.session_held.append(seq)
+                return  # the restart scan puts it in line when it gets there (or ends)
             sess = self.session(rec.session_id or "")
             if seq not in sess.ready_set:
                 sess.ready_set.add(seq)
@@ -241,6 +264,8 @@ class SubQueue:
 
 
 READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
+SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer tick
+LOCK_HEAP_SLACK = 4_096  # stale lock-heap entries tolerated before it is rebuilt
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
 EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds
 LAYOUT = 3  # 2: counts in meta, timers in the deadlines database; 3: byte counts in meta
@@ -287,6 +312,7 @@ class PartitionBroker:
         self._batch_has_deadlines = False
         self._next_seq = 1
         self._next_offset = 0
+        self._scanning: list[SubQueue] = []  # session-enabled sub-queues a restart scan rebuilds
         self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
         self.stats = PartitionStats()  # counters for the dashboard and /metrics
         self.on_ready: Callable[[str], None] = lambda queue: None
@@ -389,12 +415,59 @@ class PartitionBroker:
                 yield rest
 
     def _load_sessions(self, sq: SubQueue) -> None:
-        """A session-enabled sub-queue's lines (reads its records once: O(its backlog))."""
-        for rec in self._each_record(sq):
-            sess = sq.session(rec.session_id or "")
-            sess.messages += 1
-            if rec.state == MessageState.ACTIVE:
-                sq.make_ready(rec)
+        """A session-enabled sub-queue's lines are rebuilt after start-up, not during it: a
+        scan of the records stored so far, a chunk per timer tick (and one more when a
+        receiver finds nothing; listing sessions finishes it). A session's line only ever
+        holds its oldest records, so FIFO per session holds while the scan runs."""
+        sq.session_scan = 0
+        sq.session_scan_end = self.sequence_base() | self._next_seq
+        self._scanning.append(sq)
+
+    def _scan_sessions(self, sq: SubQueue, limit: int = 0) -> None:
+        """Read the next `limit` stored records (0: all the rest) of a session-enabled
+        sub-queue into its session lines [issue 10: restart does not load the backlog]."""
+        start, end = sq.session_scan, sq.session_scan_end
+        if start is None:
+            return
+        chunk = limit or SESSION_SCAN_CHUNK
+        overlay, name = self._overlay, sq.name
+        made_ready = False
+        while True:
+            rows = self.store.scan(name, start, chunk, decode_message)
+            for seq, stored in rows:
+                if seq >= end:
+                    break
+                start = sq.session_scan = seq + 1  # before make_ready: the record is scanned
+                hit = overlay.get((name, seq), _MISSING)
+                rec = stored if hit is _MISSING else hit[0]  # type: ignore[index]
+                if rec is None:
+                    continue  # deleted, not yet committed
+                sq.session(rec.session_id or "").messages += 1
+                if rec.state == MessageState.ACTIVE and seq not in sq.locks:
+                    sq.make_ready(rec)
+                    made_ready = True
+            if len(rows) < chunk or start >= end or rows[-1][0] >= end:
+                sq.session_scan = None
+                held, sq.session_held = sq.session_held, []
+                for seq in held:
+                    rec = self._get(sq, seq)
+                    if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
+                        sq.make_ready(rec)
+                        made_ready = True
+                break
+            if limit:
+                break
+        if made_ready and self.queues.get(name) is sq:
+            self.on_ready(name)
+
+    def _session_scans(self) -> list[SubQueue]:
+        """The restart scans still running (dropped sub-queues left out)."""
+        if self._scanning:
+            self._scanning = [
+                sq for sq in self._scanning
+                if sq.session_scan is not None and self.queues.get(sq.name) is sq
+            ]  # fmt: skip
+        return self._scanning
 
     def _migrate(self, layout: int) -> None:
         """A store written before the current layout, once: count each sub-queue by state
@@ -459,6 +532,11 @@ class PartitionBroker:
             return None  # a session-enabled sub-queue serves session receivers only
         if session_id is not None:
             sess = sq.sessions.get(session_id)
+            if sq.session_scan is not None and (sess is None or not sess.ready_set):
+                # its next message may be unread: one chunk now (bounded, so the loop never
+                # stalls on a long scan); the timer ticks read the rest and call on_ready
+                self._scan_sessions(sq, SESSION_SCAN_CHUNK)
+                sess = sq.sessions.get(session_id)
             if sess is None:
                 return None
             heap, ready = sess.ready, sess.ready_set
@@ -544,7 +622,8 @@ class PartitionBroker:
         if sq.settings.requires_session:
             sess = sq.sessions.get(rec.session_id or "")
             if sess is not None:
-                sess.messages -= 1
+                if sq.scanned(seq):
+                    sess.messages -= 1
                 sess.ready_set.discard(seq)
         else:
             sq.back_set.discard(seq)
@@ -639,7 +718,7 @@ class PartitionBroker:
         self._put(target, moved)
         self._count(target, MessageState.ACTIVE, 1, moved.size)
         if target.settings.requires_session:
-            target.session(moved.session_id or "").messages += 1
+            target.count_session(moved, 1)
         target.make_ready(moved)
         self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
         self.on_ready(to_queue)
@@ -910,7 +989,7 @@ class PartitionBroker:
                 touched: set[str] = set()
                 for sq, rec in staged:
                     if sq.settings.requires_session:
-                        sq.session(rec.session_id or "").messages += 1
+                        sq.count_session(rec, 1)
                         if rec.state == MessageState.ACTIVE:
                             sq.make_ready(rec)
                     else:
@@ -1065,7 +1144,7 @@ class PartitionBroker:
         self._put(dlq, moved)
         self._count(dlq, MessageState.ACTIVE, 1, moved.size)
         if dlq.settings.requires_session:
-            dlq.session(moved.session_id or "").messages += 1
+            dlq.count_session(moved, 1)
         dlq.make_ready(moved)
         self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
         self.on_ready(dlq.name)
@@ -1092,8 +1171,19 @@ class PartitionBroker:
     def _unlock(self, lock: Lock) -> MessageRecord:
         del self.locks[lock.token]
         del lock.queue.locks[lock.seq]
+        self._trim_lock_heap()
         assert lock.record is not None  # every lock carries its message
         return lock.record
+
+    def _trim_lock_heap(self) -> None:
+        """Settled and renewed locks leave their heap entry until it is due (a lock duration
+        later): draining 5k msg/s under a 1-minute lock would keep 300k of them (~70 MB).
+        Once stale entries outnumber live locks, rebuild from the live ones, in place
+        (on_timer may be popping this very list)."""
+        heap = self._lock_heap
+        if len(heap) > 2 * len(self.locks) + LOCK_HEAP_SLACK:
+            heap[:] = [(k.until_ms, k.seq, k.token) for k in self.locks.values() if k.session is None]
+            heapq.heapify(heap)
 
     def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
         """Delete a locked message; `done` runs after the commit."""
@@ -1197,6 +1287,7 @@ class PartitionBroker:
             )
         lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
         heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.token))
+        self._trim_lock_heap()
         return lock.until_ms
 
     def lock_of(self, token: uuid.UUID) -> Lock | None:
@@ -1273,6 +1364,7 @@ class PartitionBroker:
                     break
                 out.append(rec)
             return out
+        self._scan_sessions(sq, SESSION_SCAN_CHUNK)  # a restart's scan advances (if running)
         heads: list[tuple[int, str]] = []
         for sid, sess in sq.sessions.items():
             live = [s for s in sess.ready if s in sess.ready_set]
@@ -1326,6 +1418,8 @@ class PartitionBroker:
             self.on_session_lost(lost)
         if self._deadline_at is not None and self._deadline_at <= now_ms:
             self._fire_deadlines(now_ms)
+        for sq in list(self._session_scans()):
+            self._scan_sessions(sq, SESSION_SCAN_CHUNK)
 
     def _fire_deadlines(self, now_ms: int) -> None:
         """TTL expiry and scheduled activation from the timers on disk, oldest first."""
@@ -1371,7 +1465,7 @@ class PartitionBroker:
         self._count(sq, MessageState.ACTIVE, 1, new.size)
         self._add_deadline(sq, new)
         if sq.settings.requires_session:
-            sq.session(new.session_id or "").messages += 1
+            sq.count_session(new, 1)
         self._log(sq, LogEvent.ACTIVATED, new, now_ms)
         sq.make_ready(new)
         self.on_ready(sq.name)
@@ -1410,7 +1504,7 @@ class PartitionBroker:
             self._count(target, MessageState.ACTIVE, 1, new.size)
             self._add_deadline(target, new)
             if target.settings.requires_session:
-                target.session(new.session_id or "").messages += 1
+                target.count_session(new, 1)
             self._log(target, LogEvent.ENQUEUED, new, now_ms)
             target.make_ready(new)
             self.on_ready(target.name)
@@ -1455,6 +1549,10 @@ class PartitionBroker:
         sq = self.queues[queue]
         if session_id is None:
             sess = sq.available_session(now_ms)
+            if sess is None and sq.session_scan is not None:
+                # one chunk now (bounded); the timer ticks read the rest and wake waiters
+                self._scan_sessions(sq, SESSION_SCAN_CHUNK)
+                sess = sq.available_session(now_ms)
             if sess is None:
                 return None
         else:
@@ -1536,6 +1634,7 @@ class PartitionBroker:
     def session_ids(self, queue: str, changed_after_ms: int | None = None) -> list[str]:
         """Sessions with messages or state (or, with changed_after_ms, whose state changed since)."""
         sq = self.queues[queue]
+        self._scan_sessions(sq)  # a restart's scan not yet through: finish it (once)
         if changed_after_ms is not None:
             return sorted(
                 sid for sid, sess in sq.sessions.items() if sess.state_changed_ms > changed_after_ms
@@ -1549,6 +1648,8 @@ class PartitionBroker:
         times = [h[0][0] for h in (self._lock_heap, self._session_heap) if h]
         if self._deadline_at is not None:
             times.append(self._deadline_at)
+        if self._scanning and self._session_scans():
+            times.append(0)  # a restart's session scan goes on at every tick
         return min(times) if times else None
 
     # ---------------------------------------------------------------- management (admin API)

@@ -326,6 +326,13 @@ class PartitionStore:
         with self._env.begin(db=db) as txn:
             return int(txn.stat(db)["entries"])
 
+    def pages(self, queue: str) -> int:
+        """How many pages (branch, leaf, overflow) a sub-queue's database takes on disk."""
+        db = self._read_db(queue)
+        with self._env.begin(db=db) as txn:
+            st = txn.stat(db)
+        return int(st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"])
+
     def _db(self, queue: str, txn: lmdb.Transaction, prefix: bytes = b"q:") -> _Database:
         name = prefix + queue.encode("utf-8")
         db = self._dbs.get(name)
@@ -376,8 +383,9 @@ class PartitionStore:
                         [(pack(offset), value) for offset, value in batch.log], append=True
                     )
                 for key, put in batch.deadlines:
-                    if put:
-                        txn.put(key, b"", db=self._deadlines)
+                    if put:  # timers of a constant TTL arrive in due order: append
+                        if not txn.put(key, b"", db=self._deadlines, append=True):
+                            txn.put(key, b"", db=self._deadlines)
                     else:
                         txn.delete(key, db=self._deadlines)
                 for key, present in batch.markers:
@@ -396,7 +404,11 @@ class PartitionStore:
         self, txn: lmdb.Transaction, ops: list[tuple[int, str, int, bytes | None]]
     ) -> None:
         """Message puts and deletes, in order; a run of puts into one sub-queue goes to LMDB
-        in one putmulti call (the common case: a turn's sends, one per partition)."""
+        in one putmulti call (the common case: a turn's sends, one per partition).
+
+        New messages arrive in sequence order, so the run is appended (MDB_APPEND fills leaf
+        pages: 3 x 1 KB records per 4 KB page instead of the 2 a mid-page split leaves); a
+        run with a key not above the last one (an update) is written again with plain puts."""
         pack = _U64.pack
         run: list[tuple[bytes, bytes]] = []
         run_queue: str | None = None
@@ -406,7 +418,7 @@ class PartitionStore:
                 run.append((pack(seq), value))
                 continue
             if run:
-                txn.cursor(db=self._db(run_queue, txn)).putmulti(run)  # type: ignore[arg-type]
+                self._put_run(txn, run_queue, run)  # type: ignore[arg-type]
                 run = []
             if op == 0:
                 assert value is not None
@@ -415,7 +427,14 @@ class PartitionStore:
                 run_queue = None
                 txn.delete(pack(seq), db=self._db(queue, txn))
         if run:
-            txn.cursor(db=self._db(run_queue, txn)).putmulti(run)  # type: ignore[arg-type]
+            self._put_run(txn, run_queue, run)  # type: ignore[arg-type]
+
+    def _put_run(self, txn: lmdb.Transaction, queue: str, run: list[tuple[bytes, bytes]]) -> None:
+        db = self._db(queue, txn)
+        _consumed, added = txn.cursor(db=db).putmulti(run, append=True)
+        if added != len(run):  # some key was not above the last: overwrite in place
+            for key, value in run:
+                txn.put(key, value, db=db)
 
     def _write_dedup(self, txn: lmdb.Transaction, batch: WriteBatch) -> None:
         """Record admitted MessageIds and sweep expired ones (inside the commit's transaction)."""

@@ -303,6 +303,11 @@ async def start_admin(
             await _serve(reader, writer, routes, request_timeout, ssl_context, max_body)
         except (ConnectionError, asyncio.TimeoutError, ssl.SSLError) as exc:
             log.debug("admin connection dropped: %r", exc)
+        except asyncio.CancelledError:
+            # The connection's own task was cancelled under it (seen once, mid-drain, as an
+            # SDK admin client hung up): the connection is over, nothing else is. Ending the
+            # task normally keeps asyncio's done-callback from logging a traceback.
+            log.debug("admin connection cancelled")
         except Exception:  # a guard: one bad connection never stops the listener
             log.exception("admin connection failed")
         finally:

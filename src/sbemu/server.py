@@ -29,6 +29,7 @@ from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
 from .partitions.commits import CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times
+from .partitions.records import IncomingMessage, MessageRecord
 from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import (
     MAIN,
@@ -40,10 +41,11 @@ from .partitions.router import (
 from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
+from .protocol import sections
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.limits import Limits
 from .protocol.listener import AmqpProtocol
-from .protocol.messages import view_of_record
+from .protocol.messages import encode_delivery, encode_record, to_incoming, view_of_record
 from .protocol.views import encode_property, encode_symbol
 
 if TYPE_CHECKING:
@@ -67,6 +69,28 @@ RETENTION_INTERVAL_MS = 10_000  # between log retention passes
 RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
 # Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
 NEVER_MS = 100 * 365 * 24 * 3600 * 1000
+
+
+class WireCodec:
+    """The AMQP wire format the dashboard's message explorer shows and sends messages in
+    (sbemu.admin.explorer.WireCodec): handed to it from here, above both admin/ and protocol/,
+    so that admin/ needs no import of protocol/."""
+
+    def encode_peeked(self, rec: MessageRecord, partition_id: int | None) -> bytes:
+        return encode_delivery(rec, partition_id, None, with_state=True)
+
+    def encode_record(self, rec: MessageRecord) -> bytes:
+        return encode_record(rec, [])
+
+    def read_properties(self, data: bytes) -> dict[str, object]:
+        return sections.read_properties(data)
+
+    def to_incoming(self, data: bytes, for_topic: bool) -> IncomingMessage:
+        # sections.SectionError (a ValueError) when the bytes are not a well-formed message
+        return to_incoming(sections.scan_message(data), for_topic)
+
+
+WIRE_CODEC = WireCodec()
 
 
 class StartupError(Exception):
@@ -427,6 +451,16 @@ class Server:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    # ------------------------------------------------------------------ dashboard view
+    @property
+    def connections(self) -> set[AmqpProtocol]:
+        """The open AMQP connections (read by the dashboard: admin.dashboard.ServerStatus)."""
+        return self._connections
+
+    def wake(self) -> None:
+        """Ask for a turn soon (the dashboard, after a partition was taken on or offline)."""
+        self._wake()
+
     # ------------------------------------------------------------------ turn work
     def _wake(self) -> None:
         if not self._turn_scheduled and self._loop is not None:
@@ -777,7 +811,7 @@ class Server:
             for p in ns.sas_policies
             if "Manage" in p.rights
         ]
-        self.dashboard = Dashboard(self, Access(self.host, manage))
+        self.dashboard = Dashboard(self, Access(self.host, manage), WIRE_CODEC)
         self.dashboard.register(routes)
 
     # ------------------------------------------------------------------ health

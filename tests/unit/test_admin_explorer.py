@@ -15,7 +15,7 @@ from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
 from sbemu.partitions.stats import totals
 from sbemu.protocol.views import encode_property, encode_symbol
-from sbemu.server import queue_spec
+from sbemu.server import WIRE_CODEC, queue_spec
 
 NOW = 1_800_000_000_000
 MAX = 256 * 1024
@@ -51,7 +51,7 @@ def send(router: Router, form: dict) -> list[int]:
     entity = router.entities[("ns", "orders")]
     errors: list[Exception | None] = []
     numbers = explorer.send_bytes(
-        entity, explorer.build_test_message(form, NOW), MAX, NOW, errors.append
+        WIRE_CODEC, entity, explorer.build_test_message(form, NOW), MAX, NOW, errors.append
     )
     pump(router)
     assert errors == [None]
@@ -72,7 +72,7 @@ def test_send_peek_and_describe(router: Router) -> None:
         },
     )
     send(router, {"body": "plain text"})
-    page = explorer.peek(entity, None, "active", 0, 10, NOW)
+    page = explorer.peek(WIRE_CODEC, entity, None, "active", 0, 10, NOW)
     assert [m["sequence_number"] for m in page["messages"]] == sorted(
         m["sequence_number"] for m in page["messages"]
     )
@@ -86,7 +86,7 @@ def test_send_peek_and_describe(router: Router) -> None:
     other = next(m for m in page["messages"] if m["message_id"] != "m-1")
     assert other["body"] == {"kind": "text", "size": 10, "text": "plain text", "truncated": False}
     assert other["content_type"] is None
-    assert explorer.peek(entity, None, "deferred", 0, 10, NOW)["messages"] == []
+    assert explorer.peek(WIRE_CODEC, entity, None, "deferred", 0, 10, NOW)["messages"] == []
     assert totals(b.stats for b in entity.partitions)["incoming"] == 2
 
 
@@ -95,10 +95,10 @@ def test_scheduled_messages_have_their_own_tab(router: Router) -> None:
     send(router, {"body": "later", "scheduled_ms": NOW + 3_600_000, "message_id": "s"})
     send(router, {"body": "now", "message_id": "n"})
     assert [
-        m["message_id"] for m in explorer.peek(entity, None, "scheduled", 0, 10, NOW)["messages"]
+        m["message_id"] for m in explorer.peek(WIRE_CODEC, entity, None, "scheduled", 0, 10, NOW)["messages"]
     ] == ["s"]
     assert [
-        m["message_id"] for m in explorer.peek(entity, None, "active", 0, 10, NOW)["messages"]
+        m["message_id"] for m in explorer.peek(WIRE_CODEC, entity, None, "active", 0, 10, NOW)["messages"]
     ] == ["n"]
 
 
@@ -106,9 +106,9 @@ def test_peek_pages_with_next(router: Router) -> None:
     entity = router.entities[("ns", "orders")]
     for i in range(7):
         send(router, {"body": str(i), "partition_key": "same"})
-    first = explorer.peek(entity, None, "active", 0, 3, NOW)
-    second = explorer.peek(entity, None, "active", first["next"], 3, NOW)
-    third = explorer.peek(entity, None, "active", second["next"], 3, NOW)
+    first = explorer.peek(WIRE_CODEC, entity, None, "active", 0, 3, NOW)
+    second = explorer.peek(WIRE_CODEC, entity, None, "active", first["next"], 3, NOW)
+    third = explorer.peek(WIRE_CODEC, entity, None, "active", second["next"], 3, NOW)
     bodies = [m["body"]["text"] for p in (first, second, third) for m in p["messages"]]
     assert bodies == [str(i) for i in range(7)] and third["next"] is None
 
@@ -123,9 +123,9 @@ def test_binary_bodies_are_hex() -> None:
 def test_bad_input_is_an_argument_error(router: Router) -> None:
     entity = router.entities[("ns", "orders")]
     with pytest.raises(ArgumentError):
-        explorer.peek(entity, None, "nonsense", 0, 10, NOW)
+        explorer.peek(WIRE_CODEC, entity, None, "nonsense", 0, 10, NOW)
     with pytest.raises(ArgumentError):
-        explorer.peek(entity, "nosuchsub", "active", 0, 10, NOW)
+        explorer.peek(WIRE_CODEC, entity, "nosuchsub", "active", 0, 10, NOW)
     with pytest.raises(ArgumentError):
         explorer.build_test_message({"body": "x", "properties": ["not", "a", "map"]}, NOW)
     with pytest.raises(ArgumentError):
@@ -141,14 +141,14 @@ def test_resubmit_and_purge(router: Router) -> None:
     entity.dead_letter(lock.token, NOW, "Bad", "broken", None, done.append)
     pump(router)
     assert done == [None]
-    dlq = explorer.peek(entity, None, "deadletter", 0, 10, NOW)["messages"]
+    dlq = explorer.peek(WIRE_CODEC, entity, None, "deadletter", 0, 10, NOW)["messages"]
     assert [m["dead_letter_reason"] for m in dlq] == ["Bad"]
     results = asyncio.run(
-        settle(router, explorer.resubmit(entity, None, [seq], MAX, lambda: NOW))  # type: ignore[arg-type]
+        settle(router, explorer.resubmit(WIRE_CODEC, entity, None, [seq], MAX, lambda: NOW))  # type: ignore[arg-type]
     )
     assert results[0]["ok"] and results[0]["removed"]
-    assert explorer.peek(entity, None, "deadletter", 0, 10, NOW)["messages"] == []
-    (back,) = explorer.peek(entity, None, "active", 0, 10, NOW)["messages"]
+    assert explorer.peek(WIRE_CODEC, entity, None, "deadletter", 0, 10, NOW)["messages"] == []
+    (back,) = explorer.peek(WIRE_CODEC, entity, None, "active", 0, 10, NOW)["messages"]
     assert back["message_id"] == "p" and back["application_properties"] == {"x": 1}
     assert (
         back["dead_letter_reason"] is None
@@ -156,7 +156,7 @@ def test_resubmit_and_purge(router: Router) -> None:
     )
     # a second resubmit of the same number finds nothing
     again = asyncio.run(
-        settle(router, explorer.resubmit(entity, None, [seq], MAX, lambda: NOW))  # type: ignore[arg-type]
+        settle(router, explorer.resubmit(WIRE_CODEC, entity, None, [seq], MAX, lambda: NOW))  # type: ignore[arg-type]
     )
     assert not again[0]["ok"]
     # purge keeps locked messages, removes the rest, durably

@@ -21,24 +21,22 @@ import mimetypes
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from .. import __version__
+from ..config import Config
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.broker import DLQ_SUFFIX
-from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity
-from ..partitions.stats import totals
+from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, Router
+from ..partitions.stats import ServerStats, totals
 from . import explorer, metrics
 from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
 from .http import HttpRoutes, Request, Response, json_response, text_response
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
-
-if TYPE_CHECKING:
-    from ..server import Server
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -77,12 +75,64 @@ def _entity_path(entity: Entity) -> str:
     return entity.name
 
 
-class Dashboard:
-    """State and handlers of the dashboard for one running Server."""
+# ------------------------------------------------------------------ what the dashboard reads
+# admin/ is below the server: the dashboard names what it uses of the running Server (and of
+# its AMQP connections) in these Protocols instead of importing it; sbemu.server.Server is one.
+class Connection(Protocol):
+    """One open AMQP connection (protocol.listener.AmqpProtocol)."""
 
-    def __init__(self, server: Server, access: Access) -> None:
+    @property
+    def connection_id(self) -> int | None: ...
+
+    def describe(self) -> dict[str, Any] | None:
+        """Its peer, namespace, links and counters (None once it is gone)."""
+        ...
+
+    def close_by_operator(self, description: str) -> None:
+        """Close it with amqp:connection:forced."""
+        ...
+
+
+class Services(Protocol):
+    """What the AMQP connections share: the dashboard reads their counters."""
+
+    @property
+    def stats(self) -> ServerStats: ...
+
+
+class ServerStatus(Protocol):
+    """What the dashboard reads of the running server, and the one thing it asks of it."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def router(self) -> Router | None: ...  # None until started
+    @property
+    def services(self) -> Services | None: ...  # None until started
+    @property
+    def connections(self) -> Collection[Connection]: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def amqp_port(self) -> int: ...
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def started_at(self) -> float: ...  # epoch seconds
+
+    def wake(self) -> None:
+        """Ask for a turn soon (after a partition was taken on or offline)."""
+        ...
+
+
+class Dashboard:
+    """State and handlers of the dashboard for one running Server; `codec` is the wire format
+    the message explorer decodes and encodes with (see explorer.WireCodec)."""
+
+    def __init__(self, server: ServerStatus, access: Access, codec: explorer.WireCodec) -> None:
         self.server = server
         self.access = access
+        self.codec = codec
         self.history = RateHistory()
         self._snapshot: dict[str, Any] | None = None
         self._snapshot_at = 0.0
@@ -126,7 +176,7 @@ class Dashboard:
         return totals(b.stats for e in router.entities.values() for b in e.partitions)
 
     def _tick_payload(self, point: dict[str, float]) -> dict[str, Any]:
-        conns = list(self.server._connections)
+        conns = list(self.server.connections)
         return {
             "rates": point,
             "totals": self._totals(),
@@ -271,7 +321,7 @@ class Dashboard:
                     ),
                 }
             )
-        described = [c.describe() for c in list(server._connections)]
+        described = [c.describe() for c in list(server.connections)]
         conns: list[dict[str, Any]] = [c for c in described if c is not None]
         return {
             "version": __version__,
@@ -496,6 +546,7 @@ class Dashboard:
     def _api_messages(self, request: Request, principal: Principal) -> dict[str, Any]:
         entity = self.entity(_q(request, "ns"), _q(request, "entity"))
         return explorer.peek(
+            self.codec,
             entity,
             _q(request, "subscription", "") or None,
             _q(request, "state", "active"),
@@ -505,7 +556,7 @@ class Dashboard:
         )
 
     def _api_connections(self, request: Request, principal: Principal) -> dict[str, Any]:
-        items: list[dict[str, Any] | None] = [c.describe() for c in list(self.server._connections)]
+        items: list[dict[str, Any] | None] = [c.describe() for c in list(self.server.connections)]
         conns = sorted((c for c in items if c is not None), key=lambda c: int(c["id"]))
         return {"connections": conns}
 
@@ -561,7 +612,7 @@ class Dashboard:
             "online" if body["online"] else "offline",
         )
         self._snapshot = None
-        self.server._wake()
+        self.server.wake()
         return status
 
     async def _api_send(self, request: Request, principal: Principal) -> dict[str, Any]:
@@ -571,7 +622,7 @@ class Dashboard:
         data = explorer.build_test_message(body, now_ms)
         done, committed = explorer.completion()
         numbers = explorer.send_bytes(
-            entity, data, self._max_size(entity.spec.namespace), now_ms, done
+            self.codec, entity, data, self._max_size(entity.spec.namespace), now_ms, done
         )
         await committed
         self._snapshot = None
@@ -584,6 +635,7 @@ class Dashboard:
         if not numbers:
             raise ArgumentError("sequence_numbers: pick at least one dead-lettered message.")
         results = await explorer.resubmit(
+            self.codec,
             entity,
             body.get("subscription") or None,
             numbers,
@@ -627,7 +679,7 @@ class Dashboard:
     def _api_close(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
         wanted = int(body["id"])
-        for proto in list(self.server._connections):
+        for proto in list(self.server.connections):
             if proto.connection_id == wanted:
                 proto.close_by_operator("Closed from the sbemu dashboard.")
                 log.warning("dashboard: closed connection %d", wanted)
@@ -711,7 +763,7 @@ class Dashboard:
             "sbemu_active_connections", "gauge", "Open AMQP connections (ActiveConnections)."
         )
         by_ns: dict[str, int] = {ns.lower(): 0 for ns in namespaces}
-        for proto in list(self.server._connections):
+        for proto in list(self.server.connections):
             info = proto.describe()
             if info is not None:
                 key = str(info["namespace"]).lower()

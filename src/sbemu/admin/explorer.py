@@ -1,13 +1,17 @@
 """Message explorer: peek, test sends, resubmit and purge, as plain functions over the router.
 
 Reads go through the same code as the AMQP `$management` peek: EntityView.peek() for the
-records and encode_delivery(..., with_state=True) for the bytes a client would get, which we
-then decode like a client (proton) to show system properties, application properties and the
+records and the peek's encoder (WireCodec.encode_peeked) for the bytes a client would get, which
+we then decode like a client (proton) to show system properties, application properties and the
 body. Peeking never locks a message nor changes its delivery count.
 
 Writes go through the router's normal send path (Entity.send, the same scan -> IncomingMessage
-conversion an AMQP sender's transfer gets), so a test message is routed, partitioned, filtered
-and acknowledged after its group commit like any other. No clock here: callers pass `now_ms`.
+conversion an AMQP sender's transfer gets, WireCodec.to_incoming), so a test message is routed,
+partitioned, filtered and acknowledged after its group commit like any other. No clock here:
+callers pass `now_ms`.
+
+The wire format is handed in, not imported: admin/ and protocol/ are independent rooms, and the
+server (above both) passes a WireCodec built on protocol.messages and protocol.sections.
 """
 
 from __future__ import annotations
@@ -18,16 +22,14 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from proton import Message, symbol, timestamp
 
 from ..errors import ArgumentError, MessageSizeExceeded, ServiceBusError
 from ..partitions.broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
-from ..partitions.records import MessageRecord, MessageState
+from ..partitions.records import IncomingMessage, MessageRecord, MessageState
 from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntityView
-from ..protocol import sections
-from ..protocol.messages import encode_delivery, encode_record, to_incoming
 
 MAX_PEEK = 100  # messages per explorer page
 SCAN_LIMIT = 5_000  # records looked at per page when filtering by state
@@ -41,6 +43,28 @@ STATES: dict[str, tuple[str, MessageState | None]] = {
     "deadletter": (DLQ_SUFFIX, None),
     "transferdeadletter": (TRANSFER_DLQ_SUFFIX, None),
 }
+
+
+class WireCodec(Protocol):
+    """The AMQP wire format, as the explorer needs it (sbemu.server.WIRE_CODEC implements it
+    over protocol.messages and protocol.sections)."""
+
+    def encode_peeked(self, rec: MessageRecord, partition_id: int | None) -> bytes:
+        """A stored message as a peek sends it to a client (with its state annotation)."""
+        ...
+
+    def encode_record(self, rec: MessageRecord) -> bytes:
+        """A stored message rebuilt as a plain message (no service annotations stamped on)."""
+        ...
+
+    def read_properties(self, data: bytes) -> dict[str, object]:
+        """The properties section of an encoded message: {AMQP field name: value}, no nulls."""
+        ...
+
+    def to_incoming(self, data: bytes, for_topic: bool) -> IncomingMessage:
+        """An encoded message as the send path takes it (as an AMQP transfer's bytes are);
+        raises ValueError when the bytes are not a well-formed message."""
+        ...
 
 
 def sub_queue(entity: Entity, subscription: str | None, state: str) -> EntityView:
@@ -66,6 +90,7 @@ def _lock_until(broker: PartitionBroker, queue: str, seq: int) -> int | None:
 
 
 def peek(
+    codec: WireCodec,
     entity: Entity,
     subscription: str | None,
     state: str,
@@ -93,7 +118,9 @@ def peek(
                 continue
             broker = entity.partitions[pid or 0]
             found.append(
-                describe(rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms)
+                describe(
+                    codec, rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms
+                )
             )
             if len(found) >= count:
                 break
@@ -110,10 +137,14 @@ def peek(
 
 # ------------------------------------------------------------------------ decoding
 def describe(
-    rec: MessageRecord, pid: int | None, locked_until_ms: int | None, now_ms: int
+    codec: WireCodec,
+    rec: MessageRecord,
+    pid: int | None,
+    locked_until_ms: int | None,
+    now_ms: int,
 ) -> dict[str, Any]:
     """A message as the explorer shows it: decoded from the bytes a peek sends."""
-    data = encode_delivery(rec, pid, None, with_state=True)
+    data = codec.encode_peeked(rec, pid)
     msg = Message()
     msg.decode(data)
     annotations = {str(k): v for k, v in (msg.annotations or {}).items()}
@@ -137,7 +168,7 @@ def describe(
         "subject": msg.subject,
         "to": msg.address,
         "reply_to": msg.reply_to,
-        "content_type": _content_type(data),
+        "content_type": _content_type(codec, data),
         "ttl_ms": rec.ttl_ms,
         "expires_ms": rec.expires_at_ms,
         "scheduled_ms": rec.scheduled_enqueue_time_ms,
@@ -151,9 +182,9 @@ def describe(
     }
 
 
-def _content_type(data: bytes) -> str | None:
+def _content_type(codec: WireCodec, data: bytes) -> str | None:
     # proton's getter turns a missing content-type into symbol('None'): read the field itself
-    value = sections.read_properties(data).get("content-type")
+    value = codec.read_properties(data).get("content-type")
     return str(value) if value is not None else None
 
 
@@ -269,6 +300,7 @@ def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
 
 
 def send_bytes(
+    codec: WireCodec,
     entity: Entity,
     data: bytes,
     max_size: int,
@@ -281,10 +313,9 @@ def send_bytes(
             f"The message (size {len(data)} bytes) exceeds the limit of {max_size} bytes."
         )
     try:
-        scanned = sections.scan_message(data)
-    except sections.SectionError as exc:
+        incoming = codec.to_incoming(data, entity.subscriptions is not None)
+    except ValueError as exc:
         raise ArgumentError(f"The message could not be encoded: {exc}") from exc
-    incoming = to_incoming(scanned, entity.subscriptions is not None)
     return entity.send([incoming], now_ms, done)
 
 
@@ -303,7 +334,7 @@ def completion() -> tuple[Callable[[Exception | None], None], Awaitable[None]]:
     return done, future
 
 
-def resubmit_bytes(rec: MessageRecord) -> bytes:
+def resubmit_bytes(codec: WireCodec, rec: MessageRecord) -> bytes:
     """A dead letter as a fresh message for its source: same body and properties, without the
     dead-letter reason/description stamps (as Service Bus Explorer's resubmit does)."""
     copy = rec.copy()
@@ -312,10 +343,11 @@ def resubmit_bytes(rec: MessageRecord) -> bytes:
     copy.dead_letter_source = None
     copy.scheduled_enqueue_time_ms = None
     copy.delivery_count = 0
-    return encode_record(copy, [])
+    return codec.encode_record(copy)
 
 
 async def resubmit(
+    codec: WireCodec,
     entity: Entity,
     subscription: str | None,
     numbers: list[int],
@@ -338,7 +370,9 @@ async def resubmit(
             if _lock_until(broker, view.queue, seq) is not None:
                 raise ArgumentError(f"Message {seq} is locked by a receiver; try again later.")
             done, sent = completion()
-            new_numbers = send_bytes(entity, resubmit_bytes(page[0]), max_size, now(), done)
+            new_numbers = send_bytes(
+                codec, entity, resubmit_bytes(codec, page[0]), max_size, now(), done
+            )
             await sent
             removed = broker.remove(view.queue, seq, now())
             if removed is not None:

@@ -28,18 +28,18 @@ or failing is retried.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..completions import join_completions
 from ..errors import QuotaExceeded, ServiceBusError
 from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route
+from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
-from .transfer import incoming_from_record
-
-if TYPE_CHECKING:
-    from .router import Entity, Router
+from .status import ReceiverSettings
+from .transfer import ViewOf, incoming_from_record
 
 MAX_HOPS = 4  # Azure's limit on forwarding hops
 STEP = 2_000  # messages per forwarding step of one source sub-queue (one commit per destination partition)
@@ -53,6 +53,50 @@ NOT_FOUND_REASON = "MessagingEntityNotFound"
 FULL_REASON = "QuotaExceeded"
 
 
+# ------------------------------------------------------------------ what the forwarder reads
+# The forwarder is below the router (which owns it): it names what it uses of an entity and
+# of the router (router.Entity, router.Router) in these Protocols instead of importing them.
+class _Spec(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def requires_session(self) -> bool: ...
+    @property
+    def requires_duplicate_detection(self) -> bool: ...
+
+
+class ForwardingEntity(Protocol):
+    """What forwarding uses of a queue or topic (router.Entity), as source or destination."""
+
+    touched: bool  # set on a destination: forwarding to it is activity (AutoDeleteOnIdle)
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> _Spec: ...
+    @property
+    def subscriptions(self) -> object: ...  # None for a queue
+    @property
+    def partitions(self) -> Sequence[PartitionBroker]: ...
+    @property
+    def histories(self) -> Sequence[DuplicateHistory]: ...  # per partition; empty: no dedup
+    def receiver_settings(self, queue: str) -> ReceiverSettings: ...
+    def routes_for(self, msg: IncomingMessage, now_ms: int) -> list[Route]: ...
+    def check_sendable(self) -> None: ...
+
+
+class ForwardingRouter(Protocol):
+    """What forwarding uses of the router (router.Router) that owns it."""
+
+    @property
+    def entities(self) -> Mapping[tuple[str, str], ForwardingEntity]: ...
+    @property
+    def view_of_record(self) -> ViewOf | None: ...
+    @property
+    def encode_value(self) -> Callable[[object], bytes] | None: ...
+    def wake(self) -> None: ...
+
+
 def base_of(queue: str) -> str:
     """'main' or 'subscriptions/<name>' for a sub-queue or its (transfer) dead-letter queue."""
     for suffix in (TRANSFER_DLQ_SUFFIX, DLQ_SUFFIX):
@@ -61,7 +105,7 @@ def base_of(queue: str) -> str:
     return queue
 
 
-def forward_target(entity: Entity, queue: str) -> str | None:
+def forward_target(entity: ForwardingEntity, queue: str) -> str | None:
     """Where a sub-queue forwards to: ForwardTo for a queue or subscription, and
     ForwardDeadLetteredMessagesTo for its dead-letter queue (None: it does not)."""
     settings = entity.receiver_settings(queue)
@@ -76,7 +120,7 @@ def forward_target(entity: Entity, queue: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class _Source:
-    entity: Entity
+    entity: ForwardingEntity
     broker: PartitionBroker
     queue: str
 
@@ -84,7 +128,7 @@ class _Source:
 class Forwarder:
     """Moves messages out of forwarding sub-queues; owned by the Router."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: ForwardingRouter) -> None:
         self.router = router
         self._pending: set[_Source] = set()
         self._busy: set[_Source] = set()
@@ -126,19 +170,19 @@ class Forwarder:
                 removed += len(stale)
         return removed
 
-    def notify(self, entity: Entity, broker: PartitionBroker, queue: str) -> None:
+    def notify(self, entity: ForwardingEntity, broker: PartitionBroker, queue: str) -> None:
         """A sub-queue got ready messages: forward them if it forwards."""
         if forward_target(entity, queue) is not None:
             self._pending.add(_Source(entity, broker, queue))
 
-    def rescan(self, entity: Entity) -> None:
+    def rescan(self, entity: ForwardingEntity) -> None:
         """Settings changed: pick up every forwarding sub-queue with ready messages."""
         for broker in entity.partitions:
             for name in broker.queues:
                 if forward_target(entity, name) is not None and broker.has_ready_any(name):
                     self._pending.add(_Source(entity, broker, name))
 
-    def forget(self, entity: Entity) -> None:
+    def forget(self, entity: ForwardingEntity) -> None:
         """The entity was deleted: drop its sources."""
         for src in [s for s in self._pending | self._busy | set(self._retry_at) if s.entity is entity]:
             self._pending.discard(src)
@@ -247,7 +291,7 @@ class Forwarder:
         self,
         src: _Source,
         db: PartitionBroker,
-        dest: Entity,
+        dest: ForwardingEntity,
         tdlq: str,
         items: list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]],
         now_ms: int,
@@ -359,7 +403,7 @@ def _carry_properties(routes: list[Route], carried: dict[str, bytes] | None) -> 
     ]
 
 
-def transfer_counts(entity: Entity) -> dict[str, dict[str, int]]:
+def transfer_counts(entity: ForwardingEntity) -> dict[str, dict[str, int]]:
     """Per queue or subscription (by sub-queue name): messages waiting to be forwarded
     (Azure's TransferMessageCount) and in its transfer dead-letter queue
     (TransferDeadLetterMessageCount)."""
@@ -378,7 +422,7 @@ def transfer_counts(entity: Entity) -> dict[str, dict[str, int]]:
     return out
 
 
-def _refusal(dest: Entity | None, target: str, rec: MessageRecord) -> tuple[str, str] | None:
+def _refusal(dest: ForwardingEntity | None, target: str, rec: MessageRecord) -> tuple[str, str] | None:
     """Why a message cannot be forwarded at all (reason, description), or None."""
     if dest is None:
         return NOT_FOUND_REASON, f"The auto-forwarding destination '{target}' does not exist."
@@ -400,7 +444,7 @@ def _refusal(dest: Entity | None, target: str, rec: MessageRecord) -> tuple[str,
     return None
 
 
-def _dest_partition(dest: Entity, rec: MessageRecord, marker: bytes) -> int:
+def _dest_partition(dest: ForwardingEntity, rec: MessageRecord, marker: bytes) -> int:
     """[P9] the partition the message's key names at the destination; key-less messages go
     to a partition derived from the source message, the same on every retry."""
     n = len(dest.partitions)

@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..atomicfile import atomic_write
-
-if TYPE_CHECKING:
-    from .router import Entity
+from .status import EntitySettings
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +43,58 @@ SAVE_INTERVAL_MS = 5_000  # at most one save of the last-activity times per this
 IDLE_FILE = "idle.json"
 FORMAT = 1
 
+
+# ------------------------------------------------------------------ what the tracker reads
+# The tracker is below the router (which owns it): it names what it reads of an entity
+# (router.Entity) in these Protocols instead of importing the router.
+class _Spec(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+
+class _ReceivingView(Protocol):
+    @property
+    def consumers(self) -> Collection[object]: ...
+    @property
+    def session_waiters(self) -> Collection[object]: ...
+
+
+class IdleEntity(Protocol):
+    """What the tracker reads of a queue or topic (router.Entity), and its activity flags,
+    which it clears."""
+
+    touched: bool
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> _Spec: ...
+    @property
+    def settings(self) -> EntitySettings: ...
+    @property
+    def views(self) -> Mapping[str, _ReceivingView]: ...
+    @property
+    def subscriptions(self) -> object: ...  # None for a queue
+    @property
+    def touched_subs(self) -> set[str]: ...
+
+
+E = TypeVar("E", bound=IdleEntity)
+
 # What the tracker follows: a queue or topic (sub-queue None), or one subscription of a topic
 # (its sub-queue name, 'subscriptions/<name>').
-IdleKey = tuple["Entity", "str | None"]
+IdleKey = tuple[E, str | None]
 # The same in the saved file: (namespace, entity, subscription sub-queue or None), lower case.
 SavedKey = tuple[str, str, "str | None"]
 
 
-class IdleTracker:
+class IdleTracker(Generic[E]):
     """When each queue, topic and subscription with an AutoDeleteOnIdle window was last
     active (epoch ms, from the `now_ms` the server passes in)."""
 
     def __init__(self) -> None:
-        self._last: dict[IdleKey, int] = {}
-        self._deleting: set[IdleKey] = set()  # reported due; the server's delete runs
+        self._last: dict[IdleKey[E], int] = {}
+        self._deleting: set[IdleKey[E]] = set()  # reported due; the server's delete runs
         self._restored: dict[SavedKey, int] = {}
         self.changed = False  # since the last snapshot (set again when a save failed)
 
@@ -81,11 +117,11 @@ class IdleTracker:
         return times
 
     # ------------------------------------------------------------ the timer
-    def due(self, entities: Iterable[Entity], now_ms: int) -> list[IdleKey]:
+    def due(self, entities: Iterable[E], now_ms: int) -> list[IdleKey[E]]:
         """The queues, topics and subscriptions idle for at least their window now (each is
         reported once; `failed` makes it count again)."""
-        out: list[IdleKey] = []
-        live: set[IdleKey] = set()
+        out: list[IdleKey[E]] = []
+        live: set[IdleKey[E]] = set()
         for entity in entities:
             if (entity, None) in self._deleting:
                 continue  # its subscriptions go with it
@@ -116,14 +152,14 @@ class IdleTracker:
         self._restored = {}  # every entity of the restart was seen on the first tick
         return out
 
-    def failed(self, key: IdleKey, now_ms: int) -> None:
+    def failed(self, key: IdleKey[E], now_ms: int) -> None:
         """The deletion of a due entity was refused (e.g. a partition out of service): it is
         tried again after another window."""
         self._deleting.discard(key)
         self._last[key] = now_ms
         self.changed = True
 
-    def forget(self, entity: Entity, sub_queue: str | None = None) -> None:
+    def forget(self, entity: E, sub_queue: str | None = None) -> None:
         """A queue or topic (with its subscriptions), or one subscription, was deleted."""
         for key in [k for k in (*self._last, *self._deleting) if k[0] is entity]:
             if sub_queue is None or key[1] == sub_queue:
@@ -132,7 +168,7 @@ class IdleTracker:
                 self.changed = True
 
 
-def _followed(entity: Entity) -> list[tuple[IdleKey, int | None, bool]]:
+def _followed(entity: E) -> list[tuple[IdleKey[E], int | None, bool]]:
     """(key, window, active since the last tick) for an entity and each of its subscriptions."""
     settings = entity.settings
     receiving = {
@@ -141,7 +177,7 @@ def _followed(entity: Entity) -> list[tuple[IdleKey, int | None, bool]]:
     if entity.subscriptions is None:
         busy = entity.touched or bool(receiving) or settings.forward_to is not None
         return [((entity, None), settings.auto_delete_on_idle_ms, busy)]
-    out: list[tuple[IdleKey, int | None, bool]] = []
+    out: list[tuple[IdleKey[E], int | None, bool]] = []
     any_sub_busy = False
     for sub, sub_settings in settings.subscriptions.items():
         busy = (
@@ -156,7 +192,7 @@ def _followed(entity: Entity) -> list[tuple[IdleKey, int | None, bool]]:
     return out
 
 
-def _saved_key(key: IdleKey) -> SavedKey:
+def _saved_key(key: IdleKey[IdleEntity]) -> SavedKey:
     entity, sub = key
     return (entity.spec.namespace.lower(), entity.name.lower(), sub)
 

@@ -804,7 +804,7 @@ class Router:
         # deleted at runtime: the server detaches the links on it (amqp:not-found).
         self.removal_listeners: list[Callable[[Entity, str | None], None]] = []
         self.forwarder = Forwarder(self)
-        self.idle = IdleTracker()
+        self.idle: IdleTracker[Entity] = IdleTracker()
 
     # ---------------------------------------------------------------- set-up
     def add_entity(self, spec: EntitySpec) -> Entity:

@@ -227,17 +227,19 @@ def test_session_renew_lock_moves_locked_until_forward(client, server):
         r.complete_message(m)
 
 
-def test_session_lock_expiry_loses_the_session(client):
+def test_session_lock_expiry_loses_the_session(client, server):
     send(client, "s-expire", [smsg("ex", 0), smsg("ex", 1)])
     with client.get_queue_receiver("s-expire", session_id="ex", max_wait_time=1) as r:
         (m,) = receive_n(r, 1, timeout=10)
-        # LockDuration PT5S, never renewed: real time, so the SDK sees the session lock lost.
-        # (With only the server's clock advanced the completion reaches the server, which
-        # answers message-lock-lost where the SDK expects session-lock-lost: an open question.)
-        lock_left = (r.session.locked_until_utc - now_utc()).total_seconds()
-        time.sleep(max(0.0, lock_left + 0.8))
+        # LockDuration PT5S, never renewed. Only the server's clock moves past the lock: the
+        # SDK's own locked-until check still passes, so the completion reaches the server,
+        # which must answer session-lock-lost (not message-lock-lost) as Azure does.
+        lock_left = (r.session.locked_until_utc - server.now()).total_seconds()
+        server.advance_clock(max(0.0, lock_left) + 1.0)
         with pytest.raises(SessionLockLostError):
             r.complete_message(m)
+        with pytest.raises(SessionLockLostError):
+            r.session.renew_lock()
     # The session is free again and nothing was lost: ex-0 comes back with a higher count.
     with client.get_queue_receiver("s-expire", session_id="ex", max_wait_time=1) as r:
         got = receive_n(r, 2, timeout=10)

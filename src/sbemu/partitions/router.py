@@ -117,6 +117,12 @@ class SessionHandle:
         """Whether `lock` (as passed to Consumer.session_lost) is this session's lock."""
         return lock is self._lock
 
+    def held(self, now_ms: int) -> bool:
+        """Whether this receiver still holds the session lock (not expired, not taken over)."""
+        lock = self._lock
+        owner = self._broker.session_owner(lock.queue.name, lock.session_id, now_ms)
+        return owner is not None and owner is lock.owner
+
     def release(self, now_ms: int) -> None:
         """The receiver went away: end the session lock; unsettled messages become ready."""
         self._broker.release_session(self._lock, now_ms)

@@ -885,7 +885,7 @@ class AmqpConnection:
         if outcome == TRANSACTIONAL_STATE:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:
-            settle_delivery(self, state.entity, token, delivery, outcome)
+            settle_delivery(self, state.entity, token, delivery, outcome, state.session)
 
     # ------------------------------------------------------------------ requests
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:

@@ -209,6 +209,10 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
         overrides = {str(k): codec.encode(plain_value(v)) for k, v in modify.items()}
     if not tokens:
         raise ArgumentError("update-disposition needs at least one lock token in lock-tokens.")
+    if body.get("session-id") is not None:
+        # A session receiver's settlement: its session lock must still be held, else
+        # session-lock-lost (SDKs: SessionLockLost), as the receive link answers [contract 6.4].
+        _owned_session(conn, state, str(body["session-id"]))
     one_done = join_completions(len(tokens), _reply_error(reply))
 
     now_ms = conn.now_ms

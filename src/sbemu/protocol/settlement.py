@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from proton import Condition, Delivery, symbol
 
-from ..errors import InvalidOperation, ServerBusy, ServiceBusError
-from ..partitions.router import Entity
+from ..errors import InvalidOperation, MessageLockLost, ServerBusy, ServiceBusError, SessionLockLost
+from ..partitions.router import Entity, SessionHandle
 from . import codec
 from .messages import plain_value
 
@@ -56,11 +56,20 @@ def storage_error(error: Exception) -> ServiceBusError:
 
 
 def settle_delivery(
-    host: SettlementHost, entity: Entity, token: uuid.UUID, delivery: Delivery, outcome: Any
+    host: SettlementHost,
+    entity: Entity,
+    token: uuid.UUID,
+    delivery: Delivery,
+    outcome: Any,
+    session: SessionHandle | None = None,
 ) -> None:
     """A client's outcome on a delivered (peek-locked) message, outside a transaction: apply
     it, then answer an unsettled disposition with the same outcome, or rejected with the
-    error [contract 5.2]. (The plain accept is settled on the connection's raw fast path.)"""
+    error [contract 5.2]. (The plain accept is settled on the connection's raw fast path.)
+
+    `session`: the link is a session receiver's. Its messages are locked by the session's
+    lock, so once that is gone a lost message lock is the session's: session-lock-lost, as
+    Azure answers (SDKs: SessionLockLost), not message-lock-lost."""
     needs_reply = not delivery.settled
 
     def done(error: Exception | None) -> None:
@@ -70,6 +79,12 @@ def settle_delivery(
                 delivery.update(outcome)
             else:
                 err = error if isinstance(error, ServiceBusError) else storage_error(error)
+                if (
+                    session is not None
+                    and isinstance(err, MessageLockLost)
+                    and not session.held(host.now_ms)
+                ):
+                    err = session_lock_lost(session.session_id)
                 delivery.local.condition = host.condition_for(err)
                 delivery.update(Delivery.REJECTED)
         delivery.settle()
@@ -85,6 +100,14 @@ def settle_delivery(
         apply_settlement(entity, token, int(outcome), details, host.now_ms, done)
     except ServiceBusError as exc:
         done(exc)
+
+
+def session_lock_lost(session_id: str) -> SessionLockLost:
+    """The error for settling a message of a session whose lock this receiver no longer holds."""
+    return SessionLockLost(
+        f"The session lock for session '{session_id}' has expired or was lost. "
+        "Accept the session again."
+    )
 
 
 def apply_settlement(

@@ -44,7 +44,7 @@ from .partitions.subscriptions import RuleDefinitionError, RuleSource, Subscript
 from .protocol import sections
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.limits import Limits
-from .protocol.listener import AmqpProtocol
+from .protocol.listener import AmqpProtocol, Flusher
 from .protocol.messages import encode_delivery, encode_record, to_incoming, view_of_record
 from .protocol.views import encode_property, encode_symbol
 
@@ -269,6 +269,7 @@ class Server:
         self._turn_scheduled = False
         self._commits: GroupCommit | None = None  # the commit turn, set by start()
         self._commit_threads: CommitThreads | None = None
+        self._flusher: Flusher | None = None  # output of a turn, written at its end
         self._idle = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._lock_fd: int | None = None
@@ -281,6 +282,7 @@ class Server:
     async def start(self) -> None:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
+        self._flusher = Flusher(self._loop)
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._lock_data_dir()
         self.router = Router(
@@ -328,7 +330,7 @@ class Server:
         )
         try:
             self._amqp_server = await self._loop.create_server(
-                lambda: AmqpProtocol(services, self._connections, self.clock),
+                lambda: AmqpProtocol(services, self._connections, self.clock, self._flusher),
                 self.host,
                 self.amqp_port,
                 reuse_address=True,
@@ -374,7 +376,9 @@ class Server:
             services = dataclasses.replace(shared, default_namespace=ns.name.lower())
             try:
                 server = await self._loop.create_server(
-                    functools.partial(AmqpProtocol, services, self._connections, self.clock),
+                    functools.partial(
+                        AmqpProtocol, services, self._connections, self.clock, self._flusher
+                    ),
                     self.host,
                     ns.amqp_port,
                     reuse_address=True,
@@ -484,13 +488,16 @@ class Server:
         if self._closed or self._commits is None:
             return
         self._commits.turn(int(self.clock() * 1000))
+        if self._flusher is not None:  # what the turn delivered goes out now, not a pass later
+            self._flusher.run()
 
     def _committed(self, jobs: list[CommitJob]) -> None:
-        """Finished commits, back on the loop: completions, re-commits, then a turn for what
-        the completions made ready."""
+        """Finished commits, back on the loop: completions and re-commits, then at once a turn
+        for what the completions made ready (the messages a send commit landed go to waiting
+        receivers in this same callback, with the acknowledgements)."""
         assert self._commits is not None
         self._commits.finished(jobs)
-        self._wake()
+        self._turn()
 
     @staticmethod
     def _commit_failed(broker: PartitionBroker, error: Exception) -> None:

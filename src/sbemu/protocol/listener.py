@@ -25,6 +25,37 @@ log = logging.getLogger("sbemu.listener")
 READ_SLICE = 65_536
 
 
+class Flusher:
+    """Connections with output waiting (deliveries, acknowledgements) that arose outside their
+    own read: written together by run(), which the server calls at the end of the work that
+    produced them (a commit turn), and otherwise on the next loop pass.
+
+    Without it every such flush was a call_soon of its own, so a delivery made ready by a
+    commit waited behind the reads that were already queued (about half a millisecond on an
+    idle server, more under load) before its bytes reached the socket."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending: dict[AmqpProtocol, None] = {}
+        self._scheduled = False
+
+    def request(self, proto: AmqpProtocol) -> None:
+        self._pending[proto] = None
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.run)
+
+    def run(self) -> None:
+        """Flush every connection that asked (those that ask meanwhile too)."""
+        self._scheduled = False
+        pending = self._pending
+        while pending:
+            protos = list(pending)
+            pending.clear()
+            for proto in protos:
+                proto._flush()
+
+
 class AmqpProtocol(asyncio.Protocol):
     """One client socket."""
 
@@ -33,6 +64,7 @@ class AmqpProtocol(asyncio.Protocol):
         services: Services,
         registry: set[AmqpProtocol],
         clock: Callable[[], float] = time.time,
+        flusher: Flusher | None = None,
     ) -> None:
         self._services = services
         self._registry = registry
@@ -45,6 +77,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._backlog: deque[bytes] = deque()  # input not yet fed (reading paused meanwhile)
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
+        self._flusher = flusher
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -140,7 +173,10 @@ class AmqpProtocol(asyncio.Protocol):
     def _request_flush(self) -> None:
         if not self._flush_pending:
             self._flush_pending = True
-            self._loop.call_soon(self._flush)
+            if self._flusher is not None:
+                self._flusher.request(self)
+            else:
+                self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_pending = False

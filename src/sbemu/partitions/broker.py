@@ -812,8 +812,11 @@ class PartitionBroker:
         """
         self._landed(error is None)
         if error is None:
-            if batch is None or batch.deadlines:
-                self._refresh_deadline()
+            # No read of the timers here: the next timer time stays a lower bound. Timers added
+            # lowered it as they were staged, and one removed (a completed message's expiry)
+            # only makes the tick that reaches it look early; _fire_deadlines then finds
+            # nothing due and reads the true first timer. (This was a read transaction per
+            # commit on the loop thread.)
             for cb in callbacks:
                 cb(None)
             return

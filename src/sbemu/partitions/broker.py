@@ -995,6 +995,18 @@ class PartitionBroker:
                         sq.count_session(rec, 1)
                         if rec.state == MessageState.ACTIVE:
                             sq.make_ready(rec)
+                    elif (
+                        not sq.more
+                        and rec.state == MessageState.ACTIVE
+                        and len(sq.buffer) < READ_AHEAD
+                        and rec.sequence_number >= sq.scan_from
+                    ):
+                        # The scan had reached the end of the store and the new message is
+                        # the next one: it joins the read-ahead as it is, without a read
+                        # transaction and a decode of what was just written (a receiver
+                        # keeping up gets each message straight from its commit).
+                        sq.buffer[rec.sequence_number] = rec
+                        sq.scan_from = rec.sequence_number + 1
                     else:
                         sq.more = True  # the store now holds it past the scan
                     touched.add(sq.name)

@@ -431,6 +431,7 @@ class Server:
             await asyncio.wait([self._retention])
         if self.router is not None:
             commits = self._commits
+            self.router.flush_lazy()  # everything in memory is committed before the stores close
             self._turn()
             while commits is not None and commits.busy():
                 self._idle.clear()
@@ -507,6 +508,7 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(self.clock() * 1000)
         self.router.on_timer(now_ms)
+        self.router.flush_lazy()  # lazy writes (see PartitionBroker._dirty) wait one tick at most
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
         self._save_idle_times(now_ms)
@@ -635,6 +637,8 @@ class Server:
         """Wait until the given partitions have nothing pending or in flight (and no log
         retention pass runs), so their stores can be closed."""
         wanted = set(brokers)
+        assert self.router is not None
+        self.router.flush_lazy()
         while True:
             assert self._commits is not None
             self._turn()

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
-from integration_support import PARTITIONS, body_text, partition_of, queue_def, receive_n
+from integration_support import (
+    PARTITIONS,
+    body_text,
+    partition_of,
+    proton_connect,
+    queue_def,
+    receive_n,
+)
 
 from sbemu.partitions.keys import partition_for_key
 
@@ -202,3 +209,30 @@ def test_round_robin_continues_over_all_partitions_after_restart(own_server):
     assert len(got) == 2 * PARTITIONS
     second = {partition_of(m.sequence_number) for m in got if m.message_id.startswith("rr2-")}
     assert second == set(range(PARTITIONS))
+
+
+def test_pre_settled_accepts_are_committed_by_a_clean_stop(own_server):
+    """A completion the client settled at once (python-qpid-proton's accept(); rhea's
+    auto-accept) is committed lazily, with the partition's next commit or at the next timer
+    tick (PartitionBroker._dirty); a clean stop commits it too: after SIGTERM and a restart
+    the accepted messages are gone and the others are all there."""
+
+    _send_individually(own_server, "q1", 8, "pre")
+    conn = proton_connect(own_server)
+    try:
+        receiver = conn.create_receiver("q1", credit=8)
+        accepted = []
+        for _ in range(5):
+            msg = receiver.receive(timeout=10)
+            accepted.append(msg.id)
+            receiver.accept()  # settled by the client: no outcome to wait for
+        receiver.close()
+    finally:
+        conn.close()
+    assert own_server.stop() == 0
+    own_server.start()
+    left = _receive_all(own_server, "q1", 3)
+    assert sorted(m.message_id for m in left) == sorted(
+        f"pre-{i}" for i in range(8) if f"pre-{i}" not in accepted
+    )
+    assert len(accepted) == 5

@@ -264,6 +264,7 @@ class SubQueue:
 
 
 READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
+LAZY_MAX_WRITES = 512  # log records of lazy writes after which the partition commits anyway
 SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer tick
 LOCK_HEAP_SLACK = 4_096  # stale lock-heap entries tolerated before it is rebuilt
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
@@ -285,6 +286,7 @@ class PartitionBroker:
         partitioned: bool,
         queues: dict[str, SubQueueSettings],
         mark_dirty: Callable[[PartitionBroker], None],
+        mark_lazy: Callable[[PartitionBroker], None] | None = None,
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -296,6 +298,10 @@ class PartitionBroker:
         self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
         self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
+        # Writes nobody waits for (see _dirty): the committer takes them with the partition's
+        # next commit or at the next timer tick. None: every write is committed at once.
+        self._mark_lazy = mark_lazy
+        self._lazy = False
         self._batch = WriteBatch()
         self._callbacks: list[Done] = []
         # Records changed (None: deleted) but not yet committed, by (sub-queue, seq): read
@@ -729,7 +735,15 @@ class PartitionBroker:
         self._dirty()
 
     def _dirty(self) -> None:
-        self._mark_dirty(self)
+        # Lazy writes (the log record of a peek-lock delivery, a completion the client
+        # settled without waiting for the outcome) need not be durable before anything is
+        # answered: they ride with the partition's next commit (a send's), or go at the next
+        # timer tick, instead of each costing a commit of its own (with a send, three
+        # commits per message at low rates). A batch past LAZY_MAX_WRITES commits at once.
+        if self._lazy and len(self._batch.log) < LAZY_MAX_WRITES:
+            self._mark_lazy(self)  # type: ignore[misc]  # _lazy is only set with a _mark_lazy
+        else:
+            self._mark_dirty(self)
 
     def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
         """Hand the pending writes and their completions to the committer (None: nothing)."""
@@ -1123,7 +1137,12 @@ class PartitionBroker:
         self.locks[lock.token] = lock
         if session is None:  # a session's message locks end with the session lock
             heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
-        self._log(sq, LogEvent.DELIVERED, rec, now_ms)
+        # A lock is memory only; its log record may ride with the next commit (see _dirty).
+        self._lazy = self._mark_lazy is not None
+        try:
+            self._log(sq, LogEvent.DELIVERED, rec, now_ms)
+        finally:
+            self._lazy = False
         return lock
 
     def _expire(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
@@ -1200,14 +1219,22 @@ class PartitionBroker:
             heap[:] = [(k.until_ms, k.seq, k.token) for k in self.locks.values() if k.session is None]
             heapq.heapify(heap)
 
-    def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
-        """Delete a locked message; `done` runs after the commit."""
+    def complete(self, token: uuid.UUID, now_ms: int, done: Done, lazy: bool = False) -> None:
+        """Delete a locked message; `done` runs after the commit.
+
+        `lazy`: the client settled its accept without waiting for an outcome, so the
+        deletion may wait for the partition's next commit or the next timer tick (an
+        unconfirmed completion may come back after a crash: at least once)."""
         lock = self._live_lock(token, now_ms)
         rec = self._unlock(lock)
         sq = lock.queue
-        self._remove(sq, rec)
-        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
-        self.after_commit(done)
+        self._lazy = lazy and self._mark_lazy is not None
+        try:
+            self._remove(sq, rec)
+            self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+            self.after_commit(done)
+        finally:
+            self._lazy = False
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done

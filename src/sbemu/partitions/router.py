@@ -621,9 +621,10 @@ class Entity:
         for pid in self._route(messages):
             self._check_available(pid)
 
-    def complete(self, token: uuid.UUID, now_ms: int, done: Done) -> None:
-        """Complete a locked message."""
-        self._check_settle(self._broker_for(token), token).complete(token, now_ms, done)
+    def complete(self, token: uuid.UUID, now_ms: int, done: Done, lazy: bool = False) -> None:
+        """Complete a locked message (`lazy`: nobody waits for the outcome; see
+        PartitionBroker.complete)."""
+        self._check_settle(self._broker_for(token), token).complete(token, now_ms, done, lazy)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
@@ -802,6 +803,7 @@ class Router:
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
+        self.lazy: set[PartitionBroker] = set()  # only lazy writes pending (flush_lazy)
         self._pending_views: set[EntityView] = set()
         self._released_ms = 0
         self._release_next = 0  # the store whose pages go next (_release_resident)
@@ -832,6 +834,7 @@ class Router:
                 partitioned=spec.partitioned,
                 queues=_with_scheduled(spec),
                 mark_dirty=self._mark_dirty,
+                mark_lazy=self._mark_lazy,
             )
             broker.log_bodies = self.log_bodies
             broker.max_bytes = spec.max_size_mb * MIB  # the quota, on stored byte counts
@@ -907,6 +910,19 @@ class Router:
             self.dirty.add(broker)
             self._wake()
 
+    def _mark_lazy(self, broker: PartitionBroker) -> None:
+        """The partition has writes nobody waits for: committed with its next commit, or by
+        flush_lazy() at the next timer tick (see PartitionBroker._dirty)."""
+        if broker not in self.dirty:
+            self.lazy.add(broker)
+
+    def flush_lazy(self) -> None:
+        """Make partitions with lazy writes only dirty: they commit in the next turn."""
+        if self.lazy:
+            self.dirty |= self.lazy
+            self.lazy.clear()
+            self._wake()
+
     # ---------------------------------------------------------------- lookup
     def lookup(self, namespace: str, path: str) -> tuple[Entity, EntityView]:
         """The entity and view a normalised path names; raises EntityNotFound."""
@@ -935,9 +951,11 @@ class Router:
         return bool(self._pending_views)
 
     def take_dirty(self) -> list[PartitionBroker]:
-        """Brokers with writes to commit."""
-        dirty, self.dirty = list(self.dirty), set()
-        return dirty
+        """Brokers with writes to commit (lazy writes of theirs go along)."""
+        dirty, self.dirty = self.dirty, set()
+        if self.lazy:
+            self.lazy -= dirty
+        return list(dirty)
 
     def on_timer(self, now_ms: int) -> None:
         """Lock expiry, TTL expiry and scheduled activation on every partition."""

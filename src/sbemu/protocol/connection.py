@@ -423,7 +423,8 @@ class AmqpConnection:
                 self._complete_raw(d, needs_reply, error)
 
             try:
-                state.entity.complete(token, self.now_ms, done)
+                # a pre-settled accept waits for no outcome: its deletion may be lazy
+                state.entity.complete(token, self.now_ms, done, not needs_reply)
             except ServiceBusError as exc:
                 done(exc)
             return True

@@ -1,0 +1,117 @@
+"""Lazy writes (PartitionBroker._dirty): the log record of a peek-lock delivery and a completion
+the client settled without waiting for an outcome ride with the partition's next commit (or the
+next timer tick) instead of each costing a commit; everything anyone waits for still commits
+at once. Real LMDB, commits run by the test as the committer would run them."""
+
+from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
+from sbemu.partitions.records import IncomingMessage, LogEvent, decode_log
+from sbemu.partitions.store import PartitionStore
+
+MAIN = "main"
+SETTINGS = {
+    MAIN: SubQueueSettings(60_000, 10, None, False, MAIN + DLQ_SUFFIX),
+    MAIN + DLQ_SUFFIX: SubQueueSettings(60_000, None, None, False, None),
+}
+
+
+def _msg(i: int) -> IncomingMessage:
+    return IncomingMessage(
+        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=None, durable=True,
+        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+    )
+
+
+class Marks:
+    """What the broker asked of the committer since the last look."""
+
+    def __init__(self) -> None:
+        self.dirty = 0
+        self.lazy = 0
+
+    def take(self) -> tuple[int, int]:
+        got = (self.dirty, self.lazy)
+        self.dirty = self.lazy = 0
+        return got
+
+
+def _open(path, marks: Marks) -> PartitionBroker:
+    def dirty(_b: PartitionBroker) -> None:
+        marks.dirty += 1
+
+    def lazy(_b: PartitionBroker) -> None:
+        marks.lazy += 1
+
+    broker = PartitionBroker(
+        PartitionStore(str(path), map_size=64 << 20), namespace="ns", entity="q",
+        partition_id=0, partitioned=False, queues=SETTINGS, mark_dirty=dirty, mark_lazy=lazy,
+    )
+    broker.load()
+    return broker
+
+
+def _commit(broker: PartitionBroker) -> None:
+    taken = broker.take_commit()
+    if taken is not None:
+        batch, callbacks = taken
+        if batch:
+            broker.store.commit(batch)
+        broker.commit_done(callbacks, None, batch)
+
+
+def _logged(broker: PartitionBroker) -> list[LogEvent]:
+    return [LogEvent(decode_log(v)["event"]) for _k, v in broker.store.read_log(0, 100)]
+
+
+def test_delivery_and_settled_completion_wait_for_the_next_commit(tmp_path):
+    marks = Marks()
+    broker = _open(tmp_path / "p", marks)
+    acked: list[Exception | None] = []
+    broker.enqueue([_msg(1), _msg(2)], [[Route(MAIN)]] * 2, 1_000, acked.append)
+    assert marks.take()[0] > 0 and marks.lazy == 0  # a send is committed at once
+    _commit(broker)
+    assert acked == [None]
+
+    rec, lock = broker.take_next(MAIN, 1_001, peek_lock=True)
+    assert marks.take() == (0, 1)  # the delivery's log record is lazy
+    done: list[Exception | None] = []
+    broker.complete(lock.token, 1_002, done.append, lazy=True)
+    dirty, lazy = marks.take()
+    assert dirty == 0 and lazy > 0  # so is a completion nobody waits for
+    assert _logged(broker) == [LogEvent.ENQUEUED, LogEvent.ENQUEUED]
+
+    # The next send commits them along with it, in order.
+    broker.enqueue([_msg(3)], [[Route(MAIN)]], 1_003, acked.append)
+    assert marks.take()[0] > 0
+    _commit(broker)
+    assert done == [None] and acked == [None, None]
+    assert _logged(broker)[2:] == [LogEvent.DELIVERED, LogEvent.COMPLETED, LogEvent.ENQUEUED]
+    assert broker.store.get(MAIN, rec.sequence_number, lambda b: b) is None
+
+
+def test_completion_someone_waits_for_commits_at_once(tmp_path):
+    marks = Marks()
+    broker = _open(tmp_path / "p", marks)
+    broker.enqueue([_msg(1)], [[Route(MAIN)]], 1_000, lambda e: None)
+    _commit(broker)
+    marks.take()
+    _rec, lock = broker.take_next(MAIN, 1_001, peek_lock=True)
+    done: list[Exception | None] = []
+    broker.complete(lock.token, 1_002, done.append)
+    assert marks.take()[0] > 0  # an unsettled accept is answered after its own commit
+    _commit(broker)
+    assert done == [None]
+
+
+def test_lazy_writes_commit_once_enough_pile_up(tmp_path):
+    from sbemu.partitions.broker import LAZY_MAX_WRITES
+
+    marks = Marks()
+    broker = _open(tmp_path / "p", marks)
+    n = LAZY_MAX_WRITES + 2
+    broker.enqueue([_msg(i) for i in range(n)], [[Route(MAIN)]] * n, 1_000, lambda e: None)
+    _commit(broker)
+    marks.take()
+    for _ in range(n):
+        broker.take_next(MAIN, 1_001, peek_lock=True)
+    dirty, _lazy = marks.take()
+    assert dirty > 0  # a pile of lazy log records does not wait for a tick

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LOG4J = PACKAGE_DIR / "log4j2.properties"
+STARTUP_HOOK_DIR = PACKAGE_DIR / "pythonpath"  # sitecustomize.py: pyspark without its zip
 
 
 def prepare_environment() -> None:
@@ -71,7 +72,20 @@ def build_session(
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value))
-    spark = builder.getOrCreate()
+    saved = os.environ.get("PYTHONPATH")
+    if master.startswith("local"):
+        # the JVM hands its PYTHONPATH on to the Python processes it starts (after
+        # pyspark.zip): the hook there imports pyspark from the package (pythonpath/)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(STARTUP_HOOK_DIR), saved) if p
+        )
+    try:
+        spark = builder.getOrCreate()
+    finally:  # only the JVM needs it
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

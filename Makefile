@@ -41,6 +41,7 @@ $(SPARK_STAMP): $(STAMP)
 	@touch $(SPARK_STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
+	@$(PY) -m sparkjobs.cds >/dev/null 2>&1 || echo "WARNING: no class-data-sharing archive for the local Spark driver (slower warm-up)"
 
 # The JS SDK suite (tests/js) needs Node 18+ and npm: use the machine's, else Debian's when root.
 node-check:

@@ -38,13 +38,18 @@ def driver_java_options(master: str) -> list[str]:
     over a 600k-event run, C1 2.7). `-XX:TieredStopAtLevel=1` cut the JVM's CPU per batch
     from ~0.9 to ~0.4 s and the first batch from ~16 s to ~7 s under the same load. A cluster's
     executors (segments: Spark's Parquet reader and writer do the per-event work) keep the
-    full JIT. SBEMU_SPARK_DRIVER_JAVA_OPTIONS replaces the JIT choice."""
+    full JIT. SBEMU_SPARK_DRIVER_JAVA_OPTIONS replaces the JIT choice. A local driver also
+    maps the class-data-sharing archive of sparkjobs.cds when it was built."""
     options = [f"-Dlog4j2.configurationFile=file:{LOG4J}"]
     extra = os.environ.get("SBEMU_SPARK_DRIVER_JAVA_OPTIONS")
     if extra is not None:
         options.append(extra)
     elif master.startswith("local"):
         options.append("-XX:TieredStopAtLevel=1")
+    if master.startswith("local"):
+        from sparkjobs import cds
+
+        options.extend(cds.java_options())  # Spark's classes pre-parsed, when archived
     return options
 
 

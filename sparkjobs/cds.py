@@ -9,7 +9,7 @@ JVM then used 4.2-4.3 CPU-s instead of 6.4-6.9.
     .venv/bin/python -m sparkjobs.cds          # make install-spark runs it; idempotent
 
 runs a small report job in a child process whose JVM dumps the archive when it exits, and
-renames it into place once complete. `archive_path()` names the archive after what it depends
+renames it into place once complete. `sparkjobs.session.cds_archive_path()` names the archive after what it depends
 on (the java binary, the pyspark version and its jars), so another JDK or pyspark simply has
 no archive yet; `sparkjobs.session.driver_java_options` uses it only when it exists. Without
 it everything works the same, only slower to warm up. ``SBEMU_SPARK_CDS=0`` turns it off.
@@ -17,7 +17,6 @@ it everything works the same, only slower to warm up. ``SBEMU_SPARK_CDS=0`` turn
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -26,55 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ENV_DUMP = "SBEMU_SPARK_CDS_DUMP"  # set in the child: dump the archive to this path at exit
-
-
-def _java() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    return os.path.realpath(java) if java and os.path.exists(java) else None
-
-
-def archive_path() -> Path | None:
-    """Where the archive for this java and this pyspark lives (None: no java found, or
-    SBEMU_SPARK_CDS=0). Under $XDG_CACHE_HOME/sbemu (default ~/.cache/sbemu)."""
-    if os.environ.get("SBEMU_SPARK_CDS", "1") == "0":
-        return None
-    java = _java()
-    if java is None:
-        return None
-    import pyspark
-
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
-    key = hashlib.sha256()
-    st = os.stat(java)
-    key.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\0{pyspark.__version__}\0{jars}\0".encode())
-    try:
-        for name in sorted(os.listdir(jars)):
-            key.update(name.encode() + b"\0")
-    except OSError:
-        return None
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sbemu"
-    return cache / f"spark-driver-{key.hexdigest()[:16]}.jsa"
-
-
-def java_options() -> list[str]:
-    """The driver JVM's options for the archive: dump it (in the child of `build()`), use it
-    when it exists, or nothing."""
-    dump = os.environ.get(ENV_DUMP)
-    if dump:
-        return [f"-XX:ArchiveClassesAtExit={dump}"]
-    path = archive_path()
-    if path is None or not path.is_file():
-        return []
-    # an archive this JVM cannot use (it says why on the cds log) is skipped silently
-    return [f"-XX:SharedArchiveFile={path}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+from sparkjobs.session import ENV_CDS_DUMP, build_session, cds_archive_path
 
 
 def _workload() -> None:
     """A small report run (the classes a real one loads), in the child whose JVM dumps."""
     from sparkjobs import bench, report
-    from sparkjobs.session import build_session
 
     work = tempfile.mkdtemp(prefix="sbemu-cds-")
     try:
@@ -92,12 +48,12 @@ def _workload() -> None:
 
 def build(force: bool = False) -> Path | None:
     """Create the archive unless it exists; returns its path (None: not possible here)."""
-    path = archive_path()
+    path = cds_archive_path()
     if path is None or (path.is_file() and not force):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    env = {**os.environ, ENV_DUMP: str(tmp)}
+    env = {**os.environ, ENV_CDS_DUMP: str(tmp)}
     try:
         child = subprocess.run(
             [sys.executable, "-c", "from sparkjobs.cds import _workload; _workload()"],

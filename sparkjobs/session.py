@@ -12,7 +12,9 @@ Pitfalls handled here:
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,51 @@ from pyspark.sql import SparkSession
 PACKAGE_DIR = Path(__file__).resolve().parent
 LOG4J = PACKAGE_DIR / "log4j2.properties"
 STARTUP_HOOK_DIR = PACKAGE_DIR / "pythonpath"  # sitecustomize.py: pyspark without its zip
+
+
+ENV_CDS_DUMP = "SBEMU_SPARK_CDS_DUMP"  # sparkjobs.cds sets it in its child: dump the archive to this path at exit
+
+
+def _java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return os.path.realpath(java) if java and os.path.exists(java) else None
+
+
+def cds_archive_path() -> Path | None:
+    """Where the archive for this java and this pyspark lives (None: no java found, or
+    SBEMU_SPARK_CDS=0). Under $XDG_CACHE_HOME/sbemu (default ~/.cache/sbemu)."""
+    if os.environ.get("SBEMU_SPARK_CDS", "1") == "0":
+        return None
+    java = _java()
+    if java is None:
+        return None
+    import pyspark
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    key = hashlib.sha256()
+    st = os.stat(java)
+    key.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\0{pyspark.__version__}\0{jars}\0".encode())
+    try:
+        for name in sorted(os.listdir(jars)):
+            key.update(name.encode() + b"\0")
+    except OSError:
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sbemu"
+    return cache / f"spark-driver-{key.hexdigest()[:16]}.jsa"
+
+
+def cds_java_options() -> list[str]:
+    """The driver JVM's options for the archive: dump it (in the child of `build()`), use it
+    when it exists, or nothing."""
+    dump = os.environ.get(ENV_CDS_DUMP)
+    if dump:
+        return [f"-XX:ArchiveClassesAtExit={dump}"]
+    path = cds_archive_path()
+    if path is None or not path.is_file():
+        return []
+    # an archive this JVM cannot use (it says why on the cds log) is skipped silently
+    return [f"-XX:SharedArchiveFile={path}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
 
 def prepare_environment() -> None:
@@ -47,9 +94,7 @@ def driver_java_options(master: str) -> list[str]:
     elif master.startswith("local"):
         options.append("-XX:TieredStopAtLevel=1")
     if master.startswith("local"):
-        from sparkjobs import cds
-
-        options.extend(cds.java_options())  # Spark's classes pre-parsed, when archived
+        options.extend(cds_java_options())  # Spark's classes pre-parsed (sparkjobs.cds)
     return options
 
 

@@ -7,7 +7,11 @@ Pitfalls handled here:
   installed with sbemu (pip install -e '.[spark]'), so the same interpreter finds it; on a
   cluster ship it with ``--py-files`` (and install sbemu + pyarrow there);
 - the UI is off and log4j is quiet (sparkjobs/log4j2.properties);
-- a local driver JVM compiles with C1 only (driver_java_options).
+- a local driver JVM compiles with C1 only (driver_java_options) and maps the class-data-
+  sharing archive of Spark's classes when ``python -m sparkjobs.cds`` built it;
+- a local session's Python processes import pyspark from the installed package, not from the
+  pyspark.zip Spark puts first on their path (no bytecode cache in a zip: ~1 CPU-s per
+  process): sparkjobs/pythonpath/sitecustomize.py.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ have no pending or in-flight commit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -298,9 +299,16 @@ class Management:
             self._check_forwarding(ns, queue_config(desc))
         now = self.now_ms()
         desc["created_ms"] = desc["updated_ms"] = now
-        entity = self.router.create_entity(self._spec(ns, kind, desc, None))
-        entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
+        # The catalog first: when the data dir cannot be written nothing is created (the
+        # caller answers 503); when the entity's stores cannot be, the entry goes again.
         self.catalog.put(ns.name, kind, desc)
+        try:
+            entity = self.router.create_entity(self._spec(ns, kind, desc, None))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.catalog.remove(ns.name, name)
+            raise
+        entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self._applied(ns, entity)
         log.info("created %s %s/%s", kind, ns.name, name)
         return entity

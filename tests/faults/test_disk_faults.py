@@ -189,7 +189,9 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
     catalog and entity directories the admin API creates, idle.json and the log file."""
     from azure.core.exceptions import HttpResponseError
 
-    config = make_config([queue_def("dq", AutoDeleteOnIdle="PT1H")])
+    config = make_config([queue_def("dq", AutoDeleteOnIdle="PT1H")],
+                         topics=[{"Name": "dt", "Properties": {},
+                                  "Subscriptions": [{"Name": "s1", "Properties": {}}]}])
     config["UserConfig"]["Logging"]["Type"] = "File,Console"
     srv = Server(tmp_path / "w", config, log_level="info")
     disk = LoopFs(tmp_path, srv.data_dir)
@@ -212,6 +214,9 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             with _admin(srv, ca) as admin, pytest.raises(HttpResponseError) as refused:
                 admin.create_queue("madeduring")
             assert refused.value.status_code == 503, refused.value
+            with _admin(srv, ca) as admin, pytest.raises(HttpResponseError) as refused:
+                admin.create_subscription("dt", "sdur")
+            assert refused.value.status_code == 503, refused.value
             assert srv.health()["status"] in ("healthy", "degraded", "unhealthy")
             assert srv.alive() and srv.tracebacks() == [], srv.tracebacks()
             disk.repair()
@@ -221,7 +226,21 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             with _admin(srv, ca) as admin:
                 admin.create_queue("madeafter")
                 names = {q.name for q in admin.list_queues()}
+                admin.create_subscription("dt", "safter")
+                subs = {x.name for x in admin.list_subscriptions("dt")}
             assert {"madebefore", "madeafter"} <= names and "madeduring" not in names, names
+            assert subs == {"s1", "safter"}, subs
+            # a topic send reaches the subscriptions there are, nothing else
+            with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
+                    client.get_topic_sender("dt") as topic_sender:
+                topic_sender.send_messages(ServiceBusMessage(b"t", message_id="t1"))
+            for sub in ("s1", "safter"):
+                with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
+                        client.get_subscription_receiver("dt", sub, max_wait_time=5) as rcv:
+                    got = rcv.receive_messages(max_message_count=5, max_wait_time=5)
+                    assert [str(m.message_id) for m in got] == ["t1"], sub
+                    for m in got:
+                        rcv.complete_message(m)
         finally:
             sender.stop()
         assert sender.crash is None, sender.crash
@@ -236,7 +255,9 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
         srv.start()
         with _admin(srv, ca) as admin:
             names = {q.name for q in admin.list_queues()}
+            subs = {x.name for x in admin.list_subscriptions("dt")}
         assert {"madebefore", "madeafter"} <= names and "madeduring" not in names, names
+        assert subs == {"s1", "safter"}, subs
         assert _drain(srv.conn_str, "dq") == []
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:

@@ -427,6 +427,19 @@ class Catalog:
         else:
             ns["subscriptions"].get(topic.lower(), {}).pop(name.lower(), None)
 
+    def checkpoint(self) -> dict[str, Any]:
+        """A copy of the catalog as it is, for rollback()."""
+        return copy.deepcopy(self.data)
+
+    def rollback(self, checkpoint: dict[str, Any]) -> None:
+        """Put the catalog back as it was at checkpoint() (a change that was saved but could
+        not be applied); best effort on disk: memory is restored whatever happens."""
+        self.data = checkpoint
+        try:
+            self.save()
+        except OSError:
+            pass  # the disk refuses: a restart loads the saved change (it was valid)
+
     def save(self) -> None:
         """Write the whole catalog atomically (temp file, fsync, rename, fsync the dir)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)

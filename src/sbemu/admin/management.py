@@ -11,7 +11,6 @@ have no pending or in-flight commit).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -301,12 +300,12 @@ class Management:
         desc["created_ms"] = desc["updated_ms"] = now
         # The catalog first: when the data dir cannot be written nothing is created (the
         # caller answers 503); when the entity's stores cannot be, the entry goes again.
+        before = self.catalog.checkpoint()
         self.catalog.put(ns.name, kind, desc)
         try:
             entity = self.router.create_entity(self._spec(ns, kind, desc, None))
         except BaseException:
-            with contextlib.suppress(OSError):
-                self.catalog.remove(ns.name, name)
+            self.catalog.rollback(before)
             raise
         entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self._applied(ns, entity)
@@ -339,12 +338,17 @@ class Management:
         if kind == "queue":
             self._check_forwarding(ns, queue_config(desc))
         desc["updated_ms"] = self.now_ms()
-        self.router.update_entity(self._spec(ns, kind, desc, entity))
+        before = self.catalog.checkpoint()
+        self.catalog.put(ns.name, kind, desc)  # first: see create_entity
+        try:
+            self.router.update_entity(self._spec(ns, kind, desc, entity))
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.touched = True  # AutoDeleteOnIdle: an update is activity
         entity.description = desc | (
             {"subscriptions": entity.description.get("subscriptions", {})} if kind == "topic" else {}
         )
-        self.catalog.put(ns.name, kind, desc)
         self._applied(ns, entity)
         log.info("updated %s %s/%s", kind, ns.name, name)
         return entity
@@ -401,9 +405,14 @@ class Management:
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         if default_rule is not None:
             sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
-        self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
+        before = self.catalog.checkpoint()
+        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
+        try:
+            self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.description.setdefault("subscriptions", {})[name.lower()] = desc
-        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         self._applied(ns, entity)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
         return desc
@@ -426,10 +435,15 @@ class Management:
         self._check_forwarding(ns, self._with_subscription(entity, desc))
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
-        self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
+        before = self.catalog.checkpoint()
+        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
+        try:
+            self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.touch_subscription(name)  # AutoDeleteOnIdle: an update is activity
         entity.description["subscriptions"][name.lower()] = desc
-        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         self._applied(ns, entity)
         return desc
 

@@ -11,6 +11,8 @@ Why these mechanisms (device-mapper's `error`/`delay` targets are not in this ke
     An ext4 that took an error stays read-only until it is unmounted, so coming back is what
     an operator does: lazy-unmount, e2fsck, mount the repaired image again at the same path
     (the server's old descriptors keep failing; it must reopen its files by path).
+  * an I/O error: the image sits on a small tmpfs (a thin-provisioned volume); once it is
+    used up the loop device fails writes, fsync returns EIO, and ext4 goes read-only as above.
   * a stalled disk: `fsfreeze` blocks every write (write, fsync, mkdir, a write fault on a
     shared mapping) in the kernel until the filesystem is thawed: an fsync stall of exactly
     the length the test chooses, with reads still served from the page cache.
@@ -49,8 +51,14 @@ def available() -> str | None:
 class LoopFs:
     """A small ext4 image (a sparse file in `workdir`) mounted at `mountpoint`."""
 
-    def __init__(self, workdir: Path, mountpoint: Path, size_mb: int = 96) -> None:
-        self.image = Path(workdir) / "disk.img"
+    def __init__(self, workdir: Path, mountpoint: Path, size_mb: int = 96,
+                 backing_mb: int | None = None) -> None:
+        # backing_mb: the image lives on a tmpfs of that size, a thin-provisioned device:
+        # once the filesystem has written that much, the device fails writes with EIO (the
+        # kernel then aborts the journal and turns the filesystem read-only)
+        self.backing = Path(workdir) / "backing" if backing_mb else None
+        self.backing_mb = backing_mb
+        self.image = (self.backing or Path(workdir)) / "disk.img"
         self.mountpoint = Path(mountpoint)
         self.size_mb = size_mb
         self.device: str | None = None
@@ -59,6 +67,10 @@ class LoopFs:
 
     def mount(self) -> LoopFs:
         """Create the filesystem (first time) and mount it."""
+        if self.backing is not None and not os.path.ismount(self.backing):
+            self.backing.mkdir(parents=True, exist_ok=True)
+            _run("mount", "-t", "tmpfs", "-o", f"size={self.backing_mb}m", "tmpfs",
+                 str(self.backing))
         if not self.image.exists():
             self.image.parent.mkdir(parents=True, exist_ok=True)
             with open(self.image, "wb") as f:
@@ -110,6 +122,11 @@ class LoopFs:
             raise RuntimeError(f"e2fsck failed ({r.returncode}): {r.stdout[-500:]}{r.stderr}")
         self.mount()
 
+    def grow_backing(self, size_mb: int) -> None:
+        """Give the thin-provisioned device room again (what adding storage does)."""
+        assert self.backing is not None
+        _run("mount", "-o", f"remount,size={size_mb}m", str(self.backing))
+
     def freeze(self) -> None:
         """Stall every write to the filesystem (in the kernel) until thaw()."""
         _run("fsfreeze", "--freeze", str(self.mountpoint))
@@ -131,3 +148,5 @@ class LoopFs:
         for dev in self._stale:
             _run("losetup", "-d", dev, check=False)
         self._stale.clear()
+        if self.backing is not None and os.path.ismount(self.backing):
+            _run("umount", "-l", str(self.backing), check=False)

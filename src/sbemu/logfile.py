@@ -44,7 +44,7 @@ class ResilientFileHandler(logging.handlers.RotatingFileHandler):
         self.dropped = 0  # records lost since the file could last be written
         self._failed_now = False
 
-    def _open(self):  # type: ignore[no-untyped-def]  # (typeshed: a TextIOWrapper)
+    def _open(self):  # (typeshed: a TextIOWrapper, generic over its buffer)
         os.makedirs(os.path.dirname(self.baseFilename), exist_ok=True)
         return super()._open()
 
@@ -79,7 +79,7 @@ class ResilientFileHandler(logging.handlers.RotatingFileHandler):
                     file=sys.stderr, flush=True,
                 )
         self.failed_at = self._clock()
-        stream, self.stream = self.stream, None  # type: ignore[assignment]
+        stream, self.stream = self.stream, None
         if stream is not None:  # its unwritten buffer is lost with it (counted above)
             with contextlib.suppress(OSError, ValueError):
                 stream.close()
@@ -90,7 +90,7 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
     than reporting queue.Full as a logging error."""
 
     dropped = 0
-    stop_writer: Callable[[], None] = staticmethod(lambda: None)  # type: ignore[assignment]
+    stop_writer: Callable[[], None] = staticmethod(lambda: None)
 
     def enqueue(self, record: logging.LogRecord) -> None:
         try:
@@ -117,7 +117,7 @@ def attach_file_log(path: Path, formatter: logging.Formatter) -> logging.Handler
             listener.stop()
             file_handler.close()
 
-    front.stop_writer = stop_writer  # type: ignore[method-assign]
+    front.stop_writer = stop_writer
     atexit.register(stop_writer)
     logging.getLogger().addHandler(front)
     return front

@@ -47,11 +47,12 @@ class Sender(threading.Thread):
 
     def __init__(self, conn_str: str, queue: str, prefix: str,
                  partition_key: Callable[[int], str | None] = lambda i: None,
-                 pause: float = 0.02) -> None:
+                 pause: float = 0.02, body_bytes: int = 0) -> None:
         super().__init__(daemon=True, name=f"sender-{prefix}")
         self.conn_str, self.queue, self.prefix = conn_str, queue, prefix
         self.partition_key = partition_key
         self.pause = pause
+        self.body_bytes = body_bytes
         self.acked: list[str] = []
         self.errors: dict[str, int] = {}
         self.refused_keys: set[str | None] = set()
@@ -68,7 +69,8 @@ class Sender(threading.Thread):
                     mid, key = f"{self.prefix}{i}", self.partition_key(i)
                     i += 1
                     try:
-                        sender.send_messages(ServiceBusMessage(mid.encode(), message_id=mid,
+                        body = mid.encode().ljust(self.body_bytes, b".")
+                        sender.send_messages(ServiceBusMessage(body, message_id=mid,
                                                                partition_key=key))
                     except ServiceBusError as exc:
                         with self._cond:
@@ -311,6 +313,55 @@ def test_a_stalled_disk_delays_only_its_own_entity_and_loses_nothing(tmp_path):
         assert srv.stop() == 0
         srv.start()
         assert _drain(srv.conn_str, "slowq") == []
+        assert srv.tracebacks() == [], srv.tracebacks()
+    finally:
+        srv.stop()
+        disk.cleanup()
+
+
+def test_one_partition_disk_fails_writes_with_eio_then_gets_room(tmp_path):
+    """The disk under partition 3 is a thin-provisioned volume that runs out of backing
+    store while large messages are pinned to it: fsync fails with EIO (then ext4 goes
+    read-only). Room is added and the disk repaired; the partition serves again by itself."""
+    srv = Server(tmp_path / "w", make_config([queue_def("eioq", EnablePartitioning=True)]))
+    disk = LoopFs(tmp_path, srv.data_dir / NAMESPACE.lower() / "eioq" / f"partition-{FAULTY:02d}",
+                  backing_mb=16)
+    disk.mount()
+    keys = _key_on(FAULTY)
+    try:
+        srv.start()
+        keyless = Sender(srv.conn_str, "eioq", "a", pause=0.05)
+        pinned = Sender(srv.conn_str, "eioq", "p", partition_key=lambda i: keys[i % len(keys)],
+                        pause=0.0, body_bytes=200_000)
+        keyless.start()
+        pinned.start()
+        try:
+            # about 16 MiB of 200 KB messages fill the backing store: then EIO
+            assert pinned.wait_for(lambda: bool(pinned.errors), 60), (pinned.crash,
+                                                                     len(pinned.acked))
+            assert disk.read_only()
+            n = len(keyless.acked)
+            assert keyless.wait_for(lambda: len(keyless.acked) >= n + 10, 20), keyless.errors
+            assert set(pinned.errors) == {"ServiceBusServerBusyError"}, pinned.errors
+            assert set(keyless.errors) <= {"ServiceBusServerBusyError"}, keyless.errors
+            assert srv.alive() and srv.tracebacks() == []
+            assert _entity_status(srv, "eioq") == "Limited"
+            disk.grow_backing(256)
+            disk.repair()
+            n = len(pinned.acked)
+            assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors,
+                                                                          srv.stderr())
+            assert _entity_status(srv, "eioq") == "Available"
+        finally:
+            keyless.stop()
+            pinned.stop()
+        assert keyless.crash is None and pinned.crash is None, (keyless.crash, pinned.crash)
+        assert "Input/output error" in srv.stderr(100_000), srv.stderr()
+        acked = keyless.acked + pinned.acked
+        _same(_drain(srv.conn_str, "eioq"), acked)
+        assert srv.stop() == 0
+        srv.start()
+        assert _drain(srv.conn_str, "eioq") == []
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:
         srv.stop()

@@ -29,6 +29,7 @@ __all__ = ["RETRY_S", "ResilientFileHandler", "attach_file_log"]
 
 RETRY_S = 2.0  # seconds between two attempts to open a log file that could not be written
 QUEUE_RECORDS = 10_000  # records waiting for the writer thread before new ones are dropped
+FLUSH_WAIT_S = 2.0  # longest flush(): a stalled disk must not hold up whoever flushes
 
 
 class ResilientFileHandler(logging.handlers.RotatingFileHandler):
@@ -97,6 +98,15 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
             self.queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1
+
+    def flush(self) -> None:
+        """Wait (up to FLUSH_WAIT_S: the disk may be stalled) until the writer thread has
+        written every queued record."""
+        records = self.queue
+        if isinstance(records, queue.Queue):
+            with records.all_tasks_done:
+                records.all_tasks_done.wait_for(lambda: records.unfinished_tasks == 0,
+                                                FLUSH_WAIT_S)
 
 
 def attach_file_log(path: Path, formatter: logging.Formatter) -> logging.Handler:

@@ -232,6 +232,9 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             with _admin(srv, ca) as admin, pytest.raises(HttpResponseError) as refused:
                 admin.create_subscription("dt", "sdur")
             assert refused.value.status_code == 503, refused.value
+            with _admin(srv, ca) as admin, pytest.raises(HttpResponseError) as refused:
+                admin.delete_queue("madebefore")
+            assert refused.value.status_code == 503, refused.value
             assert srv.health()["status"] in ("healthy", "degraded", "unhealthy")
             assert srv.alive() and srv.tracebacks() == [], srv.tracebacks()
             disk.repair()

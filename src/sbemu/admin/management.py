@@ -357,11 +357,16 @@ class Management:
         """Delete a queue or topic: links detached (not-found), partitions' data removed."""
         ns = self.namespace(namespace)
         async with self._lock:
-            entity = self.router.remove_entity(ns.name, name)
+            before = self.catalog.checkpoint()
+            self.catalog.remove(ns.name, name)  # first: see create_entity
+            try:
+                entity = self.router.remove_entity(ns.name, name)
+            except BaseException:
+                self.catalog.rollback(before)
+                raise
             key = (ns.name.lower(), name.lower())
             self._deleting.add(key)
             try:
-                self.catalog.remove(ns.name, name)
                 await self.settle(entity.partitions)
                 # on the loop thread: nothing may commit to these stores any more; unlinking the
                 # files is quick, and a same-named entity created next finds a clean directory
@@ -452,9 +457,14 @@ class Management:
         if self.subscription(entity, name) is None:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}|{name}' was not found.")
         done, on_done = _completion()
-        self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
+        before = self.catalog.checkpoint()
+        self.catalog.remove(ns.name, name, topic=entity.name)  # first: see create_entity
+        try:
+            self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.description["subscriptions"].pop(name.lower(), None)
-        self.catalog.remove(ns.name, name, topic=entity.name)
         self._applied(ns, entity)
         error = await done
         if error is not None:

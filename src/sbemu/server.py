@@ -769,6 +769,10 @@ class Server:
                 )
         except ServiceBusError as exc:
             return exc.status_code, {"error": exc.description}
+        except (OSError, StoreError) as exc:  # the data dir cannot be written: nothing changed
+            log.warning("status of %s/%s not changed: the data dir cannot be written: %s",
+                        namespace, "/".join(path), exc)
+            return 503, {"error": f"the change cannot be stored now ({exc}); retry later"}
         log.warning("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
         return 200, {"namespace": namespace, "entity": "/".join(path), "status": status}
 

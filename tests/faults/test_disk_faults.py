@@ -199,6 +199,18 @@ def _admin(srv: Server, ca: Path) -> Any:
         conn, connection_verify=str(ca), retry_total=0)
 
 
+def _post(srv: Server, path: str) -> int:
+    """POST on the admin port over plain HTTP (loopback); returns the status code."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", srv.admin_port, timeout=10)
+    try:
+        conn.request("POST", path)
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
 def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
     """Everything under the data dir is on the disk that fails: every partition store, the
     catalog and entity directories the admin API creates, idle.json and the log file."""
@@ -235,6 +247,7 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             with _admin(srv, ca) as admin, pytest.raises(HttpResponseError) as refused:
                 admin.delete_queue("madebefore")
             assert refused.value.status_code == 503, refused.value
+            assert _post(srv, f"/entities/{NAMESPACE}/dq/status/Disabled") == 503
             assert srv.health()["status"] in ("healthy", "degraded", "unhealthy")
             assert srv.alive() and srv.tracebacks() == [], srv.tracebacks()
             disk.repair()

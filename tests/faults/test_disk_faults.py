@@ -1,6 +1,7 @@
 """Disk faults under a running server, injected for real (hardening/diskfaults.py): the data dir
 (or one partition's directory) turns read-only because the kernel remounts it after a disk
-error, and later is writable again; the disk stalls every write (fsfreeze) for seconds.
+error, and later is writable again; a thin-provisioned volume runs out and fsync gets EIO;
+the disk stalls every write (fsfreeze) for seconds, under senders and under a receiver.
 
 What must hold, in the issue's words: sends get the Service Bus errors the SDKs map
 (server-busy, which they retry), nothing acknowledged is lost or duplicated, the partitions on

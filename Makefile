@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
+.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,12 +35,24 @@ chromium-check:
 	    || echo "WARNING: could not install Chromium; the dashboard browser tests will be skipped"; \
 	else echo "WARNING: chromium/chromedriver not found; the dashboard browser tests will be skipped"; fi
 
+# The disk-fault tests (tests/faults/test_disk_faults.py) put a small ext4 on a loop device:
+# mkfs.ext4 and e2fsck come from Debian's e2fsprogs (losetup, mount and fsfreeze from
+# util-linux, always there). Installed when missing and we are root, else those tests skip.
+disk-tools-check:
+	@if command -v mkfs.ext4 >/dev/null 2>&1 && command -v e2fsck >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "e2fsprogs not found: installing it for the disk-fault tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs >/dev/null) \
+	    || echo "WARNING: could not install e2fsprogs; the disk-fault tests will be skipped"; \
+	else echo "WARNING: mkfs.ext4/e2fsck not found; the disk-fault tests will be skipped"; fi
+
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,dev,spark]'
 	@touch $(SPARK_STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
+	@$(PY) -m sparkjobs.cds >/dev/null 2>&1 || echo "WARNING: no class-data-sharing archive for the local Spark driver (slower warm-up)"
 
 # The JS SDK suite (tests/js) needs Node 18+ and npm: use the machine's, else Debian's when root.
 node-check:
@@ -79,7 +91,7 @@ run:
 # do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check js-deps lint
+test: install install-spark chromium-check disk-tools-check js-deps lint
 	@js_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \

@@ -581,7 +581,7 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
     """Act on the configuration's Logging.Type, as Microsoft's emulator does: "File" writes
     the log to <data dir>/logs/sbemu.log (rotated at 10 MB, 5 kept), "Console" to stderr.
     With "File" alone, stderr keeps warnings and errors only, so a failure is never silent."""
-    import logging.handlers
+    from sbemu.logfile import attach_file_log
 
     targets = {t.strip().casefold() for t in logging_type.split(",")}
     root = logging.getLogger()
@@ -589,11 +589,10 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
         return
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    handler = logging.handlers.RotatingFileHandler(
-        logs / "sbemu.log", maxBytes=10 * 1024 * 1024, backupCount=5, encoding="utf-8"
+    # written by its own thread, and surviving a disk that fails or stalls (sbemu/logfile.py)
+    handler = attach_file_log(
+        logs / "sbemu.log", logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
     if "console" not in targets:
         for h in root.handlers:
             if h is not handler:

@@ -29,6 +29,7 @@ from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
 from .partitions.commits import CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times
+from .partitions.lockfile import sweep_lock_files
 from .partitions.records import IncomingMessage, MessageRecord
 from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import (
@@ -285,6 +286,8 @@ class Server:
         self._flusher = Flusher(self._loop)
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._lock_data_dir()
+        # LMDB reader tables that crashed processes left on tmpfs (partitions/lockfile.py)
+        sweep_lock_files(time.time())
         self.router = Router(
             self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
         )
@@ -777,6 +780,10 @@ class Server:
                 )
         except ServiceBusError as exc:
             return exc.status_code, {"error": exc.description}
+        except (OSError, StoreError) as exc:  # the data dir cannot be written: nothing changed
+            log.warning("status of %s/%s not changed: the data dir cannot be written: %s",
+                        namespace, "/".join(path), exc)
+            return 503, {"error": f"the change cannot be stored now ({exc}); retry later"}
         log.warning("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
         return 200, {"namespace": namespace, "entity": "/".join(path), "status": status}
 

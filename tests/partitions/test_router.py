@@ -5,6 +5,8 @@ Real LMDB in a temp dir, the group commit run inline (routing_harness), no serve
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from routing_harness import NOW, NS, RouterHarness, message, queue_spec, topic_spec
 
@@ -223,6 +225,27 @@ def test_partition_count_cannot_change_on_existing_data(h, tmp_path):
     q2 = again.add(queue_spec(partitions=2))
     assert again.partitions_of(q2) == {"kept": partition_for_key("pk", 2)}
 
+
+
+def test_an_entity_manifest_left_empty_by_a_crash_is_rebuilt_from_the_partitions(h, tmp_path):
+    """A plain write of entity.json, cut by a disk error or a power loss, left it empty (the
+    create was journaled, the data was not): the data dir must still open. Regression: the
+    read-only data dir fault test (tests/faults/test_disk_faults.py) found a server that
+    would not start again after a disk error."""
+    q = h.add(queue_spec(partitions=2))
+    h.send(q, message("kept", partition_key="pk"))
+    h.router.close()
+    manifest = h.router.entity_dir(NS, "q") / "entity.json"
+    manifest.write_text("")
+    again = RouterHarness(tmp_path)
+    q2 = again.add(queue_spec(partitions=2))
+    assert again.partitions_of(q2) == {"kept": partition_for_key("pk", 2)}
+    assert json.loads(manifest.read_text()) == {"partition_count": 2, "partitioned": True}
+    again.router.close()
+    manifest.write_text("{")  # torn, and the configuration now asks for another layout
+    with pytest.raises(StorageLayoutError, match="unreadable"):
+        RouterHarness(tmp_path).add(queue_spec(partitions=4))
+    assert manifest.read_text() == "{"  # refused: nothing rewritten
 
 def test_a_send_is_acknowledged_only_after_its_commit(h):
     q = h.add(queue_spec(partitions=2))

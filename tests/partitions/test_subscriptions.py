@@ -138,6 +138,28 @@ def test_rule_errors_change_nothing(h):
     assert [r.name for r in subs.subscription("s").sources] == [DEFAULT_RULE_NAME]
 
 
+def test_a_rules_file_that_cannot_be_written_changes_nothing(h, tmp_path):
+    """A read-only or failing disk under rules.json: the admin API answers 503 and what is
+    served stays what a restart would load (regression: the change used to stay in memory)."""
+    from sbemu.partitions.subscriptions import SubscriptionSpec
+
+    t = h.add(topic_spec({"s": [TRUE]}))
+    subs = t.subscriptions
+    subs.add_rule("s", RuleSource("red", "sql", "color = 'red'"), NOW)
+    subs.rules_path = tmp_path / "gone" / "rules.json"  # its directory is not there: EIO-alike
+    with pytest.raises(OSError):
+        subs.add_rule("s", RuleSource("blue", "sql", "color = 'blue'"), NOW)
+    with pytest.raises(OSError):
+        subs.remove_rule("s", "red")
+    with pytest.raises(OSError):
+        subs.add_subscription(SubscriptionSpec("s2", (TRUE,), False))
+    with pytest.raises(OSError):
+        subs.remove_subscription("s")
+    assert list(subs.by_name) == ["s"]
+    assert [r.name for r in subs.subscription("s").sources] == [DEFAULT_RULE_NAME, "red"]
+    assert [r.name for r in subs.subscription("s").rules] == [DEFAULT_RULE_NAME, "red"]
+
+
 def test_correlation_filter_quota_per_topic(h, monkeypatch):
     import sbemu.partitions.subscriptions as subscriptions
 

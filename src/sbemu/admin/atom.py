@@ -20,6 +20,7 @@ Also here: ``POST /purge/<namespace>[/<entity>]`` (test convenience, see Managem
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -31,12 +32,15 @@ from xml.sax.saxutils import escape
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.router import Entity
+from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token
 from .http import HttpRoutes, Request, Response, json_response
 from .management import Management
 
 __all__ = ["add_atom_routes", "add_purge_routes"]
+
+log = logging.getLogger("sbemu.admin")
 
 ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
@@ -197,6 +201,15 @@ class AtomApi:
             return self._error(request, ns.name, 400, exc.description)
         except ServiceBusError as exc:
             return self._error(request, ns.name, exc.status_code, exc.description)
+        except (OSError, StoreError) as exc:
+            # The data dir cannot be written (read-only, full, failing disk): nothing was
+            # changed (the catalog is written first and rolled back), retry later.
+            log.warning("admin %s %s: the data dir cannot be written: %s", request.method,
+                        request.path, exc)
+            return self._error(
+                request, ns.name, 503,
+                f"The server is busy: the change cannot be stored now ({exc}). Retry later.",
+            )
 
     def _error(self, request: Request, ns: str, status: int, detail: str) -> Response:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%m/%d/%Y %I:%M:%S %p")

@@ -23,6 +23,7 @@ touched follow the configuration. Rules live in each topic's ``rules.json`` (sbe
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -381,6 +382,17 @@ class Catalog:
         return self._ns(namespace)
 
     def put(self, namespace: str, kind: str, desc: Mapping[str, Any], topic: str | None = None) -> None:
+        """Add or replace an entity's description and save; raises OSError (and changes
+        nothing) when the file cannot be written."""
+        before = copy.deepcopy(self.data)
+        try:
+            self._put(namespace, kind, desc, topic)
+            self.save()
+        except OSError:
+            self.data = before  # memory and disk keep agreeing: the change did not happen
+            raise
+
+    def _put(self, namespace: str, kind: str, desc: Mapping[str, Any], topic: str | None) -> None:
         ns = self._ns(namespace)
         key = str(desc["name"]).lower()
         if kind == "queue":
@@ -393,9 +405,19 @@ class Catalog:
         else:
             assert topic is not None
             ns["subscriptions"].setdefault(topic.lower(), {})[key] = dict(desc)
-        self.save()
 
     def remove(self, namespace: str, name: str, topic: str | None = None) -> None:
+        """Forget an entity (or subscription) and save; raises OSError (and changes nothing)
+        when the file cannot be written."""
+        before = copy.deepcopy(self.data)
+        try:
+            self._remove(namespace, name, topic)
+            self.save()
+        except OSError:
+            self.data = before
+            raise
+
+    def _remove(self, namespace: str, name: str, topic: str | None) -> None:
         ns = self._ns(namespace)
         if topic is None:
             key = name.lower()
@@ -404,7 +426,19 @@ class Catalog:
             ns["subscriptions"].pop(key, None)
         else:
             ns["subscriptions"].get(topic.lower(), {}).pop(name.lower(), None)
-        self.save()
+
+    def checkpoint(self) -> dict[str, Any]:
+        """A copy of the catalog as it is, for rollback()."""
+        return copy.deepcopy(self.data)
+
+    def rollback(self, checkpoint: dict[str, Any]) -> None:
+        """Put the catalog back as it was at checkpoint() (a change that was saved but could
+        not be applied); best effort on disk: memory is restored whatever happens."""
+        self.data = checkpoint
+        try:
+            self.save()
+        except OSError:
+            pass  # the disk refuses: a restart loads the saved change (it was valid)
 
     def save(self) -> None:
         """Write the whole catalog atomically (temp file, fsync, rename, fsync the dir)."""

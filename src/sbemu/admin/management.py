@@ -298,9 +298,16 @@ class Management:
             self._check_forwarding(ns, queue_config(desc))
         now = self.now_ms()
         desc["created_ms"] = desc["updated_ms"] = now
-        entity = self.router.create_entity(self._spec(ns, kind, desc, None))
-        entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
+        # The catalog first: when the data dir cannot be written nothing is created (the
+        # caller answers 503); when the entity's stores cannot be, the entry goes again.
+        before = self.catalog.checkpoint()
         self.catalog.put(ns.name, kind, desc)
+        try:
+            entity = self.router.create_entity(self._spec(ns, kind, desc, None))
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
+        entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self._applied(ns, entity)
         log.info("created %s %s/%s", kind, ns.name, name)
         return entity
@@ -331,12 +338,17 @@ class Management:
         if kind == "queue":
             self._check_forwarding(ns, queue_config(desc))
         desc["updated_ms"] = self.now_ms()
-        self.router.update_entity(self._spec(ns, kind, desc, entity))
+        before = self.catalog.checkpoint()
+        self.catalog.put(ns.name, kind, desc)  # first: see create_entity
+        try:
+            self.router.update_entity(self._spec(ns, kind, desc, entity))
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.touched = True  # AutoDeleteOnIdle: an update is activity
         entity.description = desc | (
             {"subscriptions": entity.description.get("subscriptions", {})} if kind == "topic" else {}
         )
-        self.catalog.put(ns.name, kind, desc)
         self._applied(ns, entity)
         log.info("updated %s %s/%s", kind, ns.name, name)
         return entity
@@ -345,11 +357,16 @@ class Management:
         """Delete a queue or topic: links detached (not-found), partitions' data removed."""
         ns = self.namespace(namespace)
         async with self._lock:
-            entity = self.router.remove_entity(ns.name, name)
+            before = self.catalog.checkpoint()
+            self.catalog.remove(ns.name, name)  # first: see create_entity
+            try:
+                entity = self.router.remove_entity(ns.name, name)
+            except BaseException:
+                self.catalog.rollback(before)
+                raise
             key = (ns.name.lower(), name.lower())
             self._deleting.add(key)
             try:
-                self.catalog.remove(ns.name, name)
                 await self.settle(entity.partitions)
                 # on the loop thread: nothing may commit to these stores any more; unlinking the
                 # files is quick, and a same-named entity created next finds a clean directory
@@ -393,9 +410,14 @@ class Management:
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         if default_rule is not None:
             sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
-        self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
+        before = self.catalog.checkpoint()
+        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
+        try:
+            self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.description.setdefault("subscriptions", {})[name.lower()] = desc
-        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         self._applied(ns, entity)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
         return desc
@@ -418,10 +440,15 @@ class Management:
         self._check_forwarding(ns, self._with_subscription(entity, desc))
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
-        self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
+        before = self.catalog.checkpoint()
+        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
+        try:
+            self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.touch_subscription(name)  # AutoDeleteOnIdle: an update is activity
         entity.description["subscriptions"][name.lower()] = desc
-        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)
         self._applied(ns, entity)
         return desc
 
@@ -430,9 +457,14 @@ class Management:
         if self.subscription(entity, name) is None:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}|{name}' was not found.")
         done, on_done = _completion()
-        self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
+        before = self.catalog.checkpoint()
+        self.catalog.remove(ns.name, name, topic=entity.name)  # first: see create_entity
+        try:
+            self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
+        except BaseException:
+            self.catalog.rollback(before)
+            raise
         entity.description["subscriptions"].pop(name.lower(), None)
-        self.catalog.remove(ns.name, name, topic=entity.name)
         self._applied(ns, entity)
         error = await done
         if error is not None:

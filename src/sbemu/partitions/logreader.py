@@ -40,6 +40,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -273,6 +274,15 @@ def iter_log(path: str, start: int, end: int, chunk: int = READ_CHUNK) -> Iterat
             out: list[bytes] = []
             cur = txn.cursor(db=log_db)
             nxt = end
+            if cur.set_range(_U64.pack(pos)) and _U64.unpack(cur.key())[0] == pos:
+                # Offsets are contiguous (the log only grows at the end and is trimmed at the
+                # start): take the values without looking at each key, then check the last
+                # one is where contiguity puts it; anything else reads key by key below.
+                want = min(chunk, end - pos)
+                out = list(islice(cur.iternext(keys=False, values=True), want))
+                if len(out) == want and _U64.unpack(cur.key())[0] == pos + want - 1:
+                    return out, pos + want
+                out = []
             if cur.set_range(_U64.pack(pos)):
                 for k, v in cur:
                     off = _U64.unpack(k)[0]

@@ -12,6 +12,7 @@ pending dispatch work; the server then calls run_pending() and commits dirty bro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from ..atomicfile import atomic_write
 from ..completions import join_completions
 from ..errors import (
     EntityAlreadyExists,
@@ -821,26 +823,14 @@ class Router:
             spec.name.lower(), safe=""
         )
         self._check_layout(base, spec)
-        partitions = []
-        for pid in range(spec.partition_count):
-            store = PartitionStore(
-                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
-            )
-            broker = PartitionBroker(
-                store,
-                namespace=spec.namespace,
-                entity=spec.name,
-                partition_id=pid,
-                partitioned=spec.partitioned,
-                queues=_with_scheduled(spec),
-                mark_dirty=self._mark_dirty,
-                mark_lazy=self._mark_lazy,
-            )
-            broker.log_bodies = self.log_bodies
-            broker.max_bytes = spec.max_size_mb * MIB  # the quota, on stored byte counts
-            broker.load()
-            self.forwarder.load_markers(broker)
-            partitions.append(broker)
+        partitions: list[PartitionBroker] = []
+        try:
+            self._open_partitions(spec, base, partitions)
+        except BaseException:
+            for broker in partitions:  # a disk that fails half-way: close what was opened
+                with contextlib.suppress(Exception):
+                    broker.store.close()
+            raise
         subscriptions = None
         if spec.kind == "topic":
             if self._encode_value is None or self._encode_symbol is None:
@@ -861,13 +851,44 @@ class Router:
         self.entities[(spec.namespace.lower(), spec.name.lower())] = entity
         return entity
 
+    def _open_partitions(
+        self, spec: EntitySpec, base: Path, partitions: list[PartitionBroker]
+    ) -> None:
+        """Open and load each partition's store, appending the brokers as they open."""
+        for pid in range(spec.partition_count):
+            store = PartitionStore(
+                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
+            )
+            broker = PartitionBroker(
+                store,
+                namespace=spec.namespace,
+                entity=spec.name,
+                partition_id=pid,
+                partitioned=spec.partitioned,
+                queues=_with_scheduled(spec),
+                mark_dirty=self._mark_dirty,
+                mark_lazy=self._mark_lazy,
+            )
+            broker.log_bodies = self.log_bodies
+            broker.max_bytes = spec.max_size_mb * MIB  # the quota, on stored byte counts
+            try:
+                broker.load()
+                self.forwarder.load_markers(broker)
+            except BaseException:
+                store.close()
+                raise
+            partitions.append(broker)
+
     @staticmethod
     def _check_layout(base: Path, spec: EntitySpec) -> None:
         """[SB partitioning P4] partitioning can never change on an existing entity."""
         manifest = base / "entity.json"
         wanted = {"partition_count": spec.partition_count, "partitioned": spec.partitioned}
         if manifest.exists():
-            have = json.loads(manifest.read_text())
+            try:
+                have = json.loads(manifest.read_text())
+            except ValueError:
+                have = Router._torn_manifest(base, spec, wanted)
             if have != wanted:
                 raise StorageLayoutError(
                     f"{spec.namespace}/{spec.name}: the data directory holds this entity with "
@@ -877,7 +898,25 @@ class Router:
                 )
             return
         os.makedirs(base, exist_ok=True)
-        manifest.write_text(json.dumps(wanted))
+        # atomically and durably: a plain write can leave an empty file behind a crash or a
+        # disk error (the create is journaled before the data), and then the entity's data
+        # dir would not open again
+        atomic_write(manifest, json.dumps(wanted).encode())
+
+    @staticmethod
+    def _torn_manifest(base: Path, spec: EntitySpec, wanted: dict[str, Any]) -> dict[str, Any]:
+        """An entity.json left empty or torn (by an older sbemu's plain write, cut by a crash
+        or a disk error): the partition directories on disk tell the layout. When they match
+        the configuration (or there are none yet) the manifest is written again; otherwise the data dir is refused."""
+        found = {p.name for p in base.glob("partition-*") if p.is_dir()}
+        if not found or found == {f"partition-{pid:02d}" for pid in range(spec.partition_count)}:
+            atomic_write(base / "entity.json", json.dumps(wanted).encode())
+            return wanted
+        raise StorageLayoutError(
+            f"{spec.namespace}/{spec.name}: {base / 'entity.json'} is unreadable and the data "
+            f"directory holds {len(found)} partition directories where the configuration asks "
+            f"for {spec.partition_count}; restore the file or use a new data directory."
+        )
 
     def _fan_out_hook(self, subscriptions: Subscriptions) -> Callable[[MessageRecord], list[Route]]:
         view_of = self.view_of_record

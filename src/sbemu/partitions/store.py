@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 
+from .lockfile import place_lock_file, release_lock_file
+
 if TYPE_CHECKING:
     from lmdb import _Database  # defined only in lmdb's type stubs
 
@@ -196,6 +198,8 @@ class PartitionStore:
 
     def _open(self) -> None:
         path, durable, map_size = self.path, self._durable, self.map_size
+        # the reader table on tmpfs: a read on the event loop never waits on this disk
+        self._lock_file: str | None = place_lock_file(path)
         try:
             self._env = lmdb.open(
                 path,
@@ -221,6 +225,7 @@ class PartitionStore:
                 self._fwd = self._env.open_db(FORWARD_DB, txn=txn)
         except lmdb.Error as exc:
             self._env.close()
+            release_lock_file(self._lock_file)
             raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
 
     def ensure_queues(self, names: list[str]) -> None:
@@ -587,6 +592,7 @@ class PartitionStore:
                 self._closed = True
                 with contextlib.suppress(lmdb.Error):
                     self._env.close()
+                release_lock_file(self._lock_file)
             self._dbs.clear()
             self._mapping = None
             self._open()
@@ -596,3 +602,4 @@ class PartitionStore:
         """Close the environment (after the last commit)."""
         self._closed = True
         self._env.close()
+        release_lock_file(self._lock_file)

@@ -256,9 +256,10 @@ class Subscriptions:
                 source.name, source.filter_type, source.sql_expression, source.correlation,
                 source.action_expression, now_ms,
             )
-        sub.sources.append(source)
+        before = sub.sources
+        sub.sources = [*before, source]
         sub.recompile()
-        self._write_rules()
+        self._write_rules_or_undo(lambda: self._restore_sources(sub, before))
 
     def remove_rule(self, name: str, rule_name: str) -> None:
         """Remove a rule by name (persisted); unknown names are not-found."""
@@ -266,9 +267,9 @@ class Subscriptions:
         kept = [s for s in sub.sources if s.name.lower() != rule_name.lower()]
         if len(kept) == len(sub.sources):
             raise EntityNotFound(f"The rule '{rule_name}' could not be found.")
-        sub.sources = kept
+        before, sub.sources = sub.sources, kept
         sub.recompile()
-        self._write_rules()
+        self._write_rules_or_undo(lambda: self._restore_sources(sub, before))
 
     def add_subscription(self, spec: SubscriptionSpec) -> Subscription:
         """A subscription created at runtime (admin API); its rules are persisted."""
@@ -282,14 +283,14 @@ class Subscriptions:
         for rule in sub.rules:
             self._check_quota(rule)
         self.by_name[spec.name.lower()] = sub
-        self._write_rules()
+        self._write_rules_or_undo(lambda: self.by_name.pop(spec.name.lower(), None))
         return sub
 
     def remove_subscription(self, name: str) -> None:
         """Forget a deleted subscription and its persisted rules."""
-        self.subscription(name)
+        sub = self.subscription(name)
         del self.by_name[name.lower()]
-        self._write_rules()
+        self._write_rules_or_undo(lambda: self.by_name.__setitem__(name.lower(), sub))
 
     def _check_quota(self, new_rule: Rule) -> None:
         """Azure's per-topic limits on SQL and correlation filters."""
@@ -313,6 +314,20 @@ class Subscriptions:
         return {
             sub: [RuleSource.from_json(item) for item in items] for sub, items in data.items()
         }
+
+    def _write_rules_or_undo(self, undo: Callable[[], object]) -> None:
+        """_write_rules(); when the file cannot be written (a read-only or failing disk) the
+        change is undone in memory too, so what is served is what a restart would load."""
+        try:
+            self._write_rules()
+        except OSError:
+            undo()
+            raise
+
+    @staticmethod
+    def _restore_sources(sub: Subscription, sources: list[RuleSource]) -> None:
+        sub.sources = sources
+        sub.recompile()
 
     def _write_rules(self) -> None:
         """Write every subscription's rules atomically (write, fsync, rename, fsync the dir)."""

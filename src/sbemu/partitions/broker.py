@@ -186,6 +186,9 @@ class SubQueue:
         # Messages stored since (new, activated) that became ready while the scan runs: they
         # wait for it to end, so none overtakes an older message of its session (FIFO).
         self.session_held: list[int] = []
+        # Derived TTL expiry (see PartitionBroker._expire_heads): the sequence number the scan
+        # for expired messages goes on from (everything below it is gone or was passed).
+        self.expiry_from = 0
 
     def scanned(self, seq: int) -> bool:
         """Whether the session lines account for this record (not left to the scan)."""
@@ -268,6 +271,8 @@ SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer t
 LOCK_HEAP_SLACK = 4_096  # stale lock-heap entries tolerated before it is rebuilt
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
 EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds
+EXPIRY_SCAN_CHUNK = 512  # records read per store scan of derived TTL expiry (_expire_head)
+LOAD_HEAD_SCAN = 64  # records a load looks at for a sub-queue's first expiry (beyond: a tick)
 LAYOUT = 3  # 2: counts in meta, timers in the deadlines database; 3: byte counts in meta
 _MISSING = object()
 
@@ -310,6 +315,10 @@ class PartitionBroker:
         self._deadline_at: int | None = None
         self._batch_deadline_min: int | None = None
         self._batch_has_deadlines = False
+        # Derived TTL expiry: when the oldest message with its sub-queue's default TTL is due
+        # (None: none stored). Those messages store no timer (see _add_deadline).
+        self._expiry_due: int | None = None
+        self._unstored_expiry: dict[int, int] = {}  # batch generation -> its first expiry
         self._next_seq = 1
         self._next_offset = 0
         self._scanning: list[SubQueue] = []  # session-enabled sub-queues a restart scan rebuilds
@@ -368,6 +377,12 @@ class PartitionBroker:
             for session_id, data in states.items():
                 target.session(session_id).state = data
         self._refresh_deadline()
+        # Derived TTL expiry: when the oldest message is due (a look at the first records).
+        self._expiry_due = None
+        for sq in self.queues.values():
+            sq.expiry_from = 0
+            if sq.settings.default_ttl_ms is not None and sq.counts[MessageState.ACTIVE] > 0:
+                self._due_for_expiry(self._expire_head(sq, -1, LOAD_HEAD_SCAN))
 
     def _each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
         start = 0
@@ -585,13 +600,24 @@ class PartitionBroker:
             return deadline_key(
                 rec.scheduled_enqueue_time_ms, SCHEDULED_ACTIVATION, rec.sequence_number, sq.name
             )
-        if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
+        default = sq.settings.default_ttl_ms
+        if rec.expires_at_ms is not None and default is not None and rec.ttl_ms != default:
             return deadline_key(rec.expires_at_ms, EXPIRY, rec.sequence_number, sq.name)
-        return None
+        return None  # none, or derived: the sub-queue's default TTL (see _expire_heads)
 
     def _add_deadline(self, sq: SubQueue, rec: MessageRecord) -> None:
         key = self._deadline_key(sq, rec)
         if key is None:
+            at = rec.expires_at_ms
+            if rec.state != MessageState.SCHEDULED and at is not None:
+                self._due_for_expiry(at)  # derived: no timer stored
+                unstored = self._unstored_expiry  # (not in the store yet: _pending_expiry)
+                first = unstored.get(self._gen)
+                if first is None:
+                    self._forget_stored_expiry()
+                    unstored[self._gen] = at
+                elif at < first:
+                    unstored[self._gen] = at
             return
         at = rec.scheduled_enqueue_time_ms if rec.state == MessageState.SCHEDULED else rec.expires_at_ms
         assert at is not None  # _deadline_key made a key from it
@@ -610,6 +636,78 @@ class PartitionBroker:
         if pending is not None and (at is None or pending < at):
             at = pending
         self._deadline_at = at
+
+    def _due_for_expiry(self, at: int | None) -> None:
+        if at is not None and (self._expiry_due is None or at < self._expiry_due):
+            self._expiry_due = at
+
+    def _expire_heads(self, now_ms: int) -> None:
+        """Derived TTL expiry: a message with its sub-queue's default TTL stores no timer
+        (a put per message saved, and a delete per complete). Such messages expire in the
+        order they were enqueued (expiry = enqueued time + the one default TTL), and a message
+        with a TTL of its own has a shorter one and a timer, so the scan from the oldest stored
+        message on stops at the first live default-TTL one that is not due: no default-TTL
+        message behind it is. Due messages it passes are expired whatever their TTL.
+        (If the clock stepped back or the default TTL changed, a message can expire late here,
+        never early; like Azure, which expires lazily, a receiver never gets an expired
+        message: take_next checks.)"""
+        self._expiry_due = None
+        budget = DEADLINES_PER_TICK
+        for sq in list(self.queues.values()):
+            if sq.settings.default_ttl_ms is None:
+                continue
+            at = self._expire_head(sq, now_ms, budget)
+            if at is not None and at <= now_ms:
+                self._expiry_due = now_ms  # the tick's share is used up: the next goes on
+                return
+            self._due_for_expiry(at)
+
+    def _expire_head(self, sq: SubQueue, now_ms: int, budget: int) -> int | None:
+        """Expire the due messages at the head of one sub-queue (at most `budget` looked at);
+        returns when its head is due next (now_ms: the budget ran out; None: nothing live)."""
+        name, overlay, locks = sq.name, self._overlay, sq.locks
+        default = sq.settings.default_ttl_ms
+        while True:
+            chunk = min(budget, EXPIRY_SCAN_CHUNK)
+            if chunk <= 0:
+                return now_ms
+            rows = self.store.scan(name, sq.expiry_from, chunk, decode_message)
+            budget -= len(rows)
+            for seq, stored in rows:
+                hit = overlay.get((name, seq), _MISSING)
+                rec = stored if hit is _MISSING else hit[0]  # type: ignore[index]
+                if rec is None or seq in locks or rec.state != MessageState.ACTIVE:
+                    sq.expiry_from = seq + 1  # gone; locked or deferred: not expired here
+                    continue
+                at = rec.expires_at_ms
+                if at is None:
+                    sq.expiry_from = seq + 1
+                    continue
+                if at > now_ms:
+                    if rec.ttl_ms == default:
+                        return at  # derived: nothing behind it is due
+                    sq.expiry_from = seq + 1  # a TTL of its own: its timer fires it
+                    continue
+                sq.expiry_from = seq + 1
+                self._expire(sq, rec, now_ms)
+            if len(rows) < chunk:
+                return self._pending_expiry(sq, now_ms)
+
+    def _pending_expiry(self, sq: SubQueue, now_ms: int) -> int | None:
+        """When the first default-TTL message not yet in the store (its batch uncommitted or
+        in flight) expires: looked at again, by a tick, once it is stored."""
+        self._forget_stored_expiry()
+        if not self._unstored_expiry:
+            return None
+        return max(min(self._unstored_expiry.values()), now_ms + 1)
+
+    def _forget_stored_expiry(self) -> None:
+        """Drop the expiry times of batches that landed (their messages are in the store)."""
+        unstored = self._unstored_expiry
+        if unstored:
+            oldest = self._taken_gens[0] if self._taken_gens else self._gen
+            for gen in [g for g in unstored if g < oldest]:
+                del unstored[gen]
 
     def _remove(self, sq: SubQueue, rec: MessageRecord) -> None:
         """Delete a stored message from its sub-queue (and its timer)."""
@@ -1418,6 +1516,8 @@ class PartitionBroker:
             self.on_session_lost(lost)
         if self._deadline_at is not None and self._deadline_at <= now_ms:
             self._fire_deadlines(now_ms)
+        if self._expiry_due is not None and self._expiry_due <= now_ms:
+            self._expire_heads(now_ms)
         for sq in list(self._session_scans()):
             self._scan_sessions(sq, SESSION_SCAN_CHUNK)
 
@@ -1648,6 +1748,8 @@ class PartitionBroker:
         times = [h[0][0] for h in (self._lock_heap, self._session_heap) if h]
         if self._deadline_at is not None:
             times.append(self._deadline_at)
+        if self._expiry_due is not None:
+            times.append(self._expiry_due)
         if self._scanning and self._session_scans():
             times.append(0)  # a restart's session scan goes on at every tick
         return min(times) if times else None

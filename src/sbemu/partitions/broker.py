@@ -45,7 +45,9 @@ from .records import (
     MessageState,
     decode_message,
     encode_log,
+    encode_log_after,
     encode_message,
+    log_prefix,
 )
 from .stats import PartitionStats
 from .store import (
@@ -608,16 +610,8 @@ class PartitionBroker:
     def _add_deadline(self, sq: SubQueue, rec: MessageRecord) -> None:
         key = self._deadline_key(sq, rec)
         if key is None:
-            at = rec.expires_at_ms
-            if rec.state != MessageState.SCHEDULED and at is not None:
-                self._due_for_expiry(at)  # derived: no timer stored
-                unstored = self._unstored_expiry  # (not in the store yet: _pending_expiry)
-                first = unstored.get(self._gen)
-                if first is None:
-                    self._forget_stored_expiry()
-                    unstored[self._gen] = at
-                elif at < first:
-                    unstored[self._gen] = at
+            if rec.state != MessageState.SCHEDULED and rec.expires_at_ms is not None:
+                self._derived_expiry(rec.expires_at_ms)  # no timer stored
             return
         at = rec.scheduled_enqueue_time_ms if rec.state == MessageState.SCHEDULED else rec.expires_at_ms
         assert at is not None  # _deadline_key made a key from it
@@ -636,6 +630,17 @@ class PartitionBroker:
         if pending is not None and (at is None or pending < at):
             at = pending
         self._deadline_at = at
+
+    def _derived_expiry(self, at: int) -> None:
+        """A default-TTL message expiring at `at` was staged (it stores no timer)."""
+        self._due_for_expiry(at)
+        unstored = self._unstored_expiry  # (not in the store yet: _pending_expiry)
+        first = unstored.get(self._gen)
+        if first is None:
+            self._forget_stored_expiry()
+            unstored[self._gen] = at
+        elif at < first:
+            unstored[self._gen] = at
 
     def _due_for_expiry(self, at: int | None) -> None:
         if at is not None and (self._expiry_due is None or at < self._expiry_due):
@@ -1048,36 +1053,80 @@ class PartitionBroker:
         staged: list[tuple[SubQueue, MessageRecord]] = []
         numbers: list[int | None] = []
         base = self.sequence_base()
+        # The hot path of every send: what _put, _count, _add_deadline and _log do per
+        # message, done once per call where it can be (counts, counters, log prefixes).
+        batch, queues, new_record = self._batch, self.queues, self._new_record
+        put_op, put_log = batch.ops.append, batch.log.append
+        events, with_body = self.stats.events, self.log_bodies
+        added: dict[tuple[SubQueue, MessageState], list[int]] = {}
+        prefixes: dict[str, bytes] = {}
+        derived: int | None = None  # the first expiry of the default-TTL messages staged
+        next_seq, offset = self._next_seq, self._next_offset
+        active = MessageState.ACTIVE
         for msg, targets in zip(messages, routes, strict=True):
             if not targets:
                 numbers.append(None)
                 continue
-            seq = base | self._next_seq
-            self._next_seq += 1
+            seq = base | next_seq
+            next_seq += 1
             numbers.append(seq)
-            used: set[str] = set()
+            used: set[str] | None = None
             for route in targets:
-                sq = self.queues[route.queue]
+                name = route.queue
+                sq = queues[name]
                 copy_seq = seq
-                if route.queue in used:
-                    copy_seq = base | self._next_seq
-                    self._next_seq += 1
-                used.add(route.queue)
-                rec = self._new_record(sq, msg, copy_seq, now_ms)
+                if used is None:
+                    used = {name}
+                elif name in used:
+                    copy_seq = base | next_seq
+                    next_seq += 1
+                else:
+                    used.add(name)
+                rec = new_record(sq, msg, copy_seq, now_ms)
                 if route.overrides:
                     rec.property_overrides = dict(route.overrides)
                 if route.dead_letter_reason is not None:
                     rec.dead_letter_reason = route.dead_letter_reason
                     rec.dead_letter_description = route.dead_letter_description
-                self._batch.put(sq.name, rec.sequence_number, encode_message(rec))
-                self._count(sq, rec.state, 1, rec.size)
-                self._add_deadline(sq, rec)
-                event = LogEvent.SCHEDULED if rec.state == MessageState.SCHEDULED else LogEvent.ENQUEUED
-                self._log(sq, event, rec, now_ms)
+                put_op((0, name, copy_seq, encode_message(rec)))
+                state = rec.state
+                acc = added.get((sq, state))
+                if acc is None:
+                    added[(sq, state)] = [1, rec.size]
+                else:
+                    acc[0] += 1
+                    acc[1] += rec.size
+                at = rec.expires_at_ms
+                if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
+                    if derived is None or at < derived:  # derived expiry: no timer stored
+                        derived = at
+                else:
+                    self._add_deadline(sq, rec)
+                prefix = prefixes.get(name)
+                if prefix is None:
+                    prefix = prefixes[name] = log_prefix(
+                        self.namespace, self.entity, name, self.partition_id
+                    )
+                event = LogEvent.SCHEDULED if state == MessageState.SCHEDULED else LogEvent.ENQUEUED
+                events[event] += 1
+                put_log((offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body)))
+                offset += 1
                 if route.dead_letter_reason is not None:
-                    self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, route.dead_letter_reason)
+                    events[LogEvent.DEADLETTERED] += 1
+                    put_log((offset, encode_log_after(
+                        prefix, offset, LogEvent.DEADLETTERED, rec, now_ms,
+                        route.dead_letter_reason, with_body,
+                    )))  # fmt: skip
+                    offset += 1
                 staged.append((sq, rec))
-        self._batch.meta["next_sequence"] = self._next_seq
+        self._next_seq, self._next_offset = next_seq, offset
+        batch.meta["next_sequence"] = next_seq
+        if staged:
+            batch.meta["next_log_offset"] = offset
+        for (sq, state), (count, size) in added.items():
+            self._count(sq, state, count, size)
+        if derived is not None:
+            self._derived_expiry(derived)
         self._dirty()
         epoch = self._epoch
 
@@ -1119,27 +1168,12 @@ class PartitionBroker:
         else:
             scheduled = None
         start = scheduled if scheduled is not None else now_ms
-        return MessageRecord(
-            sequence_number=seq,
-            enqueued_time_ms=now_ms,
-            state=state,
-            delivery_count=0,
-            message_id=msg.message_id,
-            session_id=msg.session_id,
-            partition_key=msg.partition_key,
-            ttl_ms=ttl,
-            expires_at_ms=(start + ttl) if ttl is not None else None,
-            durable=msg.durable,
-            priority=msg.priority,
-            annotation_count=msg.annotation_count,
-            annotations=msg.annotations,
-            tail=msg.tail,
-            size=msg.size,
-            scheduled_enqueue_time_ms=scheduled,
-            properties_span=msg.properties_span,
-            body_span=msg.body_span,
-            original_sequence_number=msg.original_sequence_number,
-            transfer_hops=msg.transfer_hops,
+        return MessageRecord(  # positional (one call per message): the fields in their order
+            seq, now_ms, state, 0, msg.message_id, msg.session_id, msg.partition_key, ttl,
+            (start + ttl) if ttl is not None else None, msg.durable, msg.priority,
+            msg.annotation_count, msg.annotations, msg.tail, msg.size, scheduled,
+            None, None, None, None,  # dead-letter reason, description, source; overrides
+            msg.original_sequence_number, msg.properties_span, msg.body_span, msg.transfer_hops,
         )
 
     # ---------------------------------------------------------------- delivery

@@ -533,6 +533,7 @@ class Entity:
         needs_session = self.spec.requires_session
         groups: dict[tuple[int, bool], tuple[list[IncomingMessage], list[int]]] = {}
         keyless: int | None = None
+        available: set[int] = set()  # partitions checked in this call
         for i, msgs in enumerate(sends):
             try:
                 if needs_session:
@@ -542,14 +543,15 @@ class Entity:
                     if keyless is None:
                         keyless = self._next_round_robin()
                     pid = keyless
-                    self._check_available(pid)
                     key = (pid, True)
                 elif pid < 0:  # keys on several partitions: a send of its own
                     self.send(msgs, now_ms, _SettleOne(settle, i))
                     continue
                 else:
-                    self._check_available(pid)
                     key = (pid, False)
+                if pid not in available:
+                    self._check_available(pid)
+                    available.add(pid)
             except ServiceBusError as exc:
                 settle([i], exc)
                 continue
@@ -577,6 +579,10 @@ class Entity:
         n = len(self.partitions)
         dup = self.spec.requires_duplicate_detection
         pid: int | None = None
+        if n == 1 and len(messages) == 1:
+            msg = messages[0]
+            if msg.session_id is None or msg.partition_key is None:
+                return 0  # no [P6] conflict possible: the one partition
         for msg in messages:
             mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
             key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)

@@ -26,7 +26,7 @@ from . import __version__
 from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
-from .partitions.commits import CommitJob, CommitThreads, GroupCommit
+from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times
 from .partitions.lockfile import sweep_lock_files
@@ -478,7 +478,9 @@ class Server:
     def _start_commits(self) -> None:
         """The commit turn, with its worker threads handing finished commits to the loop."""
         assert self.router is not None and self._loop is not None
-        commits = GroupCommit(self.router, max_inflight=COMMIT_THREADS)
+        commits = GroupCommit(
+            self.router, max_inflight=COMMIT_THREADS, max_inflight_per_entity=COMMITS_PER_ENTITY
+        )
         threads = CommitThreads(
             COMMIT_THREADS, self._loop.call_soon_threadsafe, self._committed
         )

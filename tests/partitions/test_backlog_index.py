@@ -49,14 +49,16 @@ def test_restart_reads_counters_not_the_backlog(h):
         mark_dirty=lambda b: None,
     )  # fmt: skip
     h.broker.load()
-    assert reads.reads == 0  # nothing of the backlog was read
+    # nothing of the backlog was read: one look at its head (when the oldest message expires:
+    # default-TTL messages store no timer), LOAD_HEAD_SCAN records at most
+    assert reads.reads == 1
     sq = h.broker.queues[MAIN]
     assert not sq.buffer and not sq.back and not sq.locks
     assert h.broker.counts(MAIN) == {"active": 500, "deferred": 0, "scheduled": 0}
     got = [h.broker.take_next(MAIN, 1000, False)[0].sequence_number for _ in range(500)]
     assert got == list(range(1, 501))
     assert h.broker.take_next(MAIN, 1000, False) is None
-    assert reads.reads <= 500 // broker_module.READ_AHEAD + 2  # read ahead, not one by one
+    assert reads.reads <= 500 // broker_module.READ_AHEAD + 3  # read ahead, not one by one
     h.commit()
     assert h.broker.counts(MAIN)["active"] == 0
 
@@ -314,7 +316,7 @@ def test_restart_reads_no_session_backlog_and_keeps_fifo_per_session(tmp_path, s
         queues=SESSION_SETTINGS, mark_dirty=lambda b: None,
     )  # fmt: skip
     h.broker.load()
-    assert reads.reads == 0  # start-up reads no record
+    assert reads.reads <= 1  # start-up reads no record but a look at the head (TTL expiry)
     assert h.broker.next_deadline() == 0  # the scan runs from the first timer tick on
     h.send(smsg(100, "b"))  # seq 61, sent while the scan has not started
     lock = h.broker.accept_session(MAIN, None, "owner", 1000)
@@ -365,3 +367,60 @@ def test_messages_settled_before_the_scan_reaches_them_are_counted_once(tmp_path
     h.reopen()
     h.broker.on_timer(1000 + 60_001 * 2)
     assert h.broker.session_ids(MAIN) == []
+
+
+# ------------------------------------------------------------------ derived TTL expiry
+def test_default_ttl_messages_store_no_timer_and_expire_oldest_first(h):
+    h.send(*[msg(i) for i in range(5)], now=1000)  # the default TTL (60 s): no timers stored
+    h.send(msg(5, ttl=10_000), now=2000)  # a TTL of its own: a timer
+    h.send(*[msg(i) for i in range(6, 9)], now=3000)
+    assert h.store.first_deadline(b"") == 12_000  # only the message with its own TTL
+    assert h.broker.next_deadline() == 12_000
+    h.broker.on_timer(12_000)
+    h.commit()
+    assert h.broker.next_deadline() == 61_000  # the oldest default-TTL message
+    h.broker.on_timer(61_000)
+    h.commit()
+    assert h.broker.counts(MAIN)["active"] == 3
+    assert h.broker.next_deadline() == 63_000
+    h.broker.on_timer(70_000)
+    h.commit()
+    assert h.broker.counts(MAIN)["active"] == 0 and h.broker.next_deadline() is None
+    reasons = [r.dead_letter_reason for r in h.broker.peek(DLQ, 0, 20)]
+    assert reasons == ["TTLExpiredException"] * 9
+    assert h.store.first_deadline(b"") is None
+
+
+def test_derived_expiry_passes_locked_and_deferred_messages_and_survives_restart(h):
+    h.send(*[msg(i) for i in range(4)], now=1000)
+    h.send(msg(9), now=30_000)
+    _rec, _lock = h.broker.take_next(MAIN, 57_000, True)  # m0 locked until 62 000
+    _rec, lock1 = h.broker.take_next(MAIN, 57_000, True)
+    h.broker.defer(lock1.token, 57_000, None, lambda e: None)  # m1 deferred
+    h.commit()
+    h.broker.on_timer(61_000)
+    h.commit()
+    # m2, m3 expired; m0 is locked (its expiry waits for it to come back), m1 deferred
+    assert sorted(r.message_id for r in h.broker.peek(DLQ, 0, 20)) == ["m2", "m3"]
+    assert h.broker.next_deadline() <= 90_000
+    h.reopen()  # no timer on disk: the due time is found again from the oldest message
+    assert h.broker.next_deadline() == 61_000  # m0, no longer locked after the restart
+    h.broker.on_timer(61_000)
+    h.commit()
+    assert sorted(r.message_id for r in h.broker.peek(DLQ, 0, 20)) == ["m0", "m2", "m3"]
+    assert h.broker.next_deadline() == 90_000
+    h.broker.on_timer(90_000)
+    h.commit()
+    assert [r.message_id for r in h.broker.peek(MAIN, 0, 20)] == ["m1"]  # deferred stays
+    assert h.broker.next_deadline() is None
+
+
+def test_uncommitted_default_ttl_messages_keep_their_expiry(h):
+    h.send(msg(1), now=1000)
+    h.broker.enqueue([msg(2)], [[broker_module.Route(MAIN)]], 2000, lambda e: None)
+    h.broker.on_timer(61_000)  # m1 expires; m2 is not stored yet but is remembered
+    assert h.broker.next_deadline() == 62_000
+    h.commit()
+    h.broker.on_timer(62_000)
+    h.commit()
+    assert sorted(r.message_id for r in h.broker.peek(DLQ, 0, 20)) == ["m1", "m2"]

@@ -43,9 +43,13 @@ def h(tmp_path):
     return RouterHarness(tmp_path)
 
 
-def held(h: RouterHarness, max_inflight: int | None = None) -> tuple[GroupCommit, HeldRunner]:
+def held(
+    h: RouterHarness, max_inflight: int | None = None, per_entity: int | None = None
+) -> tuple[GroupCommit, HeldRunner]:
     runner = HeldRunner()
-    commits = GroupCommit(h.router, runner, max_inflight=max_inflight)
+    commits = GroupCommit(
+        h.router, runner, max_inflight=max_inflight, max_inflight_per_entity=per_entity
+    )
     runner.commits = commits
     return commits, runner
 
@@ -125,6 +129,37 @@ def test_beyond_the_bound_a_partition_waits_and_gathers_into_one_batch(h):
         runner.finish()
     assert outcome == [None] * 12
     assert sum(b.store.entries(MAIN) for b in q.partitions) == 12
+    assert not commits.busy()
+
+
+def test_an_entity_beyond_its_own_bound_gathers_while_other_entities_commit(h):
+    busy = h.add(queue_spec("busy", partitions=4))
+    other = h.add(queue_spec("other", partitions=1))
+    commits, runner = held(h, max_inflight=8, per_entity=2)
+    outcome: list = []
+    for i in range(4):  # key-less: one send per partition of the busy entity
+        send(busy, message(f"b{i}"), outcome=outcome)
+    send(other, message("o"), outcome=outcome)
+    commits.turn(NOW)
+    started = [j.broker.entity for j in runner.started]
+    assert sorted(started) == ["busy", "busy", "other"]  # the other entity has its own slots
+    for i in range(4, 12):  # more for every partition of the busy entity while it waits
+        send(busy, message(f"b{i}"), outcome=outcome)
+    commits.turn(NOW)
+    assert len(runner.started) == 3  # still two of the busy entity
+    busy_jobs = [j for j in runner.started if j.broker.entity == "busy"]
+    waiting = {b.partition_id for b in busy.partitions} - {
+        j.broker.partition_id for j in busy_jobs
+    }
+    runner.finish(busy_jobs)
+    # the freed slots go to the partitions that waited, each with all it gathered
+    now_busy = [j for j in runner.started if j.broker.entity == "busy"]
+    assert {j.broker.partition_id for j in now_busy} == waiting
+    assert all(len(j.batch.ops) == 3 for j in now_busy)
+    while runner.started:
+        runner.finish()
+    assert outcome == [None] * 13
+    assert sum(b.store.entries(MAIN) for b in busy.partitions) == 12
     assert not commits.busy()
 
 

@@ -304,3 +304,79 @@ def test_store_pages_are_released_a_few_stores_per_tick_each_about_every_period(
     counts = {p: released.count(p) for p in set(released)}
     assert len(counts) == 17 and set(counts.values()) <= {2, 3}  # ~once per period each
     assert q.partitions[0].store.path in counts
+
+
+# ------------------------------------------------------------------ send_many: one read's transfers
+def _send_many(h, entity, sends, now_ms=NOW):
+    """Entity.send_many, then the commit turn: {send index: its outcome}, each seen once."""
+    outcome: dict[int, Exception | None] = {}
+
+    def settle(indices, error):
+        for i in indices:
+            assert i not in outcome, "each send is answered exactly once"
+            outcome[i] = error
+
+    entity.send_many([list(msgs) for msgs in sends], now_ms, settle)
+    committed_before = dict(outcome)
+    h.commit()
+    assert len(outcome) == len(sends)
+    return outcome, committed_before
+
+
+def test_send_many_answers_each_send_after_the_commit_and_keeps_their_order(h):
+    q = h.add(queue_spec(partitions=1))
+    outcome, early = _send_many(h, q, [[message(f"m{i}")] for i in range(20)])
+    assert early == {}  # nothing is acknowledged before its commit
+    assert outcome == {i: None for i in range(20)}
+    assert [rec.message_id for rec, _ in h.peek(q)] == [f"m{i}" for i in range(20)]
+
+
+def test_send_many_keyless_sends_of_one_call_share_a_partition_and_calls_rotate(h):
+    q = h.add(queue_spec(partitions=3))
+    for call in range(6):
+        outcome, _ = _send_many(h, q, [[message(f"c{call}-{i}")] for i in range(4)])
+        assert set(outcome.values()) == {None}
+    where = h.partitions_of(q)
+    for call in range(6):
+        assert {where[f"c{call}-{i}"] for i in range(4)} == {call % 3}
+
+
+def test_send_many_keyed_sends_land_on_their_key_partition(h):
+    q = h.add(queue_spec(partitions=4))
+    keys = [key_on(p, 4) for p in range(4)]
+    sends = [[message(f"k{i}", partition_key=keys[i % 4])] for i in range(8)]
+    sends.append([message("multi-a", partition_key=keys[1]), message("multi-b", partition_key=keys[1])])
+    # a batch whose messages name two partitions is a send of its own (stored all the same)
+    sends.append([message("split-a", session_id=keys[2]), message("split-b", session_id=keys[3])])
+    outcome, _ = _send_many(h, q, sends)
+    assert set(outcome.values()) == {None}
+    where = h.partitions_of(q)
+    assert all(where[f"k{i}"] == i % 4 for i in range(8))
+    assert where["multi-a"] == where["multi-b"] == 1
+    assert (where["split-a"], where["split-b"]) == (2, 3)
+
+
+def test_send_many_refuses_only_the_bad_send(h):
+    q = h.add(queue_spec(partitions=2, requires_session=True))
+    sends = [[message("a", session_id="s")], [message("no-session")], [message("b", session_id="s")]]
+    sends.append([message("c", session_id="s", partition_key="other")])
+    outcome, early = _send_many(h, q, sends)
+    assert isinstance(early[1], InvalidOperation) and isinstance(early[3], InvalidOperation)
+    assert outcome[0] is None and outcome[2] is None
+    assert sorted(h.partitions_of(q)) == ["a", "b"]
+
+
+def test_send_many_with_duplicate_detection_admits_each_send_on_its_own(h):
+    dup = h.add(queue_spec("dup", partitions=2, dup=True))
+    outcome, _ = _send_many(h, dup, [[message("x")], [message("x")], [message("y")]])
+    assert set(outcome.values()) == {None}  # the repeat is accepted, not stored
+    assert sorted(rec.message_id for rec, _ in h.peek(dup)) == ["x", "y"]
+
+
+def test_send_many_to_an_offline_partition_fails_over_or_refuses(h):
+    q = h.add(queue_spec(partitions=3))
+    h.router.set_partition_online(NS, "q", 1, False)
+    pinned = [message("pinned", partition_key=key_on(1, 3))]
+    outcome, _ = _send_many(h, q, [[message("free")], pinned])
+    assert outcome[0] is None and isinstance(outcome[1], ServerBusy)
+    assert h.partitions_of(q)["free"] in (0, 2)

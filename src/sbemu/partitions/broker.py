@@ -45,7 +45,9 @@ from .records import (
     MessageState,
     decode_message,
     encode_log,
+    encode_log_after,
     encode_message,
+    log_prefix,
 )
 from .stats import PartitionStats
 from .store import (
@@ -186,6 +188,9 @@ class SubQueue:
         # Messages stored since (new, activated) that became ready while the scan runs: they
         # wait for it to end, so none overtakes an older message of its session (FIFO).
         self.session_held: list[int] = []
+        # Derived TTL expiry (see PartitionBroker._expire_heads): the sequence number the scan
+        # for expired messages goes on from (everything below it is gone or was passed).
+        self.expiry_from = 0
 
     def scanned(self, seq: int) -> bool:
         """Whether the session lines account for this record (not left to the scan)."""
@@ -269,6 +274,8 @@ SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer t
 LOCK_HEAP_SLACK = 4_096  # stale lock-heap entries tolerated before it is rebuilt
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
 EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds
+EXPIRY_SCAN_CHUNK = 512  # records read per store scan of derived TTL expiry (_expire_head)
+LOAD_HEAD_SCAN = 64  # records a load looks at for a sub-queue's first expiry (beyond: a tick)
 LAYOUT = 3  # 2: counts in meta, timers in the deadlines database; 3: byte counts in meta
 _MISSING = object()
 
@@ -316,6 +323,10 @@ class PartitionBroker:
         self._deadline_at: int | None = None
         self._batch_deadline_min: int | None = None
         self._batch_has_deadlines = False
+        # Derived TTL expiry: when the oldest message with its sub-queue's default TTL is due
+        # (None: none stored). Those messages store no timer (see _add_deadline).
+        self._expiry_due: int | None = None
+        self._unstored_expiry: dict[int, int] = {}  # batch generation -> its first expiry
         self._next_seq = 1
         self._next_offset = 0
         self._scanning: list[SubQueue] = []  # session-enabled sub-queues a restart scan rebuilds
@@ -374,6 +385,12 @@ class PartitionBroker:
             for session_id, data in states.items():
                 target.session(session_id).state = data
         self._refresh_deadline()
+        # Derived TTL expiry: when the oldest message is due (a look at the first records).
+        self._expiry_due = None
+        for sq in self.queues.values():
+            sq.expiry_from = 0
+            if sq.settings.default_ttl_ms is not None and sq.counts[MessageState.ACTIVE] > 0:
+                self._due_for_expiry(self._expire_head(sq, -1, LOAD_HEAD_SCAN))
 
     def _each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
         start = 0
@@ -591,13 +608,16 @@ class PartitionBroker:
             return deadline_key(
                 rec.scheduled_enqueue_time_ms, SCHEDULED_ACTIVATION, rec.sequence_number, sq.name
             )
-        if rec.expires_at_ms is not None and sq.settings.default_ttl_ms is not None:
+        default = sq.settings.default_ttl_ms
+        if rec.expires_at_ms is not None and default is not None and rec.ttl_ms != default:
             return deadline_key(rec.expires_at_ms, EXPIRY, rec.sequence_number, sq.name)
-        return None
+        return None  # none, or derived: the sub-queue's default TTL (see _expire_heads)
 
     def _add_deadline(self, sq: SubQueue, rec: MessageRecord) -> None:
         key = self._deadline_key(sq, rec)
         if key is None:
+            if rec.state != MessageState.SCHEDULED and rec.expires_at_ms is not None:
+                self._derived_expiry(rec.expires_at_ms)  # no timer stored
             return
         at = rec.scheduled_enqueue_time_ms if rec.state == MessageState.SCHEDULED else rec.expires_at_ms
         assert at is not None  # _deadline_key made a key from it
@@ -616,6 +636,89 @@ class PartitionBroker:
         if pending is not None and (at is None or pending < at):
             at = pending
         self._deadline_at = at
+
+    def _derived_expiry(self, at: int) -> None:
+        """A default-TTL message expiring at `at` was staged (it stores no timer)."""
+        self._due_for_expiry(at)
+        unstored = self._unstored_expiry  # (not in the store yet: _pending_expiry)
+        first = unstored.get(self._gen)
+        if first is None:
+            self._forget_stored_expiry()
+            unstored[self._gen] = at
+        elif at < first:
+            unstored[self._gen] = at
+
+    def _due_for_expiry(self, at: int | None) -> None:
+        if at is not None and (self._expiry_due is None or at < self._expiry_due):
+            self._expiry_due = at
+
+    def _expire_heads(self, now_ms: int) -> None:
+        """Derived TTL expiry: a message with its sub-queue's default TTL stores no timer
+        (a put per message saved, and a delete per complete). Such messages expire in the
+        order they were enqueued (expiry = enqueued time + the one default TTL), and a message
+        with a TTL of its own has a shorter one and a timer, so the scan from the oldest stored
+        message on stops at the first live default-TTL one that is not due: no default-TTL
+        message behind it is. Due messages it passes are expired whatever their TTL.
+        (If the clock stepped back or the default TTL changed, a message can expire late here,
+        never early; like Azure, which expires lazily, a receiver never gets an expired
+        message: take_next checks.)"""
+        self._expiry_due = None
+        budget = DEADLINES_PER_TICK
+        for sq in list(self.queues.values()):
+            if sq.settings.default_ttl_ms is None:
+                continue
+            at = self._expire_head(sq, now_ms, budget)
+            if at is not None and at <= now_ms:
+                self._expiry_due = now_ms  # the tick's share is used up: the next goes on
+                return
+            self._due_for_expiry(at)
+
+    def _expire_head(self, sq: SubQueue, now_ms: int, budget: int) -> int | None:
+        """Expire the due messages at the head of one sub-queue (at most `budget` looked at);
+        returns when its head is due next (now_ms: the budget ran out; None: nothing live)."""
+        name, overlay, locks = sq.name, self._overlay, sq.locks
+        default = sq.settings.default_ttl_ms
+        while True:
+            chunk = min(budget, EXPIRY_SCAN_CHUNK)
+            if chunk <= 0:
+                return now_ms
+            rows = self.store.scan(name, sq.expiry_from, chunk, decode_message)
+            budget -= len(rows)
+            for seq, stored in rows:
+                hit = overlay.get((name, seq), _MISSING)
+                rec = stored if hit is _MISSING else hit[0]  # type: ignore[index]
+                if rec is None or seq in locks or rec.state != MessageState.ACTIVE:
+                    sq.expiry_from = seq + 1  # gone; locked or deferred: not expired here
+                    continue
+                at = rec.expires_at_ms
+                if at is None:
+                    sq.expiry_from = seq + 1
+                    continue
+                if at > now_ms:
+                    if rec.ttl_ms == default:
+                        return at  # derived: nothing behind it is due
+                    sq.expiry_from = seq + 1  # a TTL of its own: its timer fires it
+                    continue
+                sq.expiry_from = seq + 1
+                self._expire(sq, rec, now_ms)
+            if len(rows) < chunk:
+                return self._pending_expiry(sq, now_ms)
+
+    def _pending_expiry(self, sq: SubQueue, now_ms: int) -> int | None:
+        """When the first default-TTL message not yet in the store (its batch uncommitted or
+        in flight) expires: looked at again, by a tick, once it is stored."""
+        self._forget_stored_expiry()
+        if not self._unstored_expiry:
+            return None
+        return max(min(self._unstored_expiry.values()), now_ms + 1)
+
+    def _forget_stored_expiry(self) -> None:
+        """Drop the expiry times of batches that landed (their messages are in the store)."""
+        unstored = self._unstored_expiry
+        if unstored:
+            oldest = self._taken_gens[0] if self._taken_gens else self._gen
+            for gen in [g for g in unstored if g < oldest]:
+                del unstored[gen]
 
     def _remove(self, sq: SubQueue, rec: MessageRecord) -> None:
         """Delete a stored message from its sub-queue (and its timer)."""
@@ -967,36 +1070,80 @@ class PartitionBroker:
         staged: list[tuple[SubQueue, MessageRecord]] = []
         numbers: list[int | None] = []
         base = self.sequence_base()
+        # The hot path of every send: what _put, _count, _add_deadline and _log do per
+        # message, done once per call where it can be (counts, counters, log prefixes).
+        batch, queues, new_record = self._batch, self.queues, self._new_record
+        put_op, put_log = batch.ops.append, batch.log.append
+        events, with_body = self.stats.events, self.log_bodies
+        added: dict[tuple[SubQueue, MessageState], list[int]] = {}
+        prefixes: dict[str, bytes] = {}
+        derived: int | None = None  # the first expiry of the default-TTL messages staged
+        next_seq, offset = self._next_seq, self._next_offset
+        active = MessageState.ACTIVE
         for msg, targets in zip(messages, routes, strict=True):
             if not targets:
                 numbers.append(None)
                 continue
-            seq = base | self._next_seq
-            self._next_seq += 1
+            seq = base | next_seq
+            next_seq += 1
             numbers.append(seq)
-            used: set[str] = set()
+            used: set[str] | None = None
             for route in targets:
-                sq = self.queues[route.queue]
+                name = route.queue
+                sq = queues[name]
                 copy_seq = seq
-                if route.queue in used:
-                    copy_seq = base | self._next_seq
-                    self._next_seq += 1
-                used.add(route.queue)
-                rec = self._new_record(sq, msg, copy_seq, now_ms)
+                if used is None:
+                    used = {name}
+                elif name in used:
+                    copy_seq = base | next_seq
+                    next_seq += 1
+                else:
+                    used.add(name)
+                rec = new_record(sq, msg, copy_seq, now_ms)
                 if route.overrides:
                     rec.property_overrides = dict(route.overrides)
                 if route.dead_letter_reason is not None:
                     rec.dead_letter_reason = route.dead_letter_reason
                     rec.dead_letter_description = route.dead_letter_description
-                self._batch.put(sq.name, rec.sequence_number, encode_message(rec))
-                self._count(sq, rec.state, 1, rec.size)
-                self._add_deadline(sq, rec)
-                event = LogEvent.SCHEDULED if rec.state == MessageState.SCHEDULED else LogEvent.ENQUEUED
-                self._log(sq, event, rec, now_ms)
+                put_op((0, name, copy_seq, encode_message(rec)))
+                state = rec.state
+                acc = added.get((sq, state))
+                if acc is None:
+                    added[(sq, state)] = [1, rec.size]
+                else:
+                    acc[0] += 1
+                    acc[1] += rec.size
+                at = rec.expires_at_ms
+                if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
+                    if derived is None or at < derived:  # derived expiry: no timer stored
+                        derived = at
+                else:
+                    self._add_deadline(sq, rec)
+                prefix = prefixes.get(name)
+                if prefix is None:
+                    prefix = prefixes[name] = log_prefix(
+                        self.namespace, self.entity, name, self.partition_id
+                    )
+                event = LogEvent.SCHEDULED if state == MessageState.SCHEDULED else LogEvent.ENQUEUED
+                events[event] += 1
+                put_log((offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body)))
+                offset += 1
                 if route.dead_letter_reason is not None:
-                    self._log(sq, LogEvent.DEADLETTERED, rec, now_ms, route.dead_letter_reason)
+                    events[LogEvent.DEADLETTERED] += 1
+                    put_log((offset, encode_log_after(
+                        prefix, offset, LogEvent.DEADLETTERED, rec, now_ms,
+                        route.dead_letter_reason, with_body,
+                    )))  # fmt: skip
+                    offset += 1
                 staged.append((sq, rec))
-        self._batch.meta["next_sequence"] = self._next_seq
+        self._next_seq, self._next_offset = next_seq, offset
+        batch.meta["next_sequence"] = next_seq
+        if staged:
+            batch.meta["next_log_offset"] = offset
+        for (sq, state), (count, size) in added.items():
+            self._count(sq, state, count, size)
+        if derived is not None:
+            self._derived_expiry(derived)
         self._dirty()
         epoch = self._epoch
 
@@ -1050,27 +1197,12 @@ class PartitionBroker:
         else:
             scheduled = None
         start = scheduled if scheduled is not None else now_ms
-        return MessageRecord(
-            sequence_number=seq,
-            enqueued_time_ms=now_ms,
-            state=state,
-            delivery_count=0,
-            message_id=msg.message_id,
-            session_id=msg.session_id,
-            partition_key=msg.partition_key,
-            ttl_ms=ttl,
-            expires_at_ms=(start + ttl) if ttl is not None else None,
-            durable=msg.durable,
-            priority=msg.priority,
-            annotation_count=msg.annotation_count,
-            annotations=msg.annotations,
-            tail=msg.tail,
-            size=msg.size,
-            scheduled_enqueue_time_ms=scheduled,
-            properties_span=msg.properties_span,
-            body_span=msg.body_span,
-            original_sequence_number=msg.original_sequence_number,
-            transfer_hops=msg.transfer_hops,
+        return MessageRecord(  # positional (one call per message): the fields in their order
+            seq, now_ms, state, 0, msg.message_id, msg.session_id, msg.partition_key, ttl,
+            (start + ttl) if ttl is not None else None, msg.durable, msg.priority,
+            msg.annotation_count, msg.annotations, msg.tail, msg.size, scheduled,
+            None, None, None, None,  # dead-letter reason, description, source; overrides
+            msg.original_sequence_number, msg.properties_span, msg.body_span, msg.transfer_hops,
         )
 
     # ---------------------------------------------------------------- delivery
@@ -1460,6 +1592,8 @@ class PartitionBroker:
             self.on_session_lost(lost)
         if self._deadline_at is not None and self._deadline_at <= now_ms:
             self._fire_deadlines(now_ms)
+        if self._expiry_due is not None and self._expiry_due <= now_ms:
+            self._expire_heads(now_ms)
         for sq in list(self._session_scans()):
             self._scan_sessions(sq, SESSION_SCAN_CHUNK)
 
@@ -1690,6 +1824,8 @@ class PartitionBroker:
         times = [h[0][0] for h in (self._lock_heap, self._session_heap) if h]
         if self._deadline_at is not None:
             times.append(self._deadline_at)
+        if self._expiry_due is not None:
+            times.append(self._expiry_due)
         if self._scanning and self._session_scans():
             times.append(0)  # a restart's session scan goes on at every tick
         return min(times) if times else None

@@ -194,6 +194,22 @@ def encode_log(
     `properties`: the message's encoded application-properties map (None without one);
     `body`: its encoded body sections, only `with_body` (else None).
     """
+    return encode_log_after(
+        log_prefix(namespace, entity, queue, partition), offset, event, record, event_ms,
+        reason, with_body,
+    )
+
+
+def encode_log_after(
+    prefix: bytes,
+    offset: int,
+    event: LogEvent,
+    record: MessageRecord,
+    event_ms: int,
+    reason: str | None,
+    with_body: bool,
+) -> bytes:
+    """encode_log() with the sub-queue's log_prefix() at hand (the broker's send path)."""
     # The bytes are those of packing the whole map (the schema above, keys in that order):
     # the map header and the five fields fixed per sub-queue and partition are packed once,
     # the other 13 pairs as an array whose 3-byte header is dropped.
@@ -215,7 +231,7 @@ def encode_log(
             "body", record.tail[bs[0] : bs[1]] if with_body and bs else None,
         ]
     )  # fmt: skip
-    return _log_prefix(namespace, entity, queue, partition) + rest[_ARRAY16_HEADER:]
+    return prefix + rest[_ARRAY16_HEADER:]
 
 
 _EVENT_VALUES = {e: e.value for e in LogEvent}
@@ -224,7 +240,7 @@ _ARRAY16_HEADER = 3  # 0xdc + 2-byte length: the 26 items of the 13 variable pai
 
 
 @functools.lru_cache(maxsize=4096)
-def _log_prefix(namespace: str, entity: str, queue: str, partition: int) -> bytes:
+def log_prefix(namespace: str, entity: str, queue: str, partition: int) -> bytes:
     """The packed map header and first five pairs of a log record of one sub-queue."""
     head = _PACKER.pack(
         ["v", LOG_SCHEMA_VERSION, "ns", namespace, "entity", entity, "queue", queue,

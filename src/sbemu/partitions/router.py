@@ -66,6 +66,21 @@ RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages th
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
 
 
+class _SettleOne:
+    """The completion of one send (or one group of sends) of Entity.send_many."""
+
+    __slots__ = ("indices", "settle")
+
+    def __init__(
+        self, settle: Callable[[list[int], Exception | None], None], indices: int | list[int]
+    ) -> None:
+        self.settle = settle
+        self.indices = indices if isinstance(indices, list) else [indices]
+
+    def __call__(self, error: Exception | None) -> None:
+        self.settle(self.indices, error)
+
+
 class StorageLayoutError(Exception):
     """The data directory does not match the configuration (e.g. a changed partition count)."""
 
@@ -486,6 +501,101 @@ class Entity:
             keyless = pid == self._keyless_pid
             numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
         return numbers
+
+    def send_many(
+        self,
+        sends: list[list[IncomingMessage]],
+        now_ms: int,
+        settle: Callable[[list[int], Exception | None], None],
+    ) -> None:
+        """Several sends at once (the transfers of one read on one link): each is checked and
+        answered as its own send, but the sends bound for one partition are staged with one
+        enqueue, so they share its bookkeeping and its commit.
+
+        `settle(indices, error)` runs once per group of sends, after the commit that made them
+        durable (or with the error that refused them), with the indices of its sends in
+        `sends`. Key-less sends of one call share one partition, in turn [P8], as the
+        messages of one batch do; sends with a key go where their key says [P7]. Entities
+        with duplicate detection send one by one (their history admits per send).
+        """
+        if self.histories or len(sends) == 1:
+            for i, msgs in enumerate(sends):
+                try:
+                    self.send(msgs, now_ms, _SettleOne(settle, i))
+                except ServiceBusError as exc:
+                    settle([i], exc)
+            return
+        try:
+            self.check_sendable()
+        except ServiceBusError as exc:
+            settle(list(range(len(sends))), exc)
+            return
+        self.touched = True
+        self.accessed_ms = now_ms
+        needs_session = self.spec.requires_session
+        groups: dict[tuple[int, bool], tuple[list[IncomingMessage], list[int]]] = {}
+        keyless: int | None = None
+        available: set[int] = set()  # partitions checked in this call
+        for i, msgs in enumerate(sends):
+            try:
+                if needs_session:
+                    self._check_session_ids(msgs)
+                pid = self._partition_of(msgs)
+                if pid is None:  # key-less: the call's partition in turn
+                    if keyless is None:
+                        keyless = self._next_round_robin()
+                    pid = keyless
+                    key = (pid, True)
+                elif pid < 0:  # keys on several partitions: a send of its own
+                    self.send(msgs, now_ms, _SettleOne(settle, i))
+                    continue
+                else:
+                    key = (pid, False)
+                if pid not in available:
+                    self._check_available(pid)
+                    available.add(pid)
+            except ServiceBusError as exc:
+                settle([i], exc)
+                continue
+            group = groups.get(key)
+            if group is None:
+                groups[key] = (list(msgs), [i])
+            else:
+                group[0].extend(msgs)
+                group[1].append(i)
+        for (pid, is_keyless), (msgs, indices) in groups.items():
+            self._enqueue(pid, msgs, now_ms, _SettleOne(settle, indices), is_keyless, 0)
+
+    def _check_session_ids(self, messages: list[IncomingMessage]) -> None:
+        for msg in messages:
+            if msg.session_id is None:
+                raise InvalidOperation(
+                    f"The SessionId was not set on a message, and it cannot be sent to the "
+                    f"entity '{self.name}'. Entities that have session support enabled can "
+                    "only receive messages that have the SessionId set to a valid value."
+                )
+
+    def _partition_of(self, messages: list[IncomingMessage]) -> int | None:
+        """The partition one send's messages are pinned to by their keys [P6, P7]: None for
+        key-less messages (round-robin), -1 when they name several partitions."""
+        n = len(self.partitions)
+        dup = self.spec.requires_duplicate_detection
+        pid: int | None = None
+        if n == 1 and len(messages) == 1:
+            msg = messages[0]
+            if msg.session_id is None or msg.partition_key is None:
+                return 0  # no [P6] conflict possible: the one partition
+        for msg in messages:
+            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
+            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
+            if n == 1:
+                continue  # still enforces [P6]'s SessionId/PartitionKey rule
+            at = None if key is None else partition_for_key(key, n)
+            if msg is messages[0]:
+                pid = at
+            elif at != pid:
+                return -1
+        return 0 if n == 1 else pid
 
     def _enqueue(
         self,

@@ -54,6 +54,7 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
+from ..partitions.records import IncomingMessage
 from ..partitions.router import Delivered, Entity, SessionHandle
 from . import cbs
 from .channels import EndedChannelFilter
@@ -115,6 +116,23 @@ _WAITING = LinkPhase.WAITING
 _DETACHED = LinkPhase.DETACHED
 
 
+class _Acknowledge:
+    """Settles the transfers of one Entity.send_many group once their commit is done."""
+
+    __slots__ = ("conn", "deliveries")
+
+    def __init__(self, conn: AmqpConnection, deliveries: list[Any]) -> None:
+        self.conn = conn
+        self.deliveries = deliveries
+
+    def __call__(self, indices: list[int], error: Exception | None) -> None:
+        deliveries = self.deliveries
+        if len(indices) == len(deliveries):
+            self.conn._settle_many(deliveries, error)
+        else:
+            self.conn._settle_many([deliveries[i] for i in indices], error)
+
+
 class AmqpConnection:
     """One client connection."""
 
@@ -143,6 +161,8 @@ class AmqpConnection:
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
+        # Transfers read but not yet sent, by link: (their messages, their C deliveries)
+        self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -339,12 +359,45 @@ class AmqpConnection:
                         self._fail(Event.wrap(ev), exc)
                         handled = True
                 if not handled:
+                    if self._sends:  # transfers before this event are sent before it is handled
+                        self._send_pending()
                     event = Event.wrap(ev)
                     try:
                         self._dispatch(event)
                     except Exception as exc:  # one error path per scope: link, else connection
                         self._fail(event, exc)
             lib.pn_collector_pop(impl)
+        if self._sends:
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        """Send the transfers _fast_event gathered, one Entity.send_many per link: each is
+        its own send, but those bound for one partition are staged and committed together,
+        and each group is acknowledged at once after its commit."""
+        pending, self._sends = self._sends, {}
+        now_ms = self.now_ms
+        for state, (sends, deliveries) in pending.items():
+            try:
+                state.entity.send_many(sends, now_ms, _Acknowledge(self, deliveries))
+            except Exception as exc:  # not the peer's fault: the link ends, the server stays
+                log.exception("connection %d: unexpected error storing transfers", self.id)
+                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
+
+    def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
+        """Settle incoming transfers held by _fast_event (and drop our references)."""
+        lib = _lib
+        try:
+            if error is None:
+                for d in deliveries:
+                    lib.pn_delivery_update(d, _PN_ACCEPTED)
+                    lib.pn_delivery_settle(d)
+                self.on_output()
+            else:
+                for d in deliveries:
+                    self._settle_incoming(Delivery.wrap(d), error)
+        finally:
+            for d in deliveries:
+                lib.pn_decref(d)
 
     def _state_of(self, link: Any) -> Any:
         """Our state for a C link pointer (cached; None for links we do not track)."""
@@ -402,9 +455,16 @@ class AmqpConnection:
                 messages = scan_transfer(
                     data, self.namespace.max_message_size, state.entity.subscriptions is not None
                 )
-                state.entity.send(messages, self.now_ms, lambda error: self._settle_raw(d, error))
             except ServiceBusError as exc:
                 self._settle_raw(d, exc)
+                return True
+            # Stored with the link's other transfers of this read (_send_pending).
+            sends = self._sends.get(state)
+            if sends is None:
+                self._sends[state] = ([messages], [d])
+            else:
+                sends[0].append(messages)
+                sends[1].append(d)
             return True
         if cls is ReceiveLink:
             # A client's accept (complete) of a peek-locked message [contract 5.1].

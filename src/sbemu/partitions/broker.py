@@ -141,13 +141,26 @@ def _merge_overrides(rec: MessageRecord, overrides: dict[str, bytes] | None) -> 
         rec.property_overrides = merged
 
 
+# Lock tokens are drawn from os.urandom a few KB at a time: one system call per
+# _TOKEN_POOL tokens rather than one per delivery (only the loop thread makes tokens).
+_TOKEN_POOL = 256
+_token_pool = b""
+_token_at = 0
+# A token's int: the random bits minus the version nibble, the variant bits and the last two
+# bytes; then version 4, variant 10 (RFC 4122) and the partition id in the last two bytes.
+_TOKEN_KEEP = ((1 << 128) - 1) & ~((0xF << 76) | (0x3 << 62) | 0xFFFF)
+_TOKEN_V4 = (0x4 << 76) | (0x2 << 62)
+
+
 def make_lock_token(partition_id: int) -> uuid.UUID:
     """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    raw[14:16] = partition_id.to_bytes(2, "big")
-    return uuid.UUID(bytes=bytes(raw))
+    global _token_pool, _token_at
+    at = _token_at
+    if at >= len(_token_pool):
+        _token_pool, at = os.urandom(16 * _TOKEN_POOL), 0
+    _token_at = at + 16
+    bits = int.from_bytes(_token_pool[at : at + 16], "big")
+    return uuid.UUID(int=(bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF))
 
 
 def partition_of_token(token: uuid.UUID) -> int:

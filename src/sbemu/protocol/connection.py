@@ -73,6 +73,7 @@ from .links import (
 )
 from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
+from .outgoing import delivery_bytes
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
 from .settlement import error_condition, settle_delivery, storage_error
@@ -857,12 +858,11 @@ class AmqpConnection:
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         rec = delivered.record
         lock = delivered.lock
-        data = encode_delivery(
-            rec, delivered.partition_id, lock.until_ms if lock is not None else None
-        )
         if lock is not None:
+            data = delivery_bytes(rec, delivered.partition_id, lock.until_ms)
             tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
         else:
+            data = encode_delivery(rec, delivered.partition_id, None)
             tag = next(self._tag_counter).to_bytes(8, "big")
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
         delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))

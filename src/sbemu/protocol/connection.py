@@ -213,6 +213,7 @@ class AmqpConnection:
         if transport is not None:
             self._process()
             timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
+            pieces: list[bytes | memoryview] = []  # padded frames, views of the chunks read
             while True:
                 pending = _lib.pn_transport_pending(timpl)
                 if pending <= 0:
@@ -224,13 +225,17 @@ class AmqpConnection:
                 if got < 0:
                     self.closed = True
                     break
-                self._out += self._padder.feed(chunk)
+                self._padder.feed_into(chunk, pieces)
                 _lib.pn_transport_pop(timpl, pending)
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.
                 log.info("connection %d: input closed by the engine; closing", self.id)
                 self.closed = True
+            if pieces:
+                if not self._out:
+                    return b"".join(pieces)  # the usual case: each byte copied once
+                self._out += b"".join(pieces)
         out = bytes(self._out)
         self._out.clear()
         return out

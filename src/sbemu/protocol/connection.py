@@ -355,12 +355,11 @@ class AmqpConnection:
     def _state_of(self, link: Any) -> Any:
         """Our state for a C link pointer (cached; None for links we do not track)."""
         links = self._links
-        cache: dict[int, Any] = links.by_ptr  # type: ignore[attr-defined]
-        key = int(_ffi.cast("uintptr_t", link))
-        state = cache.get(key, _MISSING)
+        cache: dict[Any, Any] = links.by_ptr  # type: ignore[attr-defined]
+        state = cache.get(link, _MISSING)  # cffi pointers hash and compare by address
         if state is _MISSING:
             state = links.get(Link.wrap(link))
-            cache[key] = state
+            cache[link] = state
         return state
 
     def _fast_event(self, kind: int, ev: Any) -> bool:

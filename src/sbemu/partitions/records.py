@@ -171,7 +171,7 @@ def decode_message(data: bytes) -> MessageRecord:
         # Every record read for delivery: the fields in MessageRecord's order (spans unpack
         # as tuples, as use_list=False gives), then the state as the enum.
         rec = MessageRecord(*f[1:])
-        state = _STATES.get(rec.state)  # type: ignore[call-overload]
+        state = _STATES.get(rec.state)
         rec.state = state if state is not None else MessageState(rec.state)
         if not rec.properties_span:
             rec.properties_span = None

@@ -136,6 +136,10 @@ class AmqpConnection:
         self.closed = False
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
+        self._accepts = 0  # accepts taken on the fast path: their order, for _settle_completed
+        # Completes confirmed by their commits, answered at the next flush in the order the
+        # client accepted them (order, C delivery): proton coalesces contiguous ranges.
+        self._completed: list[tuple[int, Any]] = []
         self._padder = FramePadder()
         self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
@@ -211,6 +215,8 @@ class AmqpConnection:
         """Bytes to write to the socket now (may be empty)."""
         transport = self._transport
         if transport is not None:
+            if self._completed:
+                self._settle_completed()
             self._process()
             timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             pieces: list[bytes | memoryview] = []  # padded frames, views of the chunks read
@@ -281,6 +287,8 @@ class AmqpConnection:
                 self._end_receiver(state)
         self.transactions.rollback_all()
         self._links.clear()
+        if self._completed:
+            self._settle_completed()  # nobody will read them: just let go of the deliveries
         if self._transport is not None:
             self._transport.close_tail()
             self._transport.close_head()
@@ -416,16 +424,22 @@ class AmqpConnection:
             if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
                 return False
             tag = lib.pn_delivery_tag(d)
-            token = state.unsettled.pop(bytes(_ffi.unpack(tag.start, tag.size)), None)
+            token = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
             if token is None:
                 if lib.pn_delivery_settled(d):
                     lib.pn_delivery_settle(d)
                 return True
+            self._accepts += 1
+            order = self._accepts
             needs_reply = not lib.pn_delivery_settled(d)
             lib.pn_incref(d)
 
             def done(error: Exception | None) -> None:
-                self._complete_raw(d, needs_reply, error)
+                if error is None and needs_reply and not self.closed:
+                    self._completed.append((order, d))
+                    self.on_output()
+                else:
+                    self._complete_raw(d, needs_reply, error)
 
             try:
                 state.entity.complete(token, self.now_ms, done)
@@ -445,6 +459,20 @@ class AmqpConnection:
                 self._settle_incoming(Delivery.wrap(d), error)
         finally:
             _lib.pn_decref(d)
+
+    def _settle_completed(self) -> None:
+        """Answer the completes whose commits landed: accepted and settled, in the order the
+        client accepted them (its delivery order, for a client accepting in turn), so that
+        proton coalesces them into ranges: one disposition frame per run of deliveries, not
+        one per message (a partitioned entity's commits confirm its messages out of order,
+        partition by partition)."""
+        completed, self._completed = self._completed, []
+        completed.sort()
+        lib = _lib
+        for _, d in completed:
+            lib.pn_delivery_update(d, _PN_ACCEPTED)
+            lib.pn_delivery_settle(d)
+            lib.pn_decref(d)
 
     def _complete_raw(self, d: Any, needs_reply: bool, error: Exception | None) -> None:
         """Answer a complete taken by _fast_event [contract 5.2] (and drop our reference)."""

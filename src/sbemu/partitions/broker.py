@@ -305,7 +305,8 @@ class PartitionBroker:
         self.partition_id = partition_id
         self.partitioned = partitioned
         self.queues = {name: SubQueue(name, s) for name, s in queues.items()}
-        self.locks: dict[uuid.UUID, Lock] = {}
+        # Live locks by their token's int (a UUID hashes in Python code, its int in C).
+        self.locks: dict[int, Lock] = {}
         self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
         self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
@@ -1118,7 +1119,7 @@ class PartitionBroker:
         until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
         lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session, rec)
         sq.locks[rec.sequence_number] = lock
-        self.locks[lock.token] = lock
+        self.locks[lock.token.int] = lock
         if session is None:  # a session's message locks end with the session lock
             heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
         self._log(sq, LogEvent.DELIVERED, rec, now_ms)
@@ -1164,7 +1165,7 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- settlement
     def _live_lock(self, token: uuid.UUID, now_ms: int) -> Lock:
-        lock = self.locks.get(token)
+        lock = self.locks.get(token.int)
         if lock is not None and lock.session is not None:
             session = lock.session
             current = lock.queue.sessions.get(session.session_id)
@@ -1182,7 +1183,7 @@ class PartitionBroker:
         return lock
 
     def _unlock(self, lock: Lock) -> MessageRecord:
-        del self.locks[lock.token]
+        del self.locks[lock.token.int]
         del lock.queue.locks[lock.seq]
         self._trim_lock_heap()
         assert lock.record is not None  # every lock carries its message
@@ -1218,7 +1219,7 @@ class PartitionBroker:
 
     def release(self, token: uuid.UUID, now_ms: int) -> None:
         """Unlock without counting a delivery attempt [contract 4.7]."""
-        lock = self.locks.get(token)
+        lock = self.locks.get(token.int)
         if lock is None:
             return
         rec = self._unlock(lock)
@@ -1305,7 +1306,7 @@ class PartitionBroker:
 
     def lock_of(self, token: uuid.UUID) -> Lock | None:
         """The live lock for a token, if any (no expiry check)."""
-        return self.locks.get(token)
+        return self.locks.get(token.int)
 
     # ---------------------------------------------------------------- browsing
     def peek(
@@ -1415,7 +1416,7 @@ class PartitionBroker:
         heap = self._lock_heap
         while heap and heap[0][0] <= now_ms:
             until, _seq, token = heapq.heappop(heap)
-            lock = self.locks.get(token)
+            lock = self.locks.get(token.int)
             if lock is None or lock.until_ms != until:
                 continue  # settled, or renewed (a newer heap entry exists)
             rec = self._unlock(lock)

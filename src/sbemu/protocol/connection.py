@@ -436,8 +436,9 @@ class AmqpConnection:
 
             def done(error: Exception | None) -> None:
                 if error is None and needs_reply and not self.closed:
+                    if not self._completed:
+                        self.on_output()  # one flush request per batch: the flush empties it
                     self._completed.append((order, d))
-                    self.on_output()
                 else:
                     self._complete_raw(d, needs_reply, error)
 

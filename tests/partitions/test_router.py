@@ -10,7 +10,13 @@ import json
 import pytest
 from routing_harness import NOW, NS, RouterHarness, message, queue_spec, topic_spec
 
-from sbemu.errors import EntityNotFound, InvalidOperation, QuotaExceeded, ServerBusy
+from sbemu.errors import (
+    EntityDisabled,
+    EntityNotFound,
+    InvalidOperation,
+    QuotaExceeded,
+    ServerBusy,
+)
 from sbemu.partitions.broker import DLQ_SUFFIX
 from sbemu.partitions.keys import partition_for_key
 from sbemu.partitions.router import (
@@ -19,7 +25,8 @@ from sbemu.partitions.router import (
     StorageLayoutError,
     resolve_view_name,
 )
-from sbemu.partitions.subscriptions import RuleSource
+from sbemu.partitions.status import EntitySettings, EntityStatus, ReceiverSettings
+from sbemu.partitions.subscriptions import RuleSource, subscription_queue
 
 
 @pytest.fixture
@@ -380,3 +387,54 @@ def test_send_many_to_an_offline_partition_fails_over_or_refuses(h):
     outcome, _ = _send_many(h, q, [[message("free")], pinned])
     assert outcome[0] is None and isinstance(outcome[1], ServerBusy)
     assert h.partitions_of(q)["free"] in (0, 2)
+
+
+# ------------------------------------------------------------------ settlement and Status
+def _lock_one(entity, queue: str = MAIN):
+    """Take (peek-lock) the next message of a view straight from its partitions."""
+    for broker in entity.partitions:
+        taken = broker.take_next(queue, NOW, True)
+        if taken is not None:
+            return taken[1].token
+    raise AssertionError("nothing to lock")
+
+
+def test_settlement_follows_status_and_forwarding_changes(h):
+    """Completing is refused while the Status forbids receiving or the queue forwards, and
+    allowed again once Active (the settle path's fast check must not skip these)."""
+    q = h.add(queue_spec(partitions=2))
+    h.add(queue_spec("q2", partitions=1))
+    h.send(q, message("a"), message("b"))
+    token = _lock_one(q)
+    for settings in (
+        EntitySettings(status=EntityStatus.RECEIVE_DISABLED),
+        EntitySettings(status=EntityStatus.DISABLED),
+        EntitySettings(forward_to="q2"),
+    ):
+        h.router.apply_settings(NS, "q", settings)
+        with pytest.raises((EntityDisabled, InvalidOperation)):
+            q.complete(token, NOW, lambda error: None)
+    h.router.apply_settings(NS, "q", EntitySettings(status=EntityStatus.SEND_DISABLED))
+    outcome: list[Exception | None] = []
+    q.complete(token, NOW, outcome.append)
+    h.commit()
+    assert outcome == [None]
+    assert [rec.message_id for rec, _ in h.peek(q)] == ["b"]
+
+
+def test_settlement_on_a_subscription_follows_its_own_status(h):
+    every = [RuleSource("$Default", "true")]
+    t = h.add(topic_spec({"s1": every, "s2": every}))
+    h.send(t, message("m"))
+    sub1, sub2 = subscription_queue("s1"), subscription_queue("s2")
+    t1, t2 = _lock_one(t, sub1), _lock_one(t, sub2)
+    h.router.apply_settings(
+        NS, "t",
+        EntitySettings(subscriptions={sub1: ReceiverSettings(EntityStatus.RECEIVE_DISABLED)}),
+    )
+    with pytest.raises(EntityDisabled):
+        t.complete(t1, NOW, lambda error: None)
+    outcome: list[Exception | None] = []
+    t.complete(t2, NOW, outcome.append)
+    h.commit()
+    assert outcome == [None]

@@ -143,13 +143,26 @@ def _merge_overrides(rec: MessageRecord, overrides: dict[str, bytes] | None) -> 
         rec.property_overrides = merged
 
 
+# Lock tokens are drawn from os.urandom a few KB at a time: one system call per
+# _TOKEN_POOL tokens rather than one per delivery (only the loop thread makes tokens).
+_TOKEN_POOL = 256
+_token_pool = b""
+_token_at = 0
+# A token's int: the random bits minus the version nibble, the variant bits and the last two
+# bytes; then version 4, variant 10 (RFC 4122) and the partition id in the last two bytes.
+_TOKEN_KEEP = ((1 << 128) - 1) & ~((0xF << 76) | (0x3 << 62) | 0xFFFF)
+_TOKEN_V4 = (0x4 << 76) | (0x2 << 62)
+
+
 def make_lock_token(partition_id: int) -> uuid.UUID:
     """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    raw[14:16] = partition_id.to_bytes(2, "big")
-    return uuid.UUID(bytes=bytes(raw))
+    global _token_pool, _token_at
+    at = _token_at
+    if at >= len(_token_pool):
+        _token_pool, at = os.urandom(16 * _TOKEN_POOL), 0
+    _token_at = at + 16
+    bits = int.from_bytes(_token_pool[at : at + 16], "big")
+    return uuid.UUID(int=(bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF))
 
 
 def partition_of_token(token: uuid.UUID) -> int:
@@ -301,7 +314,8 @@ class PartitionBroker:
         self.partition_id = partition_id
         self.partitioned = partitioned
         self.queues = {name: SubQueue(name, s) for name, s in queues.items()}
-        self.locks: dict[uuid.UUID, Lock] = {}
+        # Live locks by their token's int (a UUID hashes in Python code, its int in C).
+        self.locks: dict[int, Lock] = {}
         self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
         self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
@@ -1266,7 +1280,7 @@ class PartitionBroker:
         until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
         lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session, rec)
         sq.locks[rec.sequence_number] = lock
-        self.locks[lock.token] = lock
+        self.locks[lock.token.int] = lock
         if session is None:  # a session's message locks end with the session lock
             heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
         # A lock is memory only; its log record may ride with the next commit (see _dirty).
@@ -1317,7 +1331,7 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- settlement
     def _live_lock(self, token: uuid.UUID, now_ms: int) -> Lock:
-        lock = self.locks.get(token)
+        lock = self.locks.get(token.int)
         if lock is not None and lock.session is not None:
             session = lock.session
             current = lock.queue.sessions.get(session.session_id)
@@ -1335,7 +1349,7 @@ class PartitionBroker:
         return lock
 
     def _unlock(self, lock: Lock) -> MessageRecord:
-        del self.locks[lock.token]
+        del self.locks[lock.token.int]
         del lock.queue.locks[lock.seq]
         self._trim_lock_heap()
         assert lock.record is not None  # every lock carries its message
@@ -1379,7 +1393,7 @@ class PartitionBroker:
 
     def release(self, token: uuid.UUID, now_ms: int) -> None:
         """Unlock without counting a delivery attempt [contract 4.7]."""
-        lock = self.locks.get(token)
+        lock = self.locks.get(token.int)
         if lock is None:
             return
         rec = self._unlock(lock)
@@ -1466,7 +1480,7 @@ class PartitionBroker:
 
     def lock_of(self, token: uuid.UUID) -> Lock | None:
         """The live lock for a token, if any (no expiry check)."""
-        return self.locks.get(token)
+        return self.locks.get(token.int)
 
     # ---------------------------------------------------------------- browsing
     def peek(
@@ -1576,7 +1590,7 @@ class PartitionBroker:
         heap = self._lock_heap
         while heap and heap[0][0] <= now_ms:
             until, _seq, token = heapq.heappop(heap)
-            lock = self.locks.get(token)
+            lock = self.locks.get(token.int)
             if lock is None or lock.until_ms != until:
                 continue  # settled, or renewed (a newer heap entry exists)
             rec = self._unlock(lock)

@@ -158,11 +158,28 @@ def encode_message(r: MessageRecord) -> bytes:
     )
 
 
+_MESSAGE_FIELDS = 25  # version + the 24 fields of a current record
+_STATES = {s.value: s for s in MessageState}
+
+
 def decode_message(data: bytes) -> MessageRecord:
     """Deserialise a message record; refuses unknown schema versions."""
-    f = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    f = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=False)
     if not f or f[0] != MESSAGE_SCHEMA_VERSION:
         raise ValueError(f"unknown message record version {f[0] if f else None!r}")
+    if len(f) == _MESSAGE_FIELDS:
+        # Every record read for delivery: the fields in MessageRecord's order (spans unpack
+        # as tuples, as use_list=False gives), then the state as the enum.
+        rec = MessageRecord(*f[1:])
+        state = _STATES.get(rec.state)
+        rec.state = state if state is not None else MessageState(rec.state)
+        if not rec.properties_span:
+            rec.properties_span = None
+        if not rec.body_span:
+            rec.body_span = None
+        if not rec.transfer_hops:
+            rec.transfer_hops = 0
+        return rec
     return MessageRecord(
         f[1], f[2], MessageState(f[3]), f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12],
         f[13], f[14], f[15], f[16], f[17], f[18], f[19], f[20], f[21],

@@ -447,6 +447,17 @@ class Entity:
         return True
 
     def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+        s = self.settings
+        if (
+            s.status is EntityStatus.ACTIVE
+            and s.forward_to is None
+            and s.forward_dead_lettered_messages_to is None
+            and not s.subscriptions
+        ):
+            # The common case, without building receiver settings per settlement: an Active
+            # entity that forwards nothing (and, for a topic, no subscription with its own
+            # Status or forwarding) lets every sub-queue settle [check_receive].
+            return broker
         lock = broker.lock_of(token)
         if lock is not None:
             self.check_receive(lock.queue.name)

@@ -74,6 +74,7 @@ from .links import (
 )
 from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
+from .outgoing import delivery_bytes
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
 from .settlement import error_condition, settle_delivery, storage_error
@@ -153,6 +154,10 @@ class AmqpConnection:
         self.closed = False
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
+        self._accepts = 0  # accepts taken on the fast path: their order, for _settle_completed
+        # Completes confirmed by their commits, answered at the next flush in the order the
+        # client accepted them (order, C delivery): proton coalesces contiguous ranges.
+        self._completed: list[tuple[int, Any]] = []
         self._padder = FramePadder()
         self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
@@ -230,8 +235,11 @@ class AmqpConnection:
         """Bytes to write to the socket now (may be empty)."""
         transport = self._transport
         if transport is not None:
+            if self._completed:
+                self._settle_completed()
             self._process()
             timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
+            pieces: list[bytes | memoryview] = []  # padded frames, views of the chunks read
             while True:
                 pending = _lib.pn_transport_pending(timpl)
                 if pending <= 0:
@@ -243,13 +251,17 @@ class AmqpConnection:
                 if got < 0:
                     self.closed = True
                     break
-                self._out += self._padder.feed(chunk)
+                self._padder.feed_into(chunk, pieces)
                 _lib.pn_transport_pop(timpl, pending)
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.
                 log.info("connection %d: input closed by the engine; closing", self.id)
                 self.closed = True
+            if pieces:
+                if not self._out:
+                    return b"".join(pieces)  # the usual case: each byte copied once
+                self._out += b"".join(pieces)
         out = bytes(self._out)
         self._out.clear()
         return out
@@ -295,6 +307,8 @@ class AmqpConnection:
                 self._end_receiver(state)
         self.transactions.rollback_all()
         self._links.clear()
+        if self._completed:
+            self._settle_completed()  # nobody will read them: just let go of the deliveries
         if self._transport is not None:
             self._transport.close_tail()
             self._transport.close_head()
@@ -402,12 +416,11 @@ class AmqpConnection:
     def _state_of(self, link: Any) -> Any:
         """Our state for a C link pointer (cached; None for links we do not track)."""
         links = self._links
-        cache: dict[int, Any] = links.by_ptr  # type: ignore[attr-defined]
-        key = int(_ffi.cast("uintptr_t", link))
-        state = cache.get(key, _MISSING)
+        cache: dict[Any, Any] = links.by_ptr  # type: ignore[attr-defined]
+        state = cache.get(link, _MISSING)  # cffi pointers hash and compare by address
         if state is _MISSING:
             state = links.get(Link.wrap(link))
-            cache[key] = state
+            cache[link] = state
         return state
 
     def _fast_event(self, kind: int, ev: Any) -> bool:
@@ -471,16 +484,23 @@ class AmqpConnection:
             if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
                 return False
             tag = lib.pn_delivery_tag(d)
-            token = state.unsettled.pop(bytes(_ffi.unpack(tag.start, tag.size)), None)
+            token = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
             if token is None:
                 if lib.pn_delivery_settled(d):
                     lib.pn_delivery_settle(d)
                 return True
+            self._accepts += 1
+            order = self._accepts
             needs_reply = not lib.pn_delivery_settled(d)
             lib.pn_incref(d)
 
             def done(error: Exception | None) -> None:
-                self._complete_raw(d, needs_reply, error)
+                if error is None and needs_reply and not self.closed:
+                    if not self._completed:
+                        self.on_output()  # one flush request per batch: the flush empties it
+                    self._completed.append((order, d))
+                else:
+                    self._complete_raw(d, needs_reply, error)
 
             try:
                 # a pre-settled accept waits for no outcome: its deletion may be lazy
@@ -501,6 +521,20 @@ class AmqpConnection:
                 self._settle_incoming(Delivery.wrap(d), error)
         finally:
             _lib.pn_decref(d)
+
+    def _settle_completed(self) -> None:
+        """Answer the completes whose commits landed: accepted and settled, in the order the
+        client accepted them (its delivery order, for a client accepting in turn), so that
+        proton coalesces them into ranges: one disposition frame per run of deliveries, not
+        one per message (a partitioned entity's commits confirm its messages out of order,
+        partition by partition)."""
+        completed, self._completed = self._completed, []
+        completed.sort()
+        lib = _lib
+        for _, d in completed:
+            lib.pn_delivery_update(d, _PN_ACCEPTED)
+            lib.pn_delivery_settle(d)
+            lib.pn_decref(d)
 
     def _complete_raw(self, d: Any, needs_reply: bool, error: Exception | None) -> None:
         """Answer a complete taken by _fast_event [contract 5.2] (and drop our reference)."""
@@ -918,12 +952,11 @@ class AmqpConnection:
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         rec = delivered.record
         lock = delivered.lock
-        data = encode_delivery(
-            rec, delivered.partition_id, lock.until_ms if lock is not None else None
-        )
         if lock is not None:
+            data = delivery_bytes(rec, delivered.partition_id, lock.until_ms)
             tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
         else:
+            data = encode_delivery(rec, delivered.partition_id, None)
             tag = next(self._tag_counter).to_bytes(8, "big")
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
         delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))

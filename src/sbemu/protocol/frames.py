@@ -13,6 +13,7 @@ import struct
 
 _U32 = struct.Struct(">I")
 _NULL = 0x40
+_LIST8_HEAD = struct.Struct(">BBB")
 # descriptor code -> number of fields of the performative [AMQP 2.7]
 FIELD_COUNTS = {
     0x10: 10,  # open
@@ -25,6 +26,7 @@ FIELD_COUNTS = {
     0x17: 1,  # end
     0x18: 1,  # close
 }
+_NULLS = [bytes([_NULL]) * n for n in range(max(FIELD_COUNTS.values()) + 1)]
 
 
 class FramePadder:
@@ -35,22 +37,56 @@ class FramePadder:
         self._header_done = False
 
     def feed(self, data: bytes | bytearray) -> bytes:
-        """Return the bytes to send: whole frames, padded; keeps an incomplete tail.
-
-        Frames are gathered as views of `data` and joined once, so a transfer's payload is
-        copied once on its way through (not once per slice).
-        """
-        buf = self._pending + data if self._pending else data
-        view = memoryview(buf)
+        """Return the bytes to send: whole frames, padded; keeps an incomplete tail."""
         out: list[bytes | memoryview] = []
-        pos = 0
+        self.feed_into(data, out)
+        return b"".join(out)
+
+    def feed_into(self, data: bytes | bytearray, out: list[bytes | memoryview]) -> None:
+        """Append the bytes to send to `out`: whole frames, padded; keeps an incomplete tail.
+
+        Unchanged spans (a transfer's payload) go to `out` as views of `data`, so the caller
+        copies each byte once, when it joins `out` (`data` must not change until then). A frame
+        begun in an earlier chunk is completed by copying only its own bytes.
+        """
+        start = 0
+        pending = self._pending
+        if pending:
+            need = self._needed(pending)
+            if need is None:
+                data = pending + data  # a short or odd start: join (rare)
+            elif need > len(data):
+                self._pending = pending + data
+                return
+            else:
+                head = pending + data[:need]
+                used = self._frames(head, 0, out)
+                if used < len(head):
+                    data = head[used:] + data[need:]
+                else:
+                    start = need
+            self._pending = b""
+        pos = self._frames(data, start, out)
+        self._pending = bytes(data[pos:]) if pos < len(data) else b""
+
+    def _needed(self, pending: bytes | bytearray) -> int | None:
+        """How many more bytes complete what `pending` began (None: not known yet)."""
+        if not self._header_done:
+            return 8 - len(pending) if len(pending) < 8 else None
+        if len(pending) < 4:
+            return None
+        size = _U32.unpack_from(pending, 0)[0]
+        return size - len(pending) if size >= 8 and size > len(pending) else None
+
+    def _frames(self, buf: bytes | bytearray, pos: int, out: list[bytes | memoryview]) -> int:
+        """Pad the whole frames of buf from `pos` into `out`; returns where the tail starts."""
+        view = memoryview(buf)
         n = len(buf)
         if not self._header_done:
-            if n < 8:
-                self._pending = bytes(buf)
-                return b""
-            out.append(view[:8])
-            pos = 8
+            if n - pos < 8:
+                return pos
+            out.append(view[pos : pos + 8])
+            pos += 8
             self._header_done = True
         while pos + 8 <= n:
             size = _U32.unpack_from(buf, pos)[0]
@@ -62,53 +98,58 @@ class FramePadder:
             # Not a frame we understand: pass the rest through unchanged.
             out.append(view[pos:])
             pos = n
-        self._pending = bytes(buf[pos:]) if pos < n else b""
-        return b"".join(out)
+        return pos
 
 
 def _pad_frame(
     buf: bytes | bytearray, view: memoryview, pos: int, size: int, out: list[bytes | memoryview]
 ) -> None:
-    """Append the frame at buf[pos:pos+size] to `out`, its performative padded."""
+    """Append the frame at buf[pos:pos+size] to `out`, its performative padded.
+
+    Runs once per outgoing frame (every delivery's transfer): the frame is passed on as views of
+    `buf` around one new piece, the list header with the size and nulls it gains."""
     end = pos + size
-    doff = buf[pos + 4] * 4
-    body = pos + doff
-    if size <= doff + 3 or buf[pos + 5] != 0:  # empty (heartbeat) or not an AMQP frame
-        out.append(view[pos:end])
-        return
-    if buf[body] != 0x00 or buf[body + 1] != 0x53:
+    body = pos + buf[pos + 4] * 4
+    if (
+        size <= body - pos + 3
+        or buf[pos + 5] != 0  # not an AMQP frame
+        or buf[body] != 0x00
+        or buf[body + 1] != 0x53
+    ):
         out.append(view[pos:end])
         return
     full = FIELD_COUNTS.get(buf[body + 2])
+    lpos = body + 3
+    ctor = buf[lpos]
     if full is None:
         out.append(view[pos:end])
         return
-    lpos = body + 3
-    ctor = buf[lpos]
-    if ctor == 0x45:
+    if ctor == 0xC0:
+        count = buf[lpos + 2]
+        items_start, items_end = lpos + 3, lpos + 2 + buf[lpos + 1]
+    elif ctor == 0x45:
         count, items_start, items_end = 0, lpos + 1, lpos + 1
-    elif ctor == 0xC0:
-        lsize, count = buf[lpos + 1], buf[lpos + 2]
-        items_start, items_end = lpos + 3, lpos + 2 + lsize
     elif ctor == 0xD0:
-        lsize = _U32.unpack_from(buf, lpos + 1)[0]
         count = _U32.unpack_from(buf, lpos + 5)[0]
-        items_start, items_end = lpos + 9, lpos + 5 + lsize
+        items_start, items_end = lpos + 9, lpos + 5 + _U32.unpack_from(buf, lpos + 1)[0]
     else:
         out.append(view[pos:end])
         return
     if count >= full:
         out.append(view[pos:end])
         return
-    items = bytes(buf[items_start:items_end]) + bytes([_NULL]) * (full - count)
-    if len(items) + 1 <= 255:
-        new_list = bytes((0xC0, len(items) + 1, full)) + items
+    nulls = _NULLS[full - count]
+    length = items_end - items_start + len(nulls)  # the padded items
+    if length + 1 <= 255:
+        head = _LIST8_HEAD.pack(0xC0, length + 1, full)
     else:
-        new_list = b"\xd0" + _U32.pack(len(items) + 4) + _U32.pack(full) + items
+        head = b"\xd0" + _U32.pack(length + 4) + _U32.pack(full)
     # frame size: header (4 size bytes + the rest up to the list) + new list + payload
-    new_size = (lpos - pos) + len(new_list) + (end - items_end)
-    out.append(_U32.pack(new_size))
+    out.append(_U32.pack(lpos - pos + len(head) + length + end - items_end))
     out.append(view[pos + 4 : lpos])
-    out.append(new_list)
+    out.append(head)
+    if items_end > items_start:
+        out.append(view[items_start:items_end])
+    out.append(nulls)
     if items_end < end:
         out.append(view[items_end:end])  # a transfer's payload

@@ -180,7 +180,7 @@ class LinkMap(dict):
 
     def __init__(self) -> None:
         super().__init__()
-        self.by_ptr: dict[int, Any] = {}
+        self.by_ptr: dict[Any, Any] = {}  # keyed by the C link pointer (cffi cdata)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.by_ptr.clear()

@@ -1,0 +1,61 @@
+"""delivery_bytes (the receive hot path's encoder) gives exactly encode_delivery's bytes."""
+
+from __future__ import annotations
+
+import itertools
+
+from sbemu.partitions.records import MessageRecord, MessageState
+from sbemu.protocol import codec
+from sbemu.protocol.messages import encode_delivery
+from sbemu.protocol.outgoing import delivery_bytes
+
+TAIL = b"\x00\x53\x75\xa0\x03abc"
+
+
+def record(**changes: object) -> MessageRecord:
+    rec = MessageRecord(
+        sequence_number=1_000, enqueued_time_ms=1_700_000_000_000, state=MessageState.ACTIVE,
+        delivery_count=0, message_id="m", session_id=None, partition_key=None, ttl_ms=None,
+        expires_at_ms=None, durable=True, priority=None, annotation_count=0, annotations=b"",
+        tail=TAIL, size=len(TAIL),
+    )
+    for name, value in changes.items():
+        setattr(rec, name, value)
+    return rec
+
+
+def test_the_common_cases_match_encode_delivery():
+    one = codec.enc_symbol("x-opt-custom") + codec.enc_string("v")
+    many = b"".join(codec.enc_symbol(f"k{i}") + codec.enc_long(i) for i in range(130))
+    for seq, count, ttl, priority, durable, ann, pid in itertools.product(
+        (128, 1 << 47, (7 << 48) | 5),
+        (0, 1, 300, 1 << 31),
+        (None, 60_000, 1 << 40),
+        (None, 4),
+        (True, False),
+        ((b"", 0), (one, 1), (many, 130)),
+        (None, 0, 15),
+    ):
+        rec = record(
+            sequence_number=seq, delivery_count=count, ttl_ms=ttl, priority=priority,
+            durable=durable, annotations=ann[0], annotation_count=ann[1],
+        )
+        until = 1_700_000_060_000
+        assert delivery_bytes(rec, pid, until) == encode_delivery(rec, pid, until)
+
+
+def test_records_with_more_to_stamp_or_rewrite_match_too():
+    until = 1_700_000_060_000
+    for rec in (
+        record(sequence_number=1),
+        record(sequence_number=127),
+        record(dead_letter_reason="r", dead_letter_description="d"),
+        record(dead_letter_source="q"),
+        record(scheduled_enqueue_time_ms=1_700_000_100_000),
+        record(original_sequence_number=55),
+        record(
+            tail=b"\x00\x53\x74\xc1\x06\x02\xa1\x01i\x54\x05" + TAIL,
+            property_overrides={"i": codec.enc_int(6)},
+        ),
+    ):
+        assert delivery_bytes(rec, 3, until) == encode_delivery(rec, 3, until)

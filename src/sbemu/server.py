@@ -59,6 +59,7 @@ TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
 # How long the event loop may keep the GIL from a commit thread that finished its fsync and
 # wants to hand the result back (Python's default is 5 ms: up to 5 ms more per acknowledgement).
 GIL_SWITCH_INTERVAL = 0.001
+STOP_COMMIT_WAIT = 5.0  # seconds stop() keeps trying to commit what a failing store holds
 # Commits in flight at once across partitions (at most one per partition; see
 # sbemu.partitions.commits). The threads mostly wait in fsync with the GIL released, and
 # concurrent fsyncs share the file system's journal commits. A dirty partition beyond the bound
@@ -436,10 +437,19 @@ class Server:
             commits = self._commits
             self.router.flush_lazy()  # everything in memory is committed before the stores close
             self._turn()
+            assert self._loop is not None
+            give_up = self._loop.time() + STOP_COMMIT_WAIT
             while commits is not None and commits.busy():
                 self._idle.clear()
                 if not commits.inflight:
+                    if self._loop.time() >= give_up:
+                        # A partition whose store keeps failing (a disk gone read-only) cannot
+                        # commit what it holds; none of it was acknowledged, so stop anyway.
+                        log.error("stopping with writes a failing store could not commit "
+                                  "(none of them was acknowledged)")
+                        break
                     self._turn()
+                    await asyncio.sleep(0.01 if commits.busy() and not commits.inflight else 0)
                     continue
                 await self._idle.wait()
             if self._idle_save is not None:

@@ -176,6 +176,20 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def drain_ids(conn_str: str, queue_name: str, wait: float = 3.0) -> list[str]:
+    """Receive-and-delete everything in a queue (until `wait` seconds bring nothing more);
+    the MessageIds, in the order received."""
+    from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
+
+    ids: list[str] = []
+    with ServiceBusClient.from_connection_string(conn_str) as client, \
+            client.get_queue_receiver(queue_name, max_wait_time=wait,
+                                      receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as rcv:
+        while batch := rcv.receive_messages(max_message_count=100, max_wait_time=wait):
+            ids += [str(m.message_id) for m in batch]
+    return ids
+
+
 class SdkProbe(threading.Thread):
     """An azure-servicebus client that sends and receives one message at a time, all along.
 

@@ -284,7 +284,7 @@ class Server:
     async def start(self) -> None:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
-        self._flusher = Flusher(self._loop)
+        self._flusher = flusher = Flusher(self._loop)
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._lock_data_dir()
         # LMDB reader tables that crashed processes left on tmpfs (partitions/lockfile.py)
@@ -334,7 +334,7 @@ class Server:
         )
         try:
             self._amqp_server = await self._loop.create_server(
-                lambda: AmqpProtocol(services, self._connections, self.clock, self._flusher),
+                lambda: AmqpProtocol(services, self._connections, flusher, self.clock),
                 self.host,
                 self.amqp_port,
                 reuse_address=True,
@@ -344,7 +344,7 @@ class Server:
                 f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
-        await self._listen_namespace_ports(services)
+        await self._listen_namespace_ports(services, flusher)
         from .admin.certs import server_ssl_context
         from .admin.http import start_admin
 
@@ -369,7 +369,7 @@ class Server:
             self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
 
-    async def _listen_namespace_ports(self, shared: Services) -> None:
+    async def _listen_namespace_ports(self, shared: Services, flusher: Flusher) -> None:
         """A listener per namespace with its own AmqpPort: there the namespace is the default,
         whatever host name the client connects with (no DNS entry needed)."""
         assert self.router is not None and self._loop is not None
@@ -381,7 +381,7 @@ class Server:
             try:
                 server = await self._loop.create_server(
                     functools.partial(
-                        AmqpProtocol, services, self._connections, self.clock, self._flusher
+                        AmqpProtocol, services, self._connections, flusher, self.clock
                     ),
                     self.host,
                     ns.amqp_port,
@@ -449,7 +449,8 @@ class Server:
                                   "(none of them was acknowledged)")
                         break
                     self._turn()
-                    await asyncio.sleep(0.01 if commits.busy() and not commits.inflight else 0)
+                    if commits.busy() and not commits.inflight:  # nothing could start: retry
+                        await asyncio.sleep(0.01)
                     continue
                 await self._idle.wait()
             if self._idle_save is not None:

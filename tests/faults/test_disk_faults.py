@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusError
-from hardening.common import NAMESPACE, SdkProbe, Server, make_config, queue_def
+from hardening.common import NAMESPACE, SdkProbe, Server, drain_ids, make_config, queue_def
 from hardening.diskfaults import LoopFs, available
 
 from sbemu.partitions.keys import partition_for_key
@@ -111,16 +111,6 @@ class Sender(threading.Thread):
         assert not self.is_alive()
 
 
-def _drain(conn_str: str, queue: str) -> list[str]:
-    ids = []
-    with ServiceBusClient.from_connection_string(conn_str) as client, \
-            client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
-                                      max_wait_time=3) as rcv:
-        while batch := rcv.receive_messages(max_message_count=100, max_wait_time=3):
-            ids += [str(m.message_id) for m in batch]
-    return ids
-
-
 def _same(got: list[str], acked: list[str]) -> None:
     assert len(got) == len(set(got)), "duplicates delivered"
     assert set(got) == set(acked), (f"lost {sorted(set(acked) - set(got))[:10]}, "
@@ -176,7 +166,7 @@ def test_one_partition_dir_turns_read_only_then_writable_again(tmp_path):
         assert keyless.crash is None and pinned.crash is None, (keyless.crash, pinned.crash)
         assert probe.errors == []
         acked = keyless.acked + pinned.acked
-        _same(_drain(srv.conn_str, "roq"), acked)
+        _same(drain_ids(srv.conn_str, "roq"), acked)
         assert srv.tracebacks() == [], srv.tracebacks()
         # and a restart keeps what was acknowledged after the repair (nothing comes back)
         after = Sender(srv.conn_str, "roq", "r", partition_key=lambda i: keys[i % len(keys)])
@@ -185,7 +175,7 @@ def test_one_partition_dir_turns_read_only_then_writable_again(tmp_path):
         after.stop()
         assert srv.stop() == 0
         srv.start()
-        _same(_drain(srv.conn_str, "roq"), after.acked)
+        _same(drain_ids(srv.conn_str, "roq"), after.acked)
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:
         srv.stop()
@@ -276,7 +266,7 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
         finally:
             sender.stop()
         assert sender.crash is None, sender.crash
-        _same(_drain(srv.conn_str, "dq"), sender.acked)
+        _same(drain_ids(srv.conn_str, "dq"), sender.acked)
         assert srv.tracebacks() == [], srv.tracebacks()
         assert srv.stop() == 0
         # the log file is written again after the repair (reopened on the new mount), and
@@ -290,7 +280,7 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             subs = {x.name for x in admin.list_subscriptions("dt")}
         assert {"madebefore", "madeafter"} <= names and "madeduring" not in names, names
         assert subs == {"s1", "safter"}, subs
-        assert _drain(srv.conn_str, "dq") == []
+        assert drain_ids(srv.conn_str, "dq") == []
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:
         srv.stop()
@@ -380,11 +370,10 @@ def test_a_stalled_disk_delays_only_its_own_entity_and_loses_nothing(tmp_path):
         # the probe kept going while the disk stood still, with sub-second round trips
         assert len(stalled) >= 3, (len(stalled), stalled_for)
         assert max(stalled) < HELD_UP_S, sorted(stalled)[-5:]
-        print("STALL", len(stalled), max(stalled), sum(stalled)/len(stalled), stalled_for, before_acked, len(sender.acked))
-        _same(_drain(srv.conn_str, "slowq"), sender.acked)
+        _same(drain_ids(srv.conn_str, "slowq"), sender.acked)
         assert srv.stop() == 0
         srv.start()
-        assert _drain(srv.conn_str, "slowq") == []
+        assert drain_ids(srv.conn_str, "slowq") == []
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:
         srv.stop()
@@ -430,10 +419,10 @@ def test_one_partition_disk_fails_writes_with_eio_then_gets_room(tmp_path):
         assert keyless.crash is None and pinned.crash is None, (keyless.crash, pinned.crash)
         assert "Input/output error" in srv.stderr(100_000), srv.stderr()
         acked = keyless.acked + pinned.acked
-        _same(_drain(srv.conn_str, "eioq"), acked)
+        _same(drain_ids(srv.conn_str, "eioq"), acked)
         assert srv.stop() == 0
         srv.start()
-        assert _drain(srv.conn_str, "eioq") == []
+        assert drain_ids(srv.conn_str, "eioq") == []
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:
         srv.stop()

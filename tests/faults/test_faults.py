@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusError
-from hardening.common import Server, make_config, queue_def
+from hardening.common import Server, drain_ids, make_config, queue_def
 
 BODY = b"x" * 100_000
 
@@ -34,23 +34,13 @@ def _fill(conn_str: str, queue: str, limit: int = 400) -> tuple[list[str], list[
     return acked, refused, kinds
 
 
-def _drain(conn_str: str, queue: str) -> list[str]:
-    ids = []
-    with ServiceBusClient.from_connection_string(conn_str) as client, \
-            client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
-                                      max_wait_time=2) as rcv:
-        while batch := rcv.receive_messages(max_message_count=50, max_wait_time=2):
-            ids += [str(m.message_id) for m in batch]
-    return ids
-
-
 def test_full_store_refuses_with_quota_error_and_loses_nothing(tmp_path):
     srv = Server(tmp_path, make_config([queue_def("fullq", MaxSizeInMegabytes=4)])).start()
     try:
         acked, refused, kinds = _fill(srv.conn_str, "fullq")
         assert acked and refused, (len(acked), len(refused))
         assert kinds <= {"ServiceBusQuotaExceededError", "ServiceBusServerBusyError"}, kinds
-        got = _drain(srv.conn_str, "fullq")
+        got = drain_ids(srv.conn_str, "fullq", wait=2)
         assert sorted(got) == sorted(acked), (set(got) - set(acked), set(acked) - set(got))
         assert srv.tracebacks() == []
     finally:
@@ -62,7 +52,7 @@ def test_full_store_accepts_again_once_messages_are_removed(tmp_path):
     try:
         acked, refused, _ = _fill(srv.conn_str, "fullq")
         assert acked and refused
-        assert sorted(_drain(srv.conn_str, "fullq")) == sorted(acked)
+        assert sorted(drain_ids(srv.conn_str, "fullq", wait=2)) == sorted(acked)
         acked2, _, _ = _fill(srv.conn_str, "fullq", limit=3)
         assert len(acked2) == 3  # accepting again
         assert srv.tracebacks() == []
@@ -70,7 +60,7 @@ def test_full_store_accepts_again_once_messages_are_removed(tmp_path):
         srv.stop()
     srv.start()
     try:
-        assert sorted(_drain(srv.conn_str, "fullq")) == sorted(acked2)
+        assert sorted(drain_ids(srv.conn_str, "fullq", wait=2)) == sorted(acked2)
     finally:
         srv.stop()
 
@@ -108,7 +98,7 @@ def test_small_filesystem_full_then_bigger(tmp_path):
             srv.stop()
         srv.start()  # everything acknowledged is there, nothing refused
         try:
-            got = _drain(srv.conn_str, "diskq")
+            got = drain_ids(srv.conn_str, "diskq", wait=2)
             assert sorted(got) == sorted(acked), (set(got) - set(acked), set(acked) - set(got))
         finally:
             srv.stop()

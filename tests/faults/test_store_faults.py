@@ -54,7 +54,7 @@ def _commit(broker: PartitionBroker) -> Exception | None:
             broker.store.commit(batch)
     except Exception as exc:  # the server's commit thread hands any store error back
         error = exc
-    broker.commit_done(callbacks, error, batch)
+    broker.commit_done(callbacks, error)
     return error
 
 

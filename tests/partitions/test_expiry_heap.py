@@ -30,7 +30,7 @@ def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
             batch, callbacks = taken
             if batch:
                 store.commit(batch)
-            broker.commit_done(callbacks, None, batch)
+            broker.commit_done(callbacks, None)
 
     now = 1_000
     for round_no in range(30):  # 30 x 500 messages sent and completed, within their TTL

@@ -114,7 +114,7 @@ def commit(store, broker):
         batch, callbacks = taken
         if batch:
             store.commit(batch)
-        broker.commit_done(callbacks, None, batch)
+        broker.commit_done(callbacks, None)
 
 
 def test_scheduled_topic_message_fans_out_from_a_cold_store(tmp_path):

@@ -55,7 +55,7 @@ def _commit(broker: PartitionBroker) -> None:
         batch, callbacks = taken
         if batch:
             broker.store.commit(batch)
-        broker.commit_done(callbacks, None, batch)
+        broker.commit_done(callbacks, None)
 
 
 def _logged(broker: PartitionBroker) -> list[LogEvent]:

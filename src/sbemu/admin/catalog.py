@@ -23,10 +23,11 @@ touched follow the configuration. Rules live in each topic's ``rules.json`` (sbe
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -430,6 +431,20 @@ class Catalog:
     def checkpoint(self) -> dict[str, Any]:
         """A copy of the catalog as it is, for rollback()."""
         return copy.deepcopy(self.data)
+
+    @contextlib.contextmanager
+    def undone_on_error(self) -> Iterator[None]:
+        """For a change the catalog saves before it is applied (so a data dir that cannot be
+        written refuses it before anything happens): if the block raises, the catalog goes
+        back to how it was on entry (rollback(); nothing to do when the save itself failed:
+        put() and remove() leave the catalog unchanged then)."""
+        before = self.checkpoint()
+        try:
+            yield
+        except BaseException:
+            if self.data != before:
+                self.rollback(before)
+            raise
 
     def rollback(self, checkpoint: dict[str, Any]) -> None:
         """Put the catalog back as it was at checkpoint() (a change that was saved but could

@@ -300,13 +300,9 @@ class Management:
         desc["created_ms"] = desc["updated_ms"] = now
         # The catalog first: when the data dir cannot be written nothing is created (the
         # caller answers 503); when the entity's stores cannot be, the entry goes again.
-        before = self.catalog.checkpoint()
-        self.catalog.put(ns.name, kind, desc)
-        try:
+        with self.catalog.undone_on_error():
+            self.catalog.put(ns.name, kind, desc)
             entity = self.router.create_entity(self._spec(ns, kind, desc, None))
-        except BaseException:
-            self.catalog.rollback(before)
-            raise
         entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self._applied(ns, entity)
         log.info("created %s %s/%s", kind, ns.name, name)
@@ -338,13 +334,9 @@ class Management:
         if kind == "queue":
             self._check_forwarding(ns, queue_config(desc))
         desc["updated_ms"] = self.now_ms()
-        before = self.catalog.checkpoint()
-        self.catalog.put(ns.name, kind, desc)  # first: see create_entity
-        try:
+        with self.catalog.undone_on_error():
+            self.catalog.put(ns.name, kind, desc)  # first: see create_entity
             self.router.update_entity(self._spec(ns, kind, desc, entity))
-        except BaseException:
-            self.catalog.rollback(before)
-            raise
         entity.touched = True  # AutoDeleteOnIdle: an update is activity
         entity.description = desc | (
             {"subscriptions": entity.description.get("subscriptions", {})} if kind == "topic" else {}
@@ -357,13 +349,9 @@ class Management:
         """Delete a queue or topic: links detached (not-found), partitions' data removed."""
         ns = self.namespace(namespace)
         async with self._lock:
-            before = self.catalog.checkpoint()
-            self.catalog.remove(ns.name, name)  # first: see create_entity
-            try:
+            with self.catalog.undone_on_error():
+                self.catalog.remove(ns.name, name)  # first: see create_entity
                 entity = self.router.remove_entity(ns.name, name)
-            except BaseException:
-                self.catalog.rollback(before)
-                raise
             key = (ns.name.lower(), name.lower())
             self._deleting.add(key)
             try:
@@ -410,13 +398,9 @@ class Management:
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         if default_rule is not None:
             sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
-        before = self.catalog.checkpoint()
-        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
-        try:
+        with self.catalog.undone_on_error():
+            self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
             self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
-        except BaseException:
-            self.catalog.rollback(before)
-            raise
         entity.description.setdefault("subscriptions", {})[name.lower()] = desc
         self._applied(ns, entity)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
@@ -440,13 +424,9 @@ class Management:
         self._check_forwarding(ns, self._with_subscription(entity, desc))
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
-        before = self.catalog.checkpoint()
-        self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
-        try:
+        with self.catalog.undone_on_error():
+            self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
             self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
-        except BaseException:
-            self.catalog.rollback(before)
-            raise
         entity.touch_subscription(name)  # AutoDeleteOnIdle: an update is activity
         entity.description["subscriptions"][name.lower()] = desc
         self._applied(ns, entity)
@@ -457,13 +437,9 @@ class Management:
         if self.subscription(entity, name) is None:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}|{name}' was not found.")
         done, on_done = _completion()
-        before = self.catalog.checkpoint()
-        self.catalog.remove(ns.name, name, topic=entity.name)  # first: see create_entity
-        try:
+        with self.catalog.undone_on_error():
+            self.catalog.remove(ns.name, name, topic=entity.name)  # first: see create_entity
             self.router.remove_subscription(ns.name, topic, name, self.now_ms(), on_done)
-        except BaseException:
-            self.catalog.rollback(before)
-            raise
         entity.description["subscriptions"].pop(name.lower(), None)
         self._applied(ns, entity)
         error = await done

@@ -928,9 +928,7 @@ class PartitionBroker:
             self._full_at = self.stored_bytes
         return error
 
-    def commit_done(
-        self, callbacks: list[Done], error: BaseException | None, batch: WriteBatch | None = None
-    ) -> None:
+    def commit_done(self, callbacks: list[Done], error: BaseException | None) -> None:
         """Run the completions of a committed (or failed) batch, in order.
 
         A failed commit leaves the store as it was before the batch, so the partition forgets

@@ -174,7 +174,7 @@ class GroupCommit:
                     entity_inflight.pop(entity, None)
             if job.error is not None:
                 self.on_error(job.broker, job.error)
-            job.broker.commit_done(job.callbacks, job.error, job.batch)
+            job.broker.commit_done(job.callbacks, job.error)
         if self._queued:
             more = self._jobs()
             if more:

@@ -479,13 +479,7 @@ class Entity:
         self.touched = True
         self.check_sendable()
         if spec.requires_session:
-            for msg in messages:
-                if msg.session_id is None:
-                    raise InvalidOperation(
-                        f"The SessionId was not set on a message, and it cannot be sent to the "
-                        f"entity '{self.name}'. Entities that have session support enabled can "
-                        "only receive messages that have the SessionId set to a valid value."
-                    )
+            self._check_session_ids(messages)
         self.accessed_ms = now_ms
         groups = self._route(messages)
         for pid in groups:

@@ -73,8 +73,8 @@ class AmqpProtocol(asyncio.Protocol):
         self,
         services: Services,
         registry: set[AmqpProtocol],
+        flusher: Flusher,
         clock: Callable[[], float] = time.time,
-        flusher: Flusher | None = None,
     ) -> None:
         self._services = services
         self._registry = registry
@@ -199,10 +199,7 @@ class AmqpProtocol(asyncio.Protocol):
     def _request_flush(self) -> None:
         if not self._flush_pending:
             self._flush_pending = True
-            if self._flusher is not None:
-                self._flusher.request(self)
-            else:
-                self._loop.call_soon(self._flush)
+            self._flusher.request(self)
 
     def _flush(self) -> None:
         self._flush_pending = False

@@ -176,17 +176,49 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def drain_ids(conn_str: str, queue_name: str, wait: float = 3.0) -> list[str]:
+DRAIN_TIMEOUT_S = 120.0  # a drain not over by then is a finding, not something to wait out
+
+
+def drain_ids(conn_str: str, queue_name: str, wait: float = 3.0,
+              timeout: float = DRAIN_TIMEOUT_S) -> list[str]:
     """Receive-and-delete everything in a queue (until `wait` seconds bring nothing more);
-    the MessageIds, in the order received."""
+    the MessageIds, in the order received.
+
+    Bounded: the receiver runs on a thread of its own and a drain that is not over within
+    `timeout` seconds fails with what it got, instead of hanging the test (seen in issue 15:
+    a partition whose disk was full delivered the same messages again every second, and the
+    SDK sat in a socket read between them). The thread is left to end with the server."""
     from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
 
     ids: list[str] = []
-    with ServiceBusClient.from_connection_string(conn_str) as client, \
-            client.get_queue_receiver(queue_name, max_wait_time=wait,
-                                      receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as rcv:
-        while batch := rcv.receive_messages(max_message_count=100, max_wait_time=wait):
-            ids += [str(m.message_id) for m in batch]
+    failure: list[BaseException] = []
+    over, stop = threading.Event(), threading.Event()
+
+    def run() -> None:
+        try:
+            with ServiceBusClient.from_connection_string(conn_str) as client, \
+                    client.get_queue_receiver(
+                        queue_name, max_wait_time=wait,
+                        receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as rcv:
+                while not stop.is_set() and (
+                        batch := rcv.receive_messages(max_message_count=100,
+                                                      max_wait_time=wait)):
+                    ids.extend(str(m.message_id) for m in batch)
+        except BaseException as exc:  # raised on the caller's thread
+            failure.append(exc)
+        finally:
+            over.set()
+
+    threading.Thread(target=run, daemon=True, name=f"drain-{queue_name}").start()
+    if not over.wait(timeout):
+        stop.set()
+        got = list(ids)
+        raise AssertionError(
+            f"draining {queue_name!r} did not end within {timeout:.0f} s: {len(got)} messages "
+            f"received, {len(set(got))} distinct (a receive that never returned, or messages "
+            f"that keep coming back); the last: {got[-5:]}")
+    if failure:
+        raise failure[0]
     return ids
 
 

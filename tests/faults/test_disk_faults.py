@@ -69,6 +69,9 @@ class Sender(threading.Thread):
         self.errors: dict[str, int] = {}
         self.refused_keys: set[str | None] = set()
         self.crash: BaseException | None = None
+        # stop by itself once this many sends were acknowledged (None: until stop()), so a
+        # test decides how much it writes, not how fast its own thread gets to stop()
+        self.stop_after: int | None = None
         self._cond = threading.Condition()
         self._stop_event = threading.Event()
 
@@ -94,6 +97,8 @@ class Sender(threading.Thread):
                         continue
                     with self._cond:
                         self.acked.append(mid)
+                        if self.stop_after is not None and len(self.acked) >= self.stop_after:
+                            self._stop_event.set()
                         self._cond.notify_all()
                     self._stop_event.wait(self.pause)
         except BaseException as exc:  # reported by the test
@@ -408,8 +413,13 @@ def test_one_partition_disk_fails_writes_with_eio_then_gets_room(tmp_path):
             assert srv.alive() and srv.tracebacks() == []
             assert _entity_status(srv, "eioq") == "Limited"
             disk.grow_backing(256)
-            disk.repair()
+            # Three more 200 KB messages once it is back, then the sender stops by itself.
+            # (It used to go on at full speed until this thread got to stop() it: on a loaded
+            # machine that filled the repaired 84 MiB disk within a second, see
+            # test_one_partition_disk_fills_up_then_takes_messages_again.)
             n = len(pinned.acked)
+            pinned.stop_after = n + 3
+            disk.repair()
             assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors,
                                                                           srv.stderr())
             assert _entity_status(srv, "eioq") == "Available"
@@ -423,6 +433,67 @@ def test_one_partition_disk_fails_writes_with_eio_then_gets_room(tmp_path):
         assert srv.stop() == 0
         srv.start()
         assert drain_ids(srv.conn_str, "eioq") == []
+        assert srv.tracebacks() == [], srv.tracebacks()
+    finally:
+        srv.stop()
+        disk.cleanup()
+
+
+def test_one_partition_disk_fills_up_then_takes_messages_again(tmp_path):
+    """The disk under partition 3 is a small filesystem that 200 KB messages pinned to it
+    fill up. The store keeps DISK_RESERVE of it free: short of that, the partition refuses new
+    messages with server-busy (the other 15 keep accepting) and no commit fails. The queue
+    can then be drained (its deletes commit in the reserve), and the partition takes messages
+    again by itself. Regression (issue 15, the EIO test hanging in loaded runs): the disk
+    filled up completely, LMDB could not commit even the deletes that would make room (a short
+    write, which it reports as an I/O error), so the partition failed every commit for good
+    and a receive-and-delete drain got the same messages again every second."""
+    import shutil
+
+    from sbemu.partitions.store import DISK_RESERVE
+
+    srv = Server(tmp_path / "w", make_config([queue_def("fullq", EnablePartitioning=True)]))
+    where = srv.data_dir / NAMESPACE.lower() / "fullq" / f"partition-{FAULTY:02d}"
+    disk = LoopFs(tmp_path, where, size_mb=48)  # about 40 MiB free: some 100 messages fit
+    _mount(disk)
+    keys = _key_on(FAULTY)
+    pinned_on = lambda i: keys[i % len(keys)]  # noqa: E731
+    try:
+        srv.start()
+        keyless = Sender(srv.conn_str, "fullq", "a", pause=0.05)
+        pinned = Sender(srv.conn_str, "fullq", "p", partition_key=pinned_on, pause=0.0,
+                        body_bytes=200_000)
+        pinned.stop_after = 1_000  # a bound: 200 MB would not fit
+        keyless.start()
+        pinned.start()
+        try:
+            assert pinned.wait_for(lambda: bool(pinned.errors), 120), (pinned.crash,
+                                                                      len(pinned.acked))
+            pinned.stop()
+            assert set(pinned.errors) == {"ServiceBusServerBusyError"}, pinned.errors
+            assert len(pinned.acked) >= 50, len(pinned.acked)  # (the disk took its share)
+            # the reserve is still free: what must commit can
+            assert shutil.disk_usage(where).free > DISK_RESERVE // 2, shutil.disk_usage(where)
+            n = len(keyless.acked)
+            assert keyless.wait_for(lambda: len(keyless.acked) >= n + 10, 20), keyless.errors
+        finally:
+            keyless.stop()
+            pinned.stop()
+        assert keyless.crash is None and pinned.crash is None, (keyless.crash, pinned.crash)
+        assert set(keyless.errors) <= {"ServiceBusServerBusyError"}, keyless.errors
+        # every acknowledged message is there once, and receiving them makes room again
+        _same(drain_ids(srv.conn_str, "fullq"), keyless.acked + pinned.acked)
+        after = Sender(srv.conn_str, "fullq", "r", partition_key=pinned_on, pause=0.0,
+                       body_bytes=200_000)
+        after.stop_after = 20
+        after.start()
+        assert after.wait_for(lambda: len(after.acked) >= 20, 30), (after.errors, after.crash)
+        after.stop()
+        stderr = srv.stderr(1_000_000)
+        assert "commit failed" not in stderr and srv.tracebacks() == [], stderr[-3000:]
+        assert srv.stop() == 0
+        srv.start()  # nothing drained comes back; what was sent after is all there
+        _same(drain_ids(srv.conn_str, "fullq"), after.acked)
         assert srv.tracebacks() == [], srv.tracebacks()
     finally:
         srv.stop()

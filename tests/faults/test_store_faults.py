@@ -149,3 +149,64 @@ def test_an_operator_offline_partition_is_not_brought_back_by_recovery(tmp_path)
     assert broker.healthy and not broker.store_fault
     assert _send(broker, 1) is None
     broker.store.close()
+
+
+def test_recovery_does_not_open_a_new_store_where_the_disk_is_not_mounted(tmp_path):
+    """Recovery during a repair: the faulty disk was unmounted (the empty mount point shows)
+    and is not mounted again yet. Regression: reopen() created a new, empty store in the mount
+    point and the partition came back without its messages (and wrote new ones beside the
+    disk, hidden once it was mounted again); now it waits until the store is there."""
+    path = str(tmp_path / "p0")
+    broker = _open(path, 64 << 20)
+    assert _send(broker, 1) is None
+    broker.store._env.close()  # the disk fails under the open environment
+    assert isinstance(_send(broker, 2), ServerBusy) and broker.store_fault
+    os.rename(path, str(tmp_path / "disk"))  # unmounted for e2fsck ...
+    os.mkdir(path)  # ... leaving the empty mount point
+    now = 10_000
+    assert broker.recover(now) is False
+    assert broker.recover(now + FAULT_RETRY_MS) is False  # no store there: still out
+    assert os.listdir(path) == [], os.listdir(path)  # and nothing was created in its place
+    assert "is its disk mounted?" in (broker.unhealthy_reason or ""), broker.unhealthy_reason
+    os.rmdir(path)
+    os.rename(str(tmp_path / "disk"), path)  # mounted again
+    assert broker.recover(now + 3 * FAULT_RETRY_MS) is True
+    assert _send(broker, 3) is None
+    assert sorted(_drain(broker, 20_000)) == ["m1", "m3"]
+    broker.store.close()
+
+
+def test_a_reopened_store_that_keeps_failing_is_retried_less_and_less_often(tmp_path):
+    """A store that opens again but fails its next commit (a full disk) backs off as a store
+    that cannot be opened does (not a reopen every second for good); a commit that lands
+    resets the wait."""
+    broker = _open(str(tmp_path / "p0"), 64 << 20)
+    now = 10_000
+    broker.store_failed(OSError("EIO"))
+    assert broker.recover(now) is False
+    assert broker.recover(now + FAULT_RETRY_MS) is True  # it opens ...
+    broker.store_failed(OSError("EIO"))  # ... and its next commit fails again
+    now += FAULT_RETRY_MS
+    assert broker.recover(now) is False
+    assert broker.fault_retry_at_ms == now + 2 * FAULT_RETRY_MS  # twice as long this time
+    assert broker.recover(now + 2 * FAULT_RETRY_MS) is True
+    assert _send(broker, 1) is None  # a commit lands: the next fault starts from 1 s again
+    broker.store_failed(OSError("EIO"))
+    now += 2 * FAULT_RETRY_MS
+    assert broker.recover(now) is False and broker.fault_retry_at_ms == now + FAULT_RETRY_MS
+    broker.store.close()
+
+
+def test_the_pages_a_drained_store_freed_count_as_room(tmp_path):
+    """LMDB's file never shrinks: room on a disk that is low is its free space plus the pages
+    LMDB freed in the file (reused before it grows), so a drained partition takes messages
+    again although the disk's free space did not change."""
+    broker = _open(str(tmp_path / "p0"), 64 << 20)
+    for i in range(40):
+        assert _send(broker, i) is None
+    before = broker.store._free_pages_bytes()
+    assert before < 64 << 10, before
+    assert len(_drain(broker, 2_000)) == 40
+    freed = broker.store._free_pages_bytes()
+    assert freed >= 40 * len(BODY), (freed, 40 * len(BODY))
+    broker.store.close()

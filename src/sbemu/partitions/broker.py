@@ -51,6 +51,7 @@ from .records import (
 )
 from .stats import PartitionStats
 from .store import (
+    DISK_RESERVE,
     PartitionStore,
     StoreError,
     StoreFull,
@@ -65,6 +66,7 @@ TTL_EXPIRED_REASON = "TTLExpiredException"
 SEQUENCE_BITS = 48
 FAULT_RETRY_MS = 1_000  # first wait before reopening a store after an I/O fault (then doubled)
 FAULT_RETRY_MAX_MS = 30_000  # longest wait between two reopen attempts
+ROOM_RECHECK_MS = 1_000  # how often a partition whose disk is low on room measures it again
 # A topic partition keeps scheduled messages here, not yet copied to any subscription: they
 # are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
 SCHEDULED_QUEUE = "$scheduled"
@@ -370,6 +372,7 @@ class PartitionBroker:
         self.held_offline = False  # taken offline by the operator: recover() waits for online
         self.fault_retry_at_ms: int | None = None
         self._fault_backoff_ms = FAULT_RETRY_MS
+        self._room_checked_ms = 0  # when check_room() last measured the disk
 
     # ---------------------------------------------------------------- load
     def load(self) -> None:
@@ -903,13 +906,38 @@ class PartitionBroker:
     @property
     def accepting(self) -> bool:
         """Whether new messages may fit: the stored bytes are below MaxSizeInMegabytes and no
-        send was refused for the quota since messages were last removed."""
-        return self.max_bytes <= 0 or (
+        send was refused for the quota since messages were last removed, and the store's disk
+        has room beyond its reserve (PartitionStore.measure_room)."""
+        return not self.store.room_low and (self.max_bytes <= 0 or (
             self.stored_bytes < self.max_bytes and self._full_at is None
+        ))
+
+    def disk_full_error(self) -> ServerBusy:
+        """What a send gets while the store's disk is low on room (server-busy: the SDKs
+        retry it; receives and completions go on and make room)."""
+        where = f"partition {self.partition_id} of '{self.entity}'"
+        return ServerBusy(
+            f"The disk under {where} is almost full ({self.store.room_bytes} bytes of room; "
+            "the rest is kept for completions): no new messages until there is room again. "
+            "Receive or delete messages, or give the disk room; the send can be retried."
         )
 
-    def quota_error(self, incoming: int) -> QuotaExceeded | None:
-        """Azure's quota error if `incoming` more bytes do not fit (None: they fit)."""
+    def check_room(self, now_ms: int) -> None:
+        """While the store's disk is low on room: measure it again (at most every
+        ROOM_RECHECK_MS), so sends are taken again once there is room (messages removed, the
+        disk grown) even when nothing commits meanwhile."""
+        if now_ms - self._room_checked_ms >= ROOM_RECHECK_MS:
+            self._room_checked_ms = now_ms
+            self.store.measure_room()
+
+    def quota_error(self, incoming: int) -> ServiceBusError | None:
+        """Azure's quota error if `incoming` more bytes do not fit (None: they fit); the
+        disk_full_error() while the disk is low on room."""
+        store = self.store
+        if store.room_low or (
+            store.room_bytes is not None and store.room_bytes - 2 * incoming < DISK_RESERVE
+        ):  # (twice the bytes: LMDB's pages and the copies a commit writes)
+            return self.disk_full_error()
         if self.max_bytes <= 0 or self.stored_bytes + incoming <= self.max_bytes:
             return None
         where = f"'{self.entity}'" + (f" partition {self.partition_id}" if self.partitioned else "")
@@ -920,11 +948,11 @@ class PartitionBroker:
             "they fit."
         )
 
-    def refuse_over_quota(self, incoming: int) -> QuotaExceeded | None:
+    def refuse_over_quota(self, incoming: int) -> ServiceBusError | None:
         """quota_error(), and if there is no room the partition counts as full (accepting is
         False) until messages are removed."""
         error = self.quota_error(incoming)
-        if error is not None:
+        if isinstance(error, QuotaExceeded):
             self._full_at = self.stored_bytes
         return error
 
@@ -941,6 +969,7 @@ class PartitionBroker:
         """
         self._landed(error is None)
         if error is None:
+            self._fault_backoff_ms = FAULT_RETRY_MS  # (recover() alone does not reset it)
             # No read of the timers here: the next timer time stays a lower bound. Timers added
             # lowered it as they were staged, and one removed (a completed message's expiry)
             # only makes the tick that reaches it look early; _fire_deadlines then finds
@@ -994,9 +1023,12 @@ class PartitionBroker:
             self.fault_retry_at_ms = now_ms + self._fault_backoff_ms
             self.unhealthy_reason = f"store fault: {exc}"
             return False
+        # The next wait is longer until a commit lands (commit_done resets it): a store that
+        # opens but fails every commit (a full disk) is retried less and less often, not
+        # reopened every second for good.
+        self._fault_backoff_ms = min(self._fault_backoff_ms * 2, FAULT_RETRY_MAX_MS)
         self.store_fault = False
         self.fault_retry_at_ms = None
-        self._fault_backoff_ms = FAULT_RETRY_MS
         self.set_online(True)
         return True
 

@@ -75,18 +75,19 @@ def sweep_lock_files(now_s: float) -> int:
     return removed
 
 
-def place_lock_file(store_dir: str) -> str | None:
+def place_lock_file(store_dir: str, *, create: bool = True) -> str | None:
     """Before LMDB opens the store in `store_dir`: point its lock.mdb at the reader table's
     file in LOCK_DIR (see the module comment). Returns that file's path, or None when the lock
     file stays where it is (no /dev/shm, a read-only or failing disk, another process using a
-    regular lock file). Never raises: opening the store reports the disk's errors."""
+    regular lock file, no data.mdb and `create` False). Never raises: opening the store
+    reports the disk's errors."""
     if not os.path.isdir(LOCK_DIR) or not os.access(LOCK_DIR, os.W_OK | os.X_OK):
         return None
     try:
         # LMDB takes an empty data.mdb as a new environment: create it first so the reader
         # table can be named after it
-        fd = os.open(os.path.join(store_dir, "data.mdb"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                     0o644)
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        fd = os.open(os.path.join(store_dir, "data.mdb"), flags, 0o644)
         try:
             st = os.fstat(fd)
         finally:

@@ -641,6 +641,8 @@ class Entity:
                 f"({broker.unhealthy_reason or 'offline'}); the send can be retried."
             )
         if not broker.accepting:
+            if broker.store.room_low:
+                raise broker.disk_full_error()
             if all(not p.accepting for p in self.partitions):
                 raise QuotaExceeded(
                     f"Every partition of '{self.name}' is full (MaxSizeInMegabytes reached)."
@@ -1122,6 +1124,8 @@ class Router:
             for broker in entity.partitions:
                 if not broker.healthy and not (broker.store_fault and broker.recover(now_ms)):
                     continue  # offline: its locks and timers wait until it is back
+                if broker.store.room_low:
+                    broker.check_room(now_ms)
                 deadline = broker.next_deadline()
                 if deadline is not None and deadline <= now_ms:
                     broker.on_timer(now_ms)
@@ -1201,7 +1205,8 @@ class Router:
                 "partition": b.partition_id,
                 "online": b.healthy,
                 "accepting": b.accepting,
-                "reason": b.unhealthy_reason,
+                "reason": b.unhealthy_reason or ("disk almost full" if b.store.room_low else None),
+                "room": b.store.room_bytes,
             }
             for b in entity.partitions
         ]

@@ -59,6 +59,11 @@ DEDUP_SWEEP_LIMIT = 10_000  # expired history entries deleted per commit
 MIB = 1 << 20
 MAP_HEADROOM = 64 * MIB  # map room beyond twice the quota (log, timers, dedup, page churn)
 MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, not growth
+# Room kept free on the store's disk for what must always commit (completions, dead-letters,
+# log records, timers): below it the partition takes no new messages (see measure_room()).
+DISK_RESERVE = 16 * MIB
+ROOM_BACK = DISK_RESERVE * 3 // 2  # new messages again from this much room (no flapping)
+DISK_FULL_BELOW = MIB  # a write that failed with less free space than this ran out of disk
 
 
 def map_size_for(quota_bytes: int) -> int:
@@ -194,12 +199,17 @@ class PartitionStore:
         # Held by the work that may run off the event loop on this environment (log retention)
         # and by grow()/reopen(), which remap it: no transaction may be open meanwhile.
         self.remap_lock = threading.Lock()
+        # Room for new data on the store's disk (measure_room(); None: the disk cannot say),
+        # and whether it is below DISK_RESERVE: then the partition refuses new messages.
+        self.room_bytes: int | None = None
+        self.room_low = False
         self._open()
+        self.measure_room()
 
-    def _open(self) -> None:
+    def _open(self, *, create: bool = True) -> None:
         path, durable, map_size = self.path, self._durable, self.map_size
         # the reader table on tmpfs: a read on the event loop never waits on this disk
-        self._lock_file: str | None = place_lock_file(path)
+        self._lock_file: str | None = place_lock_file(path, create=create)
         try:
             self._env = lmdb.open(
                 path,
@@ -403,7 +413,64 @@ class PartitionStore:
         except lmdb.MapFullError as exc:
             raise StoreFull(f"partition store {self.path} is full") from exc
         except lmdb.Error as exc:
-            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+            raise StoreUnavailable(
+                f"partition store {self.path} failed: {exc}{self._disk_full_note()}"
+            ) from exc
+        self.measure_room()
+
+    # ------------------------------------------------------------ room on the disk
+    def measure_room(self) -> int | None:
+        """Measure the room the store has left to grow into (room_bytes) and whether it is
+        below DISK_RESERVE (room_low). Runs after every commit (on the commit's thread) and,
+        while room is low, from the partition's timer.
+
+        LMDB cannot delete anything on a disk that is completely full (every transaction
+        writes new copies of the pages it changes), so a store that filled its disk with
+        messages could not even commit the completions that would make room again: it failed
+        every commit for good (issue 15). Keeping DISK_RESERVE free for what must always
+        commit breaks that: below it new messages are refused (server-busy) while receives,
+        completions and dead-letters go on. The room is the disk's free space plus, when that
+        runs low, the pages LMDB freed inside its file (reused before the file grows), so a
+        queue that was drained takes messages again although its file did not shrink."""
+        try:
+            vfs = os.statvfs(self.path)
+        except OSError:
+            return self.room_bytes  # (a failing disk: the commits report it)
+        room = vfs.f_bavail * vfs.f_frsize
+        if room < 2 * ROOM_BACK and not self._closed:
+            try:
+                room += self._free_pages_bytes()
+            except lmdb.Error:
+                pass
+        self.room_bytes = room
+        self.room_low = room < (ROOM_BACK if self.room_low else DISK_RESERVE)
+        return room
+
+    def _free_pages_bytes(self) -> int:
+        """About how many bytes of data.mdb LMDB has freed for reuse: the file's pages up to
+        the last one used, less the pages of every open database and the two meta pages."""
+        env = self._env
+        with env.begin() as txn:
+            main = env.stat()
+            used = main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
+            fixed = (self._meta, self._log, self._deadlines, self._dd_id, self._dd_t, self._fwd)
+            for db in (*fixed, *self._dbs.values()):
+                st = txn.stat(db)
+                used += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            last = env.info()["last_pgno"]
+        return max(0, last + 1 - 2 - used) * int(main["psize"])
+
+    def _disk_full_note(self) -> str:
+        """After a failed write: ' (the disk is full)' when it ran out of space. LMDB reports
+        a write the disk had no room for (a short write) as an I/O error."""
+        try:
+            vfs = os.statvfs(self.path)
+        except OSError:
+            return ""
+        if vfs.f_bavail * vfs.f_frsize >= DISK_FULL_BELOW:
+            return ""
+        self.room_bytes, self.room_low = 0, True
+        return " (the disk is full)"
 
     def _write_ops(
         self, txn: lmdb.Transaction, ops: list[tuple[int, str, int, bytes | None]]
@@ -586,7 +653,13 @@ class PartitionStore:
     def reopen(self) -> None:
         """Close and open the environment again (recovery after an I/O fault, when LMDB may
         refuse every further transaction); raises StoreUnavailable while the fault lasts.
-        Same conditions as grow(): no commit in flight, no transaction open."""
+        Same conditions as grow(): no commit in flight, no transaction open.
+
+        It opens only the store that is there: a directory without its data.mdb (the disk
+        unmounted for repair, its empty mount point showing) is a fault, not a new empty store
+        (LMDB would create one there, and the partition would lose its messages from view and
+        write new ones beside the disk). And the file LMDB opened must still be the one at the
+        path once it is open (not a disk mounted over it meanwhile)."""
         with self.remap_lock:
             if not self._closed:
                 self._closed = True
@@ -595,8 +668,26 @@ class PartitionStore:
                 release_lock_file(self._lock_file)
             self._dbs.clear()
             self._mapping = None
-            self._open()
+            before = self._stored_file()
+            self._open(create=False)
+            if self._stored_file() != before:
+                self._env.close()
+                release_lock_file(self._lock_file)
+                raise StoreUnavailable(f"the store at {self.path} changed while it was opened")
             self._closed = False
+        self.measure_room()
+
+    def _stored_file(self) -> tuple[int, int]:
+        """(device, inode) of the store's data.mdb; StoreUnavailable when there is none."""
+        try:
+            st = os.stat(os.path.join(self.path, "data.mdb"))
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"no store at {self.path} ({exc.strerror}; is its disk mounted?)"
+            ) from exc
+        if st.st_size == 0:
+            raise StoreUnavailable(f"no store at {self.path} (data.mdb is empty)")
+        return st.st_dev, st.st_ino
 
     def close(self) -> None:
         """Close the environment (after the last commit)."""

@@ -51,7 +51,6 @@ from .records import (
 )
 from .stats import PartitionStats
 from .store import (
-    DISK_RESERVE,
     PartitionStore,
     StoreError,
     StoreFull,
@@ -917,8 +916,8 @@ class PartitionBroker:
         retry it; receives and completions go on and make room)."""
         where = f"partition {self.partition_id} of '{self.entity}'"
         return ServerBusy(
-            f"The disk under {where} is almost full ({self.store.room_bytes} bytes of room; "
-            "the rest is kept for completions): no new messages until there is room again. "
+            f"The disk under {where} is almost full (what is left is kept for completions): "
+            "no new messages until there is room again. "
             "Receive or delete messages, or give the disk room; the send can be retried."
         )
 
@@ -934,10 +933,8 @@ class PartitionBroker:
         """Azure's quota error if `incoming` more bytes do not fit (None: they fit); the
         disk_full_error() while the disk is low on room."""
         store = self.store
-        if store.room_low or (
-            store.room_bytes is not None and store.room_bytes - 2 * incoming < DISK_RESERVE
-        ):  # (twice the bytes: LMDB's pages and the copies a commit writes)
-            return self.disk_full_error()
+        if store.room_low or (store.room_bytes is not None and 2 * incoming > store.room_bytes):
+            return self.disk_full_error()  # (twice the bytes: LMDB's pages, a commit's copies)
         if self.max_bytes <= 0 or self.stored_bytes + incoming <= self.max_bytes:
             return None
         where = f"'{self.entity}'" + (f" partition {self.partition_id}" if self.partitioned else "")

@@ -1206,7 +1206,6 @@ class Router:
                 "online": b.healthy,
                 "accepting": b.accepting,
                 "reason": b.unhealthy_reason or ("disk almost full" if b.store.room_low else None),
-                "room": b.store.room_bytes,
             }
             for b in entity.partitions
         ]

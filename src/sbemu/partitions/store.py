@@ -61,8 +61,8 @@ MAP_HEADROOM = 64 * MIB  # map room beyond twice the quota (log, timers, dedup, 
 MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, not growth
 # Room kept free on the store's disk for what must always commit (completions, dead-letters,
 # log records, timers): below it the partition takes no new messages (see measure_room()).
+# A quarter of a disk smaller than four times this.
 DISK_RESERVE = 16 * MIB
-ROOM_BACK = DISK_RESERVE * 3 // 2  # new messages again from this much room (no flapping)
 DISK_FULL_BELOW = MIB  # a write that failed with less free space than this ran out of disk
 
 
@@ -199,8 +199,8 @@ class PartitionStore:
         # Held by the work that may run off the event loop on this environment (log retention)
         # and by grow()/reopen(), which remap it: no transaction may be open meanwhile.
         self.remap_lock = threading.Lock()
-        # Room for new data on the store's disk (measure_room(); None: the disk cannot say),
-        # and whether it is below DISK_RESERVE: then the partition refuses new messages.
+        # Room for new messages on the store's disk beyond its reserve (measure_room(); None:
+        # the disk cannot say), and whether there is none: the partition refuses new messages.
         self.room_bytes: int | None = None
         self.room_low = False
         self._open()
@@ -420,9 +420,10 @@ class PartitionStore:
 
     # ------------------------------------------------------------ room on the disk
     def measure_room(self) -> int | None:
-        """Measure the room the store has left to grow into (room_bytes) and whether it is
-        below DISK_RESERVE (room_low). Runs after every commit (on the commit's thread) and,
-        while room is low, from the partition's timer.
+        """Measure the room the store has left for new messages beyond the disk's reserve
+        (room_bytes) and whether there is none (room_low; it stays low until half the
+        reserve is free again, so sends do not flap). Runs after every commit (on the
+        commit's thread) and, while room is low, from the partition's timer.
 
         LMDB cannot delete anything on a disk that is completely full (every transaction
         writes new copies of the pages it changes), so a store that filled its disk with
@@ -436,14 +437,16 @@ class PartitionStore:
             vfs = os.statvfs(self.path)
         except OSError:
             return self.room_bytes  # (a failing disk: the commits report it)
-        room = vfs.f_bavail * vfs.f_frsize
-        if room < 2 * ROOM_BACK and not self._closed:
+        reserve = min(DISK_RESERVE, vfs.f_blocks * vfs.f_frsize // 4)
+        free = vfs.f_bavail * vfs.f_frsize
+        if free < 3 * reserve and not self._closed:
             try:
-                room += self._free_pages_bytes()
+                free += self._free_pages_bytes()
             except lmdb.Error:
                 pass
+        room = free - reserve
         self.room_bytes = room
-        self.room_low = room < (ROOM_BACK if self.room_low else DISK_RESERVE)
+        self.room_low = room < (reserve // 2 if self.room_low else 0)
         return room
 
     def _free_pages_bytes(self) -> int:

@@ -416,7 +416,8 @@ class PartitionStore:
             raise StoreUnavailable(
                 f"partition store {self.path} failed: {exc}{self._disk_full_note()}"
             ) from exc
-        self.measure_room()
+        with contextlib.suppress(Exception):  # committed: a measuring fault must not say not
+            self.measure_room()
 
     # ------------------------------------------------------------ room on the disk
     def measure_room(self) -> int | None:

@@ -64,6 +64,10 @@ MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, no
 # A quarter of a disk smaller than four times this.
 DISK_RESERVE = 16 * MIB
 DISK_FULL_BELOW = MIB  # a write that failed with less free space than this ran out of disk
+# With more room than ROOM_WATCH a commit measures it only every ROOM_EVERY commits (statvfs
+# costs a few microseconds of the commit thread); below it every commit does.
+ROOM_WATCH = 4 << 30
+ROOM_EVERY = 64
 
 
 def map_size_for(quota_bytes: int) -> int:
@@ -203,6 +207,7 @@ class PartitionStore:
         # the disk cannot say), and whether there is none: the partition refuses new messages.
         self.room_bytes: int | None = None
         self.room_low = False
+        self._unmeasured = 0  # commits since the room was last measured
         self._open()
         self.measure_room()
 
@@ -416,8 +421,11 @@ class PartitionStore:
             raise StoreUnavailable(
                 f"partition store {self.path} failed: {exc}{self._disk_full_note()}"
             ) from exc
-        with contextlib.suppress(Exception):  # committed: a measuring fault must not say not
-            self.measure_room()
+        self._unmeasured += 1
+        room = self.room_bytes
+        if room is None or room < ROOM_WATCH or self._unmeasured >= ROOM_EVERY:
+            with contextlib.suppress(Exception):  # committed: a measuring fault must not say not
+                self.measure_room()
 
     # ------------------------------------------------------------ room on the disk
     def measure_room(self) -> int | None:
@@ -434,6 +442,7 @@ class PartitionStore:
         completions and dead-letters go on. The room is the disk's free space plus, when that
         runs low, the pages LMDB freed inside its file (reused before the file grows), so a
         queue that was drained takes messages again although its file did not shrink."""
+        self._unmeasured = 0
         try:
             vfs = os.statvfs(self.path)
         except OSError:

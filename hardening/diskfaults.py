@@ -122,6 +122,15 @@ class LoopFs:
             raise RuntimeError(f"e2fsck failed ({r.returncode}): {r.stdout[-500:]}{r.stderr}")
         self.mount()
 
+    def _backs(self, device: str) -> bool:
+        """Whether the loop device is still attached to this disk's image."""
+        name = os.path.basename(device)
+        try:
+            backing = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+        except OSError:
+            return False  # detached already
+        return backing == os.path.realpath(self.image)
+
     def grow_backing(self, size_mb: int) -> None:
         """Give the thin-provisioned device room again (what adding storage does)."""
         assert self.backing is not None
@@ -146,7 +155,8 @@ class LoopFs:
             _run("losetup", "-d", self.device, check=False)
             self.device = None
         for dev in self._stale:
-            _run("losetup", "-d", dev, check=False)
+            if self._backs(dev):  # (its number may have gone to another test's disk since)
+                _run("losetup", "-d", dev, check=False)
         self._stale.clear()
         if self.backing is not None and os.path.ismount(self.backing):
             _run("umount", "-l", str(self.backing), check=False)

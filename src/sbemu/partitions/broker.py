@@ -909,6 +909,12 @@ class PartitionBroker:
                     sq.more = True
 
     @property
+    def batch_number(self) -> int:
+        """Which batch the writes staged now go into: it changes each time take_commit() hands
+        the gathered writes to the committer."""
+        return self._gen
+
+    @property
     def accepting(self) -> bool:
         """Whether new messages may fit: the stored bytes are below MaxSizeInMegabytes and no
         send was refused for the quota since messages were last removed."""

@@ -15,6 +15,7 @@ import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 
 from sbemu.partitions.commits import CommitJob, CommitThreads, GroupCommit
+from sbemu.partitions.keys import partition_for_key
 from sbemu.partitions.router import MAIN
 from sbemu.partitions.store import StoreUnavailable
 
@@ -58,6 +59,38 @@ def send(entity, *messages, outcome: list) -> None:
     entity.send(list(messages), NOW, outcome.append)
 
 
+def _key_on(partition: int, count: int) -> str:
+    return next(f"k{i}" for i in range(10_000) if partition_for_key(f"k{i}", count) == partition)
+
+
+def test_keyless_sends_fill_one_commit_per_partition_in_turn(h):
+    """[P8] Key-less sends join the batch of the partition chosen last while it still gathers
+    (its commit has not started); once the batch is taken the next partition in turn is
+    chosen. One send per commit is plain round-robin."""
+    q = h.add(queue_spec("q", partitions=4))
+    commits, runner = held(h, per_entity=1)
+    outcome: list = []
+    for i in range(3):  # a stream: all three join partition 0's gathering batch
+        send(q, message(f"a{i}"), outcome=outcome)
+    commits.turn(NOW)
+    assert [(job.broker.partition_id, len(job.batch.ops)) for job in runner.started] == [(0, 3)]
+    for i in range(4):  # partition 0 commits; these gather on partition 1, waiting for a slot
+        send(q, message(f"b{i}"), outcome=outcome)
+        commits.turn(NOW)
+    assert len(runner.started) == 1
+    runner.finish()  # partition 0's commit lands; partition 1's batch of 4 starts
+    assert [(job.broker.partition_id, len(job.batch.ops)) for job in runner.started] == [(1, 4)]
+    runner.finish()
+    for i in range(4):  # one at a time, each committed before the next: round-robin
+        send(q, message(f"c{i}"), outcome=outcome)
+        commits.turn(NOW)
+        runner.finish()
+    where = h.partitions_of(q)
+    assert {where[f"a{i}"] for i in range(3)} == {0} and {where[f"b{i}"] for i in range(4)} == {1}
+    assert [where[f"c{i}"] for i in range(4)] == [2, 3, 0, 1]
+    assert outcome == [None] * 11
+
+
 def test_a_send_is_acknowledged_only_after_its_commit_and_is_then_stored(h):
     q = h.add(queue_spec("q", partitions=1))
     commits, runner = held(h)
@@ -77,8 +110,8 @@ def test_one_commit_per_dirty_partition_per_turn_all_started_together(h):
     q = h.add(queue_spec("q", partitions=4))
     commits, runner = held(h)
     outcome: list = []
-    for i in range(8):  # key-less: round-robin, two sends per partition
-        send(q, message(f"m{i}"), outcome=outcome)
+    for i in range(8):  # two sends per partition, each pinned by its key
+        send(q, message(f"m{i}", partition_key=_key_on(i % 4, 4)), outcome=outcome)
     commits.turn(NOW)
     assert sorted(job.broker.partition_id for job in runner.started) == [0, 1, 2, 3]
     assert all(len(job.batch.ops) == 2 for job in runner.started)
@@ -110,15 +143,15 @@ def test_beyond_the_bound_a_partition_waits_and_gathers_into_one_batch(h):
     q = h.add(queue_spec("q", partitions=4))
     commits, runner = held(h, max_inflight=2)
     outcome: list = []
-    for i in range(4):
-        send(q, message(f"m{i}"), outcome=outcome)
+    for i in range(4):  # one send pinned to each partition
+        send(q, message(f"m{i}", partition_key=_key_on(i % 4, 4)), outcome=outcome)
     commits.turn(NOW)
     assert len(runner.started) == 2
     waiting = {b.partition_id for b in q.partitions} - {
         j.broker.partition_id for j in runner.started
     }
     for i in range(4, 12):  # two more rounds over the four partitions
-        send(q, message(f"m{i}"), outcome=outcome)
+        send(q, message(f"m{i}", partition_key=_key_on(i % 4, 4)), outcome=outcome)
     commits.turn(NOW)
     assert len(runner.started) == 2  # still bounded
     runner.finish()
@@ -137,14 +170,14 @@ def test_an_entity_beyond_its_own_bound_gathers_while_other_entities_commit(h):
     other = h.add(queue_spec("other", partitions=1))
     commits, runner = held(h, max_inflight=8, per_entity=2)
     outcome: list = []
-    for i in range(4):  # key-less: one send per partition of the busy entity
-        send(busy, message(f"b{i}"), outcome=outcome)
+    for i in range(4):  # one send pinned to each partition of the busy entity
+        send(busy, message(f"b{i}", partition_key=_key_on(i % 4, 4)), outcome=outcome)
     send(other, message("o"), outcome=outcome)
     commits.turn(NOW)
     started = [j.broker.entity for j in runner.started]
     assert sorted(started) == ["busy", "busy", "other"]  # the other entity has its own slots
     for i in range(4, 12):  # more for every partition of the busy entity while it waits
-        send(busy, message(f"b{i}"), outcome=outcome)
+        send(busy, message(f"b{i}", partition_key=_key_on(i % 4, 4)), outcome=outcome)
     commits.turn(NOW)
     assert len(runner.started) == 3  # still two of the busy entity
     busy_jobs = [j for j in runner.started if j.broker.entity == "busy"]
@@ -169,8 +202,8 @@ def test_a_failed_commit_reaches_the_completions_and_the_turn_goes_on(h):
     errors: list = []
     commits.on_error = lambda broker, exc: errors.append((broker.partition_id, exc))
     outcome: list = []
-    send(q, message("a"), outcome=outcome)
-    send(q, message("b"), outcome=outcome)
+    send(q, message("a", partition_key=_key_on(0, 2)), outcome=outcome)
+    send(q, message("b", partition_key=_key_on(1, 2)), outcome=outcome)
     commits.turn(NOW)
     broken = runner.started[0].broker
 

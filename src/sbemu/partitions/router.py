@@ -367,6 +367,8 @@ class Entity:
             self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
         self._keyless_pid: int | None = None
+        # The partition key-less sends go to while its batch gathers: (partition, batch number)
+        self._keyless_batch: tuple[int, int] | None = None
         self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
         # The admin API's full description of the entity (sbemu.admin.catalog): every property
         # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
@@ -548,7 +550,7 @@ class Entity:
                 pid = self._partition_of(msgs)
                 if pid is None:  # key-less: the call's partition in turn
                     if keyless is None:
-                        keyless = self._next_round_robin()
+                        keyless = self._keyless_partition()
                     pid = keyless
                     key = (pid, True)
                 elif pid < 0:  # keys on several partitions: a send of its own
@@ -686,7 +688,7 @@ class Entity:
             key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
             if key is None:
                 if keyless_pid is None:
-                    keyless_pid = self._keyless_pid = self._next_round_robin()
+                    keyless_pid = self._keyless_pid = self._keyless_partition()
                 pid = keyless_pid
             else:
                 keys.add(key)
@@ -698,6 +700,31 @@ class Entity:
                 "is not supported for an entity with partitioning and duplicate detection enabled."
             )
         return groups
+
+    def _keyless_partition(self) -> int:
+        """[P8] Where key-less sends go: the partitions in turn, one commit's worth each.
+
+        Sends that arrive while the partition chosen last is still gathering its next batch
+        (its commit has not started: the partition is busy committing, or waits for a commit
+        slot of the entity) join that batch; once the batch is handed to the committer the
+        next send takes the next partition. One at a time (a sender waiting for each
+        acknowledgement) that is plain round-robin; a stream of sends fills one commit per
+        partition in turn instead of one small commit per partition per socket read, and
+        each commit's acknowledgements are one contiguous run (one disposition frame)."""
+        last = self._keyless_batch
+        if last is not None:
+            pid, number = last
+            broker = self.partitions[pid] if pid < len(self.partitions) else None
+            if (
+                broker is not None
+                and broker.batch_number == number
+                and broker.healthy
+                and broker.accepting
+            ):
+                return pid
+        pid = self._next_round_robin()
+        self._keyless_batch = (pid, self.partitions[pid].batch_number)
+        return pid
 
     def _next_round_robin(self) -> int:
         """[P8] the next partition in turn that is in service and has room."""

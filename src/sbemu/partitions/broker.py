@@ -1363,8 +1363,10 @@ class PartitionBroker:
             heap[:] = [(k.until_ms, k.seq, k.token) for k in self.locks.values() if k.session is None]
             heapq.heapify(heap)
 
-    def complete(self, token: uuid.UUID, now_ms: int, done: Done, lazy: bool = False) -> None:
-        """Delete a locked message; `done` runs after the commit.
+    def complete(
+        self, token: uuid.UUID, now_ms: int, done: Done | None, lazy: bool = False
+    ) -> None:
+        """Delete a locked message; `done` runs after the commit (None: nobody waits).
 
         `lazy`: the client settled its accept without waiting for an outcome, so the
         deletion may wait for the partition's next commit or the next timer tick (an
@@ -1376,7 +1378,8 @@ class PartitionBroker:
         try:
             self._remove(sq, rec)
             self._log(sq, LogEvent.COMPLETED, rec, now_ms)
-            self.after_commit(done)
+            if done is not None:
+                self.after_commit(done)
         finally:
             self._lazy = False
 

@@ -738,9 +738,11 @@ class Entity:
         for pid in self._route(messages):
             self._check_available(pid)
 
-    def complete(self, token: uuid.UUID, now_ms: int, done: Done, lazy: bool = False) -> None:
-        """Complete a locked message (`lazy`: nobody waits for the outcome; see
-        PartitionBroker.complete)."""
+    def complete(
+        self, token: uuid.UUID, now_ms: int, done: Done | None, lazy: bool = False
+    ) -> None:
+        """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
+        be None; see PartitionBroker.complete)."""
         self._check_settle(self._broker_for(token), token).complete(token, now_ms, done, lazy)
 
     def abandon(

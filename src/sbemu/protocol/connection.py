@@ -489,22 +489,32 @@ class AmqpConnection:
                 if lib.pn_delivery_settled(d):
                     lib.pn_delivery_settle(d)
                 return True
+            if lib.pn_delivery_settled(d):
+                # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
+                # so there is nothing to answer, now or after the commit. Let go of the
+                # delivery at once; the deletion is lazy (rides with the partition's next
+                # commit). A lost lock is nobody's to hear of: the message comes back.
+                lib.pn_delivery_settle(d)
+                try:
+                    state.entity.complete(token, self.now_ms, None, True)
+                except ServiceBusError:
+                    pass
+                return True
+            # An unsettled accept (the SDKs): answered after the commit of the deletion.
             self._accepts += 1
             order = self._accepts
-            needs_reply = not lib.pn_delivery_settled(d)
             lib.pn_incref(d)
 
             def done(error: Exception | None) -> None:
-                if error is None and needs_reply and not self.closed:
+                if error is None and not self.closed:
                     if not self._completed:
                         self.on_output()  # one flush request per batch: the flush empties it
                     self._completed.append((order, d))
                 else:
-                    self._complete_raw(d, needs_reply, error)
+                    self._complete_raw(d, True, error)
 
             try:
-                # a pre-settled accept waits for no outcome: its deletion may be lazy
-                state.entity.complete(token, self.now_ms, done, not needs_reply)
+                state.entity.complete(token, self.now_ms, done)
             except ServiceBusError as exc:
                 done(exc)
             return True

@@ -44,7 +44,6 @@ from .records import (
     MessageRecord,
     MessageState,
     decode_message,
-    encode_log,
     encode_log_after,
     encode_message,
     log_prefix,
@@ -781,22 +780,9 @@ class PartitionBroker:
         self.stats.count(event)
         offset = self._next_offset
         self._next_offset += 1
+        prefix = log_prefix(self.namespace, self.entity, sq.name, self.partition_id)
         self._batch.log.append(
-            (
-                offset,
-                encode_log(
-                    namespace=self.namespace,
-                    entity=self.entity,
-                    queue=sq.name,
-                    partition=self.partition_id,
-                    offset=offset,
-                    event=event,
-                    record=rec,
-                    event_ms=now_ms,
-                    reason=reason,
-                    with_body=self.log_bodies,
-                ),
-            )
+            (offset, encode_log_after(prefix, offset, event, rec, now_ms, reason, self.log_bodies))
         )
         self._batch.meta["next_log_offset"] = self._next_offset
         self._dirty()
@@ -1252,6 +1238,60 @@ class PartitionBroker:
             self._log(sq, LogEvent.DELIVERED, rec, now_ms)
             self._log(sq, LogEvent.COMPLETED, rec, now_ms)
             return rec, None
+
+    def take_batch(
+        self, queue: str, now_ms: int, limit: int
+    ) -> list[tuple[MessageRecord, Lock | None]]:
+        """Up to `limit` messages peek-locked for a receiver outside sessions: what as many
+        take_next calls would give, in one call (the receive hot path: a dispatch takes a
+        run of messages from a partition, not one message per call down the stack)."""
+        sq = self.queues[queue]
+        out: list[tuple[MessageRecord, Lock | None]] = []
+        if sq.settings.requires_session:
+            return out
+        pop = self._pop_ready
+        default_ttl = sq.settings.default_ttl_ms
+        until = now_ms + sq.settings.lock_duration_ms
+        pid = self.partition_id
+        sq_locks, locks, heap, push = sq.locks, self.locks, self._lock_heap, heapq.heappush
+        put_log = self._batch.log.append
+        prefix = log_prefix(self.namespace, self.entity, sq.name, pid)
+        with_body = self.log_bodies
+        delivered = LogEvent.DELIVERED
+        try:
+            while len(out) < limit:
+                rec = pop(sq, None)
+                if rec is None:
+                    break
+                at = rec.expires_at_ms
+                if at is not None and at <= now_ms and default_ttl is not None:
+                    self._expire(sq, rec, now_ms)
+                    continue
+                # _lock() for a message outside sessions, its log record lazy (see _dirty)
+                seq = rec.sequence_number
+                token = make_lock_token(pid)
+                lock = Lock(token, sq, seq, until, None, rec)
+                sq_locks[seq] = lock
+                locks[token.int] = lock
+                push(heap, (until, seq, token))
+                offset = self._next_offset
+                self._next_offset = offset + 1
+                put_log((offset, encode_log_after(prefix, offset, delivered, rec, now_ms, None, with_body)))
+                out.append((rec, lock))
+        except StoreError:
+            if not out:
+                raise  # nothing taken: the caller sees the fault as from take_next
+            # else: hand over what was locked; the next take meets the fault again
+        finally:
+            if out:
+                self.stats.events[delivered] += len(out)
+                self._batch.meta["next_log_offset"] = self._next_offset
+                self._lazy = self._mark_lazy is not None
+                try:
+                    self._dirty()
+                finally:
+                    self._lazy = False
+        return out
 
     def take_deferred(
         self, queue: str, seq: int, now_ms: int, peek_lock: bool

@@ -85,6 +85,10 @@ class StorageLayoutError(Exception):
     """The data directory does not match the configuration (e.g. a changed partition count)."""
 
 
+# A run of messages one take gave a receiver: each record with its lock (peek-lock).
+Taken = list[tuple[MessageRecord, Lock | None]]
+
+
 @dataclass(slots=True)
 class Delivered:
     """One message handed to a consumer: the record, its lock (peek-lock) and where it lives."""
@@ -106,6 +110,9 @@ class Consumer(Protocol):
 
     def deliver(self, delivered: Delivered) -> None:
         """Hand over one message (the consumer puts it on the wire)."""
+
+    def deliver_batch(self, taken: Taken, partition_id: int | None) -> None:
+        """Hand over messages of one partition, in order (peek-locked: each with its lock)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -273,6 +280,9 @@ class EntityView:
             self.entity.accessed_ms = now_ms  # admin API AccessedAt: receives count too
         if len(consumers) == 1:
             consumer = consumers[0]
+            if consumer.session is None and consumer.peek_lock:
+                self._serve_batches(now_ms, consumer)
+                return
             for _ in range(consumer.credit()):
                 delivered = self._take(now_ms, consumer)
                 if delivered is None:
@@ -294,6 +304,38 @@ class EntityView:
                 consumer.deliver(delivered)
                 progressed = True
             self._next_consumer += 1
+            if not progressed:
+                return
+
+    def _serve_batches(self, now_ms: int, consumer: Consumer) -> None:
+        """The one peek-lock receiver outside sessions: its credit filled with runs of
+        messages, a share of it from each partition in turn (one take per partition and
+        run rather than one per message; across partitions the order is not kept anyway
+        [P12])."""
+        credit = consumer.credit()
+        if credit <= 0 or (self.entity.spec.requires_session and self.queue == MAIN):
+            return  # a session entity serves session receivers only
+        queue = self.queue
+        parts = self.entity.partitions
+        n = len(parts)
+        partitioned = self.entity.partitioned
+        while credit > 0:
+            share = max(1, credit // n)
+            progressed = False
+            for _ in range(n):
+                idx = self._next_partition
+                broker = parts[idx]
+                self._next_partition = (idx + 1) % n
+                if not broker.healthy or not broker.has_ready(queue):
+                    continue
+                taken = broker.take_batch(queue, now_ms, min(share, credit))
+                if not taken:
+                    continue
+                consumer.deliver_batch(taken, broker.partition_id if partitioned else None)
+                credit -= len(taken)
+                progressed = True
+                if credit <= 0:
+                    return
             if not progressed:
                 return
 

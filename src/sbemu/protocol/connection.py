@@ -55,7 +55,7 @@ from ..errors import (
     Unauthorized,
 )
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Delivered, Entity, SessionHandle
+from ..partitions.router import Delivered, Entity, SessionHandle, Taken
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -960,22 +960,30 @@ class AmqpConnection:
 
     # ------------------------------------------------------------------ deliveries out
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
-        rec = delivered.record
-        lock = delivered.lock
-        if lock is not None:
-            data = delivery_bytes(rec, delivered.partition_id, lock.until_ms)
-            tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
-        else:
-            data = encode_delivery(rec, delivered.partition_id, None)
-            tag = next(self._tag_counter).to_bytes(8, "big")
+        self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
+
+    def send_deliveries(
+        self, state: ReceiveLink, taken: Taken, partition_id: int | None
+    ) -> None:
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
-        delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))
-        _lib.pn_link_send(link, data, len(data))
-        _lib.pn_link_advance(link)
-        if lock is None:
-            _lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
-        else:
-            state.unsettled[tag] = lock.token
+        lib, ffi = _lib, _ffi
+        unsettled = state.unsettled
+        for rec, lock in taken:
+            if lock is not None:
+                data = delivery_bytes(rec, partition_id, lock.until_ms)
+                token = lock.token
+                tag = token.bytes_le  # [contract 4.6] .NET Guid byte order
+                lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+                lib.pn_link_send(link, data, len(data))
+                lib.pn_link_advance(link)
+                unsettled[tag] = token
+            else:
+                data = encode_delivery(rec, partition_id, None)
+                tag = next(self._tag_counter).to_bytes(8, "big")
+                delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+                lib.pn_link_send(link, data, len(data))
+                lib.pn_link_advance(link)
+                lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
         self.on_output()
 

@@ -151,6 +151,12 @@ _token_at = 0
 # bytes; then version 4, variant 10 (RFC 4122) and the partition id in the last two bytes.
 _TOKEN_KEEP = ((1 << 128) - 1) & ~((0xF << 76) | (0x3 << 62) | 0xFFFF)
 _TOKEN_V4 = (0x4 << 76) | (0x2 << 62)
+# uuid.UUID(int=...) checks its arguments in Python (about 10x the cost of the object): a
+# token's int is valid by construction, so the UUID is made as its __init__ ends, directly.
+_UUID = uuid.UUID
+_new_object = object.__new__
+_set_slot = object.__setattr__
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
 
 
 def make_lock_token(partition_id: int) -> uuid.UUID:
@@ -161,7 +167,10 @@ def make_lock_token(partition_id: int) -> uuid.UUID:
         _token_pool, at = os.urandom(16 * _TOKEN_POOL), 0
     _token_at = at + 16
     bits = int.from_bytes(_token_pool[at : at + 16], "big")
-    return uuid.UUID(int=(bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF))
+    token = _new_object(_UUID)
+    _set_slot(token, "int", (bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF))
+    _set_slot(token, "is_safe", _SAFE_UNKNOWN)
+    return token
 
 
 def partition_of_token(token: uuid.UUID) -> int:

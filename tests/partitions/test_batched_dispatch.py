@@ -10,7 +10,7 @@ import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import MAIN, Harness, msg
 
-from sbemu.partitions.broker import partition_of_token
+from sbemu.partitions.broker import make_lock_token, partition_of_token
 from sbemu.partitions.records import LogEvent, decode_log
 from sbemu.partitions.router import Taken
 
@@ -146,3 +146,48 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
     assert [r.message_id for r, _ in taken] == ["m0", "m1"]  # locked before the fault
     with pytest.raises(StoreUnavailable):
         broker_h.broker.take_batch(MAIN, 2000, 5)  # nothing taken: the fault is seen
+
+
+def test_complete_lazy_completes_across_partitions_and_skips_lost_locks(h):
+    q = h.add(queue_spec(partitions=4))
+    for i in range(8):
+        h.send(q, message(f"m{i}"))
+    view = q.views[MAIN]
+    rcv = Receiver(8)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    locks = [lock for _, taken in rcv.runs for _, lock in taken]
+    assert len(locks) == 8 and len({partition_of_token(k.token) for k in locks}) == 4
+    stale = locks[0]
+    q.complete(stale.token, NOW, None, True)  # completed once already: its lock is gone
+    unknown = make_lock_token(2)
+    tokens = [k.token for k in locks[1:]] + [stale.token, unknown]
+    q.complete_lazy(tokens, NOW)
+    assert not any(b.locks for b in q.partitions)
+    assert not h.router.dirty, "lazy: nothing commits on its own"
+    h.router.flush_lazy()
+    h.commit()
+    assert h.peek(q) == []
+    for b in q.partitions:
+        events = [decode_log(v)["event"] for _, v in b.store.read_log(0, 100)]
+        assert events.count("completed") == events.count("enqueued") == 2
+
+
+def test_complete_lazy_skips_an_expired_lock_and_the_message_comes_back(h):
+    q = h.add(queue_spec(partitions=1))
+    h.send(q, message("a"))
+    view = q.views[MAIN]
+    rcv = Receiver(1)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    [(_, [(_, lock)])] = rcv.runs
+    assert lock is not None
+    later = lock.until_ms
+    q.complete_lazy([lock.token], later)  # the lock ran out: nothing is completed
+    h.router.on_timer(later)
+    h.router.flush_lazy()
+    h.commit()
+    assert [rec.message_id for rec, _ in h.peek(q)] == ["a"]
+    rcv.left = 1
+    view.dispatch(later)
+    assert rcv.runs[-1][1][0][0].delivery_count == 1  # delivered again

@@ -1421,16 +1421,43 @@ class PartitionBroker:
         deletion may wait for the partition's next commit or the next timer tick (an
         unconfirmed completion may come back after a crash: at least once)."""
         lock = self._live_lock(token, now_ms)
-        rec = self._unlock(lock)
-        sq = lock.queue
         self._lazy = lazy and self._mark_lazy is not None
         try:
-            self._remove(sq, rec)
-            self._log(sq, LogEvent.COMPLETED, rec, now_ms)
+            self._complete_locked(lock, now_ms)
             if done is not None:
                 self.after_commit(done)
         finally:
             self._lazy = False
+
+    def complete_lazy(self, tokens: list[uuid.UUID], now_ms: int) -> None:
+        """complete(token, now_ms, None, lazy=True) for each token, in order, a lost lock
+        skipped: nobody waits for these outcomes (pre-settled accepts), so a message whose
+        lock was lost comes back as if its lock had expired, and nobody is told."""
+        locks = self.locks
+        self._lazy = self._mark_lazy is not None
+        try:
+            for token in tokens:
+                lock = locks.get(token.int)
+                if lock is None:
+                    continue
+                if lock.session is None:
+                    if lock.until_ms <= now_ms:
+                        continue
+                else:
+                    try:
+                        self._live_lock(token, now_ms)  # the session's lock must be held
+                    except ServiceBusError:
+                        continue
+                self._complete_locked(lock, now_ms)
+        finally:
+            self._lazy = False
+
+    def _complete_locked(self, lock: Lock, now_ms: int) -> None:
+        """Delete the message of a live lock (the lock ends)."""
+        rec = self._unlock(lock)
+        sq = lock.queue
+        self._remove(sq, rec)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done

@@ -488,17 +488,20 @@ class Entity:
             return False
         return True
 
-    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+    def _settles_freely(self) -> bool:
+        """The common case, without building receiver settings per settlement: an Active
+        entity that forwards nothing (and, for a topic, no subscription with its own Status
+        or forwarding) lets every sub-queue settle [check_receive]."""
         s = self.settings
-        if (
+        return (
             s.status is EntityStatus.ACTIVE
             and s.forward_to is None
             and s.forward_dead_lettered_messages_to is None
             and not s.subscriptions
-        ):
-            # The common case, without building receiver settings per settlement: an Active
-            # entity that forwards nothing (and, for a topic, no subscription with its own
-            # Status or forwarding) lets every sub-queue settle [check_receive].
+        )
+
+    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+        if self._settles_freely():
             return broker
         lock = broker.lock_of(token)
         if lock is not None:
@@ -786,6 +789,43 @@ class Entity:
         """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
         be None; see PartitionBroker.complete)."""
         self._check_settle(self._broker_for(token), token).complete(token, now_ms, done, lazy)
+
+    def complete_lazy(self, tokens: list[uuid.UUID], now_ms: int) -> None:
+        """Complete locked messages whose outcome nobody waits for (pre-settled accepts), one
+        call per partition: lazy deletions (see PartitionBroker.complete_lazy); a token whose
+        lock is lost, or whose partition is unavailable, is skipped (its message comes back
+        as after a lock expiry)."""
+        if self.deleted:
+            return
+        self.touched = True
+        parts = self.partitions
+        groups: dict[int, list[uuid.UUID]]
+        if len(parts) == 1:
+            groups = {0: tokens}  # a token of no partition of ours finds no lock there
+        else:
+            groups = {}
+            for token in tokens:
+                pid = partition_of_token(token)
+                group = groups.get(pid)
+                if group is None:
+                    groups[pid] = [token]
+                else:
+                    group.append(token)
+        free = self._settles_freely()
+        for pid, group in groups.items():
+            if pid >= len(parts) or not parts[pid].healthy:
+                continue
+            broker = parts[pid]
+            if not free:
+                group = [t for t in group if self._may_settle(broker, t)]
+            broker.complete_lazy(group, now_ms)
+
+    def _may_settle(self, broker: PartitionBroker, token: uuid.UUID) -> bool:
+        try:
+            self._check_settle(broker, token)
+        except ServiceBusError:
+            return False
+        return True
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done

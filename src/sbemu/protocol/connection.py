@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -168,6 +169,8 @@ class AmqpConnection:
         self._remote_links = 0  # links the peer attached and has not detached yet
         # Transfers read but not yet sent, by link: (their messages, their C deliveries)
         self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
+        # Lock tokens of pre-settled accepts read but not yet completed, by link
+        self._lazy_completes: dict[ReceiveLink, list[uuid.UUID]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -375,6 +378,8 @@ class AmqpConnection:
                 if not handled:
                     if self._sends:  # transfers before this event are sent before it is handled
                         self._send_pending()
+                    if self._lazy_completes:  # and accepts before it are completed
+                        self._complete_lazy()
                     event = Event.wrap(ev)
                     try:
                         self._dispatch(event)
@@ -383,6 +388,8 @@ class AmqpConnection:
             lib.pn_collector_pop(impl)
         if self._sends:
             self._send_pending()
+        if self._lazy_completes:
+            self._complete_lazy()
 
     def _send_pending(self) -> None:
         """Send the transfers _fast_event gathered, one Entity.send_many per link: each is
@@ -395,6 +402,18 @@ class AmqpConnection:
                 state.entity.send_many(sends, now_ms, _Acknowledge(self, deliveries))
             except Exception as exc:  # not the peer's fault: the link ends, the server stays
                 log.exception("connection %d: unexpected error storing transfers", self.id)
+                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
+
+    def _complete_lazy(self) -> None:
+        """Complete the pre-settled accepts _fast_event gathered: one Entity.complete_lazy
+        per link (nobody waits for these outcomes; see _fast_event)."""
+        pending, self._lazy_completes = self._lazy_completes, {}
+        now_ms = self.now_ms
+        for state, tokens in pending.items():
+            try:
+                state.entity.complete_lazy(tokens, now_ms)
+            except Exception as exc:  # not the peer's fault: the link ends, the server stays
+                log.exception("connection %d: unexpected error completing messages", self.id)
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
 
     def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
@@ -493,12 +512,14 @@ class AmqpConnection:
                 # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
                 # so there is nothing to answer, now or after the commit. Let go of the
                 # delivery at once; the deletion is lazy (rides with the partition's next
-                # commit). A lost lock is nobody's to hear of: the message comes back.
+                # commit). A lost lock is nobody's to hear of: the message comes back. The
+                # accepts of one read are completed together, per partition.
                 lib.pn_delivery_settle(d)
-                try:
-                    state.entity.complete(token, self.now_ms, None, True)
-                except ServiceBusError:
-                    pass
+                lazy = self._lazy_completes.get(state)
+                if lazy is None:
+                    self._lazy_completes[state] = [token]  # completed by _complete_lazy
+                else:
+                    lazy.append(token)
                 return True
             # An unsettled accept (the SDKs): answered after the commit of the deletion.
             self._accepts += 1

@@ -93,14 +93,21 @@ class Route:
 
 @dataclass(slots=True)
 class Lock:
-    """A peek-lock held on one message."""
+    """A peek-lock held on one message. Its lock token is `key`, the token's int: the
+    receive path keeps and passes ints (no UUID object per delivery); `token` makes the
+    UUID when one is wanted."""
 
-    token: uuid.UUID
+    key: int
     queue: SubQueue
     seq: int
     until_ms: int
     session: SessionLock | None = None  # message locks of a session live as long as it does
     record: MessageRecord | None = None  # the locked message (the in-flight window is in memory)
+
+    @property
+    def token(self) -> uuid.UUID:
+        """The lock token."""
+        return token_of(self.key)
 
 
 @dataclass(slots=True, eq=False)
@@ -159,18 +166,29 @@ _set_slot = object.__setattr__
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown
 
 
-def make_lock_token(partition_id: int) -> uuid.UUID:
-    """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
+def make_lock_key(partition_id: int) -> int:
+    """The int of a random version-4 GUID whose last two bytes carry the partition id (for
+    O(1) lookup): a lock token as the receive path keeps it."""
     global _token_pool, _token_at
     at = _token_at
     if at >= len(_token_pool):
         _token_pool, at = os.urandom(16 * _TOKEN_POOL), 0
     _token_at = at + 16
     bits = int.from_bytes(_token_pool[at : at + 16], "big")
+    return (bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF)
+
+
+def token_of(key: int) -> uuid.UUID:
+    """The lock token (a UUID) whose int is `key`."""
     token = _new_object(_UUID)
-    _set_slot(token, "int", (bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF))
+    _set_slot(token, "int", key)
     _set_slot(token, "is_safe", _SAFE_UNKNOWN)
     return token
+
+
+def make_lock_token(partition_id: int) -> uuid.UUID:
+    """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
+    return token_of(make_lock_key(partition_id))
 
 
 def partition_of_token(token: uuid.UUID) -> int:
@@ -324,7 +342,7 @@ class PartitionBroker:
         self.queues = {name: SubQueue(name, s) for name, s in queues.items()}
         # Live locks by their token's int (a UUID hashes in Python code, its int in C).
         self.locks: dict[int, Lock] = {}
-        self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
+        self._lock_heap: list[tuple[int, int, int]] = []  # (until, seq, lock key)
         self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
         # Writes nobody waits for (see _dirty): the committer takes them with the partition's
@@ -1278,11 +1296,11 @@ class PartitionBroker:
                     continue
                 # _lock() for a message outside sessions, its log record lazy (see _dirty)
                 seq = rec.sequence_number
-                token = make_lock_token(pid)
-                lock = Lock(token, sq, seq, until, None, rec)
+                key = make_lock_key(pid)
+                lock = Lock(key, sq, seq, until, None, rec)
                 sq_locks[seq] = lock
-                locks[token.int] = lock
-                push(heap, (until, seq, token))
+                locks[key] = lock
+                push(heap, (until, seq, key))
                 offset = self._next_offset
                 self._next_offset = offset + 1
                 put_log((offset, encode_log_after(prefix, offset, delivered, rec, now_ms, None, with_body)))
@@ -1325,11 +1343,11 @@ class PartitionBroker:
         self, sq: SubQueue, rec: MessageRecord, now_ms: int, session: SessionLock | None = None
     ) -> Lock:
         until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
-        lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session, rec)
+        lock = Lock(make_lock_key(self.partition_id), sq, rec.sequence_number, until, session, rec)
         sq.locks[rec.sequence_number] = lock
-        self.locks[lock.token.int] = lock
+        self.locks[lock.key] = lock
         if session is None:  # a session's message locks end with the session lock
-            heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
+            heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.key))
         # A lock is memory only; its log record may ride with the next commit (see _dirty).
         self._lazy = self._mark_lazy is not None
         try:
@@ -1396,7 +1414,7 @@ class PartitionBroker:
         return lock
 
     def _unlock(self, lock: Lock) -> MessageRecord:
-        del self.locks[lock.token.int]
+        del self.locks[lock.key]
         del lock.queue.locks[lock.seq]
         self._trim_lock_heap()
         assert lock.record is not None  # every lock carries its message
@@ -1409,7 +1427,7 @@ class PartitionBroker:
         (on_timer may be popping this very list)."""
         heap = self._lock_heap
         if len(heap) > 2 * len(self.locks) + LOCK_HEAP_SLACK:
-            heap[:] = [(k.until_ms, k.seq, k.token) for k in self.locks.values() if k.session is None]
+            heap[:] = [(k.until_ms, k.seq, k.key) for k in self.locks.values() if k.session is None]
             heapq.heapify(heap)
 
     def complete(
@@ -1429,15 +1447,15 @@ class PartitionBroker:
         finally:
             self._lazy = False
 
-    def complete_lazy(self, tokens: list[uuid.UUID], now_ms: int) -> None:
-        """complete(token, now_ms, None, lazy=True) for each token, in order, a lost lock
-        skipped: nobody waits for these outcomes (pre-settled accepts), so a message whose
-        lock was lost comes back as if its lock had expired, and nobody is told."""
+    def complete_lazy(self, keys: list[int], now_ms: int) -> None:
+        """complete(token, now_ms, None, lazy=True) for each lock token (by its int), in
+        order, a lost lock skipped: nobody waits for these outcomes (pre-settled accepts), so
+        a message whose lock was lost comes back as if its lock had expired, unannounced."""
         locks = self.locks
         self._lazy = self._mark_lazy is not None
         try:
-            for token in tokens:
-                lock = locks.get(token.int)
+            for key in keys:
+                lock = locks.get(key)
                 if lock is None:
                     continue
                 if lock.session is None:
@@ -1445,7 +1463,7 @@ class PartitionBroker:
                         continue
                 else:
                     try:
-                        self._live_lock(token, now_ms)  # the session's lock must be held
+                        self._live_lock(lock.token, now_ms)  # the session's lock must be held
                     except ServiceBusError:
                         continue
                 self._complete_locked(lock, now_ms)
@@ -1551,7 +1569,7 @@ class PartitionBroker:
                 "session lock instead."
             )
         lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
-        heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.token))
+        heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.key))
         self._trim_lock_heap()
         return lock.until_ms
 
@@ -1666,8 +1684,8 @@ class PartitionBroker:
         """Expire locks and messages, activate scheduled messages that are due."""
         heap = self._lock_heap
         while heap and heap[0][0] <= now_ms:
-            until, _seq, token = heapq.heappop(heap)
-            lock = self.locks.get(token.int)
+            until, _seq, key = heapq.heappop(heap)
+            lock = self.locks.get(key)
             if lock is None or lock.until_ms != until:
                 continue  # settled, or renewed (a newer heap entry exists)
             rec = self._unlock(lock)

@@ -48,6 +48,7 @@ from .broker import (
     SubQueueSettings,
     partition_of_token,
 )
+from .broker import token_of as token_of  # the protocol side's way from a lock key to its token
 from .dedup import DuplicateHistory
 from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target, transfer_counts
 from .idle import IdleTracker
@@ -790,34 +791,34 @@ class Entity:
         be None; see PartitionBroker.complete)."""
         self._check_settle(self._broker_for(token), token).complete(token, now_ms, done, lazy)
 
-    def complete_lazy(self, tokens: list[uuid.UUID], now_ms: int) -> None:
-        """Complete locked messages whose outcome nobody waits for (pre-settled accepts), one
-        call per partition: lazy deletions (see PartitionBroker.complete_lazy); a token whose
-        lock is lost, or whose partition is unavailable, is skipped (its message comes back
-        as after a lock expiry)."""
+    def complete_lazy(self, keys: list[int], now_ms: int) -> None:
+        """Complete locked messages whose outcome nobody waits for (pre-settled accepts), by
+        their lock tokens' ints, one call per partition: lazy deletions (see
+        PartitionBroker.complete_lazy); a token whose lock is lost, or whose partition is
+        unavailable, is skipped (its message comes back as after a lock expiry)."""
         if self.deleted:
             return
         self.touched = True
         parts = self.partitions
-        groups: dict[int, list[uuid.UUID]]
+        groups: dict[int, list[int]]
         if len(parts) == 1:
-            groups = {0: tokens}  # a token of no partition of ours finds no lock there
+            groups = {0: keys}  # a token of no partition of ours finds no lock there
         else:
             groups = {}
-            for token in tokens:
-                pid = partition_of_token(token)
+            for key in keys:
+                pid = key & 0xFFFF  # partition_of_token
                 group = groups.get(pid)
                 if group is None:
-                    groups[pid] = [token]
+                    groups[pid] = [key]
                 else:
-                    group.append(token)
+                    group.append(key)
         free = self._settles_freely()
         for pid, group in groups.items():
             if pid >= len(parts) or not parts[pid].healthy:
                 continue
             broker = parts[pid]
             if not free:
-                group = [t for t in group if self._may_settle(broker, t)]
+                group = [k for k in group if self._may_settle(broker, token_of(k))]
             broker.complete_lazy(group, now_ms)
 
     def _may_settle(self, broker: PartitionBroker, token: uuid.UUID) -> bool:

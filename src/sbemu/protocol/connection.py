@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +56,7 @@ from ..errors import (
     Unauthorized,
 )
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Delivered, Entity, SessionHandle, Taken
+from ..partitions.router import Delivered, Entity, SessionHandle, Taken, token_of
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -112,6 +112,10 @@ _PN_IGNORED = frozenset(
     )
 )
 _PN_ACCEPTED = Delivery.ACCEPTED
+# A lock token's int in .NET Guid byte order (UUID.bytes_le): the first three fields little-
+# endian, the last 8 bytes as they are.
+_GUID_HEAD = struct.Struct("<IHH")
+_LOW64 = (1 << 64) - 1
 _NULL = _ffi.NULL
 _MISSING = object()
 _WAITING = LinkPhase.WAITING
@@ -169,8 +173,8 @@ class AmqpConnection:
         self._remote_links = 0  # links the peer attached and has not detached yet
         # Transfers read but not yet sent, by link: (their messages, their C deliveries)
         self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
-        # Lock tokens of pre-settled accepts read but not yet completed, by link
-        self._lazy_completes: dict[ReceiveLink, list[uuid.UUID]] = {}
+        # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
+        self._lazy_completes: dict[ReceiveLink, list[int]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -503,8 +507,8 @@ class AmqpConnection:
             if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
                 return False
             tag = lib.pn_delivery_tag(d)
-            token = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
-            if token is None:
+            key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
+            if key is None:
                 if lib.pn_delivery_settled(d):
                     lib.pn_delivery_settle(d)
                 return True
@@ -517,9 +521,9 @@ class AmqpConnection:
                 lib.pn_delivery_settle(d)
                 lazy = self._lazy_completes.get(state)
                 if lazy is None:
-                    self._lazy_completes[state] = [token]  # completed by _complete_lazy
+                    self._lazy_completes[state] = [key]  # completed by _complete_lazy
                 else:
-                    lazy.append(token)
+                    lazy.append(key)
                 return True
             # An unsettled accept (the SDKs): answered after the commit of the deletion.
             self._accepts += 1
@@ -535,7 +539,7 @@ class AmqpConnection:
                     self._complete_raw(d, True, error)
 
             try:
-                state.entity.complete(token, self.now_ms, done)
+                state.entity.complete(token_of(key), self.now_ms, done)
             except ServiceBusError as exc:
                 done(exc)
             return True
@@ -992,12 +996,15 @@ class AmqpConnection:
         for rec, lock in taken:
             if lock is not None:
                 data = delivery_bytes(rec, partition_id, lock.until_ms)
-                token = lock.token
-                tag = token.bytes_le  # [contract 4.6] .NET Guid byte order
-                lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+                key = lock.key
+                # [contract 4.6] the lock token in .NET Guid byte order (UUID.bytes_le)
+                tag = _GUID_HEAD.pack(key >> 96, (key >> 80) & 0xFFFF, (key >> 64) & 0xFFFF) + (
+                    key & _LOW64
+                ).to_bytes(8, "big")
+                lib.pn_delivery(link, (16, ffi.from_buffer(tag)))
                 lib.pn_link_send(link, data, len(data))
                 lib.pn_link_advance(link)
-                unsettled[tag] = token
+                unsettled[tag] = key
             else:
                 data = encode_delivery(rec, partition_id, None)
                 tag = next(self._tag_counter).to_bytes(8, "big")
@@ -1009,12 +1016,13 @@ class AmqpConnection:
         self.on_output()
 
     def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        token = state.unsettled.pop(raw_tag(delivery), None)
+        key = state.unsettled.pop(raw_tag(delivery), None)
         outcome = delivery.remote_state
-        if token is None or outcome is None:
+        if key is None or outcome is None:
             if delivery.settled:
                 delivery.settle()
             return
+        token = token_of(key)
         if outcome == TRANSACTIONAL_STATE:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:

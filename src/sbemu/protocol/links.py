@@ -26,7 +26,6 @@ objects in a LinkMap keyed by the proton link.
 from __future__ import annotations
 
 import enum
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,7 +143,8 @@ class ReceiveLink:
     entity: Entity
     view: EntityView
     peek_lock: bool
-    unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
+    # delivery tag -> its lock token's int (Lock.key; router.token_of makes the UUID)
+    unsettled: dict[bytes, int] = field(default_factory=dict)
     session: SessionHandle | None = None  # the accepted session of a session receiver
 
     def credit(self) -> int:

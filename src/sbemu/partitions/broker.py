@@ -804,14 +804,27 @@ class PartitionBroker:
     def _log(
         self, sq: SubQueue, event: LogEvent, rec: MessageRecord, now_ms: int, reason: str | None = None
     ) -> None:
-        self.stats.count(event)
-        offset = self._next_offset
-        self._next_offset += 1
+        self._log_run(sq, event, (rec,), now_ms, reason)
+
+    def _log_run(
+        self,
+        sq: SubQueue,
+        event: LogEvent,
+        recs: list[MessageRecord] | tuple[MessageRecord, ...],
+        now_ms: int,
+        reason: str | None = None,
+    ) -> None:
+        """Log one event for each of `recs` (messages of one sub-queue), in order."""
         prefix = log_prefix(self.namespace, self.entity, sq.name, self.partition_id)
-        self._batch.log.append(
-            (offset, encode_log_after(prefix, offset, event, rec, now_ms, reason, self.log_bodies))
-        )
-        self._batch.meta["next_log_offset"] = self._next_offset
+        with_body = self.log_bodies
+        put = self._batch.log.append
+        offset = self._next_offset
+        for rec in recs:
+            put((offset, encode_log_after(prefix, offset, event, rec, now_ms, reason, with_body)))
+            offset += 1
+        self._next_offset = offset
+        self.stats.events[event] += len(recs)
+        self._batch.meta["next_log_offset"] = offset
         self._dirty()
 
     def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
@@ -1281,10 +1294,6 @@ class PartitionBroker:
         until = now_ms + sq.settings.lock_duration_ms
         pid = self.partition_id
         sq_locks, locks, heap, push = sq.locks, self.locks, self._lock_heap, heapq.heappush
-        put_log = self._batch.log.append
-        prefix = log_prefix(self.namespace, self.entity, sq.name, pid)
-        with_body = self.log_bodies
-        delivered = LogEvent.DELIVERED
         try:
             while len(out) < limit:
                 rec = pop(sq, None)
@@ -1301,9 +1310,6 @@ class PartitionBroker:
                 sq_locks[seq] = lock
                 locks[key] = lock
                 push(heap, (until, seq, key))
-                offset = self._next_offset
-                self._next_offset = offset + 1
-                put_log((offset, encode_log_after(prefix, offset, delivered, rec, now_ms, None, with_body)))
                 out.append((rec, lock))
         except StoreError:
             if not out:
@@ -1311,11 +1317,9 @@ class PartitionBroker:
             # else: hand over what was locked; the next take meets the fault again
         finally:
             if out:
-                self.stats.events[delivered] += len(out)
-                self._batch.meta["next_log_offset"] = self._next_offset
                 self._lazy = self._mark_lazy is not None
                 try:
-                    self._dirty()
+                    self._log_run(sq, LogEvent.DELIVERED, [rec for rec, _ in out], now_ms)
                 finally:
                     self._lazy = False
         return out
@@ -1452,6 +1456,8 @@ class PartitionBroker:
         order, a lost lock skipped: nobody waits for these outcomes (pre-settled accepts), so
         a message whose lock was lost comes back as if its lock had expired, unannounced."""
         locks = self.locks
+        run: list[MessageRecord] = []  # completed messages of `sq`, logged together
+        sq: SubQueue | None = None
         self._lazy = self._mark_lazy is not None
         try:
             for key in keys:
@@ -1466,7 +1472,16 @@ class PartitionBroker:
                         self._live_lock(lock.token, now_ms)  # the session's lock must be held
                     except ServiceBusError:
                         continue
-                self._complete_locked(lock, now_ms)
+                if lock.queue is not sq:
+                    if run and sq is not None:
+                        self._log_run(sq, LogEvent.COMPLETED, run, now_ms)
+                        run = []
+                    sq = lock.queue
+                rec = self._unlock(lock)
+                self._remove(sq, rec)
+                run.append(rec)
+            if run and sq is not None:
+                self._log_run(sq, LogEvent.COMPLETED, run, now_ms)
         finally:
             self._lazy = False
 

@@ -1477,13 +1477,18 @@ class PartitionBroker:
                         self._log_run(sq, LogEvent.COMPLETED, run, now_ms)
                         run = []
                     sq = lock.queue
-                rec = self._unlock(lock)
+                # _unlock(), the lock heap trimmed once for the whole run
+                del locks[key]
+                del sq.locks[lock.seq]
+                rec = lock.record
+                assert rec is not None  # every lock carries its message
                 self._remove(sq, rec)
                 run.append(rec)
             if run and sq is not None:
                 self._log_run(sq, LogEvent.COMPLETED, run, now_ms)
         finally:
             self._lazy = False
+            self._trim_lock_heap()
 
     def _complete_locked(self, lock: Lock, now_ms: int) -> None:
         """Delete the message of a live lock (the lock ends)."""

@@ -245,6 +245,11 @@ def test_lock_token_carries_partition():
     for pid in (0, 7, 15):
         token = make_lock_token(pid)
         assert partition_of_token(token) == pid and token.version == 4
+        # a UUID like any other (it is built without UUID.__init__'s checks)
+        same = uuid.UUID(str(token))
+        assert token == same and hash(token) == hash(same) and token.bytes_le == same.bytes_le
+        assert token.variant == uuid.RFC_4122 and token.is_safe == same.is_safe
+        assert {token: 1}[same] == 1 and uuid.UUID(bytes_le=token.bytes_le) == token
 
 
 def test_message_records_without_spans_still_decode():

@@ -44,7 +44,6 @@ from .records import (
     MessageRecord,
     MessageState,
     decode_message,
-    encode_log,
     encode_log_after,
     encode_message,
     log_prefix,
@@ -95,14 +94,21 @@ class Route:
 
 @dataclass(slots=True)
 class Lock:
-    """A peek-lock held on one message."""
+    """A peek-lock held on one message. Its lock token is `key`, the token's int: the
+    receive path keeps and passes ints (no UUID object per delivery); `token` makes the
+    UUID when one is wanted."""
 
-    token: uuid.UUID
+    key: int
     queue: SubQueue
     seq: int
     until_ms: int
     session: SessionLock | None = None  # message locks of a session live as long as it does
     record: MessageRecord | None = None  # the locked message (the in-flight window is in memory)
+
+    @property
+    def token(self) -> uuid.UUID:
+        """The lock token."""
+        return token_of(self.key)
 
 
 @dataclass(slots=True, eq=False)
@@ -153,17 +159,37 @@ _token_at = 0
 # bytes; then version 4, variant 10 (RFC 4122) and the partition id in the last two bytes.
 _TOKEN_KEEP = ((1 << 128) - 1) & ~((0xF << 76) | (0x3 << 62) | 0xFFFF)
 _TOKEN_V4 = (0x4 << 76) | (0x2 << 62)
+# uuid.UUID(int=...) checks its arguments in Python (about 10x the cost of the object): a
+# token's int is valid by construction, so the UUID is made as its __init__ ends, directly.
+_UUID = uuid.UUID
+_new_object = object.__new__
+_set_slot = object.__setattr__
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
 
 
-def make_lock_token(partition_id: int) -> uuid.UUID:
-    """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
+def make_lock_key(partition_id: int) -> int:
+    """The int of a random version-4 GUID whose last two bytes carry the partition id (for
+    O(1) lookup): a lock token as the receive path keeps it."""
     global _token_pool, _token_at
     at = _token_at
     if at >= len(_token_pool):
         _token_pool, at = os.urandom(16 * _TOKEN_POOL), 0
     _token_at = at + 16
     bits = int.from_bytes(_token_pool[at : at + 16], "big")
-    return uuid.UUID(int=(bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF))
+    return (bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF)
+
+
+def token_of(key: int) -> uuid.UUID:
+    """The lock token (a UUID) whose int is `key`."""
+    token = _new_object(_UUID)
+    _set_slot(token, "int", key)
+    _set_slot(token, "is_safe", _SAFE_UNKNOWN)
+    return token
+
+
+def make_lock_token(partition_id: int) -> uuid.UUID:
+    """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
+    return token_of(make_lock_key(partition_id))
 
 
 def partition_of_token(token: uuid.UUID) -> int:
@@ -317,7 +343,7 @@ class PartitionBroker:
         self.queues = {name: SubQueue(name, s) for name, s in queues.items()}
         # Live locks by their token's int (a UUID hashes in Python code, its int in C).
         self.locks: dict[int, Lock] = {}
-        self._lock_heap: list[tuple[int, int, uuid.UUID]] = []
+        self._lock_heap: list[tuple[int, int, int]] = []  # (until, seq, lock key)
         self._session_heap: list[tuple[int, str, str]] = []
         self._mark_dirty = mark_dirty
         # Writes nobody waits for (see _dirty): the committer takes them with the partition's
@@ -785,27 +811,27 @@ class PartitionBroker:
     def _log(
         self, sq: SubQueue, event: LogEvent, rec: MessageRecord, now_ms: int, reason: str | None = None
     ) -> None:
-        self.stats.count(event)
+        self._log_run(sq, event, (rec,), now_ms, reason)
+
+    def _log_run(
+        self,
+        sq: SubQueue,
+        event: LogEvent,
+        recs: list[MessageRecord] | tuple[MessageRecord, ...],
+        now_ms: int,
+        reason: str | None = None,
+    ) -> None:
+        """Log one event for each of `recs` (messages of one sub-queue), in order."""
+        prefix = log_prefix(self.namespace, self.entity, sq.name, self.partition_id)
+        with_body = self.log_bodies
+        put = self._batch.log.append
         offset = self._next_offset
-        self._next_offset += 1
-        self._batch.log.append(
-            (
-                offset,
-                encode_log(
-                    namespace=self.namespace,
-                    entity=self.entity,
-                    queue=sq.name,
-                    partition=self.partition_id,
-                    offset=offset,
-                    event=event,
-                    record=rec,
-                    event_ms=now_ms,
-                    reason=reason,
-                    with_body=self.log_bodies,
-                ),
-            )
-        )
-        self._batch.meta["next_log_offset"] = self._next_offset
+        for rec in recs:
+            put((offset, encode_log_after(prefix, offset, event, rec, now_ms, reason, with_body)))
+            offset += 1
+        self._next_offset = offset
+        self.stats.events[event] += len(recs)
+        self._batch.meta["next_log_offset"] = offset
         self._dirty()
 
     def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
@@ -1297,6 +1323,51 @@ class PartitionBroker:
             self._log(sq, LogEvent.COMPLETED, rec, now_ms)
             return rec, None
 
+    def take_batch(
+        self, queue: str, now_ms: int, limit: int
+    ) -> list[tuple[MessageRecord, Lock | None]]:
+        """Up to `limit` messages peek-locked for a receiver outside sessions: what as many
+        take_next calls would give, in one call (the receive hot path: a dispatch takes a
+        run of messages from a partition, not one message per call down the stack)."""
+        sq = self.queues[queue]
+        out: list[tuple[MessageRecord, Lock | None]] = []
+        if sq.settings.requires_session:
+            return out
+        pop = self._pop_ready
+        default_ttl = sq.settings.default_ttl_ms
+        until = now_ms + sq.settings.lock_duration_ms
+        pid = self.partition_id
+        sq_locks, locks, heap, push = sq.locks, self.locks, self._lock_heap, heapq.heappush
+        try:
+            while len(out) < limit:
+                rec = pop(sq, None)
+                if rec is None:
+                    break
+                at = rec.expires_at_ms
+                if at is not None and at <= now_ms and default_ttl is not None:
+                    self._expire(sq, rec, now_ms)
+                    continue
+                # _lock() for a message outside sessions, its log record lazy (see _dirty)
+                seq = rec.sequence_number
+                key = make_lock_key(pid)
+                lock = Lock(key, sq, seq, until, None, rec)
+                sq_locks[seq] = lock
+                locks[key] = lock
+                push(heap, (until, seq, key))
+                out.append((rec, lock))
+        except StoreError:
+            if not out:
+                raise  # nothing taken: the caller sees the fault as from take_next
+            # else: hand over what was locked; the next take meets the fault again
+        finally:
+            if out:
+                self._lazy = self._mark_lazy is not None
+                try:
+                    self._log_run(sq, LogEvent.DELIVERED, [rec for rec, _ in out], now_ms)
+                finally:
+                    self._lazy = False
+        return out
+
     def take_deferred(
         self, queue: str, seq: int, now_ms: int, peek_lock: bool
     ) -> tuple[MessageRecord, Lock | None]:
@@ -1320,11 +1391,11 @@ class PartitionBroker:
         self, sq: SubQueue, rec: MessageRecord, now_ms: int, session: SessionLock | None = None
     ) -> Lock:
         until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
-        lock = Lock(make_lock_token(self.partition_id), sq, rec.sequence_number, until, session, rec)
+        lock = Lock(make_lock_key(self.partition_id), sq, rec.sequence_number, until, session, rec)
         sq.locks[rec.sequence_number] = lock
-        self.locks[lock.token.int] = lock
+        self.locks[lock.key] = lock
         if session is None:  # a session's message locks end with the session lock
-            heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.token))
+            heapq.heappush(self._lock_heap, (lock.until_ms, rec.sequence_number, lock.key))
         # A lock is memory only; its log record may ride with the next commit (see _dirty).
         self._lazy = self._mark_lazy is not None
         try:
@@ -1391,7 +1462,7 @@ class PartitionBroker:
         return lock
 
     def _unlock(self, lock: Lock) -> MessageRecord:
-        del self.locks[lock.token.int]
+        del self.locks[lock.key]
         del lock.queue.locks[lock.seq]
         self._trim_lock_heap()
         assert lock.record is not None  # every lock carries its message
@@ -1404,25 +1475,71 @@ class PartitionBroker:
         (on_timer may be popping this very list)."""
         heap = self._lock_heap
         if len(heap) > 2 * len(self.locks) + LOCK_HEAP_SLACK:
-            heap[:] = [(k.until_ms, k.seq, k.token) for k in self.locks.values() if k.session is None]
+            heap[:] = [(k.until_ms, k.seq, k.key) for k in self.locks.values() if k.session is None]
             heapq.heapify(heap)
 
-    def complete(self, token: uuid.UUID, now_ms: int, done: Done, lazy: bool = False) -> None:
-        """Delete a locked message; `done` runs after the commit.
+    def complete(
+        self, token: uuid.UUID, now_ms: int, done: Done | None, lazy: bool = False
+    ) -> None:
+        """Delete a locked message; `done` runs after the commit (None: nobody waits).
 
         `lazy`: the client settled its accept without waiting for an outcome, so the
         deletion may wait for the partition's next commit or the next timer tick (an
         unconfirmed completion may come back after a crash: at least once)."""
         lock = self._live_lock(token, now_ms)
-        rec = self._unlock(lock)
-        sq = lock.queue
         self._lazy = lazy and self._mark_lazy is not None
         try:
-            self._remove(sq, rec)
-            self._log(sq, LogEvent.COMPLETED, rec, now_ms)
-            self.after_commit(done)
+            self._complete_locked(lock, now_ms)
+            if done is not None:
+                self.after_commit(done)
         finally:
             self._lazy = False
+
+    def complete_lazy(self, keys: list[int], now_ms: int) -> None:
+        """complete(token, now_ms, None, lazy=True) for each lock token (by its int), in
+        order, a lost lock skipped: nobody waits for these outcomes (pre-settled accepts), so
+        a message whose lock was lost comes back as if its lock had expired, unannounced."""
+        locks = self.locks
+        run: list[MessageRecord] = []  # completed messages of `sq`, logged together
+        sq: SubQueue | None = None
+        self._lazy = self._mark_lazy is not None
+        try:
+            for key in keys:
+                lock = locks.get(key)
+                if lock is None:
+                    continue
+                if lock.session is None:
+                    if lock.until_ms <= now_ms:
+                        continue
+                else:
+                    try:
+                        self._live_lock(lock.token, now_ms)  # the session's lock must be held
+                    except ServiceBusError:
+                        continue
+                if lock.queue is not sq:
+                    if run and sq is not None:
+                        self._log_run(sq, LogEvent.COMPLETED, run, now_ms)
+                        run = []
+                    sq = lock.queue
+                # _unlock(), the lock heap trimmed once for the whole run
+                del locks[key]
+                del sq.locks[lock.seq]
+                rec = lock.record
+                assert rec is not None  # every lock carries its message
+                self._remove(sq, rec)
+                run.append(rec)
+            if run and sq is not None:
+                self._log_run(sq, LogEvent.COMPLETED, run, now_ms)
+        finally:
+            self._lazy = False
+            self._trim_lock_heap()
+
+    def _complete_locked(self, lock: Lock, now_ms: int) -> None:
+        """Delete the message of a live lock (the lock ends)."""
+        rec = self._unlock(lock)
+        sq = lock.queue
+        self._remove(sq, rec)
+        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
@@ -1516,7 +1633,7 @@ class PartitionBroker:
                 "session lock instead."
             )
         lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
-        heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.token))
+        heapq.heappush(self._lock_heap, (lock.until_ms, lock.seq, lock.key))
         self._trim_lock_heap()
         return lock.until_ms
 
@@ -1631,8 +1748,8 @@ class PartitionBroker:
         """Expire locks and messages, activate scheduled messages that are due."""
         heap = self._lock_heap
         while heap and heap[0][0] <= now_ms:
-            until, _seq, token = heapq.heappop(heap)
-            lock = self.locks.get(token.int)
+            until, _seq, key = heapq.heappop(heap)
+            lock = self.locks.get(key)
             if lock is None or lock.until_ms != until:
                 continue  # settled, or renewed (a newer heap entry exists)
             rec = self._unlock(lock)

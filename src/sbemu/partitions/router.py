@@ -48,6 +48,7 @@ from .broker import (
     SubQueueSettings,
     partition_of_token,
 )
+from .broker import token_of as token_of  # the protocol side's way from a lock key to its token
 from .dedup import DuplicateHistory
 from .forwarding import TRANSFER_DLQ_SUFFIX, Forwarder, forward_target, transfer_counts
 from .idle import IdleTracker
@@ -85,6 +86,10 @@ class StorageLayoutError(Exception):
     """The data directory does not match the configuration (e.g. a changed partition count)."""
 
 
+# A run of messages one take gave a receiver: each record with its lock (peek-lock).
+Taken = list[tuple[MessageRecord, Lock | None]]
+
+
 @dataclass(slots=True)
 class Delivered:
     """One message handed to a consumer: the record, its lock (peek-lock) and where it lives."""
@@ -106,6 +111,9 @@ class Consumer(Protocol):
 
     def deliver(self, delivered: Delivered) -> None:
         """Hand over one message (the consumer puts it on the wire)."""
+
+    def deliver_batch(self, taken: Taken, partition_id: int | None) -> None:
+        """Hand over messages of one partition, in order (peek-locked: each with its lock)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -273,6 +281,9 @@ class EntityView:
             self.entity.accessed_ms = now_ms  # admin API AccessedAt: receives count too
         if len(consumers) == 1:
             consumer = consumers[0]
+            if consumer.session is None and consumer.peek_lock:
+                self._serve_batches(now_ms, consumer)
+                return
             for _ in range(consumer.credit()):
                 delivered = self._take(now_ms, consumer)
                 if delivered is None:
@@ -294,6 +305,38 @@ class EntityView:
                 consumer.deliver(delivered)
                 progressed = True
             self._next_consumer += 1
+            if not progressed:
+                return
+
+    def _serve_batches(self, now_ms: int, consumer: Consumer) -> None:
+        """The one peek-lock receiver outside sessions: its credit filled with runs of
+        messages, a share of it from each partition in turn (one take per partition and
+        run rather than one per message; across partitions the order is not kept anyway
+        [P12])."""
+        credit = consumer.credit()
+        if credit <= 0 or (self.entity.spec.requires_session and self.queue == MAIN):
+            return  # a session entity serves session receivers only
+        queue = self.queue
+        parts = self.entity.partitions
+        n = len(parts)
+        partitioned = self.entity.partitioned
+        while credit > 0:
+            share = max(1, credit // n)
+            progressed = False
+            for _ in range(n):
+                idx = self._next_partition
+                broker = parts[idx]
+                self._next_partition = (idx + 1) % n
+                if not broker.healthy or not broker.has_ready(queue):
+                    continue
+                taken = broker.take_batch(queue, now_ms, min(share, credit))
+                if not taken:
+                    continue
+                consumer.deliver_batch(taken, broker.partition_id if partitioned else None)
+                credit -= len(taken)
+                progressed = True
+                if credit <= 0:
+                    return
             if not progressed:
                 return
 
@@ -448,17 +491,20 @@ class Entity:
             return False
         return True
 
-    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+    def _settles_freely(self) -> bool:
+        """The common case, without building receiver settings per settlement: an Active
+        entity that forwards nothing (and, for a topic, no subscription with its own Status
+        or forwarding) lets every sub-queue settle [check_receive]."""
         s = self.settings
-        if (
+        return (
             s.status is EntityStatus.ACTIVE
             and s.forward_to is None
             and s.forward_dead_lettered_messages_to is None
             and not s.subscriptions
-        ):
-            # The common case, without building receiver settings per settlement: an Active
-            # entity that forwards nothing (and, for a topic, no subscription with its own
-            # Status or forwarding) lets every sub-queue settle [check_receive].
+        )
+
+    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+        if self._settles_freely():
             return broker
         lock = broker.lock_of(token)
         if lock is not None:
@@ -767,10 +813,49 @@ class Entity:
         for pid in self._route(messages):
             self._check_available(pid)
 
-    def complete(self, token: uuid.UUID, now_ms: int, done: Done, lazy: bool = False) -> None:
-        """Complete a locked message (`lazy`: nobody waits for the outcome; see
-        PartitionBroker.complete)."""
+    def complete(
+        self, token: uuid.UUID, now_ms: int, done: Done | None, lazy: bool = False
+    ) -> None:
+        """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
+        be None; see PartitionBroker.complete)."""
         self._check_settle(self._broker_for(token), token).complete(token, now_ms, done, lazy)
+
+    def complete_lazy(self, keys: list[int], now_ms: int) -> None:
+        """Complete locked messages whose outcome nobody waits for (pre-settled accepts), by
+        their lock tokens' ints, one call per partition: lazy deletions (see
+        PartitionBroker.complete_lazy); a token whose lock is lost, or whose partition is
+        unavailable, is skipped (its message comes back as after a lock expiry)."""
+        if self.deleted:
+            return
+        self.touched = True
+        parts = self.partitions
+        groups: dict[int, list[int]]
+        if len(parts) == 1:
+            groups = {0: keys}  # a token of no partition of ours finds no lock there
+        else:
+            groups = {}
+            for key in keys:
+                pid = key & 0xFFFF  # partition_of_token
+                group = groups.get(pid)
+                if group is None:
+                    groups[pid] = [key]
+                else:
+                    group.append(key)
+        free = self._settles_freely()
+        for pid, group in groups.items():
+            if pid >= len(parts) or not parts[pid].healthy:
+                continue
+            broker = parts[pid]
+            if not free:
+                group = [k for k in group if self._may_settle(broker, token_of(k))]
+            broker.complete_lazy(group, now_ms)
+
+    def _may_settle(self, broker: PartitionBroker, token: uuid.UUID) -> bool:
+        try:
+            self._check_settle(broker, token)
+        except ServiceBusError:
+            return False
+        return True
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,7 @@ from ..errors import (
     Unauthorized,
 )
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Delivered, Entity, SessionHandle
+from ..partitions.router import Delivered, Entity, SessionHandle, Taken, token_of
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -111,6 +112,10 @@ _PN_IGNORED = frozenset(
     )
 )
 _PN_ACCEPTED = Delivery.ACCEPTED
+# A lock token's int in .NET Guid byte order (UUID.bytes_le): the first three fields little-
+# endian, the last 8 bytes as they are.
+_GUID_HEAD = struct.Struct("<IHH")
+_LOW64 = (1 << 64) - 1
 _NULL = _ffi.NULL
 _MISSING = object()
 _WAITING = LinkPhase.WAITING
@@ -168,6 +173,8 @@ class AmqpConnection:
         self._remote_links = 0  # links the peer attached and has not detached yet
         # Transfers read but not yet sent, by link: (their messages, their C deliveries)
         self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
+        # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
+        self._lazy_completes: dict[ReceiveLink, list[int]] = {}
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -375,6 +382,8 @@ class AmqpConnection:
                 if not handled:
                     if self._sends:  # transfers before this event are sent before it is handled
                         self._send_pending()
+                    if self._lazy_completes:  # and accepts before it are completed
+                        self._complete_lazy()
                     event = Event.wrap(ev)
                     try:
                         self._dispatch(event)
@@ -383,6 +392,8 @@ class AmqpConnection:
             lib.pn_collector_pop(impl)
         if self._sends:
             self._send_pending()
+        if self._lazy_completes:
+            self._complete_lazy()
 
     def _send_pending(self) -> None:
         """Send the transfers _fast_event gathered, one Entity.send_many per link: each is
@@ -395,6 +406,18 @@ class AmqpConnection:
                 state.entity.send_many(sends, now_ms, _Acknowledge(self, deliveries))
             except Exception as exc:  # not the peer's fault: the link ends, the server stays
                 log.exception("connection %d: unexpected error storing transfers", self.id)
+                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
+
+    def _complete_lazy(self) -> None:
+        """Complete the pre-settled accepts _fast_event gathered: one Entity.complete_lazy
+        per link (nobody waits for these outcomes; see _fast_event)."""
+        pending, self._lazy_completes = self._lazy_completes, {}
+        now_ms = self.now_ms
+        for state, tokens in pending.items():
+            try:
+                state.entity.complete_lazy(tokens, now_ms)
+            except Exception as exc:  # not the peer's fault: the link ends, the server stays
+                log.exception("connection %d: unexpected error completing messages", self.id)
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
 
     def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
@@ -484,27 +507,39 @@ class AmqpConnection:
             if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
                 return False
             tag = lib.pn_delivery_tag(d)
-            token = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
-            if token is None:
+            key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
+            if key is None:
                 if lib.pn_delivery_settled(d):
                     lib.pn_delivery_settle(d)
                 return True
+            if lib.pn_delivery_settled(d):
+                # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
+                # so there is nothing to answer, now or after the commit. Let go of the
+                # delivery at once; the deletion is lazy (rides with the partition's next
+                # commit). A lost lock is nobody's to hear of: the message comes back. The
+                # accepts of one read are completed together, per partition.
+                lib.pn_delivery_settle(d)
+                lazy = self._lazy_completes.get(state)
+                if lazy is None:
+                    self._lazy_completes[state] = [key]  # completed by _complete_lazy
+                else:
+                    lazy.append(key)
+                return True
+            # An unsettled accept (the SDKs): answered after the commit of the deletion.
             self._accepts += 1
             order = self._accepts
-            needs_reply = not lib.pn_delivery_settled(d)
             lib.pn_incref(d)
 
             def done(error: Exception | None) -> None:
-                if error is None and needs_reply and not self.closed:
+                if error is None and not self.closed:
                     if not self._completed:
                         self.on_output()  # one flush request per batch: the flush empties it
                     self._completed.append((order, d))
                 else:
-                    self._complete_raw(d, needs_reply, error)
+                    self._complete_raw(d, True, error)
 
             try:
-                # a pre-settled accept waits for no outcome: its deletion may be lazy
-                state.entity.complete(token, self.now_ms, done, not needs_reply)
+                state.entity.complete(token_of(key), self.now_ms, done)
             except ServiceBusError as exc:
                 done(exc)
             return True
@@ -950,32 +985,44 @@ class AmqpConnection:
 
     # ------------------------------------------------------------------ deliveries out
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
-        rec = delivered.record
-        lock = delivered.lock
-        if lock is not None:
-            data = delivery_bytes(rec, delivered.partition_id, lock.until_ms)
-            tag = lock.token.bytes_le  # [contract 4.6] .NET Guid byte order
-        else:
-            data = encode_delivery(rec, delivered.partition_id, None)
-            tag = next(self._tag_counter).to_bytes(8, "big")
+        self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
+
+    def send_deliveries(
+        self, state: ReceiveLink, taken: Taken, partition_id: int | None
+    ) -> None:
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
-        delivery = _lib.pn_delivery(link, (len(tag), _ffi.from_buffer(tag)))
-        _lib.pn_link_send(link, data, len(data))
-        _lib.pn_link_advance(link)
-        if lock is None:
-            _lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
-        else:
-            state.unsettled[tag] = lock.token
+        lib, ffi = _lib, _ffi
+        unsettled = state.unsettled
+        for rec, lock in taken:
+            if lock is not None:
+                data = delivery_bytes(rec, partition_id, lock.until_ms)
+                key = lock.key
+                # [contract 4.6] the lock token in .NET Guid byte order (UUID.bytes_le)
+                tag = _GUID_HEAD.pack(key >> 96, (key >> 80) & 0xFFFF, (key >> 64) & 0xFFFF) + (
+                    key & _LOW64
+                ).to_bytes(8, "big")
+                lib.pn_delivery(link, (16, ffi.from_buffer(tag)))
+                lib.pn_link_send(link, data, len(data))
+                lib.pn_link_advance(link)
+                unsettled[tag] = key
+            else:
+                data = encode_delivery(rec, partition_id, None)
+                tag = next(self._tag_counter).to_bytes(8, "big")
+                delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+                lib.pn_link_send(link, data, len(data))
+                lib.pn_link_advance(link)
+                lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
         self.on_output()
 
     def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        token = state.unsettled.pop(raw_tag(delivery), None)
+        key = state.unsettled.pop(raw_tag(delivery), None)
         outcome = delivery.remote_state
-        if token is None or outcome is None:
+        if key is None or outcome is None:
             if delivery.settled:
                 delivery.settle()
             return
+        token = token_of(key)
         if outcome == TRANSACTIONAL_STATE:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:

@@ -26,7 +26,6 @@ objects in a LinkMap keyed by the proton link.
 from __future__ import annotations
 
 import enum
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from typing import Any, Protocol
 from proton import Link
 
 from ..errors import ServiceBusError, SessionLockLost
-from ..partitions.router import Delivered, Entity, EntityView, SessionHandle
+from ..partitions.router import Delivered, Entity, EntityView, SessionHandle, Taken
 
 
 class LinkPhase(enum.Enum):
@@ -80,6 +79,11 @@ class ReceiverOwner(Protocol):
 
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         """Encode and send one message on the receiver's link."""
+
+    def send_deliveries(
+        self, state: ReceiveLink, taken: Taken, partition_id: int | None
+    ) -> None:
+        """Encode and send messages of one partition on the receiver's link, in order."""
 
     def close_link(self, link: Link, exc: ServiceBusError) -> None:
         """Detach a link with the error's condition."""
@@ -139,7 +143,8 @@ class ReceiveLink:
     entity: Entity
     view: EntityView
     peek_lock: bool
-    unsettled: dict[bytes, uuid.UUID] = field(default_factory=dict)
+    # delivery tag -> its lock token's int (Lock.key; router.token_of makes the UUID)
+    unsettled: dict[bytes, int] = field(default_factory=dict)
     session: SessionHandle | None = None  # the accepted session of a session receiver
 
     def credit(self) -> int:
@@ -151,6 +156,10 @@ class ReceiveLink:
     def deliver(self, delivered: Delivered) -> None:
         """Put one message on the wire."""
         self.conn.send_delivery(self, delivered)
+
+    def deliver_batch(self, taken: Taken, partition_id: int | None) -> None:
+        """Put messages of one partition on the wire, in order."""
+        self.conn.send_deliveries(self, taken, partition_id)
 
     def refuse(self, error: ServiceBusError) -> None:
         """The entity may no longer be received from (Status changed): detach with the error."""

@@ -79,9 +79,12 @@ def delivery_bytes(rec: MessageRecord, partition_id: int | None, locked_until_ms
         map_head = bytes((0xC1, size + 1, 2 * count))
     else:  # map32
         map_head = b"\xd1" + (size + 4).to_bytes(4, "big") + (2 * count).to_bytes(4, "big")
+    header = _headers.get((rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count))
+    if header is None:
+        header = _header(rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count)
     return b"".join(
         (
-            _header(rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count),
+            header,
             _ANNOTATIONS,
             map_head,
             annotations,

@@ -1,0 +1,194 @@
+"""The receive hot path takes runs of messages: PartitionBroker.take_batch and the one-receiver
+dispatch of EntityView (a share of the credit from each partition in turn).
+
+Real LMDB in a temp dir, the group commit run inline, a recording receiver instead of a link.
+"""
+
+from __future__ import annotations
+
+import pytest
+from routing_harness import NOW, RouterHarness, message, queue_spec
+from test_store_broker import MAIN, Harness, msg
+
+from sbemu.partitions.broker import make_lock_token, partition_of_token
+from sbemu.partitions.records import LogEvent, decode_log
+from sbemu.partitions.router import Taken
+
+
+class Receiver:
+    """A peek-lock receiver outside sessions, as the router sees a link: records each run."""
+
+    peek_lock = True
+    session = None
+
+    def __init__(self, credit: int) -> None:
+        self.left = credit
+        self.runs: list[tuple[int | None, Taken]] = []
+
+    def credit(self) -> int:
+        return self.left
+
+    def deliver(self, delivered: object) -> None:
+        raise AssertionError("the one peek-lock receiver is served in runs")
+
+    def deliver_batch(self, taken: Taken, partition_id: int | None) -> None:
+        assert len(taken) <= self.left, "never beyond the credit"
+        self.left -= len(taken)
+        self.runs.append((partition_id, taken))
+
+
+@pytest.fixture
+def h(tmp_path):
+    return RouterHarness(tmp_path)
+
+
+def test_one_receiver_gets_runs_from_every_partition_each_in_sequence_order(h):
+    q = h.add(queue_spec(partitions=4))
+    for i in range(40):
+        h.send(q, message(f"m{i}"))  # key-less: round-robin, 10 per partition [P8]
+    view = q.views[MAIN]
+    rcv = Receiver(10)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    assert rcv.left == 0
+    # a share of the credit from each partition: none waits behind the others
+    assert {pid for pid, _ in rcv.runs} == {0, 1, 2, 3}
+    rcv.left = 100
+    view.dispatch(NOW)
+    assert rcv.left == 70  # all 40 delivered, the rest of the credit unused
+    seen: dict[int, list[int]] = {}
+    tokens = set()
+    for pid, taken in rcv.runs:
+        for rec, lock in taken:
+            assert lock is not None and lock.record is rec and lock.until_ms > NOW
+            assert partition_of_token(lock.token) == pid == rec.sequence_number >> 48
+            tokens.add(lock.token)
+            seen.setdefault(pid, []).append(rec.sequence_number)
+    assert len(tokens) == 40
+    for numbers in seen.values():
+        assert numbers == sorted(numbers) and len(numbers) == 10
+    # every delivered message is locked: completing each works, and then nothing is left
+    for _, taken in rcv.runs:
+        for _rec, lock in taken:
+            q.complete(lock.token, NOW, None, True)
+    h.router.flush_lazy()
+    h.commit()
+    assert h.peek(q) == []
+
+
+def test_a_receiver_without_credit_takes_nothing(h):
+    q = h.add(queue_spec(partitions=2))
+    h.send(q, message("a"))
+    view = q.views[MAIN]
+    rcv = Receiver(0)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    assert rcv.runs == []
+    assert len(h.peek(q)) == 1 and not any(b.locks for b in q.partitions)
+
+
+@pytest.fixture
+def broker_h(tmp_path):
+    return Harness(tmp_path / "p0")
+
+
+def test_take_batch_gives_what_take_next_gives_one_by_one(tmp_path):
+    one, run = Harness(tmp_path / "one"), Harness(tmp_path / "run")
+    for hh in (one, run):
+        hh.send(*[msg(i) for i in range(7)])
+    singles = [one.broker.take_next(MAIN, 2000, True) for _ in range(5)]
+    taken = run.broker.take_batch(MAIN, 2000, 5)
+    assert [r.sequence_number for r, _ in taken] == [r.sequence_number for r, _ in singles]
+    for (rec, lock), (rec1, lock1) in zip(taken, singles, strict=True):
+        assert lock is not None and lock1 is not None and lock.record is rec
+        assert rec.message_id == rec1.message_id
+        assert (lock.seq, lock.until_ms, lock.queue.name) == (lock1.seq, lock1.until_ms, MAIN)
+        assert run.broker.lock_of(lock.token) is lock
+    assert run.broker.stats.outgoing == one.broker.stats.outgoing == 5
+    # the same delivered log records (offsets go on from the enqueued ones)
+    assert [decode_log(v) for _, v in run.broker._batch.log] == [
+        decode_log(v) for _, v in one.broker._batch.log
+    ]
+    assert [decode_log(v)["event"] for _, v in run.broker._batch.log] == [
+        LogEvent.DELIVERED.value
+    ] * 5
+    # the rest, then nothing
+    assert [r.sequence_number for r, _ in run.broker.take_batch(MAIN, 2000, 10)] == [6, 7]
+    assert run.broker.take_batch(MAIN, 2000, 10) == []
+
+
+def test_take_batch_expires_what_is_due_instead_of_delivering_it(broker_h):
+    broker_h.send(msg(0, ttl=10), msg(1), now=1000)
+    taken = broker_h.broker.take_batch(MAIN, 1500, 10)
+    assert [r.message_id for r, _ in taken] == ["m1"]
+    # the expired one was dead-lettered (dead_letter_on_expiration), not locked
+    broker_h.commit()
+    assert broker_h.broker.counts(MAIN + "/$deadletterqueue")["active"] == 1
+
+
+def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker_h, monkeypatch):
+    from sbemu.partitions import broker as broker_module
+    from sbemu.partitions.store import StoreUnavailable
+
+    monkeypatch.setattr(broker_module, "READ_AHEAD", 2)
+    broker_h.send(*[msg(i) for i in range(5)])
+    real_scan = broker_h.store.scan
+    calls = []
+
+    def scan(*args, **kw):
+        calls.append(args)
+        if len(calls) > 1:
+            raise StoreUnavailable("disk gone")
+        return real_scan(*args, **kw)
+
+    monkeypatch.setattr(broker_h.store, "scan", scan)
+    taken = broker_h.broker.take_batch(MAIN, 2000, 5)
+    assert [r.message_id for r, _ in taken] == ["m0", "m1"]  # locked before the fault
+    with pytest.raises(StoreUnavailable):
+        broker_h.broker.take_batch(MAIN, 2000, 5)  # nothing taken: the fault is seen
+
+
+def test_complete_lazy_completes_across_partitions_and_skips_lost_locks(h):
+    q = h.add(queue_spec(partitions=4))
+    for i in range(8):
+        h.send(q, message(f"m{i}"))
+    view = q.views[MAIN]
+    rcv = Receiver(8)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    locks = [lock for _, taken in rcv.runs for _, lock in taken]
+    assert len(locks) == 8 and len({partition_of_token(k.token) for k in locks}) == 4
+    stale = locks[0]
+    q.complete(stale.token, NOW, None, True)  # completed once already: its lock is gone
+    unknown = make_lock_token(2)
+    keys = [k.key for k in locks[1:]] + [stale.key, unknown.int]  # tokens' ints
+    assert all(k.token.int == k.key for k in locks)
+    q.complete_lazy(keys, NOW)
+    assert not any(b.locks for b in q.partitions)
+    assert not h.router.dirty, "lazy: nothing commits on its own"
+    h.router.flush_lazy()
+    h.commit()
+    assert h.peek(q) == []
+    for b in q.partitions:
+        events = [decode_log(v)["event"] for _, v in b.store.read_log(0, 100)]
+        assert events.count("completed") == events.count("enqueued") == 2
+
+
+def test_complete_lazy_skips_an_expired_lock_and_the_message_comes_back(h):
+    q = h.add(queue_spec(partitions=1))
+    h.send(q, message("a"))
+    view = q.views[MAIN]
+    rcv = Receiver(1)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    [(_, [(_, lock)])] = rcv.runs
+    assert lock is not None
+    later = lock.until_ms
+    q.complete_lazy([lock.key], later)  # the lock ran out: nothing is completed
+    h.router.on_timer(later)
+    h.router.flush_lazy()
+    h.commit()
+    assert [rec.message_id for rec, _ in h.peek(q)] == ["a"]
+    rcv.left = 1
+    view.dispatch(later)
+    assert rcv.runs[-1][1][0][0].delivery_count == 1  # delivered again

@@ -1,5 +1,5 @@
 """The receive hot path takes runs of messages: PartitionBroker.take_batch and the one-receiver
-dispatch of EntityView (a share of the credit from each partition in turn).
+dispatch of EntityView (runs from the partitions in turn, at most DISPATCH_RUN per loop pass).
 
 Real LMDB in a temp dir, the group commit run inline, a recording receiver instead of a link.
 """
@@ -12,7 +12,7 @@ from test_store_broker import MAIN, Harness, msg
 
 from sbemu.partitions.broker import make_lock_token, partition_of_token
 from sbemu.partitions.records import LogEvent, decode_log
-from sbemu.partitions.router import Taken
+from sbemu.partitions.router import DISPATCH_RUN, Taken
 
 
 class Receiver:
@@ -51,8 +51,8 @@ def test_one_receiver_gets_runs_from_every_partition_each_in_sequence_order(h):
     view.attach(rcv)
     view.dispatch(NOW)
     assert rcv.left == 0
-    # a share of the credit from each partition: none waits behind the others
-    assert {pid for pid, _ in rcv.runs} == {0, 1, 2, 3}
+    # one run from the partition in turn (it holds 10): the next dispatch starts at the next
+    assert [pid for pid, _ in rcv.runs] == [0]
     rcv.left = 100
     view.dispatch(NOW)
     assert rcv.left == 70  # all 40 delivered, the rest of the credit unused
@@ -74,6 +74,28 @@ def test_one_receiver_gets_runs_from_every_partition_each_in_sequence_order(h):
     h.router.flush_lazy()
     h.commit()
     assert h.peek(q) == []
+
+
+def test_a_large_credit_is_served_in_runs_one_loop_pass_after_another(h):
+    """A dispatch hands over at most DISPATCH_RUN messages; the rest of the credit is served
+    in the next turn (after what was built went out), until the credit or the messages end."""
+    q = h.add(queue_spec(partitions=1))
+    total = 2 * DISPATCH_RUN + 10
+    h.send(q, *(message(f"m{i}") for i in range(total)))
+    view = q.views[MAIN]
+    rcv = Receiver(1000)
+    view.attach(rcv)
+    view.dispatch(NOW)
+    assert sum(len(t) for _, t in rcv.runs) == DISPATCH_RUN
+    assert h.router.has_pending()  # the rest waits for the next turn
+    h.router.run_pending(NOW)
+    assert sum(len(t) for _, t in rcv.runs) == 2 * DISPATCH_RUN
+    h.router.run_pending(NOW)
+    assert sum(len(t) for _, t in rcv.runs) == total
+    h.router.run_pending(NOW)  # credit left, nothing ready: nothing more, nothing deferred
+    assert sum(len(t) for _, t in rcv.runs) == total and not h.router.has_pending()
+    numbers = [rec.sequence_number for _, taken in rcv.runs for rec, _lock in taken]
+    assert numbers == sorted(numbers) and len(set(numbers)) == total
 
 
 def test_a_receiver_without_credit_takes_nothing(h):

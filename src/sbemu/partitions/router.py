@@ -63,6 +63,9 @@ MAIN = "main"
 QUEUE_ROUTE = Route(MAIN)
 SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
 MIB = 1024 * 1024
+# Messages one dispatch hands to a receiver before the rest of its credit waits for the next
+# loop pass: what was built goes out first, so the client works on it meanwhile.
+DISPATCH_RUN = 128
 RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages they touched
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
 
@@ -310,18 +313,29 @@ class EntityView:
 
     def _serve_batches(self, now_ms: int, consumer: Consumer) -> None:
         """The one peek-lock receiver outside sessions: its credit filled with runs of
-        messages, a share of it from each partition in turn (one take per partition and
+        messages, each run as long as one partition gives, partitions in turn (one take per
         run rather than one per message; across partitions the order is not kept anyway
-        [P12])."""
+        [P10, P12]; key-less sends fill one partition's commit at a time, so its messages
+        sit together).
+
+        At most DISPATCH_RUN messages per call: the rest of the credit is served on the next
+        loop pass (Entity.defer_dispatch), after these went out, so the client works on the
+        first run while the next one is built instead of waiting for the whole credit.
+        (rhea, credit 500: plain queue receive 27.1-29.0k -> 30.3-32.2k msg/s; in runs of
+        128 from one partition the 16-partition queue 28.7k, in shares split over the
+        partitions 20-25k.)"""
         credit = consumer.credit()
         if credit <= 0 or (self.entity.spec.requires_session and self.queue == MAIN):
             return  # a session entity serves session receivers only
+        defer = self.entity.defer_dispatch
+        more = credit > DISPATCH_RUN and defer is not None  # credit beyond this run
+        if more:
+            credit = DISPATCH_RUN
         queue = self.queue
         parts = self.entity.partitions
         n = len(parts)
         partitioned = self.entity.partitioned
         while credit > 0:
-            share = max(1, credit // n)
             progressed = False
             for _ in range(n):
                 idx = self._next_partition
@@ -329,13 +343,15 @@ class EntityView:
                 self._next_partition = (idx + 1) % n
                 if not broker.healthy or not broker.has_ready(queue):
                     continue
-                taken = broker.take_batch(queue, now_ms, min(share, credit))
+                taken = broker.take_batch(queue, now_ms, credit)
                 if not taken:
                     continue
                 consumer.deliver_batch(taken, broker.partition_id if partitioned else None)
                 credit -= len(taken)
                 progressed = True
                 if credit <= 0:
+                    if more and defer is not None:  # a full run: there may be more ready
+                        defer(self)
                     return
             if not progressed:
                 return
@@ -410,6 +426,9 @@ class Entity:
             self.views[MAIN] = EntityView(self, MAIN)
         self._round_robin = 0
         self._keyless_pid: int | None = None
+        # Serves a view again on the next loop pass (set by the router; None: no such pass, a
+        # dispatch serves all the credit at once)
+        self.defer_dispatch: Callable[[EntityView], None] | None = None
         # The partition key-less sends go to while its batch gathers: (partition, batch number)
         self._keyless_batch: tuple[int, int] | None = None
         self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
@@ -1036,6 +1055,7 @@ class Router:
         self.dirty: set[PartitionBroker] = set()
         self.lazy: set[PartitionBroker] = set()  # only lazy writes pending (flush_lazy)
         self._pending_views: set[EntityView] = set()
+        self._deferred_views: set[EntityView] = set()  # served in the next turn
         self._released_ms = 0
         self._release_next = 0  # the store whose pages go next (_release_resident)
         self._release_credit = 0.0  # the fraction of a store carried to the next tick
@@ -1072,6 +1092,7 @@ class Router:
                 self._encode_symbol,
             )
         entity = Entity(spec, partitions, subscriptions)
+        entity.defer_dispatch = self._defer_dispatch
         for broker in partitions:
             broker.on_ready = self._ready_hook(entity, broker)
             broker.on_session_lost = _notify_session_lost
@@ -1206,9 +1227,18 @@ class Router:
         return entity, view
 
     # ---------------------------------------------------------------- turn work
+    def _defer_dispatch(self, view: EntityView) -> None:
+        """Serve `view` again in the next turn (a later loop pass), not in this one."""
+        self._deferred_views.add(view)
+        self._wake()
+
     def run_pending(self, now_ms: int) -> None:
-        """Forward and serve views that got new messages since the last turn."""
+        """Forward and serve views that got new messages since the last turn (and those a
+        dispatch deferred to this turn)."""
         self.forwarder.pump(now_ms)
+        if self._deferred_views:
+            self._pending_views |= self._deferred_views
+            self._deferred_views = set()
         while self._pending_views:
             views, self._pending_views = self._pending_views, set()
             for view in views:
@@ -1216,7 +1246,7 @@ class Router:
 
     def has_pending(self) -> bool:
         """Whether views wait for a dispatch (run_pending has work)."""
-        return bool(self._pending_views)
+        return bool(self._pending_views or self._deferred_views)
 
     def take_dirty(self) -> list[PartitionBroker]:
         """Brokers with writes to commit (lazy writes of theirs go along)."""
@@ -1426,6 +1456,7 @@ class Router:
                 waiter.callback(None)
             view.consumers.clear()
             self._pending_views.discard(view)
+            self._deferred_views.discard(view)
             if prefix is not None:
                 del entity.views[queue]
 

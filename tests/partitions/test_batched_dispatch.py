@@ -98,13 +98,18 @@ def test_a_large_credit_is_served_in_runs_one_loop_pass_after_another(h):
     assert numbers == sorted(numbers) and len(set(numbers)) == total
 
 
-def test_a_receiver_without_credit_takes_nothing(h):
-    q = h.add(queue_spec(partitions=2))
+def _one_message_and_a_receiver(h, partitions: int, credit: int) -> tuple:
+    """A queue holding message "a", and a receiver with `credit` attached and dispatched to."""
+    q = h.add(queue_spec(partitions=partitions))
     h.send(q, message("a"))
-    view = q.views[MAIN]
-    rcv = Receiver(0)
-    view.attach(rcv)
-    view.dispatch(NOW)
+    rcv = Receiver(credit)
+    q.views[MAIN].attach(rcv)
+    q.views[MAIN].dispatch(NOW)
+    return q, rcv
+
+
+def test_a_receiver_without_credit_takes_nothing(h):
+    q, rcv = _one_message_and_a_receiver(h, partitions=2, credit=0)
     assert rcv.runs == []
     assert len(h.peek(q)) == 1 and not any(b.locks for b in q.partitions)
 
@@ -197,12 +202,8 @@ def test_complete_lazy_completes_across_partitions_and_skips_lost_locks(h):
 
 
 def test_complete_lazy_skips_an_expired_lock_and_the_message_comes_back(h):
-    q = h.add(queue_spec(partitions=1))
-    h.send(q, message("a"))
+    q, rcv = _one_message_and_a_receiver(h, partitions=1, credit=1)
     view = q.views[MAIN]
-    rcv = Receiver(1)
-    view.attach(rcv)
-    view.dispatch(NOW)
     [(_, [(_, lock)])] = rcv.runs
     assert lock is not None
     later = lock.until_ms

@@ -492,7 +492,7 @@ class AmqpConnection:
                     data, self.namespace.max_message_size, state.entity.subscriptions is not None
                 )
             except ServiceBusError as exc:
-                self._settle_raw(d, exc)
+                self._settle_many([d], exc)
                 return True
             # Stored with the link's other transfers of this read (_send_pending).
             sends = self._sends.get(state)
@@ -536,7 +536,7 @@ class AmqpConnection:
                         self.on_output()  # one flush request per batch: the flush empties it
                     self._completed.append((order, d))
                 else:
-                    self._complete_raw(d, True, error)
+                    self._complete_raw(d, error)
 
             try:
                 state.entity.complete(token_of(key), self.now_ms, done)
@@ -544,18 +544,6 @@ class AmqpConnection:
                 done(exc)
             return True
         return False
-
-    def _settle_raw(self, d: Any, error: Exception | None) -> None:
-        """Settle an incoming transfer held by _fast_event (and drop our reference)."""
-        try:
-            if error is None:
-                _lib.pn_delivery_update(d, _PN_ACCEPTED)
-                _lib.pn_delivery_settle(d)
-                self.on_output()
-            else:
-                self._settle_incoming(Delivery.wrap(d), error)
-        finally:
-            _lib.pn_decref(d)
 
     def _settle_completed(self) -> None:
         """Answer the completes whose commits landed: accepted and settled, in the order the
@@ -571,19 +559,18 @@ class AmqpConnection:
             lib.pn_delivery_settle(d)
             lib.pn_decref(d)
 
-    def _complete_raw(self, d: Any, needs_reply: bool, error: Exception | None) -> None:
-        """Answer a complete taken by _fast_event [contract 5.2] (and drop our reference)."""
+    def _complete_raw(self, d: Any, error: Exception | None) -> None:
+        """Answer an unsettled accept taken by _fast_event now [contract 5.2] (its commit
+        failed, or the connection is closing), and drop our reference."""
         try:
             if error is None:
-                if needs_reply:
-                    _lib.pn_delivery_update(d, _PN_ACCEPTED)
+                _lib.pn_delivery_update(d, _PN_ACCEPTED)
                 _lib.pn_delivery_settle(d)
             else:
                 delivery = Delivery.wrap(d)
-                if needs_reply:
-                    err = error if isinstance(error, ServiceBusError) else storage_error(error)
-                    delivery.local.condition = error_condition(err)
-                    delivery.update(Delivery.REJECTED)
+                err = error if isinstance(error, ServiceBusError) else storage_error(error)
+                delivery.local.condition = error_condition(err)
+                delivery.update(Delivery.REJECTED)
                 delivery.settle()
             self.on_output()
         finally:

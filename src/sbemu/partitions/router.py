@@ -327,9 +327,10 @@ class EntityView:
         credit = consumer.credit()
         if credit <= 0 or (self.entity.spec.requires_session and self.queue == MAIN):
             return  # a session entity serves session receivers only
-        defer = self.entity.defer_dispatch
-        more = credit > DISPATCH_RUN and defer is not None  # credit beyond this run
-        if more:
+        # credit beyond this run: served on the next pass if the run fills (None: none, or
+        # no such pass)
+        defer = self.entity.defer_dispatch if credit > DISPATCH_RUN else None
+        if defer is not None:
             credit = DISPATCH_RUN
         queue = self.queue
         parts = self.entity.partitions
@@ -350,7 +351,7 @@ class EntityView:
                 credit -= len(taken)
                 progressed = True
                 if credit <= 0:
-                    if more and defer is not None:  # a full run: there may be more ready
+                    if defer is not None:  # a full run: there may be more ready
                         defer(self)
                     return
             if not progressed:
@@ -779,13 +780,8 @@ class Entity:
         last = self._keyless_batch
         if last is not None:
             pid, number = last
-            broker = self.partitions[pid] if pid < len(self.partitions) else None
-            if (
-                broker is not None
-                and broker.batch_number == number
-                and broker.healthy
-                and broker.accepting
-            ):
+            broker = self.partitions[pid]  # (an entity's partitions never change)
+            if broker.batch_number == number and broker.healthy and broker.accepting:
                 return pid
         pid = self._next_round_robin()
         self._keyless_batch = (pid, self.partitions[pid].batch_number)

@@ -122,6 +122,30 @@ def _same(got: list[str], acked: list[str]) -> None:
                                     f"unexpected {sorted(set(got) - set(acked))[:10]}")
 
 
+def _serves_again_after_the_repair(srv: Server, disk: LoopFs, pinned: Sender, queue: str) -> None:
+    """The operator repairs the disk; the partition comes back by itself (no restart): the
+    pinned sender gets three more messages acknowledged, then stops by itself, and the
+    entity is Available again. (A sender that went on at full speed until the test thread
+    got to stop() it filled a repaired 84 MiB disk within a second on a loaded machine, see
+    test_one_partition_disk_fills_up_then_takes_messages_again.)"""
+    n = len(pinned.acked)
+    pinned.stop_after = n + 3
+    disk.repair()
+    assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors,
+                                                                  srv.stderr())
+    assert _entity_status(srv, queue) == "Available"
+
+
+def _each_once_then_none_after_a_restart(srv: Server, queue: str, acked: list[str]) -> None:
+    """Every acknowledged message is received exactly once; after a clean restart none comes
+    back; no traceback in the server log."""
+    _same(drain_ids(srv.conn_str, queue), acked)
+    assert srv.stop() == 0
+    srv.start()
+    assert drain_ids(srv.conn_str, queue) == []
+    assert srv.tracebacks() == [], srv.tracebacks()
+
+
 def _entity_status(srv: Server, name: str) -> str:
     """/health's status of an entity: Available, or Limited while a partition is out."""
     return next(e["status"] for e in srv.health()["entities"] if e["name"].lower() == name)
@@ -159,11 +183,7 @@ def test_one_partition_dir_turns_read_only_then_writable_again(tmp_path):
             assert srv.alive() and srv.tracebacks() == []
             assert disk.read_only() and _entity_status(srv, "roq") == "Limited"
             # the operator repairs the disk; the partition comes back by itself (no restart)
-            disk.repair()
-            n = len(pinned.acked)
-            assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors,
-                                                                          srv.stderr())
-            assert _entity_status(srv, "roq") == "Available"
+            _serves_again_after_the_repair(srv, disk, pinned, "roq")
         finally:
             keyless.stop()
             pinned.stop()
@@ -375,11 +395,7 @@ def test_a_stalled_disk_delays_only_its_own_entity_and_loses_nothing(tmp_path):
         # the probe kept going while the disk stood still, with sub-second round trips
         assert len(stalled) >= 3, (len(stalled), stalled_for)
         assert max(stalled) < HELD_UP_S, sorted(stalled)[-5:]
-        _same(drain_ids(srv.conn_str, "slowq"), sender.acked)
-        assert srv.stop() == 0
-        srv.start()
-        assert drain_ids(srv.conn_str, "slowq") == []
-        assert srv.tracebacks() == [], srv.tracebacks()
+        _each_once_then_none_after_a_restart(srv, "slowq", sender.acked)
     finally:
         srv.stop()
         disk.cleanup()
@@ -413,27 +429,13 @@ def test_one_partition_disk_fails_writes_with_eio_then_gets_room(tmp_path):
             assert srv.alive() and srv.tracebacks() == []
             assert _entity_status(srv, "eioq") == "Limited"
             disk.grow_backing(256)
-            # Three more 200 KB messages once it is back, then the sender stops by itself.
-            # (It used to go on at full speed until this thread got to stop() it: on a loaded
-            # machine that filled the repaired 84 MiB disk within a second, see
-            # test_one_partition_disk_fills_up_then_takes_messages_again.)
-            n = len(pinned.acked)
-            pinned.stop_after = n + 3
-            disk.repair()
-            assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors,
-                                                                          srv.stderr())
-            assert _entity_status(srv, "eioq") == "Available"
+            _serves_again_after_the_repair(srv, disk, pinned, "eioq")
         finally:
             keyless.stop()
             pinned.stop()
         assert keyless.crash is None and pinned.crash is None, (keyless.crash, pinned.crash)
         assert "Input/output error" in srv.stderr(100_000), srv.stderr()
-        acked = keyless.acked + pinned.acked
-        _same(drain_ids(srv.conn_str, "eioq"), acked)
-        assert srv.stop() == 0
-        srv.start()
-        assert drain_ids(srv.conn_str, "eioq") == []
-        assert srv.tracebacks() == [], srv.tracebacks()
+        _each_once_then_none_after_a_restart(srv, "eioq", keyless.acked + pinned.acked)
     finally:
         srv.stop()
         disk.cleanup()

@@ -9,9 +9,12 @@ for ``--rounds`` rounds, alternating the brokers, the rhea client (``bench/node/
 sends ``--count`` durable messages of ``--size`` bytes with at most ``--credit`` unsettled, and
 receives them with credit ``--credit`` and auto-accept (peek-lock + complete). Prints every
 round, then the medians and the ratios sbemu/RabbitMQ (plain and partitioned queue, each against
-the same RabbitMQ queue), and the send-to-receive latency (p50, p99) of each at a fixed offered
-rate of ``--latency-rate`` msg/s. Everything it started is stopped on the way out. Exit 1 if a phase
-fails (lost, refused or duplicated messages).
+the same RabbitMQ queue). Then, again in alternating rounds, the send-to-receive latency (p50,
+p99) of each at a fixed offered rate of ``--latency-rate`` msg/s, and of an in-memory forwarder
+(``bench/node/forwarder.js``: no storage, accepts and hands on at once) that shows what the client
+and the machine cost by themselves: the floor no broker gets under here. Prints the medians.
+Everything it started is stopped on the way out. Exit 1 if a phase fails (lost, refused or
+duplicated messages).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from bench import Server as SbemuServer  # noqa: E402  (bench/bench.py, next to 
 
 NODE_DIR = HERE / "node"
 CLIENT = NODE_DIR / "rhea-bench.js"
+FORWARDER = NODE_DIR / "forwarder.js"
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 RABBIT_QUEUE = "bench"
 SBEMU_USER, SBEMU_PASSWORD = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
@@ -167,6 +171,44 @@ def phase(
     return result
 
 
+def latency_phase(port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]) -> dict:
+    cmd = [
+        "node", str(CLIENT), "latency", str(port), address, str(args.latency_rate),
+        str(args.latency_seconds), str(args.size), *auth,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False)
+    try:
+        result: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"error": (out.stderr or out.stdout)[-300:] or "no output"}
+    return result
+
+
+class Forwarder:
+    """``bench/node/forwarder.js``: the in-memory forwarder that gives the latency floor."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["node", str(FORWARDER)], cwd=NODE_DIR, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # "listening <port>" (or EOF if it failed)
+        if not line.startswith("listening "):
+            self.stop()
+            raise SystemExit(f"compare: the forwarder did not start: {line!r}")
+        self.port = int(line.split()[1])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
@@ -179,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-rate", type=int, default=1000, help="latency phase msg/s [1000; 0 = skip]"
     )
     parser.add_argument(
-        "--latency-seconds", type=float, default=5.0, help="latency phase length [5]"
+        "--latency-seconds", type=float, default=10.0, help="latency phase length [10]"
     )
     parser.add_argument("--keep-data", action="store_true", help="keep the temp directories")
     args = parser.parse_args(argv)
@@ -204,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     rates: dict[str, dict[str, list[float]]] = {k: {"send": [], "receive": []} for k in targets}
     failures: list[str] = []
-    latencies: dict[str, tuple[float, float]] = {}
+    latencies: dict[str, list[dict]] = {}
+    floor = Forwarder()
     try:
         rabbit.start()
         sbemu.start()
@@ -226,31 +269,33 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "rabbitmq":
                     rabbit.purge()  # leftovers of a failed phase must not feed the next round
         if args.latency_rate > 0:
-            # Send-to-receive latency at a fixed offered rate, same client, both brokers.
-            for name, (port, address, auth) in targets.items():
-                cmd = [
-                    "node", str(CLIENT), "latency", str(port()), address, str(args.latency_rate),
-                    str(args.latency_seconds), str(args.size), *auth,
-                ]  # fmt: skip
-                out = subprocess.run(
-                    cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False
-                )
-                try:
-                    lat = json.loads(out.stdout.strip().splitlines()[-1])
-                except (IndexError, json.JSONDecodeError):
-                    lat = {"error": (out.stderr or out.stdout)[-300:] or "no output"}
-                if lat.get("error"):
-                    failures.append(f"latency {name}: {lat['error']}")
-                    continue
-                latencies[name] = (lat["p50_ms"], lat["p99_ms"])
-                print(
-                    f"  latency {name:<18} {args.latency_rate} msg/s: p50 {lat['p50_ms']:.2f} ms, "
-                    f"p99 {lat['p99_ms']:.2f} ms",
-                    flush=True,
-                )
-                if name == "rabbitmq":
-                    rabbit.purge()
+            # Send-to-receive latency at a fixed offered rate, same client, alternating rounds
+            # like the throughput; the in-memory forwarder shows the floor (client + machine).
+            floor.start()
+            lat_targets = {
+                **targets,
+                "floor (forwarder)": (lambda: floor.port, "bench", (SBEMU_USER, SBEMU_PASSWORD)),
+            }
+            for rnd in range(1, args.rounds + 1):
+                order = list(lat_targets) if rnd % 2 else list(reversed(lat_targets))
+                for name in order:
+                    port, address, auth = lat_targets[name]
+                    lat = latency_phase(port(), address, args, auth)
+                    if lat.get("error"):
+                        failures.append(f"round {rnd} latency {name}: {lat['error']}")
+                        print(f"  round {rnd} latency {name:<18} FAILED ({lat['error']})")
+                        continue
+                    latencies.setdefault(name, []).append(lat)
+                    print(
+                        f"  round {rnd} latency {name:<18} {args.latency_rate} msg/s: "
+                        f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, "
+                        f"max {lat['max_ms']:.2f} ms",
+                        flush=True,
+                    )
+                    if name == "rabbitmq":
+                        rabbit.purge()
     finally:
+        floor.stop()
         sbemu.stop()
         rabbit.stop()
         if not args.keep_data:
@@ -274,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         plain = med("sbemu", kind)
         if plain:
             print(f"  partitioned / plain {kind}: {med('sbemu-partitioned', kind) / plain:.2f}")
+    if latencies:
+        print(f"\nlatency at {args.latency_rate} msg/s, medians of the rounds (ms)   p50      p99")
+        for name, runs in latencies.items():
+            p50 = statistics.median(r["p50_ms"] for r in runs)
+            p99 = statistics.median(r["p99_ms"] for r in runs)
+            print(f"  {name:<40} {p50:>6.2f} {p99:>8.2f}")
     if failures:
         print("\nbench-compare: " + "; ".join(failures), file=sys.stderr)
         return 1

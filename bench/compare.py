@@ -154,34 +154,38 @@ class Rabbit:
         )  # fmt: skip
 
 
+def run_client(args_: list[str], tail: int) -> dict:
+    """One rhea-bench.js phase: its JSON line, or {"error": ...} with the end of its output."""
+    out = subprocess.run(
+        ["node", str(CLIENT), *args_], capture_output=True, text=True, timeout=PHASE_TIMEOUT,
+        check=False,
+    )  # fmt: skip
+    try:
+        result: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"ok": 0, "rate": 0.0, "error": (out.stderr or out.stdout)[-tail:] or "no output"}
+    return result
+
+
 def phase(
     kind: str, port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]
 ) -> dict:
-    cmd = [
-        "node", str(CLIENT), kind, str(port), address,
-        str(args.count), str(args.size), str(args.credit), *auth,
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False)
-    try:
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = {"ok": 0, "rate": 0.0, "error": (out.stderr or out.stdout)[-500:] or "no output"}
+    result = run_client(
+        [kind, str(port), address, str(args.count), str(args.size), str(args.credit), *auth], 500
+    )
     if result.get("error") is None and (result.get("ok") != args.count or result.get("duplicates")):
         result["error"] = f"{result.get('ok')}/{args.count}, {result.get('duplicates')} duplicates"
     return result
 
 
 def latency_phase(port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]) -> dict:
-    cmd = [
-        "node", str(CLIENT), "latency", str(port), address, str(args.latency_rate),
-        str(args.latency_seconds), str(args.size), *auth,
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=PHASE_TIMEOUT, check=False)
-    try:
-        result: dict = json.loads(out.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = {"error": (out.stderr or out.stdout)[-300:] or "no output"}
-    return result
+    return run_client(
+        [
+            "latency", str(port), address, str(args.latency_rate), str(args.latency_seconds),
+            str(args.size), *auth,
+        ],
+        300,
+    )  # fmt: skip
 
 
 class Forwarder:

@@ -1487,9 +1487,12 @@ class PartitionBroker:
         deletion may wait for the partition's next commit or the next timer tick (an
         unconfirmed completion may come back after a crash: at least once)."""
         lock = self._live_lock(token, now_ms)
+        rec = self._unlock(lock)
+        sq = lock.queue
         self._lazy = lazy and self._mark_lazy is not None
         try:
-            self._complete_locked(lock, now_ms)
+            self._remove(sq, rec)
+            self._log(sq, LogEvent.COMPLETED, rec, now_ms)
             if done is not None:
                 self.after_commit(done)
         finally:
@@ -1533,13 +1536,6 @@ class PartitionBroker:
         finally:
             self._lazy = False
             self._trim_lock_heap()
-
-    def _complete_locked(self, lock: Lock, now_ms: int) -> None:
-        """Delete the message of a live lock (the lock ends)."""
-        rec = self._unlock(lock)
-        sq = lock.queue
-        self._remove(sq, rec)
-        self._log(sq, LogEvent.COMPLETED, rec, now_ms)
 
     def abandon(
         self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done

@@ -10,7 +10,7 @@ import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import MAIN, Harness, msg
 
-from sbemu.partitions.broker import make_lock_token, partition_of_token
+from sbemu.partitions.broker import make_lock_key, partition_of_token
 from sbemu.partitions.records import LogEvent, decode_log
 from sbemu.partitions.router import DISPATCH_RUN, Taken
 
@@ -187,8 +187,8 @@ def test_complete_lazy_completes_across_partitions_and_skips_lost_locks(h):
     assert len(locks) == 8 and len({partition_of_token(k.token) for k in locks}) == 4
     stale = locks[0]
     q.complete(stale.token, NOW, None, True)  # completed once already: its lock is gone
-    unknown = make_lock_token(2)
-    keys = [k.key for k in locks[1:]] + [stale.key, unknown.int]  # tokens' ints
+    unknown = make_lock_key(2)  # a token of no lock
+    keys = [k.key for k in locks[1:]] + [stale.key, unknown]  # tokens' ints
     assert all(k.token.int == k.key for k in locks)
     q.complete_lazy(keys, NOW)
     assert not any(b.locks for b in q.partitions)

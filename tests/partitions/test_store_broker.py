@@ -10,8 +10,9 @@ from sbemu.partitions.broker import (
     PartitionBroker,
     Route,
     SubQueueSettings,
-    make_lock_token,
+    make_lock_key,
     partition_of_token,
+    token_of,
 )
 from sbemu.partitions.records import (
     IncomingMessage,
@@ -243,7 +244,7 @@ def test_log_records_every_change_in_the_same_commit(h):
 
 def test_lock_token_carries_partition():
     for pid in (0, 7, 15):
-        token = make_lock_token(pid)
+        token = token_of(make_lock_key(pid))
         assert partition_of_token(token) == pid and token.version == 4
         # a UUID like any other (it is built without UUID.__init__'s checks)
         same = uuid.UUID(str(token))

@@ -187,11 +187,6 @@ def token_of(key: int) -> uuid.UUID:
     return token
 
 
-def make_lock_token(partition_id: int) -> uuid.UUID:
-    """A random version-4 GUID whose last two bytes carry the partition id (for O(1) lookup)."""
-    return token_of(make_lock_key(partition_id))
-
-
 def partition_of_token(token: uuid.UUID) -> int:
     """The partition id a lock token was issued by."""
     return token.int & 0xFFFF

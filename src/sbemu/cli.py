@@ -1,10 +1,10 @@
 """The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
 
 ``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
-[--log-level L] [--log-retention-records N] [--log-bodies]``; each option has an environment
-twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``,
-``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
-``SBEMU_LOG_BODIES``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
+[--tls-port P|off] [--ws-port P|off] [--log-level L] [--log-retention-records N]
+[--log-bodies]``; each option has an environment twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``,
+``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``, ``SBEMU_TLS_PORT``, ``SBEMU_WS_PORT``,
+``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``, ``SBEMU_LOG_BODIES``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
 
 Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration or start-up
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
@@ -16,6 +16,12 @@ Once the server is up, these lines go to stdout (tests and scripts parse them)::
     health on http://<host>:<admin_port>/health
     connection string: Endpoint=sb://localhost[:<port>];SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;
     dashboard on http://<host>:<admin_port>/ (Prometheus metrics on /metrics)
+    [namespace <ns> on amqp://<host>:<port>: <its connection string>]  (one per AmqpPort)
+    amqps on amqps://<host>:<tls_port> (certificate from the CA <data dir>/tls/rootCA.pem)
+    connection string (TLS): Endpoint=sb://localhost[:<tls_port>]/;SharedAccessKeyName=...;SharedAccessKey=...;
+    websockets on ws://<host>:<admin_port>/$servicebus/websocket and wss:// (AMQPWSB10)
+    websockets on wss://<host>:<ws_port>/$servicebus/websocket and ws:// (AMQPWSB10)
+    [amqps not served: ... | websocket port not served: ...]  (a default port that was taken)
 
 New subcommands (report, export-logs, partition offline/online) plug in as one
 ``_add_<name>(subcommands)`` function that registers a parser and its handler.
@@ -62,6 +68,11 @@ ENV_DATA_DIR = "SBEMU_DATA_DIR"
 ENV_HOST = "SBEMU_HOST"
 ENV_PORT = "SBEMU_PORT"
 ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
+ENV_TLS_PORT = "SBEMU_TLS_PORT"
+ENV_WS_PORT = "SBEMU_WS_PORT"
+DEFAULT_TLS_PORT = 5671  # AMQPS, what the SDKs use without UseDevelopmentEmulator
+DEFAULT_WS_PORT = 443  # AMQP over WebSockets (wss), the SDKs' WebSocket default
+OFF = "off"
 ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
@@ -89,6 +100,10 @@ class Settings:
     log_retention_records: int = 0  # per partition log; 0 = unlimited
     log_bodies: bool = False  # message bodies in the partition logs
     keep_logs: bool = False  # no log retention at all, even below registered readers
+    # AMQPS / WebSocket port: None = off; (port, required): a default one (required=False)
+    # that cannot be bound is skipped with a warning, one asked for stops the start
+    tls_port: tuple[int, bool] | None = (DEFAULT_TLS_PORT, False)
+    ws_port: tuple[int, bool] | None = (DEFAULT_WS_PORT, False)
 
 
 # ================================================================================================
@@ -397,6 +412,19 @@ def _add_serve(subcommands: Any) -> None:
         help=f"health/admin HTTP port, 0 = ephemeral [{ENV_ADMIN_PORT}; default: {DEFAULT_ADMIN_PORT}]",
     )
     serve.add_argument(
+        "--tls-port",
+        metavar="P",
+        help=f"AMQPS port (TLS with the local CA), 0 = ephemeral, {OFF} = none [{ENV_TLS_PORT}; "
+        f"default: {DEFAULT_TLS_PORT}, skipped with a warning when it cannot be bound]",
+    )
+    serve.add_argument(
+        "--ws-port",
+        metavar="P",
+        help=f"port for AMQP over WebSockets (ws and wss; the admin port serves them too), "
+        f"0 = ephemeral, {OFF} = none [{ENV_WS_PORT}; default: {DEFAULT_WS_PORT}, skipped with "
+        "a warning when it cannot be bound]",
+    )
+    serve.add_argument(
         "--log-level",
         metavar="L",
         help=f"{', '.join(LOG_LEVELS)} [{ENV_LOG_LEVEL}; default: {DEFAULT_LOG_LEVEL}]",
@@ -463,7 +491,23 @@ def resolve_settings(
         log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
         log_bodies=_flag(*pick("log-bodies", ENV_LOG_BODIES)),
         keep_logs=_flag(*pick("keep-logs", ENV_KEEP_LOGS)),
+        tls_port=_optional_port(*pick("tls-port", ENV_TLS_PORT), default=DEFAULT_TLS_PORT),
+        ws_port=_optional_port(*pick("ws-port", ENV_WS_PORT), default=DEFAULT_WS_PORT),
     )
+
+
+def _optional_port(value: str | None, source: str, *, default: int) -> tuple[int, bool] | None:
+    """None for "off"; (default, False) when not given; (port, True) when asked for."""
+    if value is None:
+        return default, False
+    if value.strip().lower() == OFF:
+        return None
+    try:
+        return _port(value, source, default=default), True
+    except UsageError:
+        raise UsageError(
+            f"invalid {source} {value!r}: must be an integer from 0 to 65535 or {OFF}"
+        ) from None
 
 
 def _flag(value: str | bool | None, source: str) -> bool:
@@ -602,6 +646,7 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
 
 async def _serve_async(config: Config, settings: Settings) -> int:
     try:
+        from sbemu.endpoints import ListenPort
         from sbemu.server import Server, StartupError  # lazily: `sbemu --help` stays light
 
         clock = _server_clock(settings)
@@ -617,6 +662,8 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             log_bodies=settings.log_bodies,
             keep_logs=settings.keep_logs,
             clock=clock,
+            tls_port=ListenPort(*settings.tls_port) if settings.tls_port else None,
+            ws_port=ListenPort(*settings.ws_port) if settings.ws_port else None,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)
@@ -637,6 +684,10 @@ async def _serve_async(config: Config, settings: Settings) -> int:
 
     lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
     lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    lines += endpoint_lines(
+        config, settings.host, server.admin_port, server.tls_port, server.ws_port,
+        server.unserved, str(settings.data_dir / "tls" / "rootCA.pem"),
+    )
     for line in lines:
         print(line)
     sys.stdout.flush()
@@ -720,6 +771,40 @@ def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> li
                 f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
             )
     return out
+
+
+def endpoint_lines(
+    config: Config,
+    host: str,
+    admin_port: int,
+    tls_port: int | None,
+    ws_port: int | None,
+    unserved: Sequence[str],
+    ca_file: str,
+) -> list[str]:
+    """The AMQPS and WebSocket lines (after the ready lines): where, the CA to trust, and the
+    connection string without the emulator flag (for clients that verify TLS)."""
+    shown_host = f"[{host}]" if ":" in host else host
+    out: list[str] = []
+    if tls_port is not None:
+        out.append(f"amqps on amqps://{shown_host}:{tls_port} (certificate from the CA {ca_file})")
+        out.append(f"connection string (TLS): {tls_connection_string(config, tls_port)}")
+    path = "/$servicebus/websocket"
+    out.append(f"websockets on ws://{shown_host}:{admin_port}{path} and wss:// (AMQPWSB10)")
+    if ws_port is not None:
+        out.append(f"websockets on wss://{shown_host}:{ws_port}{path} and ws:// (AMQPWSB10)")
+    out.extend(unserved)
+    return out
+
+
+def tls_connection_string(config: Config, tls_port: int) -> str:
+    """The connection string a client that verifies TLS uses (no emulator flag)."""
+    policy = config.namespaces[0].sas_policies[0]
+    endpoint = "sb://localhost/" if tls_port == DEFAULT_TLS_PORT else f"sb://localhost:{tls_port}/"
+    return (
+        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};"
+        f"SharedAccessKey={policy.key};"
+    )
 
 
 def connection_string(config: Config, amqp_port: int) -> str:

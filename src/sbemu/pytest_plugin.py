@@ -48,6 +48,8 @@ START_TIMEOUT = 60.0
 _AMQP = re.compile(r"listening on amqp://[^:]+:(\d+)")
 _ADMIN = re.compile(r"health on http://.+:(\d+)/health")
 _CONN = re.compile(r"connection string: (\S+)")
+_TLS = re.compile(r"amqps on amqps://\S+:(\d+) ")
+_WS = re.compile(r"websockets on wss://\S+?:(\d+)/")
 _ATOM = "http://www.w3.org/2005/Atom"
 _SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 
@@ -65,6 +67,8 @@ class SbemuServer:
     namespace: str = "sbemulatorns"
     key_name: str = "RootManageSharedAccessKey"
     key: str = "SAS_KEY_VALUE"
+    tls_port: int = 0  # AMQPS: Endpoint=sb://localhost/ clients (trust ca_file)
+    ws_port: int = 0  # AMQP over WebSockets, ws and wss (the admin port serves them too)
     process: subprocess.Popen[str] | None = field(default=None, repr=False)
     output: list[str] = field(default_factory=list, repr=False)
 
@@ -114,7 +118,7 @@ def _ca_bundle(ca_file: Path, folder: Path) -> Path:
 def start_server(data_dir: Path, config: str | None = None) -> SbemuServer:
     """Start ``sbemu serve`` on ephemeral ports and wait for its ready lines."""
     cmd = [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-           "--data-dir", str(data_dir), "--host", "127.0.0.1"]
+           "--tls-port", "0", "--ws-port", "0", "--data-dir", str(data_dir), "--host", "127.0.0.1"]
     if config:
         cmd += ["--config", config]
     proc = subprocess.Popen(
@@ -129,16 +133,17 @@ def start_server(data_dir: Path, config: str | None = None) -> SbemuServer:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
-            for key, pattern in (("amqp", _AMQP), ("admin", _ADMIN), ("conn", _CONN)):
+            for key, pattern in (("amqp", _AMQP), ("admin", _ADMIN), ("conn", _CONN),
+                                 ("tls", _TLS), ("ws", _WS)):
                 match = pattern.search(line)
                 if match and key not in found:
                     found[key] = match.group(1)
-            if len(found) == 3:
+            if len(found) == 5:
                 ready.set()
         ready.set()
 
     threading.Thread(target=pump, name="sbemu-output", daemon=True).start()
-    if not ready.wait(START_TIMEOUT) or len(found) < 3:
+    if not ready.wait(START_TIMEOUT) or len(found) < 5:
         proc.kill()
         raise RuntimeError("sbemu did not start:\n" + "\n".join(lines[-30:]))
     admin = int(found["admin"])
@@ -152,6 +157,8 @@ def start_server(data_dir: Path, config: str | None = None) -> SbemuServer:
         admin_connection_string=admin_conn,
         ca_file=data_dir / "tls" / "rootCA.pem",
         data_dir=data_dir,
+        tls_port=int(found["tls"]),
+        ws_port=int(found["ws"]),
         key_name=fields.get("SharedAccessKeyName", "RootManageSharedAccessKey"),
         key=fields.get("SharedAccessKey", "SAS_KEY_VALUE"),
         process=proc,

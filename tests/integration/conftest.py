@@ -46,6 +46,8 @@ PARTITIONS = 16  # Standard-tier partition count [SB partitioning P2]
 _LISTEN_RE = re.compile(r"listening on amqp://([\w.\-\[\]:]+?):(\d+) ")
 _HEALTH_RE = re.compile(r"health on http://([\w.\-\[\]:]+?):(\d+)/health")
 _CONN_RE = re.compile(r"connection string: (\S+)")
+_TLS_RE = re.compile(r"amqps on amqps://([\w.\-\[\]:]+?):(\d+) ")
+_WS_RE = re.compile(r"websockets on wss://([\w.\-\[\]:]+?):(\d+)/")
 
 
 # ------------------------------------------------------------------------------- configuration
@@ -132,6 +134,8 @@ class ServerProcess:
         self.port = 0
         self.admin_port = 0
         self.conn_str = ""
+        self.tls_port = 0  # AMQPS (--tls-port 0: ephemeral)
+        self.ws_port = 0  # the WebSocket port (--ws-port 0: ephemeral)
         self.host = "127.0.0.1"
         self._starts = 0
         self._stderr_path: Path | None = None
@@ -157,6 +161,10 @@ class ServerProcess:
             "--port",
             "0",
             "--admin-port",
+            "0",
+            "--tls-port",
+            "0",
+            "--ws-port",
             "0",
             "--log-level",
             "warning",
@@ -192,8 +200,8 @@ class ServerProcess:
     def _await_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         seen: list[str] = []
-        port = conn = admin = None
-        while port is None or conn is None or admin is None:
+        port = conn = admin = tls = ws = None
+        while None in (port, conn, admin, tls, ws):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._abort()
@@ -219,7 +227,14 @@ class ServerProcess:
                 admin = int(m.group(2))
             elif m := _CONN_RE.search(line):
                 conn = m.group(1)
+            elif m := _TLS_RE.search(line):
+                tls = int(m.group(2))
+            elif m := _WS_RE.search(line):
+                ws = int(m.group(2))
+        assert port is not None and admin is not None and conn is not None
+        assert tls is not None and ws is not None
         self.port, self.admin_port, self.conn_str = port, admin, conn
+        self.tls_port, self.ws_port = tls, ws
 
     def _abort(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -312,6 +327,17 @@ class ServerProcess:
 
     def amqp_url(self) -> str:
         return f"amqp://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The local CA the AMQPS, wss and HTTPS certificates chain to (trust it to connect)."""
+        return self.data_dir / "tls" / "rootCA.pem"
+
+    def tls_conn_str(self, key_name: str = KEY_NAME, key: str = KEY) -> str:
+        """A connection string without the emulator flag (TLS; the SDKs' default ports)."""
+        return (
+            f"Endpoint=sb://localhost/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
+        )
 
 
 def start_server(tmp: Path, queues: Iterable[dict[str, Any]]) -> ServerProcess:

@@ -1,6 +1,7 @@
 """asyncio adapter: the only module that touches sockets (and reads the clock for them).
 
-Each accepted socket gets an AmqpConnection (sans-IO). We pass it bytes and `now`, write what
+Each accepted socket gets an AmqpConnection (sans-IO): a TCP socket (amqp, or amqps with the
+TLS done by asyncio), or a WebSocket the admin HTTP server upgraded (``serve_websocket``). We pass it bytes and `now`, write what
 it produces, re-arm one timer for proton's heartbeats, and flush again whenever work that
 completed later (a group commit) asks for it through `on_output`.
 """
@@ -13,10 +14,11 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import QuotaExceeded
 from .connection import AmqpConnection, Services
+from .websocket import WebSocketFraming
 
 log = logging.getLogger("sbemu.listener")
 
@@ -274,3 +276,86 @@ class AmqpProtocol(asyncio.Protocol):
         conn.close_by_operator(description)
         self._flush()
         self._loop.call_later(grace, self.close)
+
+
+# ------------------------------------------------------------------ AMQP over WebSockets
+class ByteStream(Protocol):
+    """An accepted connection after its HTTP upgrade (sbemu.admin.http.UpgradedStream)."""
+
+    leftover: bytes
+    peer: tuple[str, int] | None
+
+    async def recv(self) -> bytes: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+class _WebSocketTransport:
+    """What AmqpProtocol uses of an asyncio transport, carried in WebSocket binary messages."""
+
+    def __init__(self, stream: ByteStream, framing: WebSocketFraming) -> None:
+        self._stream = stream
+        self._framing = framing
+        self.reading = asyncio.Event()
+        self.reading.set()
+        self._closing = False
+
+    def write(self, data: bytes) -> None:
+        self._framing.send(data)
+        self._write_out()
+
+    def _write_out(self) -> None:
+        out = self._framing.data_to_send()
+        if out and not self._stream.is_closing():
+            self._stream.write(out)
+
+    def close(self) -> None:
+        """The AMQP side is done: close the WebSocket, then the connection under it."""
+        if self._closing:
+            return
+        self._closing = True
+        self._framing.close()
+        self._write_out()
+        self._stream.close()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._stream.is_closing()
+
+    def pause_reading(self) -> None:
+        self.reading.clear()
+
+    def resume_reading(self) -> None:
+        self.reading.set()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._stream.peer if name == "peername" else default
+
+
+async def serve_websocket(stream: ByteStream, protocol: AmqpProtocol) -> None:
+    """Run one AMQP connection over an upgraded WebSocket until either side ends it: the same
+    AmqpProtocol (and sans-IO AmqpConnection) as TCP, fed the payloads of binary messages."""
+    framing = WebSocketFraming(stream.leftover)
+    transport = _WebSocketTransport(stream, framing)
+    protocol.connection_made(transport)  # type: ignore[arg-type]  # the transport's duck type
+    data: bytes | None = b""
+    try:
+        while True:
+            received = framing.receive_data(data)
+            transport._write_out()  # pongs and close answers
+            for amqp in received.amqp:
+                protocol.data_received(amqp)
+            if received.closed or data is None:
+                break
+            await transport.reading.wait()
+            if transport.is_closing():
+                break
+            data = await stream.recv() or None
+    except (ConnectionError, OSError) as exc:
+        log.debug("WebSocket connection dropped: %r", exc)
+    finally:
+        protocol.connection_lost(None)
+        transport.close()

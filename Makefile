@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
+.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -129,7 +129,23 @@ bench-rabbitmq:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
 	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
 
-bench-compare: install bench-node bench-rabbitmq
+# Apache ActiveMQ Artemis's binary distribution from Maven Central, checked against the pinned
+# SHA-256 and unpacked into bench/artemis/apache-artemis (gitignored); it runs on the machine's Java.
+ARTEMIS_VERSION := 2.40.0
+ARTEMIS_SHA256 := 3add67e7b0af89f81eac1e6c577427b049b4e7502fb278c591838465d5ca93b5
+ARTEMIS_TGZ := bench/artemis/apache-artemis-$(ARTEMIS_VERSION)-bin.tar.gz
+bench/artemis/apache-artemis/bin/artemis:
+	@mkdir -p bench/artemis
+	curl -fsSL -o $(ARTEMIS_TGZ).part https://repo1.maven.org/maven2/org/apache/activemq/apache-artemis/$(ARTEMIS_VERSION)/apache-artemis-$(ARTEMIS_VERSION)-bin.tar.gz
+	echo "$(ARTEMIS_SHA256)  $(ARTEMIS_TGZ).part" | sha256sum -c --quiet
+	mv $(ARTEMIS_TGZ).part $(ARTEMIS_TGZ)
+	rm -rf bench/artemis/apache-artemis && tar -xzf $(ARTEMIS_TGZ) -C bench/artemis
+	mv bench/artemis/apache-artemis-$(ARTEMIS_VERSION) bench/artemis/apache-artemis && rm -f $(ARTEMIS_TGZ)
+
+bench-artemis: java-check bench/artemis/apache-artemis/bin/artemis
+
+# sbemu vs RabbitMQ 3.10 and ActiveMQ Artemis, the same rhea client, 5 alternating rounds.
+bench-compare: install bench-node bench-rabbitmq bench-artemis
 	$(PY) bench/compare.py $(ARGS)
 
 clean:

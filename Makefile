@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev,docs]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -48,7 +48,7 @@ disk-tools-check:
 
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,dev,spark]'
+	$(PY) -m pip install -q -e '.[test,dev,docs,spark]'
 	@touch $(SPARK_STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
@@ -91,7 +91,7 @@ run:
 # do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check disk-tools-check js-deps lint
+test: install install-spark chromium-check disk-tools-check js-deps lint docs
 	@js_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
@@ -103,6 +103,10 @@ test: install install-spark chromium-check disk-tools-check js-deps lint
 	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ]; then \
 	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc"; \
 	  exit 1; fi
+
+# The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
@@ -156,7 +160,7 @@ clean:
 report: install-spark
 	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)
 
-# hardening (see README "Guarantees and how we test them"): long runs of the suites whose
+# hardening (see docs/guarantees.md): long runs of the suites whose
 # bounded parts run in `make test` (tests/fuzz, tests/crash, tests/load)
 fuzz: install
 	$(PY) -m hardening.fuzz $(ARGS)

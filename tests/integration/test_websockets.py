@@ -9,9 +9,12 @@ The SDK's WebSocket transport goes to port 443 unless ``custom_endpoint_address`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import json
 import socket
 import ssl
+import urllib.request
 from typing import Any
 
 import pytest
@@ -197,3 +200,21 @@ def test_a_plain_get_on_the_path_is_426(server: ServerProcess) -> None:
         head = sock.recv(4096).decode("latin-1")
     assert head.startswith("HTTP/1.1 426 "), head
     assert "upgrade: websocket" in head.lower()
+
+
+def test_the_dashboard_names_each_connections_transport(server: ServerProcess) -> None:
+    clients = [
+        ws_client(server, server.admin_port),  # wss
+        ServiceBusClient.from_connection_string(server.conn_str),  # amqp
+        ServiceBusClient.from_connection_string(  # amqps
+            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.tls_port}",
+            transport_type=TransportType.Amqp, connection_verify=str(server.ca_file),
+        ),
+    ]
+    with contextlib.ExitStack() as stack:
+        for client in clients:
+            stack.enter_context(stack.enter_context(client).get_queue_sender("q1"))
+        url = f"http://127.0.0.1:{server.admin_port}/api/connections"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            seen = {c["transport"] for c in json.load(resp)["connections"]}
+    assert {"wss", "amqp", "amqps"} <= seen, seen

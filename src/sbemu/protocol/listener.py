@@ -91,9 +91,14 @@ class AmqpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._flusher = flusher
         self._quickack: Callable[[], None] | None = None  # set for a TCP socket on Linux
+        self.transport_kind = "amqp"  # amqp, amqps, ws or wss (the dashboard shows it)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        if transport.get_extra_info("websocket"):
+            self.transport_kind = transport.get_extra_info("websocket")
+        elif transport.get_extra_info("sslcontext") is not None:
+            self.transport_kind = "amqps"
         sock = transport.get_extra_info("socket")
         if _QUICKACK is not None and sock is not None and sock.family in (
             socket.AF_INET, socket.AF_INET6
@@ -261,6 +266,7 @@ class AmqpProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         info = conn.describe()
         info["peer"] = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        info["transport"] = self.transport_kind
         return info
 
     @property
@@ -284,6 +290,7 @@ class ByteStream(Protocol):
 
     leftover: bytes
     peer: tuple[str, int] | None
+    secure: bool  # TLS under the WebSocket (wss)
 
     async def recv(self) -> bytes: ...
 
@@ -332,7 +339,11 @@ class _WebSocketTransport:
         self.reading.set()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._stream.peer if name == "peername" else default
+        if name == "peername":
+            return self._stream.peer
+        if name == "websocket":
+            return "wss" if self._stream.secure else "ws"
+        return default
 
 
 async def serve_websocket(stream: ByteStream, protocol: AmqpProtocol) -> None:

@@ -218,3 +218,24 @@ def test_the_dashboard_names_each_connections_transport(server: ServerProcess) -
         with urllib.request.urlopen(url, timeout=10) as resp:
             seen = {c["transport"] for c in json.load(resp)["connections"]}
     assert {"wss", "amqp", "amqps"} <= seen, seen
+
+
+def test_sigterm_with_open_websocket_and_amqps_connections_stops_cleanly(
+    own_server: ServerProcess,
+) -> None:
+    ws = raw(own_server)
+    tls = ssl.create_default_context(cafile=str(own_server.ca_file)).wrap_socket(
+        socket.create_connection(("127.0.0.1", own_server.tls_port), timeout=10),
+        server_hostname="localhost",
+    )
+    try:
+        ws.send_binary(SASL_HEADER)
+        assert ws.recv()[:8] == SASL_HEADER
+        tls.sendall(SASL_HEADER)
+        assert tls.recv(8) == SASL_HEADER
+        assert own_server.stop() == 0
+    finally:
+        ws.close()
+        tls.close()
+    log = own_server.stderr_text()
+    assert "Traceback" not in log and "ERROR" not in log, log

@@ -368,6 +368,11 @@ async def start_admin(
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT)
             except (OSError, asyncio.TimeoutError, ssl.SSLError):
                 pass
+            except asyncio.CancelledError:
+                # the loop is ending (shutdown) while a connection, such as an upgraded
+                # WebSocket, was still closing: it is closed, so end the task normally, or
+                # asyncio logs the cancellation as an error with a traceback
+                pass
 
     server = await asyncio.start_server(on_connection, host, port, reuse_address=True)
     return AdminServer(server, connections)

@@ -34,7 +34,8 @@ from conftest import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerPro
 # and takes any custom_endpoint_address as a WebSocket address (whatever transport_type says),
 # so on a test port it speaks wss (websocket-client is its optional WebSocket dependency);
 # AMQPS on the default port 5671 is tested in test_default_ports.py.
-OLD_SDK = ("azure-servicebus==7.13.0", "websocket-client==1.9.0")
+OLD_SDK = ("azure-servicebus==7.13.0", "websocket-client==1.9.0", "azure-core==1.41.0",
+           "isodate==0.7.2", "typing-extensions==4.16.0")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
@@ -162,7 +163,7 @@ def old_sdk_python() -> Path:
     home.parent.mkdir(parents=True, exist_ok=True)
     with open(home.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time (xdist workers)
-        if not stamp.exists():
+        if not stamp.exists() or stamp.read_text() != " ".join(OLD_SDK):
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
             result = subprocess.run(
                 [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -171,7 +172,7 @@ def old_sdk_python() -> Path:
             )
             if result.returncode != 0:
                 pytest.fail(f"pip install {' '.join(OLD_SDK)} failed:\n{result.stderr[-2000:]}")
-            stamp.touch()
+            stamp.write_text(" ".join(OLD_SDK))
     return python
 
 

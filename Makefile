@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -132,6 +132,11 @@ bench-rabbitmq:
 	    echo "installing rabbitmq-server from Debian"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
 	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
+
+# A test fixture's round trip (durable vs --ephemeral) and the Python SDK's sync/async rates
+# against sbemu and against the SDK's own ceiling (the in-memory forwarder): bench/sdk.py.
+bench-sdk: install bench-node
+	$(PY) bench/sdk.py $(ARGS)
 
 # Apache ActiveMQ Artemis's binary distribution from Maven Central, checked against the pinned
 # SHA-256 and unpacked into bench/artemis/apache-artemis (gitignored); it runs on the machine's Java.

@@ -76,10 +76,18 @@ class SubQueueSettings:
 
     lock_duration_ms: int
     max_delivery_count: int | None  # None: never dead-letter on delivery count (DLQs)
-    default_ttl_ms: int | None  # None: messages never expire here (DLQs)
+    default_ttl_ms: int | None  # None: no default TTL (Azure's TimeSpan.MaxValue), or a DLQ
     dead_letter_on_expiration: bool
     dead_letter_queue: str | None  # name of the sub-queue that takes dead letters
     requires_session: bool = False
+    # A message's own TTL applies even when the sub-queue has no default TTL (an entity whose
+    # default is "never"); False for dead-letter queues, where no TTL is observed [Azure: DLQ].
+    message_ttl: bool = False
+
+    @property
+    def expires(self) -> bool:
+        """Whether messages expire in this sub-queue (by the default TTL or their own)."""
+        return self.message_ttl or self.default_ttl_ms is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,8 +658,8 @@ class PartitionBroker:
             return deadline_key(
                 rec.scheduled_enqueue_time_ms, SCHEDULED_ACTIVATION, rec.sequence_number, sq.name
             )
-        default = sq.settings.default_ttl_ms
-        if rec.expires_at_ms is not None and default is not None and rec.ttl_ms != default:
+        settings = sq.settings
+        if rec.expires_at_ms is not None and settings.expires and rec.ttl_ms != settings.default_ttl_ms:
             return deadline_key(rec.expires_at_ms, EXPIRY, rec.sequence_number, sq.name)
         return None  # none, or derived: the sub-queue's default TTL (see _expire_heads)
 
@@ -1307,7 +1315,7 @@ class PartitionBroker:
             rec = self._pop_ready(sq, session.session_id if session is not None else None)
             if rec is None:
                 return None
-            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.default_ttl_ms is not None:
+            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.expires:
                 self._expire(sq, rec, now_ms)
                 continue
             if peek_lock:
@@ -1329,7 +1337,7 @@ class PartitionBroker:
         if sq.settings.requires_session:
             return out
         pop = self._pop_ready
-        default_ttl = sq.settings.default_ttl_ms
+        expires = sq.settings.expires
         until = now_ms + sq.settings.lock_duration_ms
         pid = self.partition_id
         sq_locks, locks, heap, push = sq.locks, self.locks, self._lock_heap, heapq.heappush
@@ -1339,7 +1347,7 @@ class PartitionBroker:
                 if rec is None:
                     break
                 at = rec.expires_at_ms
-                if at is not None and at <= now_ms and default_ttl is not None:
+                if at is not None and at <= now_ms and expires:
                     self._expire(sq, rec, now_ms)
                     continue
                 # _lock() for a message outside sessions, its log record lazy (see _dirty)
@@ -1776,7 +1784,7 @@ class PartitionBroker:
             if rec is None:
                 continue
             if kind == EXPIRY:
-                if sq.settings.default_ttl_ms is None:
+                if not sq.settings.expires:
                     continue  # the sub-queue's settings changed: its messages no longer expire
                 if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
                     continue  # locked: checked again when it comes back; or no longer active

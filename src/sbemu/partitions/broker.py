@@ -127,6 +127,7 @@ class SessionLock:
     session_id: str
     owner: object
     until_ms: int
+    armed_ms: int = 0  # the latest expiry the session heap holds for this lock (see touch_session)
 
 
 class SessionState:
@@ -1315,6 +1316,8 @@ class PartitionBroker:
             rec = self._pop_ready(sq, session.session_id if session is not None else None)
             if rec is None:
                 return None
+            if session is not None:
+                self.touch_session(session, now_ms)  # a delivery is activity on the session
             if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.expires:
                 self._expire(sq, rec, now_ms)
                 continue
@@ -1758,6 +1761,8 @@ class PartitionBroker:
             until, name, session_id = heapq.heappop(sessions)
             sess = self.queues[name].sessions.get(session_id)
             if sess is None or sess.lock is None or sess.lock.until_ms != until:
+                if sess is not None and sess.lock is not None:
+                    self._rearm_session(sess.lock, until)
                 continue  # released, or renewed
             lost = sess.lock
             self._end_session(lost, now_ms, count_delivery=True)
@@ -1912,7 +1917,7 @@ class PartitionBroker:
                 )
         lock = SessionLock(sq, sess.session_id, owner, now_ms + sq.settings.lock_duration_ms)
         sess.lock = lock
-        heapq.heappush(self._session_heap, (lock.until_ms, sq.name, sess.session_id))
+        self._arm_session(lock)
         return lock
 
     def _session_lock(
@@ -1934,8 +1939,31 @@ class PartitionBroker:
         for msg_lock in lock.queue.locks.values():
             if msg_lock.session is lock:
                 msg_lock.until_ms = lock.until_ms
-        heapq.heappush(self._session_heap, (lock.until_ms, queue, session_id))
+        self._arm_session(lock)
         return lock.until_ms
+
+    def touch_session(self, lock: SessionLock, now_ms: int) -> None:
+        """Receive activity on a held session (a delivery, a receive request) keeps its lock:
+        it expires only once the session stayed idle for the lock duration ("no operations
+        performed on the session" [Azure SDK: SessionLockLostException]). A receive-and-delete
+        session receiver that keeps receiving never loses its session, and one whose last
+        receive waits out its max_wait_time closes before the lock ends."""
+        sess = lock.queue.sessions.get(lock.session_id)
+        if sess is None or sess.lock is not lock or lock.until_ms <= now_ms:
+            return  # lost or released: activity does not bring a lock back
+        until = now_ms + lock.queue.settings.lock_duration_ms
+        if until > lock.until_ms:
+            lock.until_ms = until  # no heap push per delivery: on_timer re-arms (_rearm_session)
+
+    def _arm_session(self, lock: SessionLock) -> None:
+        lock.armed_ms = lock.until_ms
+        heapq.heappush(self._session_heap, (lock.until_ms, lock.queue.name, lock.session_id))
+
+    def _rearm_session(self, lock: SessionLock, popped_ms: int) -> None:
+        """The heap entry at `popped_ms` came due but the lock was extended since: one new
+        entry at its current expiry (only for the lock's latest entry, so none doubles up)."""
+        if popped_ms == lock.armed_ms and lock.until_ms > popped_ms:
+            self._arm_session(lock)
 
     def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
         """Who holds a live lock on the session, if anyone."""

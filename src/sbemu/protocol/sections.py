@@ -284,6 +284,18 @@ def _render(v: Any) -> str | None:
     return str(v)
 
 
+def _partition_key_text(v: Any) -> str | None:
+    """A partition key as text. A received message sent again carries it as AMQP binary
+    (pyamqp decodes the string the service sent into bytes and encodes bytes back as binary):
+    its UTF-8 text is the key the sender set, and what is compared with the SessionId [P6]."""
+    if type(v) is bytes:
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SectionError("x-opt-partition-key must be a string (or UTF-8 binary)") from None
+    return _render(v)
+
+
 def scan_message(buf: bytes) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
@@ -381,10 +393,19 @@ def _scan(buf: bytes) -> ScannedMessage:
                                 "x-opt-scheduled-enqueue-time must be a timestamp or long"
                             )
                         scheduled = None if value is None else int(value)
-                    elif slot == _PARTITION_KEY:
-                        partition_key = _render(value)
                     else:
-                        via_partition_key = _render(value)
+                        text = _partition_key_text(value)
+                        if slot == _PARTITION_KEY:
+                            partition_key = text
+                        else:
+                            via_partition_key = text
+                        if text is not None and type(value) is not str:
+                            # stored (and echoed) as the string the service keys on: .NET
+                            # reads it with a (string) cast [contract 3.7]
+                            if keep_from < kpos:
+                                ann_parts.append(buf[keep_from:kpos])
+                            ann_parts.append(buf[kpos:kend] + enc_string(text))
+                            keep_from = p
             if p != end:
                 raise SectionError("message-annotations entries do not match the map size")
             if keep_from < p:

@@ -31,10 +31,12 @@ from sbemu.protocol.codec import (
     enc_symbol,
     enc_uint,
 )
+from sbemu.protocol.decimals import DecimalRangeError, rewrite_decimals
 
 __all__ = [
     "SERVICE_ANNOTATIONS",
     "PROPERTY_FIELDS",
+    "PropertyValueError",
     "ScannedMessage",
     "SectionError",
     "assign_message_id",
@@ -324,6 +326,7 @@ def _scan(buf: bytes) -> ScannedMessage:
     flushed = 0  # bytes of tail_parts
     props_span = body_span = None
     seen = 0
+    grown = 0  # bytes a rewritten section added (or took) against the message as sent
     pos = 0
     while pos < n:
         code, vpos = _section_code(buf, pos)
@@ -336,7 +339,25 @@ def _scan(buf: bytes) -> ScannedMessage:
         if code >= PROPERTIES:
             if code == PROPERTIES:
                 props = _property_fields(buf, vpos, end)
-            if vpos == pos + 3 and pos == run_end:
+            rewritten = None
+            # Decimals are written as the service writes them (protocol/decimals.py). The
+            # check costs two byte searches; only a section with a 0x84 or 0x94 byte in it
+            # is walked, and only one holding a decimal is re-encoded.
+            if code == APPLICATION_PROPERTIES and (
+                buf.find(b"\x94", vpos, end) >= 0 or buf.find(b"\x84", vpos, end) >= 0
+            ):
+                rewritten = _service_decimals(buf, vpos, end)
+            if rewritten is not None:
+                if run_end >= 0:
+                    tail_parts.append(buf[run_start:run_end])
+                    flushed += run_end - run_start
+                at = flushed
+                tail_parts.append(b"\x00\x53\x74" + rewritten)
+                flushed += 3 + len(rewritten)
+                grown += 3 + len(rewritten) - (end - pos)
+                run_start = run_end = -1
+                props_span = (at + 3, at + 3 + len(rewritten))
+            elif vpos == pos + 3 and pos == run_end:
                 run_end = end  # contiguous with the previous tail section
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
@@ -353,7 +374,8 @@ def _scan(buf: bytes) -> ScannedMessage:
                     flushed += 3 + end - vpos
                     run_start = run_end = -1
             if code == APPLICATION_PROPERTIES:
-                props_span = (at + 3, at + 3 + end - vpos)
+                if rewritten is None:
+                    props_span = (at + 3, at + 3 + end - vpos)
             elif DATA <= code <= AMQP_VALUE:
                 body_span = (body_span[0] if body_span else at, at + 3 + end - vpos)
         elif code == MESSAGE_ANNOTATIONS:
@@ -448,10 +470,26 @@ def _scan(buf: bytes) -> ScannedMessage:
         b"".join(ann_parts),
         ann_count,
         b"".join(tail_parts),
-        n,
+        n + grown,
         props_span,
         body_span,
     )
+
+
+class PropertyValueError(SectionError):
+    """An application property value the service cannot hold (e.g. a decimal beyond .NET's)."""
+
+
+def _service_decimals(buf: bytes, vpos: int, end: int) -> bytes | None:
+    """The application-properties value at vpos with its decimals in the service's encoding,
+    or None when it holds none."""
+    try:
+        value_end, rewritten = rewrite_decimals(buf, vpos)
+    except DecimalRangeError as e:
+        raise PropertyValueError(f"an application property cannot be stored: {e}") from None
+    if value_end != end:
+        raise SectionError("application-properties: the value does not match the section")
+    return rewritten
 
 
 def new_message_id() -> str:

@@ -79,6 +79,7 @@ from .outgoing import delivery_bytes
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
 from .settlement import error_condition, settle_delivery, storage_error
+from .sizes import BATCH_SIZE_PROPERTY, batch_limit, message_limit
 from .transactions import (
     TRANSACTIONAL_STATE,
     TransactionCoordinator,
@@ -489,7 +490,8 @@ class AmqpConnection:
             lib.pn_incref(d)  # held until the commit settles it
             try:
                 messages = scan_transfer(
-                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                    data, message_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
                 )
             except ServiceBusError as exc:
                 self._settle_many([d], exc)
@@ -736,11 +738,15 @@ class AmqpConnection:
         if link.is_receiver:
             link.snd_settle_mode = link.remote_snd_settle_mode
             link.rcv_settle_mode = Link.RCV_FIRST
-            link.max_message_size = self.namespace.max_message_size
+            link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
+            if isinstance(state, SendLink):  # the SDKs size their batches from it
+                link.properties = {
+                    symbol(BATCH_SIZE_PROPERTY): batch_limit(state.entity, self.namespace)
+                }
         else:
             link.snd_settle_mode = link.remote_snd_settle_mode
             link.rcv_settle_mode = link.remote_rcv_settle_mode
-            link.max_message_size = self.namespace.max_message_size
+            link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
         advance(state, LinkPhase.ATTACHED)
         self._links[link] = state
         link.open()
@@ -802,7 +808,7 @@ class AmqpConnection:
         }
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
-        link.max_message_size = self.namespace.max_message_size
+        link.max_message_size = message_limit(state.entity, self.namespace)
         advance(state, LinkPhase.ATTACHED)
         self._links[link] = state
         link.open()
@@ -892,7 +898,7 @@ class AmqpConnection:
             delivery.settle()
             return
         if delivery.partial:
-            limit = self.namespace.max_message_size
+            limit = message_limit(getattr(state, "entity", None), self.namespace)
             if isinstance(state, SendLink) and delivery.pending > limit + 64 * 1024:
                 # A message far beyond the limit: do not buffer it; close the link.
                 self.close_link(
@@ -924,7 +930,8 @@ class AmqpConnection:
             return
         try:
             messages = scan_transfer(
-                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                    data, message_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
                 )
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
@@ -939,7 +946,8 @@ class AmqpConnection:
         try:
             txn = self.transactions.transaction(data_fields[0])
             messages = scan_transfer(
-                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                    data, message_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
                 )
             if state.entity.spec.requires_session:
                 for msg in messages:

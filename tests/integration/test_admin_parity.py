@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
@@ -260,3 +263,18 @@ def test_topic_runtime_properties_count_sql_and_correlation_filters(
     status, body = sbemu_server.request("GET", f"/{topic}?api-version=2024-05")
     assert b"<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes><SqlFilterCount>2" \
            b"</SqlFilterCount><CorrelationFilterCount>1</CorrelationFilterCount>" in body
+
+
+# ------------------------------------------------------------------ the JS admin client
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_js_admin_parity(sbemu_server: SbemuServer) -> None:
+    """Items 10, 11, 12 and 14 through @azure/service-bus's ServiceBusAdministrationClient."""
+    root = Path(__file__).resolve().parents[1] / "js"
+    if not (root / "node_modules" / "@azure" / "service-bus").exists():
+        pytest.skip("@azure/service-bus is not installed in tests/js/node_modules (make install)")
+    env = dict(os.environ, NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
+               SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string)
+    out = subprocess.run(["node", str(root / "admin_parity.mjs")], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=root)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "admin parity ok" in out.stdout

@@ -165,6 +165,7 @@ class AmqpConnection:
         # client accepted them (order, C delivery): proton coalesces contiguous ranges.
         self._completed: list[tuple[int, Any]] = []
         self._padder = FramePadder()
+        self.more_output = False  # data_to_send() stopped at its limit: call it again
         self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
         self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
@@ -239,9 +240,12 @@ class AmqpConnection:
             self._process()
         self._process()
 
-    def data_to_send(self) -> bytes:
-        """Bytes to write to the socket now (may be empty)."""
+    def data_to_send(self, limit: int | None = None) -> bytes:
+        """Bytes to write to the socket now (may be empty); about `limit` bytes at most, with
+        `more_output` set when the engine has more (a large delivery is framed as the socket
+        takes it, not all at once into memory)."""
         transport = self._transport
+        self.more_output = False
         if transport is not None:
             if self._completed:
                 self._settle_completed()
@@ -261,6 +265,11 @@ class AmqpConnection:
                     break
                 self._padder.feed_into(chunk, pieces)
                 _lib.pn_transport_pop(timpl, pending)
+                if limit is not None:
+                    limit -= pending
+                    if limit <= 0:
+                        self.more_output = True
+                        break
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.
@@ -487,6 +496,7 @@ class AmqpConnection:
             if credit < SENDER_CREDIT // 2:
                 lib.pn_link_flow(link, SENDER_CREDIT - credit)
             data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+            del buf  # not held beside its copy while the message is stored (up to 100 MB)
             lib.pn_incref(d)  # held until the commit settles it
             try:
                 messages = scan_transfer(

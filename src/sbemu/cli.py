@@ -1,7 +1,7 @@
 """The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
 
 ``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
-[--log-level L] [--log-retention-records N] [--log-bodies]``; each option has an environment
+[--log-level L] [--log-retention-records N] [--log-bodies] [--ready-file PATH] [--ephemeral]``; each option has an environment
 twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``,
 ``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
 ``SBEMU_LOG_BODIES``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
@@ -10,7 +10,8 @@ Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
 level); 1 when stopping fails; 130 when interrupted before the server is up.
 
-Once the server is up, these lines go to stdout (tests and scripts parse them)::
+Once the server is up, ``--ready-file`` gets a JSON document (sbemu.ready; what programs
+should read) and these lines go to stdout (for people)::
 
     sbemu <version> listening on amqp://<host>:<amqp_port> for namespace <ns>[, <ns>...]
     health on http://<host>:<admin_port>/health
@@ -25,17 +26,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sbemu import __version__
 from sbemu.config import Config, ConfigError, default_config, load_config
+from sbemu.ready import (
+    DEFAULT_PORT,
+    connection_string,
+    namespace_port_lines,
+    ready_document,
+    ready_lines,
+    write_ready_file,
+)
 
 __all__ = [
     "Settings",
@@ -50,7 +60,6 @@ __all__ = [
 log = logging.getLogger("sbemu")
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 5672
 DEFAULT_ADMIN_PORT = 5300  # Microsoft's emulator serves /health on 5300 too
 DEFAULT_DATA_DIR = ".sbemu"  # under the current directory
 DEFAULT_LOG_LEVEL = "info"
@@ -66,6 +75,8 @@ ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
 ENV_KEEP_LOGS = "SBEMU_KEEP_LOGS"
+ENV_READY_FILE = "SBEMU_READY_FILE"
+ENV_EPHEMERAL = "SBEMU_EPHEMERAL"
 # tests only: run on a clock that POST /test-clock/advance/<seconds> moves forward (loopback)
 ENV_TEST_CLOCK = "SBEMU_TEST_CLOCK"
 
@@ -89,6 +100,10 @@ class Settings:
     log_retention_records: int = 0  # per partition log; 0 = unlimited
     log_bodies: bool = False  # message bodies in the partition logs
     keep_logs: bool = False  # no log retention at all, even below registered readers
+    ready_file: Path | None = None  # JSON written once the server listens (sbemu.ready)
+    # a temporary data dir deleted at exit, commits not fsynced: a process crash keeps what was
+    # acknowledged (the OS has it), a power loss may not. For tests and CI.
+    ephemeral: bool = False
 
 
 # ================================================================================================
@@ -421,6 +436,20 @@ def _add_serve(subcommands: Any) -> None:
         help=f"also write message bodies into the partition logs [{ENV_LOG_BODIES}=1; "
         "default: off]",
     )
+    serve.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="once listening, write the ports, pid and connection strings there as JSON "
+        f"(written atomically, before the ready lines) [{ENV_READY_FILE}]",
+    )
+    serve.add_argument(
+        "--ephemeral",
+        action="store_true",
+        default=None,
+        help="for tests and CI: a temporary data dir deleted at exit, commits not fsynced (a "
+        "process crash keeps every acknowledged message, a power loss may not) "
+        f"[{ENV_EPHEMERAL}=1]",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -446,7 +475,13 @@ def resolve_settings(
         return p if p.is_absolute() else base / p
 
     config_value, _ = pick("config", ENV_CONFIG)
-    data_dir_value, _ = pick("data-dir", ENV_DATA_DIR)
+    data_dir_value, data_dir_source = pick("data-dir", ENV_DATA_DIR)
+    ready_value, _ = pick("ready-file", ENV_READY_FILE)
+    ephemeral = _flag(*pick("ephemeral", ENV_EPHEMERAL))
+    if ephemeral and data_dir_value:
+        raise UsageError(
+            f"--ephemeral uses a temporary data dir of its own: drop {data_dir_source}"
+        )
     host, host_source = pick("host", ENV_HOST)
     if host is not None and not host.strip():
         raise UsageError(f"invalid {host_source}: the host is empty")
@@ -463,6 +498,8 @@ def resolve_settings(
         log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
         log_bodies=_flag(*pick("log-bodies", ENV_LOG_BODIES)),
         keep_logs=_flag(*pick("keep-logs", ENV_KEEP_LOGS)),
+        ready_file=path(ready_value) if ready_value else None,
+        ephemeral=ephemeral,
     )
 
 
@@ -563,6 +600,21 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, os.environ)
+    if settings.ephemeral:
+        import dataclasses
+        import shutil
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="sbemu-ephemeral-"))
+        try:
+            return _serve_settings(dataclasses.replace(settings, data_dir=scratch))
+        finally:
+            logging.shutdown()  # the File log lives in the scratch dir: close it first
+            shutil.rmtree(scratch, ignore_errors=True)
+    return _serve_settings(settings)
+
+
+def _serve_settings(settings: Settings) -> int:
     _configure_logging(settings.log_level)
     try:
         config = load_config(settings.config_path) if settings.config_path else default_config()
@@ -616,6 +668,7 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             log_retention_records=settings.log_retention_records,
             log_bodies=settings.log_bodies,
             keep_logs=settings.keep_logs,
+            durable=not settings.ephemeral,
             clock=clock,
         )
     except Exception as exc:
@@ -635,13 +688,13 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
-    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
-    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
-    for line in lines:
-        print(line)
-    sys.stdout.flush()
-
-    await _wait_for_stop_signal()
+    # The stop signals are caught from here on: a launcher may send SIGTERM the moment it sees
+    # the ready file or the first ready line, and the server must then stop cleanly.
+    with _stop_signals() as stop:
+        if not await _announce(server, config, settings):
+            await _stop_quietly(server)
+            return 2
+        await stop.wait()
     log.info("stopping")
     try:
         await server.stop()
@@ -676,57 +729,47 @@ async def _stop_quietly(server: Any) -> None:
         log.debug("stop after failed start-up failed", exc_info=True)
 
 
-async def _wait_for_stop_signal() -> None:
-    """Return on the first SIGINT or SIGTERM; a second one then acts as the default would."""
+async def _announce(server: Any, config: Config, settings: Settings) -> bool:
+    """Write the ready file (if asked), then print the ready lines; False (after one
+    ``sbemu: ...`` line) when the ready file cannot be written."""
+    if settings.ready_file is not None:
+        document = ready_document(
+            config,
+            host=settings.host,
+            amqp_port=server.amqp_port,
+            admin_port=server.admin_port,
+            namespace_ports=server.namespace_ports,
+            data_dir=settings.data_dir,
+            ephemeral=settings.ephemeral,
+        )
+        try:
+            write_ready_file(settings.ready_file, document)
+        except OSError as exc:
+            _fail(f"cannot write the ready file {settings.ready_file}: {exc.strerror or exc}")
+            return False
+    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
+    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    for line in lines:
+        print(line)
+    sys.stdout.flush()
+    return True
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[asyncio.Event]:
+    """An event set by the first SIGINT or SIGTERM while inside; a second one then acts as the
+    default would."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGINT, signal.SIGTERM)
     installed = []
-    for sig in signals:
+    for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
         except (NotImplementedError, RuntimeError):  # no signal support (e.g. not main thread)
             pass
     try:
-        await stop.wait()
+        yield stop
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-
-
-def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> list[str]:
-    """The lines printed once the server listens (see the module docstring)."""
-    shown_host = f"[{host}]" if ":" in host else host
-    names = ", ".join(ns.name for ns in config.namespaces)
-    return [
-        f"sbemu {__version__} listening on amqp://{shown_host}:{amqp_port} for namespace {names}",
-        f"health on http://{shown_host}:{admin_port}/health",
-        f"connection string: {connection_string(config, amqp_port)}",
-        f"dashboard on http://{shown_host}:{admin_port}/ (Prometheus metrics on /metrics)",
-    ]
-
-
-def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> list[str]:
-    """One line per namespace served on its own AmqpPort, with its connection string."""
-    shown_host = f"[{host}]" if ":" in host else host
-    out = []
-    for ns in config.namespaces:
-        if ns.name in ports:
-            policy = ns.sas_policies[0]
-            out.append(
-                f"namespace {ns.name} on amqp://{shown_host}:{ports[ns.name]}: "
-                f"Endpoint=sb://localhost:{ports[ns.name]};SharedAccessKeyName={policy.key_name};"
-                f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
-            )
-    return out
-
-
-def connection_string(config: Config, amqp_port: int) -> str:
-    """The emulator connection string for the first namespace's first SAS policy."""
-    policy = config.namespaces[0].sas_policies[0]
-    endpoint = "sb://localhost" if amqp_port == DEFAULT_PORT else f"sb://localhost:{amqp_port}"
-    return (
-        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};"
-        f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
-    )

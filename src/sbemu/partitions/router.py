@@ -1048,6 +1048,8 @@ class Router:
         self.encode_value = encode_value  # encodes carried properties (forwarding)
         self._encode_symbol = encode_symbol
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
+        # set before add_entity: False opens the stores without fsync (sbemu serve --ephemeral)
+        self.durable = True
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self.lazy: set[PartitionBroker] = set()  # only lazy writes pending (flush_lazy)
@@ -1104,7 +1106,9 @@ class Router:
         """Open and load each partition's store, appending the brokers as they open."""
         for pid in range(spec.partition_count):
             store = PartitionStore(
-                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
+                str(base / f"partition-{pid:02d}"),
+                map_size=map_size_for(spec.max_size_mb * MIB),
+                durable=self.durable,
             )
             broker = PartitionBroker(
                 store,

@@ -143,6 +143,7 @@ def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
         requires_duplicate_detection=q.requires_duplicate_detection,
         duplicate_detection_window_ms=q.duplicate_detection_window_ms,
         requires_session=q.requires_session,
+        max_message_size=(q.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
         subqueues=_receivable(
             MAIN,
             q.lock_duration_ms,
@@ -169,6 +170,7 @@ def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
         requires_duplicate_detection=t.requires_duplicate_detection,
         duplicate_detection_window_ms=t.duplicate_detection_window_ms,
         requires_session=False,
+        max_message_size=(t.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
         subqueues=subqueues,
         subscriptions=tuple(
             SubscriptionSpec(

@@ -184,6 +184,7 @@ class EntitySpec:
     requires_session: bool
     subqueues: dict[str, SubQueueSettings]
     subscriptions: tuple[SubscriptionSpec, ...] = ()
+    max_message_size: int = 0  # bytes (MaxMessageSizeInKilobytes); 0: the namespace's
 
 
 class EntityView:

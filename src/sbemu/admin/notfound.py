@@ -2,7 +2,7 @@
 
 The Service Bus management API (admin/atom.py) owns every path no other route claims, since an
 entity's path is its name. Its clients (the SDKs' administration clients) always send an
-``Authorization`` header or ask for XML. A browser that asks for ``/favicon.ico`` or follows a
+``Authorization`` header. A browser that asks for ``/favicon.ico`` or follows a
 wrong link sends neither, and used to get ``401`` with an Azure ``<Error>`` document. Such a
 request for a path that names no entity and no API resource is answered here instead: ``404``
 in the format the client asked for (HTML for a browser, XML for an XML client, JSON otherwise),
@@ -98,14 +98,13 @@ def for_api_clients(
     api: Handler, names_resource: Callable[[Request], bool]
 ) -> Callable[[Request, dict[str, str]], Response | Awaitable[Response]]:
     """Wrap the management API's catch-all route: a loopback GET or HEAD that carries no
-    Authorization header and does not ask for XML, for a path that `names_resource` says names
-    no entity or API resource, gets :func:`not_found`; everything else goes to the API."""
+    Authorization header, for a path that `names_resource` says names no entity or API
+    resource, gets :func:`not_found`; everything else goes to the API."""
 
     def handler(request: Request, params: dict[str, str]) -> Response | Awaitable[Response]:
         if (
             request.method in ("GET", "HEAD")
             and "authorization" not in request.headers
-            and client_format(request.headers) != "xml"
             and is_loopback(request.peer.rsplit(":", 1)[0].strip("[]"))
             and not names_resource(request)
         ):

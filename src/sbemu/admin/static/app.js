@@ -389,7 +389,7 @@ async function pageEntity(root, ns, name, query) {
     summary.replaceChildren(...[["Active", c.active, "active"], ["Dead-letter", c.deadletter, "deadletter"], ["Scheduled", c.scheduled, "scheduled"],
       ["Deferred", c.deferred, "deferred"], ["Transfer DLQ", c.transferdeadletter, "transferdeadletter"], ["Partitions", detail.partition_count, "partitions"]]
       .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))),
-      ...[["Incoming", rates.incoming, "incoming"], ["Outgoing", rates.outgoing, "outgoing"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
+      ...[["In", rates.incoming, "incoming"], ["Out", rates.outgoing, "outgoing"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
         el("div", { class: "label" }, l + " msg/s" + (isTopic ? " (topic)" : "")), el("div", { class: "value", "data-rate": k }, fmtRate(v)))));
     // the partition table shows what the cards show: the queue, or the selected subscription;
     // its rates are the partition's (for a topic: all its subscriptions)

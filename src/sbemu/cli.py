@@ -750,9 +750,14 @@ async def _serve_async(config: Config, settings: Settings) -> int:
 
     lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
     lines += namespace_port_lines(config, settings.host, server.namespace_ports)
-    for line in lines:
-        print(line)
-    sys.stdout.flush()
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `sbemu serve | head -1` ended: stop cleanly, then end as main does
+        log.info("stdout closed: stopping")
+        await _stop_quietly(server)
+        raise
 
     await _wait_for_stop_signal()
     log.info("stopping")

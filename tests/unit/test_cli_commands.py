@@ -184,3 +184,23 @@ def test_closed_stdout_ends_quietly(server: SbemuServer, tmp_path: Path) -> None
         assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, argv
         assert result.stderr == "", (argv, result.stderr)
         assert result.returncode in (0, 141), argv  # 128 + SIGPIPE, as a Unix tool ends
+
+
+def test_serve_into_a_closed_pipe_stops_cleanly(tmp_path: Path) -> None:
+    """`sbemu serve | head -1` once head is gone: the server stops cleanly (Server.stop:
+    commits flushed, stores closed) instead of ending in a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
+             "--data-dir", str(tmp_path / "data"), "--log-level", "info"],
+            cwd=tmp_path, env=clean_env(), stdout=write_end, stderr=subprocess.PIPE, text=True,
+            timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+    assert "stdout closed: stopping" in result.stderr
+    assert "sbemu.server: sbemu" in result.stderr  # it had started

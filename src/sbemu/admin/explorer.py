@@ -34,9 +34,10 @@ from .msgsearch import MessageSearch
 
 MAX_PEEK = 100  # messages per explorer page
 SCAN_LIMIT = 5_000  # records looked at per page when filtering by state
-# ... and when searching, where each one is decoded (~50 us) on the event loop: the page
-# then ends early with `next` set, and the explorer asks on from there
-SEARCH_SCAN_LIMIT = 1_000
+# ... and when searching, where each one is decoded on the event loop (50-100 us; a search by
+# message id alone reads the properties section first, ~10x cheaper): the page then ends early
+# with `next` set, and the explorer asks on from there
+SEARCH_SCAN_LIMIT = 500
 BODY_PREVIEW = 64 * 1024  # bytes of body shown (text or hex)
 
 # Explorer "state" tabs -> (sub-queue suffix, record state wanted or None for all)
@@ -123,6 +124,11 @@ def peek(
             cursor = rec.sequence_number + 1
             if wanted is not None and rec.state != wanted:
                 continue
+            if search is not None and search.message_id is not None:
+                # the id from the properties section alone (~1/10 of describe's decoding)
+                props = codec.read_properties(codec.encode_peeked(rec, pid))
+                if not search.id_matches(_json_value(props.get("message-id"))):
+                    continue
             broker = entity.partitions[pid or 0]
             message = describe(
                 codec, rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms

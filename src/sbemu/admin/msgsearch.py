@@ -45,12 +45,16 @@ class MessageSearch:
             value = rest.strip() if sep else None
         return cls(message_id.lower() if message_id else None, name, value)
 
+    def id_matches(self, message_id: Any) -> bool:
+        """Whether a message id (as described) matches the id term (True without one)."""
+        if self.message_id is None:
+            return True
+        return message_id is not None and self.message_id in _text(message_id).lower()
+
     def matches(self, message: dict[str, Any]) -> bool:
         """Whether a described message matches every given term."""
-        if self.message_id is not None:
-            mid = message.get("message_id")
-            if mid is None or self.message_id not in _text(mid).lower():
-                return False
+        if not self.id_matches(message.get("message_id")):
+            return False
         if self.property_name is not None:
             props = message.get("application_properties") or {}
             if self.property_name not in props:

@@ -40,6 +40,10 @@ def test_unknown_paths_are_404_in_the_format_asked_for(sbemu_server: SbemuServer
     assert status == 404 and json.loads(body)["error"] == "not found"
     status, headers, body = get(sbemu_server, "/no-such-page", Accept="application/xml")
     assert status == 404 and body.startswith(b"<Error><Code>404</Code>")
+    status, headers, body = get(sbemu_server, "/static/no-such.js", Accept=BROWSER)
+    assert status == 404 and headers["content-type"].startswith("text/html")
+    status, headers, body = get(sbemu_server, "/static/app.js")  # the real ones still load
+    assert status == 200 and headers["content-type"].startswith("text/javascript")
 
 
 def test_api_clients_still_get_the_management_api(

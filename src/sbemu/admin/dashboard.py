@@ -38,7 +38,7 @@ from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
 from .http import HttpRoutes, Request, Response, json_response, text_response
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 from .msgsearch import MessageSearch
-from .notfound import favicon
+from .notfound import favicon, not_found
 from .rates import PartitionRates
 
 log = logging.getLogger("sbemu.dashboard")
@@ -553,11 +553,9 @@ class Dashboard:
 
     def _static_file(self, request: Request, params: dict[str, str]) -> Response:
         name = params.get("rest", "").strip("/")
-        if not name or "/" in name or name.startswith("."):
-            return json_response(404, {"error": "not found"})
-        body = self._asset(name)
+        body = None if not name or "/" in name or name.startswith(".") else self._asset(name)
         if body is None:
-            return json_response(404, {"error": "not found"})
+            return not_found(request, f"No dashboard file at {request.path}.")
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype.endswith("javascript"):
             ctype += "; charset=utf-8"

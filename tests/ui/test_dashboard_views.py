@@ -234,3 +234,59 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
     wait_for(
         browser, lambda d: text_of(d, f'tr[data-entity="{NS}/orders"] [data-rate="incoming"]') == "0"
     )
+
+
+def test_rates_are_sampled_on_the_servers_clock(ui_server: Any) -> None:
+    """The sampler reads the server's clock (a TestClock here), not the wall clock: under a
+    steady load, moving the server's clock 10 minutes on spreads the last seconds' messages
+    over those minutes, so for a few seconds the rate reads about 1/120 of the load's, although
+    the load goes on. (On the wall clock it would stay at the load's rate.)"""
+    import urllib.request
+
+    def incoming() -> float:
+        url = f"http://127.0.0.1:{ui_server.admin_port}/api/entities"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            rows = json.load(resp)["entities"]
+        return float(next(r for r in rows if r["name"] == "inbox")["rates"]["incoming"])
+
+    stop = threading.Event()
+    sent: list[tuple[float, int]] = [(time.monotonic(), 0)]  # the load's own record
+
+    def load() -> None:
+        with sdk(ui_server) as client, client.get_queue_sender("inbox") as sender:
+            while not stop.is_set():
+                sender.send_messages([ServiceBusMessage("steady") for _ in range(10)])
+                sent.append((time.monotonic(), sent[-1][1] + 10))
+
+    def client_rate(seconds: float = 5.0) -> float:
+        """Messages per second the load sent over its last `seconds`."""
+        now, total = sent[-1]
+        then, earlier = next((t, n) for t, n in reversed(sent) if t <= now - seconds)
+        return (total - earlier) / (now - then)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    seen: list[float] = []
+    try:
+        deadline = time.monotonic() + WAIT
+        # a window's worth of steady load, seen by the server too
+        while sent[-1][0] - sent[0][0] < 6 or incoming() < 10:
+            assert time.monotonic() < deadline, f"no steady load: {sent[-1]}"
+            time.sleep(0.2)  # waiting on the load and the sampler, both in real time
+        load_rate = client_rate()
+        ui_server.advance_clock(600)
+        deadline = time.monotonic() + WAIT
+        while not seen or seen[-1] >= load_rate / 20:
+            assert time.monotonic() < deadline, f"load {load_rate}/s, dashboard read {seen}"
+            seen.append(incoming())
+            time.sleep(0.2)  # the snapshot behind /api/entities is renewed about once a second
+        assert worker.is_alive() and client_rate(3.0) > load_rate / 20  # the load went on
+    finally:
+        stop.set()
+        worker.join(30)
+    with (
+        sdk(ui_server) as client,
+        client.get_queue_receiver("inbox", receive_mode="receiveanddelete") as r,
+    ):
+        while r.receive_messages(max_message_count=200, max_wait_time=2):
+            pass

@@ -36,8 +36,9 @@ def test_run_installs_the_package_without_extras(tmp_path: Path) -> None:
 
 def test_run_prints_only_the_banner(tmp_path: Path) -> None:
     venv = ROOT / ".venv"
-    if not (venv / ".installed").exists():
-        pytest.skip("needs the checkout's installed .venv (make install)")
+    stamp = venv / ".installed"
+    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
+        pytest.skip("needs the checkout's .venv installed from this pyproject.toml (make install)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SBEMU_", "MAKE"))}
     args = f"--port 0 --admin-port 0 --data-dir {tmp_path / 'data'} --log-level warning"
     proc = subprocess.Popen(

@@ -19,7 +19,14 @@ from collections.abc import Awaitable, Callable
 from .access import is_loopback
 from .http import Handler, Request, Response
 
-__all__ = ["FAVICON_SVG", "client_format", "favicon", "for_api_clients", "not_found"]
+__all__ = [
+    "FAVICON_SVG",
+    "browser_not_found",
+    "client_format",
+    "favicon",
+    "for_api_clients",
+    "not_found",
+]
 
 # sbemu's mark: a blue tile with a white "sb" (SVG: every current browser takes it as an icon)
 FAVICON_SVG = (
@@ -94,21 +101,29 @@ def not_found(request: Request, detail: str) -> Response:
     return Response(404, text.encode(), [("content-type", "application/json")])
 
 
+def browser_not_found(
+    request: Request, names_resource: Callable[[Request], bool]
+) -> Response | None:
+    """The answer to a loopback GET or HEAD without an Authorization header for a path that
+    `names_resource` says names no entity or API resource: :func:`not_found`. None for every
+    other request (the management API answers it). Used in front of the API's handler, or by
+    an access rule's refusal writer (a refused request is answered the same way)."""
+    if (
+        request.method in ("GET", "HEAD")
+        and "authorization" not in request.headers
+        and is_loopback(request.peer.rsplit(":", 1)[0].strip("[]"))
+        and not names_resource(request)
+    ):
+        return not_found(request, f"Nothing is served at {request.path}.")
+    return None
+
+
 def for_api_clients(
     api: Handler, names_resource: Callable[[Request], bool]
 ) -> Callable[[Request, dict[str, str]], Response | Awaitable[Response]]:
-    """Wrap the management API's catch-all route: a loopback GET or HEAD that carries no
-    Authorization header, for a path that `names_resource` says names no entity or API
-    resource, gets :func:`not_found`; everything else goes to the API."""
+    """Wrap the management API's catch-all route with :func:`browser_not_found`."""
 
     def handler(request: Request, params: dict[str, str]) -> Response | Awaitable[Response]:
-        if (
-            request.method in ("GET", "HEAD")
-            and "authorization" not in request.headers
-            and is_loopback(request.peer.rsplit(":", 1)[0].strip("[]"))
-            and not names_resource(request)
-        ):
-            return not_found(request, f"Nothing is served at {request.path}.")
-        return api(request, params)
+        return browser_not_found(request, names_resource) or api(request, params)
 
     return handler

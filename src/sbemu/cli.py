@@ -506,7 +506,8 @@ def resolve_data_dir(
     flag: str | None, env: Mapping[str, str], cwd: Path | None = None
 ) -> tuple[Path, str]:
     """The data dir as ``serve`` picks it (flag, then environment, then ./.sbemu), absolute,
-    and where the choice came from (for messages)."""
+    and where the choice came from (for messages). ``sbemu cert`` uses it; a test holds it
+    to :func:`resolve_settings`' choice."""
     base = cwd if cwd is not None else Path.cwd()
     if flag:
         value, source = flag, "--data-dir"
@@ -540,6 +541,7 @@ def resolve_settings(
         return p if p.is_absolute() else base / p
 
     config_value, _ = pick("config", ENV_CONFIG)
+    data_dir_value, _ = pick("data-dir", ENV_DATA_DIR)
     host, host_source = pick("host", ENV_HOST)
     if host is not None and not host.strip():
         raise UsageError(f"invalid {host_source}: the host is empty")
@@ -548,7 +550,7 @@ def resolve_settings(
         raise UsageError(f"invalid {level_source} {level!r}: use one of {', '.join(LOG_LEVELS)}")
     return Settings(
         config_path=path(config_value) if config_value else None,
-        data_dir=resolve_data_dir(getattr(args, "data_dir", None), env, base)[0],
+        data_dir=path(data_dir_value or DEFAULT_DATA_DIR),
         host=host.strip() if host else DEFAULT_HOST,
         port=_port(*pick("port", ENV_PORT), default=DEFAULT_PORT),
         admin_port=_port(*pick("admin-port", ENV_ADMIN_PORT), default=DEFAULT_ADMIN_PORT),
@@ -750,14 +752,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
 
     lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
     lines += namespace_port_lines(config, settings.host, server.namespace_ports)
-    try:
-        for line in lines:
-            print(line)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `sbemu serve | head -1` ended: stop cleanly, then end as main does
-        log.info("stdout closed: stopping")
-        await _stop_quietly(server)
-        raise
+    for line in lines:
+        print(line)
+    sys.stdout.flush()
 
     await _wait_for_stop_signal()
     log.info("stopping")

@@ -186,9 +186,9 @@ def test_closed_stdout_ends_quietly(server: SbemuServer, tmp_path: Path) -> None
         assert result.returncode in (0, 141), argv  # 128 + SIGPIPE, as a Unix tool ends
 
 
-def test_serve_into_a_closed_pipe_stops_cleanly(tmp_path: Path) -> None:
-    """`sbemu serve | head -1` once head is gone: the server stops cleanly (Server.stop:
-    commits flushed, stores closed) instead of ending in a traceback."""
+def test_serve_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`sbemu serve | head -1` once head is gone: the ready lines cannot be written, so the
+    server ends (before any client could have sent it anything) with 141, not a traceback."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
@@ -202,5 +202,17 @@ def test_serve_into_a_closed_pipe_stops_cleanly(tmp_path: Path) -> None:
         os.close(write_end)
     assert result.returncode == 141, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
-    assert "stdout closed: stopping" in result.stderr
-    assert "sbemu.server: sbemu" in result.stderr  # it had started
+    assert "sbemu.server: sbemu" in result.stderr  # it had started: the pipe ended it
+
+
+@pytest.mark.parametrize(
+    ("flag", "env"),
+    [(None, {}), ("rel/dir", {}), ("/abs/dir", {"SBEMU_DATA_DIR": "/env/dir"}),
+     (None, {"SBEMU_DATA_DIR": "envrel"}), (None, {"SBEMU_DATA_DIR": ""}), ("~/x", {})],
+)
+def test_cert_finds_the_data_dir_serve_uses(flag: str | None, env: dict[str, str]) -> None:
+    from sbemu.cli import build_parser, resolve_data_dir, resolve_settings
+
+    argv = ["serve"] + (["--data-dir", flag] if flag else [])
+    serve = resolve_settings(build_parser().parse_args(argv), env, Path("/work"))
+    assert resolve_data_dir(flag, env, Path("/work"))[0] == serve.data_dir

@@ -195,6 +195,14 @@ class UpgradedStream:
     def write(self, data: bytes) -> None:
         self._transport.write_nowait(data)
 
+    def write_buffer_size(self) -> int:
+        """Bytes written but not yet handed to the socket."""
+        return self._transport.write_buffer_size()
+
+    async def drain(self) -> None:
+        """Wait until the socket took the written bytes (down to asyncio's low-water mark)."""
+        await self._transport.drain()
+
     def close(self) -> None:
         self._transport.close()
 
@@ -222,6 +230,12 @@ class _Plain:
 
     def write_nowait(self, data: bytes) -> None:
         self._writer.write(data)
+
+    def write_buffer_size(self) -> int:
+        return self._writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        await self._writer.drain()
 
     def close(self) -> None:
         self._writer.close()
@@ -292,6 +306,12 @@ class _Tls:
     def write_nowait(self, data: bytes) -> None:
         self._obj.write(data)
         self._writer.write(self._out.read())
+
+    def write_buffer_size(self) -> int:
+        return self._writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        await self._writer.drain()
 
     def close(self) -> None:
         try:

@@ -313,24 +313,51 @@ class ByteStream(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def write_buffer_size(self) -> int: ...
+
+    async def drain(self) -> None: ...
+
     def close(self) -> None: ...
 
     def is_closing(self) -> bool: ...
 
 
+# Above this many bytes waiting for the socket, the AMQP side is told to pause writing (as
+# asyncio's transports do at their high-water mark), so a large delivery is framed slice by
+# slice (listener.WRITE_SLICE) as the peer reads, not all at once into the write buffer.
+WS_HIGH_WATER = 256 * 1024
+
+
 class _WebSocketTransport:
     """What AmqpProtocol uses of an asyncio transport, carried in WebSocket binary messages."""
 
-    def __init__(self, stream: ByteStream, framing: WebSocketFraming) -> None:
+    def __init__(
+        self, stream: ByteStream, framing: WebSocketFraming, protocol: AmqpProtocol
+    ) -> None:
         self._stream = stream
         self._framing = framing
+        self._protocol = protocol
         self.reading = asyncio.Event()
         self.reading.set()
         self._closing = False
+        self._draining: asyncio.Task[None] | None = None
 
     def write(self, data: bytes) -> None:
         self._framing.send(data)
         self._write_out()
+        if self._draining is None and self._stream.write_buffer_size() > WS_HIGH_WATER:
+            self._protocol.pause_writing()
+            self._draining = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self._stream.drain()
+        except (ConnectionError, OSError):
+            return  # the connection is going: the read loop ends it
+        finally:
+            self._draining = None
+        if not self._closing:
+            self._protocol.resume_writing()
 
     def _write_out(self) -> None:
         out = self._framing.data_to_send()
@@ -345,6 +372,8 @@ class _WebSocketTransport:
         self._framing.close()
         self._write_out()
         self._stream.close()
+        if self._draining is not None:
+            self._draining.cancel()
 
     def is_closing(self) -> bool:
         return self._closing or self._stream.is_closing()
@@ -367,7 +396,7 @@ async def serve_websocket(stream: ByteStream, protocol: AmqpProtocol) -> None:
     """Run one AMQP connection over an upgraded WebSocket until either side ends it: the same
     AmqpProtocol (and sans-IO AmqpConnection) as TCP, fed the payloads of binary messages."""
     framing = WebSocketFraming(stream.leftover)
-    transport = _WebSocketTransport(stream, framing)
+    transport = _WebSocketTransport(stream, framing, protocol)
     protocol.connection_made(transport)  # type: ignore[arg-type]  # the transport's duck type
     data: bytes | None = b""
     try:

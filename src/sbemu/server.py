@@ -409,10 +409,10 @@ class Server:
         except (OSError, ValueError) as exc:
             raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
 
-    async def _start_amqps(self, listen: ListenPort, contexts: Any) -> None:
+    async def _start_amqps(self, listen: ListenPort, make_context: Any) -> None:
         assert self.services is not None
         server, why = await endpoints.start_amqps(
-            self.host, listen, self._new_protocol, contexts(self.data_dir, alpn=()),
+            self.host, listen, self._new_protocol, make_context(self.data_dir, alpn=()),
             self.services.limits.handshake_timeout,
         )
         if server is None:
@@ -421,9 +421,9 @@ class Server:
         self._extra_servers.append(server)
         self.tls_port = server.sockets[0].getsockname()[1]
 
-    async def _start_ws_port(self, listen: ListenPort, contexts: Any) -> None:
+    async def _start_ws_port(self, listen: ListenPort, make_context: Any) -> None:
         server, why = await endpoints.start_websocket_port(
-            self.host, listen, self._websocket_handler, contexts(self.data_dir)
+            self.host, listen, self._websocket_handler, make_context(self.data_dir)
         )
         if server is None:
             self.unserved.append(f"websocket port not served: {why}")

@@ -27,18 +27,15 @@ from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
+from .partitions.forwarding import TRANSFER_DLQ_SUFFIX
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times
+from .partitions.layout import StorageLayoutError
 from .partitions.lockfile import sweep_lock_files
 from .partitions.records import IncomingMessage, MessageRecord
 from .partitions.retention import plan_trim, registered_readers
-from .partitions.router import (
-    MAIN,
-    TRANSFER_DLQ_SUFFIX,
-    EntitySpec,
-    Router,
-    StorageLayoutError,
-)
+from .partitions.router import Router
+from .partitions.specs import MAIN, EntitySpec
 from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from .partitions.store import TRIM_LIMIT, StoreError
 from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec

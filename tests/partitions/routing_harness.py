@@ -10,14 +10,11 @@ from pathlib import Path
 
 from sbemu.partitions.broker import DLQ_SUFFIX, SubQueueSettings
 from sbemu.partitions.commits import GroupCommit
+from sbemu.partitions.entity import Entity
+from sbemu.partitions.forwarding import TRANSFER_DLQ_SUFFIX
 from sbemu.partitions.records import IncomingMessage, MessageRecord
-from sbemu.partitions.router import (
-    MAIN,
-    TRANSFER_DLQ_SUFFIX,
-    Entity,
-    EntitySpec,
-    Router,
-)
+from sbemu.partitions.router import Router
+from sbemu.partitions.specs import MAIN, EntitySpec
 from sbemu.partitions.subscriptions import RuleSource, SubscriptionSpec, subscription_queue
 from sbemu.protocol.views import encode_property, encode_symbol
 

@@ -11,9 +11,14 @@ import pytest
 from test_store_broker import DLQ, MAIN, Harness, msg
 
 from sbemu.partitions import broker as broker_module
-from sbemu.partitions.broker import PartitionBroker, SubQueueSettings
+from sbemu.partitions import deadlines as deadlines_module
+from sbemu.partitions import locks as locks_module
+from sbemu.partitions import subqueue as subqueue_module
+from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import MessageState, encode_message
 from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.transitions import Route
 
 
 class Counting:
@@ -58,7 +63,7 @@ def test_restart_reads_counters_not_the_backlog(h):
     got = [h.broker.take_next(MAIN, 1000, False)[0].sequence_number for _ in range(500)]
     assert got == list(range(1, 501))
     assert h.broker.take_next(MAIN, 1000, False) is None
-    assert reads.reads <= 500 // broker_module.READ_AHEAD + 3  # read ahead, not one by one
+    assert reads.reads <= 500 // subqueue_module.READ_AHEAD + 3  # read ahead, not one by one
     h.commit()
     assert h.broker.counts(MAIN)["active"] == 0
 
@@ -90,7 +95,7 @@ def test_expired_messages_of_a_cold_backlog_are_never_delivered(h):
 
 
 def test_ttl_timers_fire_from_disk_after_restart_in_steps(h, monkeypatch):
-    monkeypatch.setattr(broker_module, "DEADLINES_PER_TICK", 4)
+    monkeypatch.setattr(deadlines_module, "DEADLINES_PER_TICK", 4)
     h.send(*[msg(i, ttl=1_000 + i) for i in range(10)], now=1000)
     h.reopen()
     assert h.broker.next_deadline() == 2000  # the earliest timer, read from the store
@@ -146,7 +151,7 @@ def test_uncommitted_changes_are_seen_before_the_store(h):
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
     h.commit()
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
-    assert not h.broker._overlay  # committed: the store is the truth again
+    assert not h.broker.staging.overlay  # committed: the store is the truth again
 
 
 def test_dead_lettered_behind_the_scan_is_delivered_from_the_dlq(h):
@@ -282,18 +287,18 @@ def test_new_records_fill_store_pages_in_sequence_order(tmp_path):
 
 
 def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
-    monkeypatch.setattr(broker_module, "LOCK_HEAP_SLACK", 256)
-    n = 3 * broker_module.LOCK_HEAP_SLACK
+    monkeypatch.setattr(locks_module, "LOCK_HEAP_SLACK", 256)
+    n = 3 * locks_module.LOCK_HEAP_SLACK
     h.send(*[msg(i) for i in range(n)])
     for _ in range(n - 1):  # a drain: every lock settled long before it would expire
         _rec, lock = h.broker.take_next(MAIN, 1000, True)
         h.broker.complete(lock.token, 1000, lambda e: None)
     h.commit()
-    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     rec, lock = h.broker.take_next(MAIN, 1000, True)  # the last one: renewed, then it expires
     for now in range(1001, 1001 + n):
         h.broker.renew(lock.token, now)
-    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     h.broker.on_timer(1001 + n + 5_000)
     assert h.broker.lock_of(lock.token) is None
     again, _ = h.broker.take_next(MAIN, 1001 + n + 5_000, True)
@@ -302,7 +307,7 @@ def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
 
 @pytest.fixture
 def small_scan(monkeypatch):
-    monkeypatch.setattr(broker_module, "SESSION_SCAN_CHUNK", 8)
+    monkeypatch.setattr(subqueue_module, "SESSION_SCAN_CHUNK", 8)
 
 
 def test_restart_reads_no_session_backlog_and_keeps_fifo_per_session(tmp_path, small_scan):
@@ -417,7 +422,7 @@ def test_derived_expiry_passes_locked_and_deferred_messages_and_survives_restart
 
 def test_uncommitted_default_ttl_messages_keep_their_expiry(h):
     h.send(msg(1), now=1000)
-    h.broker.enqueue([msg(2)], [[broker_module.Route(MAIN)]], 2000, lambda e: None)
+    h.broker.enqueue([msg(2)], [[Route(MAIN)]], 2000, lambda e: None)
     h.broker.on_timer(61_000)  # m1 expires; m2 is not stored yet but is remembered
     assert h.broker.next_deadline() == 62_000
     h.commit()

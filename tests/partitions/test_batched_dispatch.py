@@ -10,9 +10,9 @@ import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import MAIN, Harness, msg
 
-from sbemu.partitions.broker import make_lock_key, partition_of_token
+from sbemu.partitions.dispatch import DISPATCH_RUN, Taken
 from sbemu.partitions.records import LogEvent, decode_log
-from sbemu.partitions.router import DISPATCH_RUN, Taken
+from sbemu.partitions.tokens import make_lock_key, partition_of_token
 
 
 class Receiver:
@@ -133,10 +133,10 @@ def test_take_batch_gives_what_take_next_gives_one_by_one(tmp_path):
         assert run.broker.lock_of(lock.token) is lock
     assert run.broker.stats.outgoing == one.broker.stats.outgoing == 5
     # the same delivered log records (offsets go on from the enqueued ones)
-    assert [decode_log(v) for _, v in run.broker._batch.log] == [
-        decode_log(v) for _, v in one.broker._batch.log
+    assert [decode_log(v) for _, v in run.broker.staging.batch.log] == [
+        decode_log(v) for _, v in one.broker.staging.batch.log
     ]
-    assert [decode_log(v)["event"] for _, v in run.broker._batch.log] == [
+    assert [decode_log(v)["event"] for _, v in run.broker.staging.batch.log] == [
         LogEvent.DELIVERED.value
     ] * 5
     # the rest, then nothing
@@ -154,10 +154,10 @@ def test_take_batch_expires_what_is_due_instead_of_delivering_it(broker_h):
 
 
 def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker_h, monkeypatch):
-    from sbemu.partitions import broker as broker_module
+    from sbemu.partitions import subqueue as subqueue_module
     from sbemu.partitions.store import StoreUnavailable
 
-    monkeypatch.setattr(broker_module, "READ_AHEAD", 2)
+    monkeypatch.setattr(subqueue_module, "READ_AHEAD", 2)
     broker_h.send(*[msg(i) for i in range(5)])
     real_scan = broker_h.store.scan
     calls = []

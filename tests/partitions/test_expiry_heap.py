@@ -45,6 +45,6 @@ def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
         now += 10
         assert store.first_deadline(b"") is None  # no timers were left behind
     sq = broker.queues[MAIN]
-    assert not broker._overlay and not sq.buffer and not sq.back and not broker.locks
+    assert not broker.staging.overlay and not sq.buffer and not sq.back and not broker.locks
     assert broker.counts(MAIN)["active"] == 0 and sq.bytes == 0
     store.close()

@@ -7,14 +7,11 @@ scheduled topic messages fanned out from a cold store, forwarding's outbox moves
 import pytest
 from test_store_broker import DLQ, MAIN, Harness, msg
 
-from sbemu.partitions.broker import (
-    SCHEDULED_QUEUE,
-    PartitionBroker,
-    Route,
-    SubQueueSettings,
-)
+from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import LogEvent, MessageState, decode_log
 from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.transitions import SCHEDULED_QUEUE, Route
 
 
 @pytest.fixture

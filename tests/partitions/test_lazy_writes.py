@@ -103,7 +103,7 @@ def test_completion_someone_waits_for_commits_at_once(tmp_path):
 
 
 def test_lazy_writes_commit_once_enough_pile_up(tmp_path):
-    from sbemu.partitions.broker import LAZY_MAX_WRITES
+    from sbemu.partitions.staging import LAZY_MAX_WRITES
 
     marks = Marks()
     broker = _open(tmp_path / "p", marks)

@@ -5,15 +5,7 @@ import uuid
 import pytest
 
 from sbemu.errors import MessageLockLost, MessageNotFound
-from sbemu.partitions.broker import (
-    DLQ_SUFFIX,
-    PartitionBroker,
-    Route,
-    SubQueueSettings,
-    make_lock_key,
-    partition_of_token,
-    token_of,
-)
+from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import (
     IncomingMessage,
     LogEvent,
@@ -23,6 +15,9 @@ from sbemu.partitions.records import (
     encode_message,
 )
 from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.tokens import make_lock_key, partition_of_token, token_of
+from sbemu.partitions.transitions import Route
 
 MAIN = "main"
 DLQ = MAIN + DLQ_SUFFIX

@@ -31,7 +31,7 @@ from xml.sax.saxutils import escape
 
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
-from ..partitions.router import Entity
+from ..partitions.entity import Entity
 from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token

@@ -55,8 +55,10 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
+from ..partitions.dispatch import Delivered, SessionHandle, Taken
+from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Delivered, Entity, SessionHandle, Taken, token_of
+from ..partitions.tokens import token_of
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder

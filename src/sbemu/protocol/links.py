@@ -34,7 +34,8 @@ from typing import Any, Protocol
 from proton import Link
 
 from ..errors import ServiceBusError, SessionLockLost
-from ..partitions.router import Delivered, Entity, EntityView, SessionHandle, Taken
+from ..partitions.dispatch import Delivered, EntityView, SessionHandle, Taken
+from ..partitions.entity import Entity
 
 
 class LinkPhase(enum.Enum):

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from proton import Condition, Delivery, symbol
 
 from ..errors import InvalidOperation, MessageLockLost, ServerBusy, ServiceBusError, SessionLockLost
-from ..partitions.router import Entity, SessionHandle
+from ..partitions.dispatch import SessionHandle
+from ..partitions.entity import Entity
 from . import codec
 from .messages import plain_value
 

@@ -71,13 +71,13 @@ def test_restart_reads_counters_not_the_backlog(h):
 def test_counts_by_state_survive_restart(h):
     h.send(msg(1), msg(2), msg(3, scheduled_enqueue_time_ms=50_000))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.defer(lock.token, 1000, None, lambda e: None)
+    h.broker.defer(lock.key, 1000, None, lambda e: None)
     h.commit()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     h.reopen()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     h.commit()
     h.reopen()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 0, "scheduled": 1}
@@ -130,7 +130,7 @@ def test_scheduled_message_fires_after_restart(h):
 def test_completed_and_cancelled_messages_leave_no_timers(h):
     h.send(msg(1), msg(2, scheduled_enqueue_time_ms=9000))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     assert h.broker.cancel_scheduled(MAIN, 2, 1000)
     h.commit()
     h.reopen()
@@ -141,13 +141,13 @@ def test_completed_and_cancelled_messages_leave_no_timers(h):
 def test_uncommitted_changes_are_seen_before_the_store(h):
     h.send(msg(1), msg(2))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.abandon(lock.token, 1000, {"k": b"\xa1\x01v"}, lambda e: None)
+    h.broker.abandon(lock.key, 1000, {"k": b"\xa1\x01v"}, lambda e: None)
     # Not committed yet: peek and the next delivery see the abandoned copy.
     first = h.broker.peek(MAIN, 0, 10)[0]
     assert (first.delivery_count, first.property_overrides) == (1, {"k": b"\xa1\x01v"})
     rec, lock = h.broker.take_next(MAIN, 1000, True)
     assert (rec.sequence_number, rec.delivery_count) == (1, 1)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
     h.commit()
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
@@ -160,7 +160,7 @@ def test_dead_lettered_behind_the_scan_is_delivered_from_the_dlq(h):
     # The DLQ reader scans ahead first (sees nothing), then old messages are dead-lettered.
     assert h.broker.take_next(DLQ, 1000, True) is None
     for _rec, lock in reversed(taken):
-        h.broker.dead_letter(lock.token, 1000, "r", None, None, lambda e: None)
+        h.broker.dead_letter(lock.key, 1000, "r", None, None, lambda e: None)
     got = [h.broker.take_next(DLQ, 1000, False)[0].sequence_number for _ in range(5)]
     assert got == [1, 2, 3, 4, 5]
     assert h.broker.take_next(DLQ, 1000, False) is None
@@ -292,15 +292,15 @@ def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
     h.send(*[msg(i) for i in range(n)])
     for _ in range(n - 1):  # a drain: every lock settled long before it would expire
         _rec, lock = h.broker.take_next(MAIN, 1000, True)
-        h.broker.complete(lock.token, 1000, lambda e: None)
+        h.broker.complete(lock.key, 1000, lambda e: None)
     h.commit()
     assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     rec, lock = h.broker.take_next(MAIN, 1000, True)  # the last one: renewed, then it expires
     for now in range(1001, 1001 + n):
-        h.broker.renew(lock.token, now)
+        h.broker.renew(lock.key, now)
     assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     h.broker.on_timer(1001 + n + 5_000)
-    assert h.broker.lock_of(lock.token) is None
+    assert h.broker.lock_of(lock.key) is None
     again, _ = h.broker.take_next(MAIN, 1001 + n + 5_000, True)
     assert again.sequence_number == rec.sequence_number and again.delivery_count == 1
 
@@ -401,7 +401,7 @@ def test_derived_expiry_passes_locked_and_deferred_messages_and_survives_restart
     h.send(msg(9), now=30_000)
     _rec, _lock = h.broker.take_next(MAIN, 57_000, True)  # m0 locked until 62 000
     _rec, lock1 = h.broker.take_next(MAIN, 57_000, True)
-    h.broker.defer(lock1.token, 57_000, None, lambda e: None)  # m1 deferred
+    h.broker.defer(lock1.key, 57_000, None, lambda e: None)  # m1 deferred
     h.commit()
     h.broker.on_timer(61_000)
     h.commit()

@@ -40,7 +40,7 @@ def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
         # default-TTL messages store no timer: their expiry is derived from the oldest one
         assert store.first_deadline(b"") is None
         while (taken := broker.take_next(MAIN, now, True)) is not None:
-            broker.complete(taken[1].token, now, lambda e: None)
+            broker.complete(taken[1].key, now, lambda e: None)
         commit()
         now += 10
         assert store.first_deadline(b"") is None  # no timers were left behind

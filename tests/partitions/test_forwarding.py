@@ -9,8 +9,7 @@ from sbemu.config import parse_config
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.router import Router
-from sbemu.partitions.specs import MAIN
-from sbemu.server import entity_settings, queue_spec
+from sbemu.partitions.specs import MAIN, entity_settings, queue_spec
 
 NOW = 1_700_000_000_000
 

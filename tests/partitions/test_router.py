@@ -392,7 +392,7 @@ def _lock_one(entity, queue: str = MAIN):
     for broker in entity.partitions:
         taken = broker.take_next(queue, NOW, True)
         if taken is not None:
-            return taken[1].token
+            return taken[1].key
     raise AssertionError("nothing to lock")
 
 

@@ -26,7 +26,6 @@ sits in the top 16 bits [SB partitioning P11, contract 9].
 from __future__ import annotations
 
 import heapq
-import uuid
 from collections.abc import Callable
 
 from ..completions import Done
@@ -482,14 +481,14 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- settlement
     def complete(
-        self, token: uuid.UUID, now_ms: int, done: Done | None, lazy: bool = False
+        self, key: int, now_ms: int, done: Done | None, lazy: bool = False
     ) -> None:
         """Delete a locked message; `done` runs after the commit (None: nobody waits).
 
         `lazy`: the client settled its accept without waiting for an outcome, so the
         deletion may wait for the partition's next commit or the next timer tick (an
         unconfirmed completion may come back after a crash: at least once)."""
-        lock = self.lock_table.live(token.int, now_ms)
+        lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
         sq = lock.queue
         self.moves.remove(sq, rec, lazy)
@@ -498,7 +497,7 @@ class PartitionBroker:
             self.staging.after_commit(done, lazy)
 
     def complete_lazy(self, keys: list[int], now_ms: int) -> None:
-        """complete(token, now_ms, None, lazy=True) for each lock token (by its int), in
+        """complete(key, now_ms, None, lazy=True) for each lock token (by its int), in
         order, a lost lock skipped: nobody waits for these outcomes (pre-settled accepts), so
         a message whose lock was lost comes back as if its lock had expired, unannounced."""
         table = self.lock_table
@@ -537,17 +536,17 @@ class PartitionBroker:
             table.trim()
 
     def abandon(
-        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Unlock with delivery count + 1; dead-letter when MaxDeliveryCount is reached."""
-        lock = self.lock_table.live(token.int, now_ms)
+        lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
         self.moves.redeliver(lock.queue, rec, now_ms, overrides, LogEvent.ABANDONED)
         self.after_commit(done)
 
-    def release(self, token: uuid.UUID, now_ms: int) -> None:
+    def release(self, key: int, now_ms: int) -> None:
         """Unlock without counting a delivery attempt [contract 4.7]."""
-        lock = self.locks.get(token.int)
+        lock = self.locks.get(key)
         if lock is None:
             return
         rec = self.lock_table.unlock(lock)
@@ -557,10 +556,10 @@ class PartitionBroker:
         self.on_ready(lock.queue.name)
 
     def defer(
-        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Set a locked message aside; it is fetched later by sequence number."""
-        lock = self.lock_table.live(token.int, now_ms)
+        lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
         self.moves.count(lock.queue, rec.state, -1)
         rec.state = MessageState.DEFERRED
@@ -572,7 +571,7 @@ class PartitionBroker:
 
     def dead_letter(
         self,
-        token: uuid.UUID,
+        key: int,
         now_ms: int,
         reason: str | None,
         description: str | None,
@@ -580,7 +579,7 @@ class PartitionBroker:
         done: Done,
     ) -> None:
         """Move a locked message to the dead-letter queue with reason and description."""
-        lock = self.lock_table.live(token.int, now_ms)
+        lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
         sq = lock.queue
         if sq.settings.dead_letter_queue is None:
@@ -588,9 +587,9 @@ class PartitionBroker:
         self.moves.move_to_dlq(sq, rec, now_ms, reason, description, overrides)
         self.after_commit(done)
 
-    def renew(self, token: uuid.UUID, now_ms: int) -> int:
+    def renew(self, key: int, now_ms: int) -> int:
         """Extend a lock by the lock duration from now; returns the new locked-until (ms)."""
-        lock = self.lock_table.live(token.int, now_ms)
+        lock = self.lock_table.live(key, now_ms)
         if lock.session is not None:
             raise InvalidOperation(
                 "The lock of a message received from a session cannot be renewed; renew the "
@@ -600,9 +599,9 @@ class PartitionBroker:
         self.lock_table.renewed(lock)
         return lock.until_ms
 
-    def lock_of(self, token: uuid.UUID) -> Lock | None:
-        """The live lock for a token, if any (no expiry check)."""
-        return self.locks.get(token.int)
+    def lock_of(self, key: int) -> Lock | None:
+        """The live lock for a lock key, if any (no expiry check)."""
+        return self.locks.get(key)
 
     # ---------------------------------------------------------------- browsing
     def peek(

@@ -9,7 +9,6 @@ settlement goes straight to the right partition [P11].
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +32,7 @@ from .specs import MAIN, EntitySpec, base_queue
 from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .subqueue import Lock
 from .subscriptions import Subscriptions, subscription_queue
-from .tokens import partition_of_token, token_of
+from .tokens import partition_of_key
 from .transitions import SCHEDULED_QUEUE, Route
 
 QUEUE_ROUTE = Route(MAIN)
@@ -170,10 +169,10 @@ class Entity:
             and not s.subscriptions
         )
 
-    def _check_settle(self, broker: PartitionBroker, token: uuid.UUID) -> PartitionBroker:
+    def _check_settle(self, broker: PartitionBroker, key: int) -> PartitionBroker:
         if self._settles_freely():
             return broker
-        lock = broker.lock_of(token)
+        lock = broker.lock_of(key)
         if lock is not None:
             self.check_receive(lock.queue.name)
         return broker
@@ -466,10 +465,10 @@ class Entity:
         return self._round_robin % n
 
     # ---------------------------------------------------------------- locks
-    def _broker_for(self, token: uuid.UUID) -> PartitionBroker:
+    def _broker_for(self, key: int) -> PartitionBroker:
         self.touched = True
         self._check_exists()
-        pid = partition_of_token(token)
+        pid = partition_of_key(key)
         if pid >= len(self.partitions):
             raise MessageLockLost(
                 "The lock supplied is invalid. Either the lock expired, or the message has "
@@ -480,10 +479,10 @@ class Entity:
             raise ServerBusy(f"Partition {pid} of '{self.name}' is unavailable.")
         return broker
 
-    def check_lock(self, token: uuid.UUID, now_ms: int) -> None:
+    def check_lock(self, key: int, now_ms: int) -> None:
         """Raise the error a settlement would get now (lock lost, partition unavailable)."""
-        broker = self._broker_for(token)
-        lock = broker.lock_of(token)
+        broker = self._broker_for(key)
+        lock = broker.lock_of(key)
         if lock is None or (lock.session is None and lock.until_ms <= now_ms):
             raise MessageLockLost(
                 "The lock supplied is invalid. Either the lock expired, or the message has "
@@ -497,11 +496,11 @@ class Entity:
             self._check_available(pid)
 
     def complete(
-        self, token: uuid.UUID, now_ms: int, done: Done | None, lazy: bool = False
+        self, key: int, now_ms: int, done: Done | None, lazy: bool = False
     ) -> None:
         """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
         be None; see PartitionBroker.complete)."""
-        self._check_settle(self._broker_for(token), token).complete(token, now_ms, done, lazy)
+        self._check_settle(self._broker_for(key), key).complete(key, now_ms, done, lazy)
 
     def complete_lazy(self, keys: list[int], now_ms: int) -> None:
         """Complete locked messages whose outcome nobody waits for (pre-settled accepts), by
@@ -518,7 +517,7 @@ class Entity:
         else:
             groups = {}
             for key in keys:
-                pid = key & 0xFFFF  # partition_of_token
+                pid = key & 0xFFFF  # partition_of_key
                 group = groups.get(pid)
                 if group is None:
                     groups[pid] = [key]
@@ -530,31 +529,31 @@ class Entity:
                 continue
             broker = parts[pid]
             if not free:
-                group = [k for k in group if self._may_settle(broker, token_of(k))]
+                group = [k for k in group if self._may_settle(broker, k)]
             broker.complete_lazy(group, now_ms)
 
-    def _may_settle(self, broker: PartitionBroker, token: uuid.UUID) -> bool:
+    def _may_settle(self, broker: PartitionBroker, key: int) -> bool:
         try:
-            self._check_settle(broker, token)
+            self._check_settle(broker, key)
         except ServiceBusError:
             return False
         return True
 
     def abandon(
-        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Abandon a locked message (delivery count + 1)."""
-        self._check_settle(self._broker_for(token), token).abandon(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(key), key).abandon(key, now_ms, overrides, done)
 
     def defer(
-        self, token: uuid.UUID, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Defer a locked message."""
-        self._check_settle(self._broker_for(token), token).defer(token, now_ms, overrides, done)
+        self._check_settle(self._broker_for(key), key).defer(key, now_ms, overrides, done)
 
     def dead_letter(
         self,
-        token: uuid.UUID,
+        key: int,
         now_ms: int,
         reason: str | None,
         description: str | None,
@@ -562,19 +561,19 @@ class Entity:
         done: Done,
     ) -> None:
         """Dead-letter a locked message."""
-        self._check_settle(self._broker_for(token), token).dead_letter(token, now_ms, reason, description, overrides, done)
+        self._check_settle(self._broker_for(key), key).dead_letter(key, now_ms, reason, description, overrides, done)
 
-    def release(self, token: uuid.UUID, now_ms: int) -> None:
+    def release(self, key: int, now_ms: int) -> None:
         """Unlock without counting a delivery."""
         try:
-            broker = self._broker_for(token)
+            broker = self._broker_for(key)
         except MessageLockLost:
             return
-        broker.release(token, now_ms)
+        broker.release(key, now_ms)
 
-    def renew(self, token: uuid.UUID, now_ms: int) -> int:
+    def renew(self, key: int, now_ms: int) -> int:
         """Renew a lock; returns the new locked-until (ms)."""
-        return self._check_settle(self._broker_for(token), token).renew(token, now_ms)
+        return self._check_settle(self._broker_for(key), key).renew(key, now_ms)
 
     def partition_for_session(self, session_id: str) -> PartitionBroker:
         """[P6] a session lives on the partition its SessionId hashes to."""

@@ -541,7 +541,7 @@ class AmqpConnection:
                     self._complete_raw(d, error)
 
             try:
-                state.entity.complete(token_of(key), self.now_ms, done)
+                state.entity.complete(key, self.now_ms, done)
             except ServiceBusError as exc:
                 done(exc)
             return True

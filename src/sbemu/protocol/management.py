@@ -161,7 +161,7 @@ def _with_lock_token(data: bytes, token: uuid.UUID) -> bytes:
 # ------------------------------------------------------------------------ operations
 def _renew_lock(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.entity is not None
-    expirations = [state.entity.renew(t, conn.now_ms) for t in _tokens(body)]
+    expirations = [state.entity.renew(t.int, conn.now_ms) for t in _tokens(body)]
     reply(
         200,
         "OK",
@@ -216,17 +216,17 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
     one_done = join_completions(len(tokens), _reply_error(reply))
 
     now_ms = conn.now_ms
-    for token in tokens:
+    for key in [t.int for t in tokens]:  # inside partitions/ a lock is its token's int
         try:
             if status == "completed":
-                entity.complete(token, now_ms, one_done)
+                entity.complete(key, now_ms, one_done)
             elif status == "abandoned":
-                entity.abandon(token, now_ms, overrides, one_done)
+                entity.abandon(key, now_ms, overrides, one_done)
             elif status == "suspended":
                 reason = body.get("deadletter-reason")
                 description = body.get("deadletter-description")
                 entity.dead_letter(
-                    token,
+                    key,
                     now_ms,
                     str(reason) if reason is not None else None,
                     str(description) if description is not None else None,
@@ -234,7 +234,7 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
                     one_done,
                 )
             else:
-                entity.defer(token, now_ms, overrides, one_done)
+                entity.defer(key, now_ms, overrides, one_done)
         except MessageLockLost as exc:
             one_done(exc)
 

@@ -239,7 +239,7 @@ class TransactionCoordinator:
             for entity, messages in txn.sends:
                 entity.check_send(messages)
             for staged in txn.settlements:
-                staged.entity.check_lock(staged.token, now_ms)
+                staged.entity.check_lock(staged.token.int, now_ms)
         except ServiceBusError as exc:
             self._reject(
                 delivery, "amqp:transaction:rollback", f"Commit failed: {exc.description}"

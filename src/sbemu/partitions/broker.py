@@ -35,9 +35,10 @@ from ..errors import (
     ServerBusy,
     ServiceBusError,
 )
-from .deadlines import Deadlines, timer_key
+from .deadlines import Deadlines
 from .health import Health
 from .locks import LockTable
+from .migrate import LAYOUT, migrate
 from .records import (
     IncomingMessage,
     LogEvent,
@@ -59,7 +60,6 @@ from .transitions import Route, Transitions, merge_overrides
 
 DLQ_SUFFIX = "/$deadletterqueue"
 SEQUENCE_BITS = 48
-LAYOUT = 3  # 2: counts in meta, timers in the deadlines database; 3: byte counts in meta
 
 
 class PartitionBroker:
@@ -158,7 +158,7 @@ class PartitionBroker:
         self.staging.next_seq = meta.get("next_sequence", 1)
         self.staging.next_offset = meta.get("next_log_offset", 0)
         if meta.get("layout", 1) < LAYOUT:
-            self._migrate(meta.get("layout", 1))
+            migrate(store, self.queues, meta.get("layout", 1), self.reader.each_record)
             meta = store.load_meta()
         for name, sq in self.queues.items():
             sq.counts = [meta.get(f"n:{name}:{k}", 0) for k in "ads"]
@@ -191,28 +191,6 @@ class PartitionBroker:
     def dedup_seen(self, ids: list[bytes], since: int) -> set[bytes]:
         """Which MessageIds the duplicate history holds from `since` (Unix ms) on."""
         return self.store.dedup_seen(ids, since)
-
-    def _migrate(self, layout: int) -> None:
-        """A store written before the current layout, once: count each sub-queue by state
-        and bytes, and (before layout 2) put its timers in the deadlines database."""
-        batch = WriteBatch()
-        for sq in self.queues.values():
-            counts = [0, 0, 0]
-            size = 0
-            for rec in self.reader.each_record(sq):
-                counts[rec.state] += 1
-                size += rec.size
-                key = timer_key(sq, rec) if layout < 2 else None
-                if key is not None:
-                    batch.put_deadline(key)
-                if len(batch.deadlines) >= 50_000:
-                    self.store.commit(batch)
-                    batch = WriteBatch()
-            for k, n in zip("ads", counts, strict=True):
-                batch.meta[f"n:{sq.name}:{k}"] = n
-            batch.meta[f"n:{sq.name}:b"] = size
-        batch.meta["layout"] = LAYOUT
-        self.store.commit(batch)
 
     # ---------------------------------------------------------------- writes
     def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
@@ -400,10 +378,7 @@ class PartitionBroker:
                 continue
             if peek_lock:
                 return rec, self._lock(sq, rec, now_ms, session)
-            # Receive-and-delete: consumed when put on the wire [contract 4.2].
-            self.moves.remove(sq, rec)
-            self.moves.log(sq, LogEvent.DELIVERED, rec, now_ms)
-            self.moves.log(sq, LogEvent.COMPLETED, rec, now_ms)
+            self.moves.consume(sq, rec, now_ms)  # receive-and-delete [contract 4.2]
             return rec, None
 
     def take_batch(
@@ -464,9 +439,7 @@ class PartitionBroker:
             )
         if peek_lock:
             return rec, self._lock(sq, rec, now_ms)
-        self.moves.remove(sq, rec)
-        self.moves.log(sq, LogEvent.DELIVERED, rec, now_ms)
-        self.moves.log(sq, LogEvent.COMPLETED, rec, now_ms)
+        self.moves.consume(sq, rec, now_ms)
         return rec, None
 
     def _lock(

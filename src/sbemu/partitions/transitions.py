@@ -299,6 +299,12 @@ class Transitions:
         )
 
     # ---------------------------------------------------------------- the moves
+    def consume(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """Receive-and-delete: the message is consumed when put on the wire [contract 4.2]."""
+        self.remove(sq, rec)
+        self.log(sq, LogEvent.DELIVERED, rec, now_ms)
+        self.log(sq, LogEvent.COMPLETED, rec, now_ms)
+
     def expire(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
         """A message outlived its TTL: dead-letter it or drop it."""
         sq.unready(rec)

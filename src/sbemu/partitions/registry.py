@@ -28,6 +28,7 @@ def partition_status(entity: Entity) -> dict:
     parts = [
         {
             "partition": b.partition_id,
+            "state": b.health.state.value,  # online | full | offline | faulted
             "online": b.health.serving,
             "accepting": b.health.accepting,
             "reason": b.health.describe,

@@ -116,6 +116,7 @@ class Server:
         log_retention_records: int = 0,
         log_bodies: bool = False,
         keep_logs: bool = False,
+        durable: bool = True,
         clock: Clock = time.time,
     ) -> None:
         # The one time source of the server (sbemu.clock); a TestClock lets tests advance it.
@@ -124,6 +125,7 @@ class Server:
             clock.on_advance(self._clock_advanced)
         self.log_bodies = log_bodies
         self.keep_logs = keep_logs
+        self.durable = durable  # False: stores open without fsync (--ephemeral)
         self.config = config
         self.log_retention_records = max(0, log_retention_records)
         self._retention: asyncio.Future[None] | None = None
@@ -167,6 +169,7 @@ class Server:
             self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
         )
         self.router.log_bodies = self.log_bodies
+        self.router.durable = self.durable
         from .admin.management import Management, SpecBuilders
 
         try:

@@ -159,11 +159,14 @@ def encode_record(
     )
 
 
-def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[IncomingMessage]:
+def scan_transfer(
+    data: bytes, limit: int, for_topic: bool = False, batch_limit: int | None = None
+) -> list[IncomingMessage]:
     """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4].
 
-    `limit` is the namespace's maximum message size in bytes; `for_topic` attaches a lazy
-    filter view to each message (only topics evaluate rules)."""
+    `limit` is the entity's maximum message size in bytes, `batch_limit` the largest batch
+    envelope (the tier's batch size: sbemu.protocol.sizes; None: `limit`); `for_topic`
+    attaches a lazy filter view to each message (only topics evaluate rules)."""
     if len(data) > limit:
         raise MessageSizeExceeded(
             f"The received message (size {len(data)} bytes) exceeds the limit "
@@ -178,6 +181,11 @@ def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[Inco
     try:
         inner = _batch_payloads(data)
         if inner is not None:
+            if batch_limit is not None and len(data) > batch_limit:
+                raise MessageSizeExceeded(
+                    f"The received batch (size {len(data)} bytes) exceeds the limit "
+                    f"({batch_limit} bytes) allowed for a batch on the link."
+                )
             try:
                 return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
             except sections.PropertyValueError:

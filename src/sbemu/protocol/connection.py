@@ -1004,8 +1004,8 @@ class AmqpConnection:
         unsettled = state.unsettled
         for rec, lock in taken:
             if lock is not None:
-                data = delivery_bytes(rec, partition_id, lock.until_ms)
                 key = lock.key
+                data = delivery_bytes(rec, partition_id, lock.until_ms, key)
                 # [contract 4.6] the lock token in .NET Guid byte order (UUID.bytes_le)
                 tag = _GUID_HEAD.pack(key >> 96, (key >> 80) & 0xFFFF, (key >> 64) & 0xFFFF) + (
                     key & _LOW64
@@ -1015,7 +1015,8 @@ class AmqpConnection:
                 lib.pn_link_advance(link)
                 unsettled[tag] = key
             else:
-                data = encode_delivery(rec, partition_id, None)
+                # no lock: the delivery-annotations the service sends are the sender's or {}
+                data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
                 tag = next(self._tag_counter).to_bytes(8, "big")
                 delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
                 lib.pn_link_send(link, data, len(data))

@@ -27,7 +27,7 @@ from ..errors import (
 from ..partitions.records import MessageState
 from . import codec, sections
 from .links import RequestLink
-from .messages import dotnet_ticks, encode_delivery, plain_value, to_incoming
+from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
 from .services import NamespaceInfo, Services
 
 log = logging.getLogger("sbemu.management")
@@ -148,16 +148,6 @@ def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
     return out
 
 
-def _with_lock_token(data: bytes, token: uuid.UUID) -> bytes:
-    """Insert a delivery-annotations section {x-opt-lock-token: uuid} after the header."""
-    # build_message always starts with a list8 header section: 00 53 70 c0 <size> ...
-    end = 5 + data[4] if data[:4] == b"\x00\x53\x70\xc0" else 0
-    section = b"\x00\x53\x71" + codec.enc_map(
-        [(codec.enc_symbol("x-opt-lock-token"), codec.enc_uuid(token))]
-    )
-    return data[:end] + section + data[end:]
-
-
 # ------------------------------------------------------------------------ operations
 def _renew_lock(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.entity is not None
@@ -252,13 +242,18 @@ def _receive_by_sequence_number(
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
     messages = []
     for rec, lock, pid in taken:
-        data = encode_delivery(rec, pid, lock.until_ms if lock else None, with_state=True)
+        # azure-servicebus <= 7.14 reads the token from the embedded message's
+        # delivery-annotations instead of the map [contract 3.7: x-opt-lock-token].
+        data = encode_delivery(
+            rec,
+            pid,
+            lock.until_ms if lock else None,
+            with_state=True,
+            delivery_stamps=lock_token_stamp(lock.key) if lock is not None else None,
+        )
         item: dict[str, Any] = {"message": data}
         if lock is not None:
             item["lock-token"] = lock.token
-            # azure-servicebus <= 7.14 reads the token from the embedded message's
-            # delivery-annotations instead of the map [contract 3.7: x-opt-lock-token].
-            item["message"] = _with_lock_token(data, lock.token)
         messages.append(item)
     reply(200, "OK", {"messages": messages}, None)
 

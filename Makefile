@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
@@ -15,6 +16,17 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# make run needs only the server's own dependencies (no test or dev extras), installed quietly:
+# pip's output is kept in .venv/pip-run.log and shown only when the install fails. A full
+# install (make test, make install) covers it.
+$(RUN_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	  echo "installing sbemu and its dependencies into $(VENV) (once)..."; \
+	  $(PY) -m pip install -q --disable-pip-version-check -e . >$(VENV)/pip-run.log 2>&1 \
+	    || { cat $(VENV)/pip-run.log; exit 1; }; fi
+	@touch $(RUN_STAMP)
 
 # Spark needs Java 17+: use the machine's, else install Debian's headless JRE when we can.
 java-check:
@@ -78,10 +90,8 @@ test-js: install js-deps
 	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
 	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
 
-run:
-	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."
-	@$(MAKE) --no-print-directory install
-	$(VENV)/bin/sbemu serve $(ARGS)
+run: $(RUN_STAMP)
+	@$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on

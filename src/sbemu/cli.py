@@ -54,6 +54,7 @@ __all__ = [
     "connection_string",
     "main",
     "ready_lines",
+    "resolve_data_dir",
     "resolve_settings",
 ]
 
@@ -216,29 +217,74 @@ def _add_cert(subcommands: Any) -> None:
     cert = subcommands.add_parser(
         "cert",
         help="print the path of the local CA certificate the admin port's TLS chains to",
-        description="Create (when missing) the local certificate authority and the admin port's "
-        "localhost certificate in the data dir, and print the CA file's path, e.g. "
-        "SSL_CERT_FILE=$(sbemu cert) or NODE_EXTRA_CA_CERTS=$(sbemu cert).",
+        description="Print the path of the CA that the server using the data dir created on its "
+        "first start (<data dir>/tls/rootCA.pem). The data dir is found as `sbemu serve` finds "
+        "it: --data-dir, else SBEMU_DATA_DIR, else ./.sbemu in the current directory. Nothing is "
+        "created: without a CA there, it says which data dir it looked at. --bundle prints a "
+        "PEM file with the system's CAs and this one, for SSL_CERT_FILE.",
+        epilog="examples: export SSL_CERT_FILE=$(sbemu cert --bundle) "
+        "REQUESTS_CA_BUNDLE=$(sbemu cert --bundle); export NODE_EXTRA_CA_CERTS=$(sbemu cert)",
     )
     cert.add_argument(
         "--data-dir",
         metavar="DIR",
         help=f"the server's data dir [{ENV_DATA_DIR}; default: ./{DEFAULT_DATA_DIR}]",
     )
+    cert.add_argument(
+        "--bundle",
+        action="store_true",
+        help="print a CA bundle instead: the system's CAs plus sbemu's, in one PEM file "
+        "(<data dir>/tls/ca-bundle.pem, rewritten each time)",
+    )
     cert.set_defaults(handler=_run_cert)
 
 
 def _run_cert(args: Any) -> int:
-    from sbemu.admin.certs import ensure_certificates
+    from sbemu.admin.certs import ca_path, write_ca_bundle
 
-    data_dir = Path(args.data_dir or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR)
+    data_dir, source = resolve_data_dir(args.data_dir, os.environ)
+    ca_file = ca_path(data_dir)
+    if not ca_file.is_file():
+        state = "no such directory" if not data_dir.exists() else "no tls/rootCA.pem in it"
+        return _fail(
+            f"no sbemu CA for data dir {data_dir} ({source}; {state}): a server creates it on "
+            f"its first start. Start one (sbemu serve / make run), or point at the data dir "
+            f"of the running server with --data-dir DIR or {ENV_DATA_DIR}=DIR."
+        )
+    if not _data_dir_in_use(data_dir):
+        print(
+            f"sbemu: note: no server is running on {data_dir} now; this is the CA it will use",
+            file=sys.stderr,
+        )
+    if not args.bundle:
+        print(ca_file.resolve())
+        return 0
     try:
-        ca_file, _, _ = ensure_certificates(data_dir)
-    except (OSError, ValueError) as exc:
-        print(f"sbemu: data dir {data_dir}: {exc}", file=sys.stderr)
-        return 2
-    print(ca_file.resolve())
+        bundle, system = write_ca_bundle(ca_file, ca_file.parent / "ca-bundle.pem")
+    except OSError as exc:
+        return _fail(f"cannot write the CA bundle in {ca_file.parent}: {exc.strerror or exc}")
+    if system is None:
+        print("sbemu: warning: no system CA file found; the bundle holds only sbemu's CA",
+              file=sys.stderr)
+    print(bundle.resolve())
     return 0
+
+
+def _data_dir_in_use(data_dir: Path) -> bool:
+    """Whether a server holds the data dir's lock (Server._lock_data_dir); nothing is created."""
+    import fcntl
+
+    try:
+        fd = os.open(data_dir / ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (drops our probe's lock)
+    return False
 
 
 def _add_report(subcommands: Any) -> None:
@@ -349,11 +395,26 @@ def _add_partition(subcommands: Any) -> None:
         help="take a partition of a running server offline or bring it back online",
         description="Simulate a partition store outage on a running sbemu (spec P7, P8): "
         "key-less sends go to other partitions, sends pinned to it fail with server-busy "
-        "(retried by the SDKs), its messages wait until it is back.",
+        "(retried by the SDKs), its messages wait until it is back. 'status' lists every "
+        "entity's availability and the partitions out of service (NAMESPACE/ENTITY: each "
+        "partition of that entity).",
+        epilog="examples: sbemu partition offline sbemulatorns/queue.partitioned 3; "
+        "sbemu partition status; sbemu partition status sbemulatorns/queue.partitioned --json",
     )
     part.add_argument("action", choices=("offline", "online", "status"))
-    part.add_argument("entity", metavar="NAMESPACE/ENTITY", nargs="?")
-    part.add_argument("partition", metavar="N", type=int, nargs="?")
+    part.add_argument(
+        "entity", metavar="NAMESPACE/ENTITY", nargs="?",
+        help="the queue or topic, e.g. sbemulatorns/queue.partitioned (optional for status)",
+    )
+    part.add_argument(
+        "partition", metavar="N", type=int, nargs="?",
+        help="the partition number, 0 to the entity's partition count - 1 (the number "
+        "`status` and the dashboard show, and the top 16 bits of a message's sequence number); "
+        "required for offline and online",
+    )
+    part.add_argument(
+        "--json", action="store_true", help="status: print the server's JSON instead of a table"
+    )
     _add_admin_url(part)
     part.set_defaults(handler=_run_partition)
 
@@ -362,23 +423,40 @@ def _run_partition(args: Any) -> int:
     import json as _json
     from urllib.parse import quote
 
+    from sbemu.partitiontable import entity_table, partition_table
+
     if args.action == "status":
         body = _admin_call(args, "GET", "/partitions", timeout=10)
-    else:
-        if not args.entity or "/" not in args.entity or args.partition is None:
-            print(
-                "sbemu: usage: sbemu partition offline|online NAMESPACE/ENTITY N", file=sys.stderr
-            )
-            return 2
-        namespace, entity = args.entity.split("/", 1)
-        path = (
-            f"/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}"
-            f"/{args.partition}/{args.action}"
-        )
-        body = _admin_call(args, "POST", path, timeout=10)
+        if isinstance(body, int):
+            return body
+        if args.entity:
+            wanted = args.entity.strip("/").lower()
+            found = [
+                e for e in body.get("entities", [])
+                if f"{e['namespace']}/{e['entity']}".lower() == wanted
+            ]
+            if not found:
+                return _fail(f"no entity {args.entity!r} on the server (NAMESPACE/ENTITY)")
+            print(_json.dumps(found[0], indent=2) if args.json else partition_table(found[0]))
+        else:
+            print(_json.dumps(body, indent=2) if args.json else entity_table(body))
+        return 0
+    if not args.entity or "/" not in args.entity or args.partition is None:
+        print("sbemu: usage: sbemu partition offline|online NAMESPACE/ENTITY N", file=sys.stderr)
+        return 2
+    namespace, entity = args.entity.split("/", 1)
+    path = (
+        f"/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}"
+        f"/{args.partition}/{args.action}"
+    )
+    body = _admin_call(args, "POST", path, timeout=10)
     if isinstance(body, int):
         return body
-    print(_json.dumps(body, indent=2))
+    if args.json:
+        print(_json.dumps(body, indent=2))
+    else:
+        print(f"partition {args.partition} of {args.entity} is now {args.action}; "
+              f"the entity is {body.get('status', '?')}")
     return 0
 
 
@@ -451,6 +529,23 @@ def _add_serve(subcommands: Any) -> None:
         f"[{ENV_EPHEMERAL}=1]",
     )
     serve.set_defaults(handler=_serve)
+
+
+def resolve_data_dir(
+    flag: str | None, env: Mapping[str, str], cwd: Path | None = None
+) -> tuple[Path, str]:
+    """The data dir as ``serve`` picks it (flag, then environment, then ./.sbemu), absolute,
+    and where the choice came from (for messages). ``sbemu cert`` uses it; a test holds it
+    to :func:`resolve_settings`' choice."""
+    base = cwd if cwd is not None else Path.cwd()
+    if flag:
+        value, source = flag, "--data-dir"
+    elif env.get(ENV_DATA_DIR):
+        value, source = env[ENV_DATA_DIR], ENV_DATA_DIR
+    else:
+        value, source = DEFAULT_DATA_DIR, f"the default ./{DEFAULT_DATA_DIR} in {base}"
+    path = Path(value).expanduser()
+    return (path if path.is_absolute() else base / path), source
 
 
 def resolve_settings(
@@ -545,6 +640,13 @@ def _port(value: str | None, source: str, *, default: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``sbemu`` command line; returns the process exit code."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -560,6 +662,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return 130
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``sbemu partition status | head``): stop quietly,
+    as a Unix tool killed by SIGPIPE would, with its exit status (128 + 13). Python would
+    otherwise fail again flushing stdout at exit, so stdout now points at /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor behind sys.stdout
+        pass
+    return 128 + signal.SIGPIPE
 
 
 def _fail(message: str) -> int:

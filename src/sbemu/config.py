@@ -569,10 +569,20 @@ def _decode_json(text: str, source: str) -> object:
         )
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            source, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
+            source, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {_json_problem(exc)}"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise ConfigError(source, None, f"invalid JSON: {exc}") from None
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """json's message as a whole sentence: some of its messages end in "at" and expect the
+    position after them ("Unterminated string starting at"), which the location already gives;
+    a document that ends before the value does is said to be cut short."""
+    msg = exc.msg[:-3] + " here" if exc.msg.endswith(" at") else exc.msg
+    if not exc.doc[exc.pos :].strip() or msg.startswith("Unterminated string"):
+        msg += " (the file ends before it is complete: is it truncated?)"
+    return msg
 
 
 # A string, a // comment, a /* */ comment, an unterminated /*, or a comma; scanned left to right

@@ -88,22 +88,10 @@ class SbemuServer:
 
 
 def _ca_bundle(ca_file: Path, folder: Path) -> Path:
-    """The platform's CAs (or certifi's) plus sbemu's CA, in one PEM file."""
-    parts: list[str] = []
-    try:
-        import certifi
+    """The platform's CAs plus sbemu's CA, in one PEM file (as ``sbemu cert --bundle``)."""
+    from sbemu.admin.certs import write_ca_bundle
 
-        parts.append(Path(certifi.where()).read_text())
-    except (ImportError, OSError):
-        import ssl
-
-        cafile = ssl.get_default_verify_paths().cafile
-        if cafile and Path(cafile).exists():
-            parts.append(Path(cafile).read_text())
-    parts.append(ca_file.read_text())
-    bundle = folder / "ca-bundle.pem"
-    bundle.write_text("\n".join(parts))
-    return bundle
+    return write_ca_bundle(ca_file, folder / "ca-bundle.pem")[0]
 
 
 def start_server(data_dir: Path | None, config: str | None = None) -> SbemuServer:

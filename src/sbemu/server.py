@@ -124,6 +124,7 @@ def _receivable(
             dead_letter_on_expiration,
             prefix + DLQ_SUFFIX,
             requires_session,
+            message_ttl=True,
         ),
         prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
         prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),

@@ -38,6 +38,7 @@ from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token
 from .http import HttpRoutes, Request, Response, json_response
 from .keyvalues import key_values_xml, read_key_values
 from .management import Management
+from .notfound import for_api_clients
 
 __all__ = ["add_atom_routes", "add_purge_routes", "empty_feed"]
 
@@ -711,14 +712,27 @@ def _rule_xml(rule: RuleSource) -> str:
 
 # ------------------------------------------------------------------ wiring
 def add_atom_routes(routes: HttpRoutes, management: Management) -> None:
-    """The management API: everything not claimed by a more specific route."""
+    """The management API: everything not claimed by a more specific route (a browser's
+    request for a path that names nothing gets a plain 404: admin/notfound.py)."""
     api = AtomApi(management)
+    handler = for_api_clients(api.handle, lambda request: _names_resource(management, request))
     for method in ("GET", "HEAD", "PUT", "DELETE"):
-        routes.add(method, "/", api.handle, prefix=True)
+        routes.add(method, "/", handler, prefix=True)
     # The root itself (an empty entity name): GET is the dashboard's page unless it carries
     # an api-version (sbemu.admin.dashboard answers it with empty_feed); writes are ours.
     for method in ("PUT", "DELETE"):
         routes.add(method, "/", api.handle)
+
+
+def _names_resource(management: Management, request: Request) -> bool:
+    """Whether a path is an API resource ($namespaceinfo, $Resources/...) or lies under an
+    existing entity (whose name may itself hold slashes)."""
+    parts = [p for p in request.path.split("/") if p]
+    if not parts or parts[0].startswith("$"):
+        return True
+    ns = management.namespace(_host(request)).name
+    return any(management.entity(ns, "/".join(parts[:i])) is not None
+               for i in range(1, len(parts) + 1))
 
 
 def add_purge_routes(routes: HttpRoutes, management: Management) -> None:

@@ -466,6 +466,8 @@ class AmqpConnection:
             if cls is ReceiveLink:
                 if state.phase is _WAITING:
                     return True
+                if state.session is not None:  # a receive request on the session
+                    state.session.touch(self.now_ms)
                 state.view.dispatch(self.now_ms)
                 if lib.pn_link_get_drain(link):
                     lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit

@@ -29,6 +29,7 @@ from . import codec, sections
 from .links import RequestLink
 from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
 from .services import NamespaceInfo, Services
+from .sizes import message_limit
 
 log = logging.getLogger("sbemu.management")
 
@@ -269,12 +270,12 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
         data = item.get("message")
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ArgumentError("Each scheduled message needs an encoded 'message'.")
-        if len(data) > conn.namespace.max_message_size:
+        limit = message_limit(entity, conn.namespace)  # the entity's MaxMessageSizeInKilobytes
+        if len(data) > limit:
             from ..errors import MessageSizeExceeded
 
             raise MessageSizeExceeded(
-                f"The message (size {len(data)} bytes) exceeds the limit of "
-                f"{conn.namespace.max_message_size} bytes."
+                f"The message (size {len(data)} bytes) exceeds the limit of {limit} bytes."
             )
         try:
             scanned = sections.scan_message(bytes(data))

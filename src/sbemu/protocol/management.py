@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
+from proton import UNDESCRIBED, Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
 from ..completions import join_completions
 from ..errors import (
@@ -49,7 +49,6 @@ class ManagementHost(Protocol):
 
 
 Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
-UNDESCRIBED = None
 
 
 def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -> None:

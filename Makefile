@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
+.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,32 @@ test-js: install js-deps
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
 	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
+
+# The Java SDK suite (tests/java, JUnit 5) needs a JDK 17+ and Maven: the machine's, else
+# Debian's when root. Its dependencies (azure-messaging-servicebus as azure-sdk-bom pins it) are
+# resolved from Maven Central once into tests/java/.m2repo (gitignored) and compiled there.
+MVN := mvn -B -ntp -Dmaven.repo.local=$(CURDIR)/tests/java/.m2repo -f tests/java/pom.xml
+maven-check:
+	@if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Maven/JDK not found: installing maven and openjdk-17-jdk-headless for the Java SDK tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null) \
+	    || echo "WARNING: could not install Maven; the Java SDK tests will be skipped"; \
+	else echo "WARNING: mvn/javac not found; the Java SDK tests will be skipped"; fi
+
+tests/java/.m2repo/.resolved: tests/java/pom.xml
+	$(MVN) -q test-compile
+	@touch $@
+
+java-deps: maven-check
+	@if command -v mvn >/dev/null 2>&1; then $(MAKE) --no-print-directory tests/java/.m2repo/.resolved; fi
+
+# JUnit against a real sbemu that tests/sdk_run.py starts for the run (connection strings and
+# the trust store for the admin client's HTTPS in the environment).
+test-java: install java-deps
+	@if command -v mvn >/dev/null 2>&1; then \
+	  $(PY) tests/sdk_run.py -- $(MVN) test; \
+	else echo "SKIPPED: Java SDK tests (tests/java): no Maven on this machine"; fi
 
 run:
 	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."

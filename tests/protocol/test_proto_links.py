@@ -28,7 +28,7 @@ from amqp_harness import (
     section_list,
     section_map,
 )
-from proton import Array, Condition, Data, Delivery, Message, int32, symbol
+from proton import Array, Condition, Data, Delivery, Described, Message, int32, symbol, ulong
 
 Q = "queue.1"
 PQ = "queue.partitioned"
@@ -731,6 +731,29 @@ def test_session_next_available_names_session(spair):
     assert filt["com.microsoft:session-filter"] == "sess-b"
     props = {str(k): v for k, (_, v) in perf_field_map(a, 13).items()}
     assert props["com.microsoft:locked-until-utc"].type == Data.LONG
+
+
+# go-amqp (the Go SDK) sends the session filter as a described value and reads no plain one
+# back ("invalid described type header a1"): the reply keeps the form the client sent.
+GO_SESSION_FILTER = ulong(0x0000013700000000C)
+
+
+@pytest.mark.parametrize("requested", ["sess-go", None])
+def test_described_session_filter_is_answered_described(spair, requested):
+    snd = spair.sender("queue.session")
+    spair.send(snd, Message(id="s-1", body=b"x", group_id="sess-go"))
+    name = f"go-{requested}"
+    rcv = _session_receiver(spair, Described(GO_SESSION_FILTER, requested), name)
+    assert rcv.remote_condition is None
+    a = [f for f in spair.frames() if f.code == 0x12 and f.field(0) == name][0]
+    filt = {str(k): v for k, v in (a.field(5).value[7] or {}).items()}
+    value = filt["com.microsoft:session-filter"]
+    # a described value (the frame parser's own Described type), not the plain string
+    assert getattr(value, "descriptor", None) == GO_SESSION_FILTER, value
+    assert value.value == "sess-go"
+    rcv.flow(5)
+    spair.pump()
+    assert [_decode(raw).group_id for _, raw in spair.take(rcv)] == ["sess-go"]
 
 
 def test_mgmt_set_and_get_session_state(spair):

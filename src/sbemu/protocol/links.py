@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proton import Link
+from proton import Described, Link
 
 from ..errors import ServiceBusError, SessionLockLost
 from ..partitions.router import Delivered, Entity, EntityView, SessionHandle, Taken
@@ -220,8 +220,11 @@ class LinkMap(dict):
         super().update(*args, **kwargs)
 
 
-def session_filter(data: object) -> tuple[bool, str | None]:
-    """(is a session receiver, requested session id or None for next-available)."""
+SESSION_FILTER = "com.microsoft:session-filter"
+
+
+def _session_filter_value(data: object) -> tuple[bool, object]:
+    """(has a session filter, its value as proton decoded it)."""
     try:
         data.rewind()  # type: ignore[attr-defined]
         data.next()  # type: ignore[attr-defined]
@@ -231,10 +234,32 @@ def session_filter(data: object) -> tuple[bool, str | None]:
     if not isinstance(filters, dict):
         return False, None
     for key, value in filters.items():
-        if str(key) == "com.microsoft:session-filter":
-            if value is None:
-                return True, None
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            return True, str(value)
+        if str(key) == SESSION_FILTER:
+            return True, value
     return False, None
+
+
+def session_filter(data: object) -> tuple[bool, str | None]:
+    """(is a session receiver, requested session id or None for next-available).
+
+    Python, JS and .NET send the session id as a plain string; Go (go-amqp) as a described
+    filter (descriptor 0x13700000000c, the id or null inside)."""
+    found, value = _session_filter_value(data)
+    if not found:
+        return False, None
+    if isinstance(value, Described):
+        value = value.value
+    if value is None:
+        return True, None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return True, str(value)
+
+
+def session_filter_reply(data: object, session_id: str) -> object:
+    """The session filter value of the attach reply, in the form the client sent: a described
+    value for a described filter (go-amqp reads no other filter value), else the plain string."""
+    _found, value = _session_filter_value(data)
+    if isinstance(value, Described):
+        return Described(value.descriptor, session_id)
+    return session_id

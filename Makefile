@@ -104,6 +104,35 @@ test-java: install java-deps
 	  $(PY) tests/sdk_run.py -- $(MVN) test; \
 	else echo "SKIPPED: Java SDK tests (tests/java): no Maven on this machine"; fi
 
+# The Go SDK suite (tests/go: azservicebus and its admin package, pinned by go.sum) and the
+# module's own live tests, run from the module cache unchanged (tests/go/live.sh, with the
+# not-applicable list tests/go/not-applicable.txt). Go from the machine, else Debian's (when
+# root; its go command fetches the toolchain go.mod names from the Go module proxy).
+go-check:
+	@if command -v go >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Go not found: installing golang-go from Debian for the Go SDK tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null) \
+	    || echo "WARNING: could not install Go; the Go SDK tests will be skipped"; \
+	else echo "WARNING: go not found; the Go SDK tests will be skipped"; fi
+
+# Download the modules and compile both test binaries once (Go's build cache keeps them).
+go-deps: go-check
+	@if command -v go >/dev/null 2>&1; then \
+	  cd tests/go && go mod download && go test -count=1 -run '^$$' ./... >/dev/null && \
+	  cd "$$(go list -m -f '{{.Dir}}' github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus)" && \
+	  go mod download && go test -count=1 -run '^$$' . ./admin >/dev/null; fi
+
+test-go: install go-deps
+	@if command -v go >/dev/null 2>&1; then \
+	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
+	  $(PY) tests/sdk_run.py -- tests/go/live.sh; \
+	else echo "SKIPPED: Go SDK tests (tests/go): no Go on this machine"; fi
+
+# The Java and Go suites one after the other (both compile: CPU-heavy on two cores).
+test-sdks:
+	@rc=0; $(MAKE) --no-print-directory test-java || rc=1; $(MAKE) --no-print-directory test-go || rc=1; exit $$rc
+
 run:
 	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."
 	@$(MAKE) --no-print-directory install

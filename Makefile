@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev,docs]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -48,7 +48,7 @@ disk-tools-check:
 
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,dev,spark]'
+	$(PY) -m pip install -q -e '.[test,dev,docs,spark]'
 	@touch $(SPARK_STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
@@ -141,23 +141,31 @@ run:
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
 # TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
-# the JS suite alongside (its output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
+# the JS suite and the Java and Go suites alongside (their output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
 # its JVMs and standalone cluster, headless Chromium) run after that, in one process, so they
 # do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check disk-tools-check js-deps lint
-	@js_log=$$(mktemp); \
+test: install install-spark chromium-check disk-tools-check js-deps lint docs
+	@js_log=$$(mktemp); sdk_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
+	$(MAKE) --no-print-directory test-sdks >"$$sdk_log" 2>&1 & sdk=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
 	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
 	  echo "---- $(SERIAL_TESTS): one process ----"; $(PY) -m pytest -q $(SERIAL_TESTS); serial=$$?; fi; \
 	wait $$js; js_rc=$$?; \
 	echo "---- JS SDK suite (tests/js, ran alongside pytest) ----"; cat "$$js_log"; rm -f "$$js_log"; \
-	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ]; then \
-	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc"; \
+	wait $$sdk; sdk_rc=$$?; \
+	echo "---- Java and Go SDK suites (tests/java, tests/go, ran alongside pytest) ----"; \
+	cat "$$sdk_log"; rm -f "$$sdk_log"; \
+	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc"; \
 	  exit 1; fi
+
+# The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
@@ -184,7 +192,23 @@ bench-rabbitmq:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
 	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
 
-bench-compare: install bench-node bench-rabbitmq
+# Apache ActiveMQ Artemis's binary distribution from Maven Central, checked against the pinned
+# SHA-256 and unpacked into bench/artemis/apache-artemis (gitignored); it runs on the machine's Java.
+ARTEMIS_VERSION := 2.40.0
+ARTEMIS_SHA256 := 3add67e7b0af89f81eac1e6c577427b049b4e7502fb278c591838465d5ca93b5
+ARTEMIS_TGZ := bench/artemis/apache-artemis-$(ARTEMIS_VERSION)-bin.tar.gz
+bench/artemis/apache-artemis/bin/artemis:
+	@mkdir -p bench/artemis
+	curl -fsSL -o $(ARTEMIS_TGZ).part https://repo1.maven.org/maven2/org/apache/activemq/apache-artemis/$(ARTEMIS_VERSION)/apache-artemis-$(ARTEMIS_VERSION)-bin.tar.gz
+	echo "$(ARTEMIS_SHA256)  $(ARTEMIS_TGZ).part" | sha256sum -c --quiet
+	mv $(ARTEMIS_TGZ).part $(ARTEMIS_TGZ)
+	rm -rf bench/artemis/apache-artemis && tar -xzf $(ARTEMIS_TGZ) -C bench/artemis
+	mv bench/artemis/apache-artemis-$(ARTEMIS_VERSION) bench/artemis/apache-artemis && rm -f $(ARTEMIS_TGZ)
+
+bench-artemis: java-check bench/artemis/apache-artemis/bin/artemis
+
+# sbemu vs RabbitMQ 3.10 and ActiveMQ Artemis, the same rhea client, 5 alternating rounds.
+bench-compare: install bench-node bench-rabbitmq bench-artemis
 	$(PY) bench/compare.py $(ARGS)
 
 clean:
@@ -195,7 +219,7 @@ clean:
 report: install-spark
 	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)
 
-# hardening (see README "Guarantees and how we test them"): long runs of the suites whose
+# hardening (see docs/guarantees.md): long runs of the suites whose
 # bounded parts run in `make test` (tests/fuzz, tests/crash, tests/load)
 fuzz: install
 	$(PY) -m hardening.fuzz $(ARGS)

@@ -105,7 +105,7 @@ test-java: install java-deps
 	else echo "SKIPPED: Java SDK tests (tests/java): no Maven on this machine"; fi
 
 # The Go SDK suite (tests/go: azservicebus and its admin package, pinned by go.sum) and the
-# module's own live tests, run from the module cache unchanged (tests/go/live.sh, with the
+# module's own live tests, run from the module cache unchanged (tests/go/live.py, with the
 # not-applicable list tests/go/not-applicable.txt). Go from the machine, else Debian's (when
 # root; its go command fetches the toolchain go.mod names from the Go module proxy).
 go-check:
@@ -126,7 +126,7 @@ go-deps: go-check
 test-go: install go-deps
 	@if command -v go >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
-	  $(PY) tests/sdk_run.py -- tests/go/live.sh; \
+	  $(PY) tests/sdk_run.py -- $(PY) tests/go/live.py; \
 	else echo "SKIPPED: Go SDK tests (tests/go): no Go on this machine"; fi
 
 # The Java and Go suites one after the other (both compile: CPU-heavy on two cores).

@@ -48,7 +48,11 @@ def config() -> dict[str, object]:
                 {"KeyName": name, "Key": key, "Rights": rights}
                 for name, (key, rights) in KEYS.items()
             ],
-            "Queues": [],
+            # the queues the Go module's live tests expect to exist (its test-resources.bicep)
+            "Queues": [
+                {"Name": "testQueue", "Properties": {}},
+                {"Name": "testQueueWithSessions", "Properties": {"RequiresSession": True}},
+            ],
             "Topics": [],
         }],
         "Logging": {"Type": "Console"},

@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +16,17 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# make run needs only the server's own dependencies (no test or dev extras), installed quietly:
+# pip's output is kept in .venv/pip-run.log and shown only when the install fails. A full
+# install (make test, make install) covers it.
+$(RUN_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	  echo "installing sbemu and its dependencies into $(VENV) (once)..."; \
+	  $(PY) -m pip install -q --disable-pip-version-check -e . >$(VENV)/pip-run.log 2>&1 \
+	    || { cat $(VENV)/pip-run.log; exit 1; }; fi
+	@touch $(RUN_STAMP)
 
 # Spark needs Java 17+: use the machine's, else install Debian's headless JRE when we can.
 java-check:
@@ -133,10 +145,8 @@ test-go: install go-deps
 test-sdks:
 	@rc=0; $(MAKE) --no-print-directory test-java || rc=1; $(MAKE) --no-print-directory test-go || rc=1; exit $$rc
 
-run:
-	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."
-	@$(MAKE) --no-print-directory install
-	$(VENV)/bin/sbemu serve $(ARGS)
+run: $(RUN_STAMP)
+	@$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
@@ -191,6 +201,11 @@ bench-rabbitmq:
 	    echo "installing rabbitmq-server from Debian"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
 	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
+
+# A test fixture's round trip (durable vs --ephemeral) and the Python SDK's sync/async rates
+# against sbemu and against the SDK's own ceiling (the in-memory forwarder): bench/sdk.py.
+bench-sdk: install bench-node
+	$(PY) bench/sdk.py $(ARGS)
 
 # Apache ActiveMQ Artemis's binary distribution from Maven Central, checked against the pinned
 # SHA-256 and unpacked into bench/artemis/apache-artemis (gitignored); it runs on the machine's Java.

@@ -1,8 +1,8 @@
-"""Run one command against a real sbemu: ``python tests/sdk_run.py [--name N] -- CMD ...``.
+"""Run one command against a real sbemu: ``python tests/sdk_run.py [--server-log F] -- CMD ...``.
 
 The Java and Go suites (``make test-java``, ``make test-go``) are not pytest: this starts
-``python -m sbemu serve`` on free loopback ports (sbemu.pytest_plugin.start_server, a temporary
-data dir and a Config.json with send-only, listen-only and no-manage keys beside the root key),
+``python -m sbemu serve`` on free loopback ports (sbemu.testing.SbemuProcess, a temporary data
+dir and a Config.json with send-only, listen-only and no-manage keys beside the root key),
 hands the server's addresses to CMD in the environment, and stops the server after it:
 
 - ``SBEMU_CONNECTION_STRING``: AMQP with ``UseDevelopmentEmulator=true`` (plain TCP);
@@ -28,7 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sbemu.pytest_plugin import _ca_bundle, start_server, stop_server
+from sbemu.admin.certs import write_ca_bundle
+from sbemu.testing import SbemuProcess
 
 NAMESPACE = "sbemulatorns"
 KEYS = {  # key name -> (key, rights)
@@ -84,7 +85,7 @@ def environment(server_conn: str, admin_port: int, ca_file: Path, folder: Path) 
         "SBEMU_CONNECTION_STRING": server_conn,
         "SBEMU_ADMIN_CONNECTION_STRING": admin_conn,
         "SBEMU_CA_FILE": str(ca_file),
-        "SSL_CERT_FILE": str(_ca_bundle(ca_file, folder)),
+        "SSL_CERT_FILE": str(write_ca_bundle(ca_file, folder / "ca-bundle.pem")[0]),
         "SERVICEBUS_CONNECTION_STRING": server_conn,
         "SERVICEBUS_CONNECTION_STRING_PREMIUM": server_conn,
         "SERVICEBUS_CONNECTION_STRING_NO_MANAGE": with_key(server_conn, "nomanage"),
@@ -114,20 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="sbemu-sdk-"))
     config_path = folder / "config.json"
     config_path.write_text(json.dumps(config()))
-    extra = ("--log-level", "debug") if args.server_log else ()
-    server = start_server(folder / "data", str(config_path), extra)
+    server = SbemuProcess(config=config_path, data_dir=folder / "data",
+                          log_level="debug" if args.server_log else "warning",
+                          stderr=folder / "server.stderr")
     try:
-        env = {**os.environ, **environment(server.connection_string, server.admin_port,
-                                           server.ca_file, folder)}
+        ready = server.start()
+        env = {**os.environ, **environment(ready.connection_string, ready.admin_port,
+                                           ready.ca_file, folder)}
         rc = subprocess.run(cmd, cwd=args.cwd, env=env, check=False).returncode
     finally:
-        stop_server(server)
+        server.stop()
+        log = server.stderr_text(all_starts=True)
+        server.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
-    output = "\n".join(server.output)
     if args.server_log:
-        Path(args.server_log).write_text(output + "\n")
-    if "Traceback" in output:
-        print("sbemu logged a traceback:\n" + output[-6000:], file=sys.stderr)
+        Path(args.server_log).write_text(log)
+    if "Traceback" in log:
+        print("sbemu logged a traceback:\n" + log[-6000:], file=sys.stderr)
         return rc or 1
     return rc
 

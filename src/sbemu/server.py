@@ -124,6 +124,7 @@ def _receivable(
             dead_letter_on_expiration,
             prefix + DLQ_SUFFIX,
             requires_session,
+            message_ttl=True,
         ),
         prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
         prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
@@ -142,6 +143,7 @@ def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
         requires_duplicate_detection=q.requires_duplicate_detection,
         duplicate_detection_window_ms=q.duplicate_detection_window_ms,
         requires_session=q.requires_session,
+        max_message_size=(q.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
         subqueues=_receivable(
             MAIN,
             q.lock_duration_ms,
@@ -168,6 +170,7 @@ def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
         requires_duplicate_detection=t.requires_duplicate_detection,
         duplicate_detection_window_ms=t.duplicate_detection_window_ms,
         requires_session=False,
+        max_message_size=(t.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
         subqueues=subqueues,
         subscriptions=tuple(
             SubscriptionSpec(
@@ -242,6 +245,7 @@ class Server:
         log_retention_records: int = 0,
         log_bodies: bool = False,
         keep_logs: bool = False,
+        durable: bool = True,
         clock: Clock = time.time,
     ) -> None:
         # The one time source of the server (sbemu.clock); a TestClock lets tests advance it.
@@ -250,6 +254,7 @@ class Server:
             clock.on_advance(self._clock_advanced)
         self.log_bodies = log_bodies
         self.keep_logs = keep_logs
+        self.durable = durable  # False: stores open without fsync (--ephemeral)
         self.config = config
         self.log_retention_records = max(0, log_retention_records)
         self._retention: asyncio.Future[None] | None = None
@@ -293,6 +298,7 @@ class Server:
             self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
         )
         self.router.log_bodies = self.log_bodies
+        self.router.durable = self.durable
         from .admin.management import Management, SpecBuilders
 
         try:

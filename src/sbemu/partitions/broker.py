@@ -76,10 +76,18 @@ class SubQueueSettings:
 
     lock_duration_ms: int
     max_delivery_count: int | None  # None: never dead-letter on delivery count (DLQs)
-    default_ttl_ms: int | None  # None: messages never expire here (DLQs)
+    default_ttl_ms: int | None  # None: no default TTL (Azure's TimeSpan.MaxValue), or a DLQ
     dead_letter_on_expiration: bool
     dead_letter_queue: str | None  # name of the sub-queue that takes dead letters
     requires_session: bool = False
+    # A message's own TTL applies even when the sub-queue has no default TTL (an entity whose
+    # default is "never"); False for dead-letter queues, where no TTL is observed [Azure: DLQ].
+    message_ttl: bool = False
+
+    @property
+    def expires(self) -> bool:
+        """Whether messages expire in this sub-queue (by the default TTL or their own)."""
+        return self.message_ttl or self.default_ttl_ms is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,7 @@ class SessionLock:
     session_id: str
     owner: object
     until_ms: int
+    armed_ms: int = 0  # the latest expiry the session heap holds for this lock (see touch_session)
 
 
 class SessionState:
@@ -650,8 +659,8 @@ class PartitionBroker:
             return deadline_key(
                 rec.scheduled_enqueue_time_ms, SCHEDULED_ACTIVATION, rec.sequence_number, sq.name
             )
-        default = sq.settings.default_ttl_ms
-        if rec.expires_at_ms is not None and default is not None and rec.ttl_ms != default:
+        settings = sq.settings
+        if rec.expires_at_ms is not None and settings.expires and rec.ttl_ms != settings.default_ttl_ms:
             return deadline_key(rec.expires_at_ms, EXPIRY, rec.sequence_number, sq.name)
         return None  # none, or derived: the sub-queue's default TTL (see _expire_heads)
 
@@ -1307,7 +1316,9 @@ class PartitionBroker:
             rec = self._pop_ready(sq, session.session_id if session is not None else None)
             if rec is None:
                 return None
-            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.default_ttl_ms is not None:
+            if session is not None:
+                self.touch_session(session, now_ms)  # a delivery is activity on the session
+            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.expires:
                 self._expire(sq, rec, now_ms)
                 continue
             if peek_lock:
@@ -1329,7 +1340,7 @@ class PartitionBroker:
         if sq.settings.requires_session:
             return out
         pop = self._pop_ready
-        default_ttl = sq.settings.default_ttl_ms
+        expires = sq.settings.expires
         until = now_ms + sq.settings.lock_duration_ms
         pid = self.partition_id
         sq_locks, locks, heap, push = sq.locks, self.locks, self._lock_heap, heapq.heappush
@@ -1339,7 +1350,7 @@ class PartitionBroker:
                 if rec is None:
                     break
                 at = rec.expires_at_ms
-                if at is not None and at <= now_ms and default_ttl is not None:
+                if at is not None and at <= now_ms and expires:
                     self._expire(sq, rec, now_ms)
                     continue
                 # _lock() for a message outside sessions, its log record lazy (see _dirty)
@@ -1750,6 +1761,8 @@ class PartitionBroker:
             until, name, session_id = heapq.heappop(sessions)
             sess = self.queues[name].sessions.get(session_id)
             if sess is None or sess.lock is None or sess.lock.until_ms != until:
+                if sess is not None and sess.lock is not None:
+                    self._rearm_session(sess.lock, until)
                 continue  # released, or renewed
             lost = sess.lock
             self._end_session(lost, now_ms, count_delivery=True)
@@ -1776,7 +1789,7 @@ class PartitionBroker:
             if rec is None:
                 continue
             if kind == EXPIRY:
-                if sq.settings.default_ttl_ms is None:
+                if not sq.settings.expires:
                     continue  # the sub-queue's settings changed: its messages no longer expire
                 if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
                     continue  # locked: checked again when it comes back; or no longer active
@@ -1904,7 +1917,7 @@ class PartitionBroker:
                 )
         lock = SessionLock(sq, sess.session_id, owner, now_ms + sq.settings.lock_duration_ms)
         sess.lock = lock
-        heapq.heappush(self._session_heap, (lock.until_ms, sq.name, sess.session_id))
+        self._arm_session(lock)
         return lock
 
     def _session_lock(
@@ -1926,8 +1939,31 @@ class PartitionBroker:
         for msg_lock in lock.queue.locks.values():
             if msg_lock.session is lock:
                 msg_lock.until_ms = lock.until_ms
-        heapq.heappush(self._session_heap, (lock.until_ms, queue, session_id))
+        self._arm_session(lock)
         return lock.until_ms
+
+    def touch_session(self, lock: SessionLock, now_ms: int) -> None:
+        """Receive activity on a held session (a delivery, a receive request) keeps its lock:
+        it expires only once the session stayed idle for the lock duration ("no operations
+        performed on the session" [Azure SDK: SessionLockLostException]). A receive-and-delete
+        session receiver that keeps receiving never loses its session, and one whose last
+        receive waits out its max_wait_time closes before the lock ends."""
+        sess = lock.queue.sessions.get(lock.session_id)
+        if sess is None or sess.lock is not lock or lock.until_ms <= now_ms:
+            return  # lost or released: activity does not bring a lock back
+        until = now_ms + lock.queue.settings.lock_duration_ms
+        if until > lock.until_ms:
+            lock.until_ms = until  # no heap push per delivery: on_timer re-arms (_rearm_session)
+
+    def _arm_session(self, lock: SessionLock) -> None:
+        lock.armed_ms = lock.until_ms
+        heapq.heappush(self._session_heap, (lock.until_ms, lock.queue.name, lock.session_id))
+
+    def _rearm_session(self, lock: SessionLock, popped_ms: int) -> None:
+        """The heap entry at `popped_ms` came due but the lock was extended since: one new
+        entry at its current expiry (only for the lock's latest entry, so none doubles up)."""
+        if popped_ms == lock.armed_ms and lock.until_ms > popped_ms:
+            self._arm_session(lock)
 
     def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
         """Who holds a live lock on the session, if anyone."""

@@ -155,6 +155,10 @@ class SessionHandle:
         """The receiver went away: end the session lock; unsettled messages become ready."""
         self._broker.release_session(self._lock, now_ms)
 
+    def touch(self, now_ms: int) -> None:
+        """The receiver asked for messages: activity that keeps the session lock alive."""
+        self._broker.touch_session(self._lock, now_ms)
+
 
 @dataclass(slots=True)
 class SessionWaiter:
@@ -180,6 +184,7 @@ class EntitySpec:
     requires_session: bool
     subqueues: dict[str, SubQueueSettings]
     subscriptions: tuple[SubscriptionSpec, ...] = ()
+    max_message_size: int = 0  # bytes (MaxMessageSizeInKilobytes); 0: the namespace's
 
 
 class EntityView:
@@ -1047,6 +1052,8 @@ class Router:
         self.encode_value = encode_value  # encodes carried properties (forwarding)
         self._encode_symbol = encode_symbol
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
+        # set before add_entity: False opens the stores without fsync (sbemu serve --ephemeral)
+        self.durable = True
         self.entities: dict[tuple[str, str], Entity] = {}
         self.dirty: set[PartitionBroker] = set()
         self.lazy: set[PartitionBroker] = set()  # only lazy writes pending (flush_lazy)
@@ -1103,7 +1110,9 @@ class Router:
         """Open and load each partition's store, appending the brokers as they open."""
         for pid in range(spec.partition_count):
             store = PartitionStore(
-                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
+                str(base / f"partition-{pid:02d}"),
+                map_size=map_size_for(spec.max_size_mb * MIB),
+                durable=self.durable,
             )
             broker = PartitionBroker(
                 store,

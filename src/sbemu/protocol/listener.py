@@ -25,6 +25,11 @@ log = logging.getLogger("sbemu.listener")
 # completions (acknowledgements) and other connections are not held up behind it.
 READ_SLICE = 65_536
 
+# Bytes taken from the engine per flush. A large delivery (up to 100 MB on Premium) is framed
+# and written in slices while the socket keeps up (asyncio's pause_writing/resume_writing), so
+# the frames of a whole message never sit in memory at once; small deliveries fit one slice.
+WRITE_SLICE = 4 * 1024 * 1024
+
 # TCP_QUICKACK after every read (Linux): the kernel acknowledges the bytes at once instead of
 # holding the ACK back for a reply to ride on. A client with Nagle's algorithm on (rhea turns
 # TCP_NODELAY on only once a connection has a receiver; a sender-only connection keeps Nagle)
@@ -89,6 +94,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._flusher = flusher
         self._quickack: Callable[[], None] | None = None  # set for a TCP socket on Linux
+        self._writing_paused = False  # asyncio's write buffer is above its high-water mark
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -207,7 +213,7 @@ class AmqpProtocol(asyncio.Protocol):
         if conn is None or transport is None or transport.is_closing():
             return
         try:
-            out = conn.data_to_send()
+            out = conn.data_to_send(WRITE_SLICE)
         except Exception:
             log.exception("connection %d: failed while writing", conn.id)
             out, conn.closed = b"", True
@@ -216,7 +222,18 @@ class AmqpProtocol(asyncio.Protocol):
         if conn.closed:
             transport.close()
             return
+        if conn.more_output and not self._writing_paused:
+            self._request_flush()  # the next slice; resume_writing() asks once paused
         self._arm_timer(conn)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        conn = self._conn
+        if conn is not None and conn.more_output:
+            self._request_flush()
 
     def _arm_timer(self, conn: AmqpConnection) -> None:
         deadline = conn.next_deadline()

@@ -8,7 +8,7 @@ and encode_delivery run once per message; they never fully decode one.
 
 from __future__ import annotations
 
-from ..errors import InvalidOperation, MessageSizeExceeded
+from ..errors import ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
 from ..filters import MessageView
 from ..partitions.records import IncomingMessage, MessageRecord
 from . import codec, sections
@@ -145,11 +145,14 @@ def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> byte
     )
 
 
-def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[IncomingMessage]:
+def scan_transfer(
+    data: bytes, limit: int, for_topic: bool = False, batch_limit: int | None = None
+) -> list[IncomingMessage]:
     """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4].
 
-    `limit` is the namespace's maximum message size in bytes; `for_topic` attaches a lazy
-    filter view to each message (only topics evaluate rules)."""
+    `limit` is the entity's maximum message size in bytes, `batch_limit` the largest batch
+    envelope (the tier's batch size: sbemu.protocol.sizes; None: `limit`); `for_topic`
+    attaches a lazy filter view to each message (only topics evaluate rules)."""
     if len(data) > limit:
         raise MessageSizeExceeded(
             f"The received message (size {len(data)} bytes) exceeds the limit "
@@ -164,11 +167,20 @@ def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[Inco
     try:
         inner = _batch_payloads(data)
         if inner is not None:
+            if batch_limit is not None and len(data) > batch_limit:
+                raise MessageSizeExceeded(
+                    f"The received batch (size {len(data)} bytes) exceeds the limit "
+                    f"({batch_limit} bytes) allowed for a batch on the link."
+                )
             try:
                 return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
+            except sections.PropertyValueError:
+                raise  # a batch whose message cannot be stored is refused whole
             except sections.SectionError:
                 pass  # not an envelope after all: a message whose body looks like one
         return [to_incoming(sections.scan_message(data), for_topic)]
+    except sections.PropertyValueError as exc:  # well formed, but not storable as Azure does
+        raise ArgumentOutOfRange(f"The message was refused: {exc}") from exc
     except sections.SectionError as exc:
         raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
 

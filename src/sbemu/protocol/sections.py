@@ -31,10 +31,12 @@ from sbemu.protocol.codec import (
     enc_symbol,
     enc_uint,
 )
+from sbemu.protocol.decimals import DecimalRangeError, rewrite_decimals
 
 __all__ = [
     "SERVICE_ANNOTATIONS",
     "PROPERTY_FIELDS",
+    "PropertyValueError",
     "ScannedMessage",
     "SectionError",
     "assign_message_id",
@@ -284,6 +286,18 @@ def _render(v: Any) -> str | None:
     return str(v)
 
 
+def _partition_key_text(v: Any) -> str | None:
+    """A partition key as text. A received message sent again carries it as AMQP binary
+    (pyamqp decodes the string the service sent into bytes and encodes bytes back as binary):
+    its UTF-8 text is the key the sender set, and what is compared with the SessionId [P6]."""
+    if type(v) is bytes:
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SectionError("x-opt-partition-key must be a string (or UTF-8 binary)") from None
+    return _render(v)
+
+
 def scan_message(buf: bytes) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
@@ -312,6 +326,7 @@ def _scan(buf: bytes) -> ScannedMessage:
     flushed = 0  # bytes of tail_parts
     props_span = body_span = None
     seen = 0
+    grown = 0  # bytes a rewritten section added (or took) against the message as sent
     pos = 0
     while pos < n:
         code, vpos = _section_code(buf, pos)
@@ -324,7 +339,25 @@ def _scan(buf: bytes) -> ScannedMessage:
         if code >= PROPERTIES:
             if code == PROPERTIES:
                 props = _property_fields(buf, vpos, end)
-            if vpos == pos + 3 and pos == run_end:
+            rewritten = None
+            # Decimals are written as the service writes them (protocol/decimals.py). The
+            # check costs two byte searches; only a section with a 0x84 or 0x94 byte in it
+            # is walked, and only one holding a decimal is re-encoded.
+            if code == APPLICATION_PROPERTIES and (
+                buf.find(b"\x94", vpos, end) >= 0 or buf.find(b"\x84", vpos, end) >= 0
+            ):
+                rewritten = _service_decimals(buf, vpos, end)
+            if rewritten is not None:
+                if run_end >= 0:
+                    tail_parts.append(buf[run_start:run_end])
+                    flushed += run_end - run_start
+                at = flushed
+                tail_parts.append(b"\x00\x53\x74" + rewritten)
+                flushed += 3 + len(rewritten)
+                grown += 3 + len(rewritten) - (end - pos)
+                run_start = run_end = -1
+                props_span = (at + 3, at + 3 + len(rewritten))
+            elif vpos == pos + 3 and pos == run_end:
                 run_end = end  # contiguous with the previous tail section
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
@@ -341,7 +374,8 @@ def _scan(buf: bytes) -> ScannedMessage:
                     flushed += 3 + end - vpos
                     run_start = run_end = -1
             if code == APPLICATION_PROPERTIES:
-                props_span = (at + 3, at + 3 + end - vpos)
+                if rewritten is None:
+                    props_span = (at + 3, at + 3 + end - vpos)
             elif DATA <= code <= AMQP_VALUE:
                 body_span = (body_span[0] if body_span else at, at + 3 + end - vpos)
         elif code == MESSAGE_ANNOTATIONS:
@@ -381,10 +415,19 @@ def _scan(buf: bytes) -> ScannedMessage:
                                 "x-opt-scheduled-enqueue-time must be a timestamp or long"
                             )
                         scheduled = None if value is None else int(value)
-                    elif slot == _PARTITION_KEY:
-                        partition_key = _render(value)
                     else:
-                        via_partition_key = _render(value)
+                        text = _partition_key_text(value)
+                        if slot == _PARTITION_KEY:
+                            partition_key = text
+                        else:
+                            via_partition_key = text
+                        if text is not None and type(value) is not str:
+                            # stored (and echoed) as the string the service keys on: .NET
+                            # reads it with a (string) cast [contract 3.7]
+                            if keep_from < kpos:
+                                ann_parts.append(buf[keep_from:kpos])
+                            ann_parts.append(buf[kpos:kend] + enc_string(text))
+                            keep_from = p
             if p != end:
                 raise SectionError("message-annotations entries do not match the map size")
             if keep_from < p:
@@ -427,10 +470,26 @@ def _scan(buf: bytes) -> ScannedMessage:
         b"".join(ann_parts),
         ann_count,
         b"".join(tail_parts),
-        n,
+        n + grown,
         props_span,
         body_span,
     )
+
+
+class PropertyValueError(SectionError):
+    """An application property value the service cannot hold (e.g. a decimal beyond .NET's)."""
+
+
+def _service_decimals(buf: bytes, vpos: int, end: int) -> bytes | None:
+    """The application-properties value at vpos with its decimals in the service's encoding,
+    or None when it holds none."""
+    try:
+        value_end, rewritten = rewrite_decimals(buf, vpos)
+    except DecimalRangeError as e:
+        raise PropertyValueError(f"an application property cannot be stored: {e}") from None
+    if value_end != end:
+        raise SectionError("application-properties: the value does not match the section")
+    return rewritten
 
 
 def new_message_id() -> str:

@@ -239,15 +239,17 @@ def _session_filter_value(data: object) -> tuple[bool, object]:
     return False, None
 
 
-# go-amqp (the Go SDK) sends the session filter as a value described by the filter's code
-# (0x00000137:0000000C, the id or null inside), which the service takes like the plain string
-# of the other SDKs; a value described otherwise is refused like any other type (below).
-SESSION_FILTER_CODE = 0x0000013700000000C
+# go-amqp (the Go SDK) sends the session filter as a described value (the id or null inside),
+# which the service takes like the plain string of the other SDKs. Its descriptor is the Go
+# SDK's constant 0x00000137000000C (one digit short of Microsoft's 0x00000137:0000000C, which
+# we take as well, like the filter's symbolic name); a value described otherwise is refused
+# like any other type (below).
+SESSION_FILTER_CODES = (0x137000000C, 0x1370000000C)
 
 
 def _is_session_filter(value: object) -> bool:
     return isinstance(value, Described) and (
-        value.descriptor == SESSION_FILTER_CODE or str(value.descriptor) == SESSION_FILTER
+        value.descriptor in SESSION_FILTER_CODES or str(value.descriptor) == SESSION_FILTER
     )
 
 

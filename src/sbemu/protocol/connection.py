@@ -74,6 +74,7 @@ from .links import (
     SendLink,
     advance,
     session_filter,
+    session_filter_reply,
 )
 from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
@@ -815,8 +816,9 @@ class AmqpConnection:
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         # The reply names the session granted (never null) [contract 4.4].
+        reply = session_filter_reply(link.remote_source.filter, session.session_id)
         link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): session.session_id})
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): reply})
         link.properties = {
             symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
         }

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from proton import UNDESCRIBED as _UNDESCRIBED
 from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
 from ..completions import join_completions
@@ -50,7 +51,10 @@ class ManagementHost(Protocol):
 
 
 Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
-UNDESCRIBED = None
+# A plain AMQP array has no descriptor: proton's UNDESCRIBED, not None (None encodes a null
+# descriptor, which proton-j, the Java SDK's codec, reads as an array of described values).
+# proton's stub types the descriptor as data, hence Any.
+UNDESCRIBED: Any = _UNDESCRIBED
 
 
 def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -> None:

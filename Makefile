@@ -39,13 +39,16 @@ java-check:
 
 # The dashboard's browser tests drive Debian's Chromium through its chromedriver (no browser
 # download at test time): install both when missing and we are root, else the tests skip.
+# certutil (libnss3-tools) trusts sbemu's CA in Chromium's NSS database for the page that runs
+# the JS SDK over wss (tests/ui/test_browser_sdk.py), as mkcert -install does for a developer.
 chromium-check:
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
+	    && command -v certutil >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Chromium not found: installing chromium and chromium-driver for the dashboard tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
-	    || echo "WARNING: could not install Chromium; the dashboard browser tests will be skipped"; \
-	else echo "WARNING: chromium/chromedriver not found; the dashboard browser tests will be skipped"; fi
+	  echo "Chromium or certutil not found: installing chromium, chromium-driver and libnss3-tools for the browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver libnss3-tools >/dev/null) \
+	    || echo "WARNING: could not install Chromium; the browser tests will be skipped"; \
+	else echo "WARNING: chromium/chromedriver/certutil not found; the browser tests will be skipped"; fi
 
 # The disk-fault tests (tests/faults/test_disk_faults.py) put a small ext4 on a loop device:
 # mkfs.ext4 and e2fsck come from Debian's e2fsprogs (losetup, mount and fsfreeze from

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from . import __version__, endpoints
 from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, TopicConfig
-from .partitions.broker import PartitionBroker
 from .endpoints import EndpointError, ListenPort
+from .partitions.broker import PartitionBroker
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times

@@ -24,25 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__, endpoints
 from .clock import Clock, TestClock
-from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
+from .config import Config, NamespaceConfig, QueueConfig, TopicConfig
 from .endpoints import EndpointError, ListenPort
-from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
+from .partitions.broker import PartitionBroker
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times
+from .partitions.layout import StorageLayoutError
 from .partitions.lockfile import sweep_lock_files
 from .partitions.records import IncomingMessage, MessageRecord
 from .partitions.retention import plan_trim, registered_readers
-from .partitions.router import (
-    MAIN,
-    TRANSFER_DLQ_SUFFIX,
-    EntitySpec,
-    Router,
-    StorageLayoutError,
-)
-from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
+from .partitions.router import Router
+from .partitions.specs import entity_settings, queue_spec, topic_spec
 from .partitions.store import TRIM_LIMIT, StoreError
-from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
+from .partitions.subscriptions import RuleDefinitionError
 from .protocol import sections
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.limits import Limits
@@ -70,8 +65,6 @@ STOP_COMMIT_WAIT = 5.0  # seconds stop() keeps trying to commit what a failing s
 COMMIT_THREADS = 8
 RETENTION_INTERVAL_MS = 10_000  # between log retention passes
 RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
-# Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
-NEVER_MS = 100 * 365 * 24 * 3600 * 1000
 
 
 class WireCodec:
@@ -98,128 +91,6 @@ WIRE_CODEC = WireCodec()
 
 class StartupError(Exception):
     """The server cannot start: unusable port, data directory or stored layout."""
-
-
-def _ttl(ms: int | None) -> int | None:
-    return None if ms is None or ms <= 0 or ms >= NEVER_MS else ms
-
-
-def _dlq_settings(lock_duration_ms: int) -> SubQueueSettings:
-    # Dead-letter queues keep messages until they are received: no TTL, no delivery limit.
-    return SubQueueSettings(lock_duration_ms, None, None, False, None)
-
-
-def _receivable(
-    prefix: str,
-    lock_duration_ms: int,
-    max_delivery_count: int,
-    default_ttl_ms: int | None,
-    dead_letter_on_expiration: bool,
-    requires_session: bool,
-) -> dict[str, SubQueueSettings]:
-    return {
-        prefix: SubQueueSettings(
-            lock_duration_ms,
-            max_delivery_count,
-            _ttl(default_ttl_ms),
-            dead_letter_on_expiration,
-            prefix + DLQ_SUFFIX,
-            requires_session,
-            message_ttl=True,
-        ),
-        prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
-        prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
-    }
-
-
-def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
-    """The router's view of a configured queue."""
-    return EntitySpec(
-        namespace=ns.name,
-        name=q.name,
-        kind="queue",
-        partition_count=q.partition_count,
-        partitioned=q.enable_partitioning or q.partition_count > 1,
-        max_size_mb=q.max_size_mb,
-        requires_duplicate_detection=q.requires_duplicate_detection,
-        duplicate_detection_window_ms=q.duplicate_detection_window_ms,
-        requires_session=q.requires_session,
-        max_message_size=(q.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
-        subqueues=_receivable(
-            MAIN,
-            q.lock_duration_ms,
-            q.max_delivery_count,
-            q.default_message_ttl_ms,
-            q.dead_lettering_on_message_expiration,
-            q.requires_session,
-        ),
-    )
-
-
-def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
-    """The router's view of a configured topic: one sub-queue set per subscription."""
-    subqueues: dict[str, SubQueueSettings] = {}
-    for sub in t.subscriptions:
-        subqueues.update(_subscription_queues(sub))
-    return EntitySpec(
-        namespace=ns.name,
-        name=t.name,
-        kind="topic",
-        partition_count=t.partition_count,
-        partitioned=t.enable_partitioning or t.partition_count > 1,
-        max_size_mb=t.max_size_mb,
-        requires_duplicate_detection=t.requires_duplicate_detection,
-        duplicate_detection_window_ms=t.duplicate_detection_window_ms,
-        requires_session=False,
-        max_message_size=(t.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
-        subqueues=subqueues,
-        subscriptions=tuple(
-            SubscriptionSpec(
-                sub.name,
-                tuple(
-                    RuleSource(
-                        r.name, r.filter_type, r.sql_expression, r.correlation, r.action_expression
-                    )
-                    for r in sub.rules
-                ),
-                sub.dead_lettering_on_filter_evaluation_exceptions,
-            )
-            for sub in t.subscriptions
-        ),
-    )
-
-
-def _subscription_queues(sub: SubscriptionConfig) -> dict[str, SubQueueSettings]:
-    return _receivable(
-        f"subscriptions/{sub.name.lower()}",
-        sub.lock_duration_ms,
-        sub.max_delivery_count,
-        sub.default_message_ttl_ms,
-        sub.dead_lettering_on_message_expiration,
-        sub.requires_session,
-    )
-
-
-def entity_settings(cfg: QueueConfig | TopicConfig) -> EntitySettings:
-    """The runtime settings (Status, forwarding, idle deletion) of a configured entity."""
-    subs: dict[str, ReceiverSettings] = {}
-    if isinstance(cfg, TopicConfig):
-        for sub in cfg.subscriptions:
-            subs[f"subscriptions/{sub.name.lower()}"] = ReceiverSettings(
-                EntityStatus(sub.status),
-                sub.forward_to,
-                sub.forward_dead_lettered_messages_to,
-                sub.auto_delete_on_idle_ms,
-            )
-        return EntitySettings(
-            EntityStatus(cfg.status), None, None, cfg.auto_delete_on_idle_ms, subs
-        )
-    return EntitySettings(
-        EntityStatus(cfg.status),
-        cfg.forward_to,
-        cfg.forward_dead_lettered_messages_to,
-        cfg.auto_delete_on_idle_ms,
-    )
 
 
 def namespace_info(ns: NamespaceConfig) -> NamespaceInfo:
@@ -587,7 +458,7 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(self.clock() * 1000)
         self.router.on_timer(now_ms)
-        self.router.flush_lazy()  # lazy writes (see PartitionBroker._dirty) wait one tick at most
+        self.router.flush_lazy()  # lazy writes (see partitions/staging.py) wait one tick at most
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
         self._save_idle_times(now_ms)

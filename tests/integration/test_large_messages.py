@@ -7,6 +7,7 @@ One real sbemu (the package's launcher) serves a Premium namespace for the modul
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import tempfile
@@ -119,6 +120,10 @@ def test_the_attach_advertises_the_entity_limit_and_the_send_enforces_it(
         with sb.get_topic_sender("wide") as sender:
             sender.send_messages(ServiceBusMessage("hello"))
             assert sender._max_message_size_on_link == 4096 * 1024
+        with sb.get_queue_sender("huge") as sender:  # $management's schedule: the same limit
+            later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+            (number,) = sender.schedule_messages(ServiceBusMessage(os.urandom(3 * MIB)), later)
+            sender.cancel_scheduled_messages(number)
     conn = _proton(premium)
     try:
         sender = conn.create_sender("plain")

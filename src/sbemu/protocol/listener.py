@@ -220,7 +220,8 @@ class AmqpProtocol(asyncio.Protocol):
         if conn is None or transport is None or transport.is_closing():
             return
         try:
-            out = conn.data_to_send(WRITE_SLICE)
+            # while asyncio's buffer is over its high-water mark, one engine chunk at most
+            out = conn.data_to_send(1 if self._writing_paused else WRITE_SLICE)
         except Exception:
             log.exception("connection %d: failed while writing", conn.id)
             out, conn.closed = b"", True

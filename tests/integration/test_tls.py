@@ -66,6 +66,19 @@ def test_ssl_cert_file_through_a_default_context(
         round_trip(client, "q1", "trusted through SSL_CERT_FILE")
 
 
+def test_ssl_cert_file_alone_is_not_read_by_the_sdk(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What docs/clients.md says: without connection_verify or ssl_context the SDK verifies
+    against certifi's bundle, so SSL_CERT_FILE by itself does not make it trust the CA."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+    with tls_client(server, connection_verify=None) as client:
+        with pytest.raises((ServiceBusConnectionError, ServiceBusAuthenticationError)) as info:
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("never sent"))
+    assert "CERTIFICATE_VERIFY_FAILED" in repr(info.value) + repr(info.value.__cause__)
+
+
 def test_async_client_over_amqps(server: ServerProcess) -> None:
     from azure.servicebus.aio import ServiceBusClient as AsyncClient
 

@@ -26,8 +26,7 @@ from azure.servicebus.exceptions import (
     ServiceBusAuthorizationError,
     ServiceBusConnectionError,
 )
-
-from conftest import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerProcess
+from integration_support import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerProcess
 
 # The last azure-servicebus release before UseDevelopmentEmulator support (added in 7.14.0):
 # code written against it must reach sbemu with the CA trusted. It strips the Endpoint's port

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
 from azure.servicebus.exceptions import ServiceBusConnectionError
+from integration_support import DEFAULT_QUEUES, KEY, KEY_NAME, ServerProcess, queue_def
 from test_tls import refused_by_cbs
 from websocket import ABNF, WebSocketBadStatusException, create_connection
-
-from conftest import DEFAULT_QUEUES, KEY, KEY_NAME, ServerProcess, queue_def
 
 SBEMU_QUEUES = [*DEFAULT_QUEUES, queue_def("sessq", RequiresSession=True)]
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 
 from sbemu.admin.access import is_loopback
-from sbemu.testing import SbemuProcess, StartError
+from sbemu.testing import Ready, SbemuProcess, StartError
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
@@ -133,6 +134,17 @@ class ServerProcess:
         self.host = "127.0.0.1"
         self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
         self._launcher: SbemuProcess | None = None
+
+    @property
+    def ready(self) -> Ready:
+        """The ready document of the running server (sbemu.ready)."""
+        assert self._launcher is not None and self._launcher.ready is not None
+        return self._launcher.ready
+
+    def wait_for_output(self, pattern: str) -> re.Match[str]:
+        """The first stdout line matching ``pattern`` (sbemu.testing), waiting for it."""
+        assert self._launcher is not None
+        return self._launcher.wait_for_output(pattern, START_TIMEOUT)
 
     @property
     def proc(self) -> subprocess.Popen[str] | None:

@@ -296,3 +296,21 @@ def test_websocket_connections_count_against_the_connection_cap(limited: Any) ->
             with client() as third, third.get_queue_sender("q1") as sender:
                 sender.send_messages(ServiceBusMessage("over the cap"))
     assert "maximum number of connections" in str(info.value) + repr(info.value.__context__)
+
+
+def test_wss_through_an_http_proxy(server: ServerProcess) -> None:
+    """Why many users need WebSockets: only an HTTP proxy leads out. The SDK's http_proxy sends
+    CONNECT to the proxy (proxy.py here, a real one) and speaks wss through the tunnel; once the
+    proxy is gone the same client cannot connect (it never went around it)."""
+    import proxy
+
+    flags = ["--hostname", "127.0.0.1", "--port", "0", "--num-acceptors", "1",
+             "--num-workers", "1", "--log-level", "WARNING"]
+    with proxy.Proxy(flags) as running:
+        tunnel = {"proxy_hostname": "127.0.0.1", "proxy_port": running.flags.port}
+        with ws_client(server, server.admin_port, http_proxy=tunnel) as client:
+            round_trip(client, "q1", "through a proxy")
+    with ws_client(server, server.admin_port, http_proxy=tunnel) as client:
+        with pytest.raises(ServiceBusConnectionError):
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("no proxy, no way"))

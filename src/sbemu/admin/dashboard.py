@@ -34,9 +34,11 @@ from ..partitions.broker import DLQ_SUFFIX
 from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, Router
 from ..partitions.stats import ServerStats, totals
 from . import explorer, metrics
-from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
-from .http import HttpRoutes, Request, Response, json_response, text_response
+from .access import COOKIE_NAME, Access, Principal
+from .http import Request, Response, json_response, text_response
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
+from .policy import LOGIN, MANAGE, PUBLIC, READ
+from .routes import HttpRoutes
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -69,6 +71,26 @@ class RateHistory:
             point[name] = round(max(0, current.get(name, 0) - last[1].get(name, 0)) / seconds, 2)
         self.points.append(point)
         return point
+
+
+def _api_refusal(request: Request, status: int, message: str) -> Response:
+    body: dict[str, Any] = {"error": message}
+    if status == 401:
+        body["login"] = "/login"
+    return json_response(status, body)
+
+
+def _page_refusal(request: Request, status: int, message: str) -> Response:
+    if status == 401:
+        return Response(303, b"", [("location", "/login")])
+    return text_response(status, message + "\n", "text/plain")
+
+
+def _metrics_refusal(request: Request, status: int, message: str) -> Response:
+    headers = [("content-type", "text/plain")]
+    if status == 401:
+        headers.append(("www-authenticate", 'Basic realm="sbemu"'))
+    return Response(status, f"authentication required: {message}\n".encode(), headers)
 
 
 def _entity_path(entity: Entity) -> str:
@@ -424,41 +446,43 @@ class Dashboard:
 
     # ------------------------------------------------------------------ HTTP routes
     def register(self, routes: HttpRoutes) -> None:
-        """Add the dashboard's routes: pages, static files, /api/..., /metrics, login."""
-        routes.add("GET", "/", self._page)
-        routes.add("GET", "/ui", self._page, prefix=True)
-        routes.add("GET", "/login", self._login_page)
-        routes.add("POST", "/login", self._login)
-        routes.add("POST", "/logout", self._guard(self._logout, post=True))
-        routes.add("GET", "/static", self._static_file, prefix=True)
-        routes.add("GET", "/metrics", self._metrics)
-        routes.add("GET", "/api/session", self._guard(self._session))
-        routes.add("GET", "/api/overview", self._guard(self._api_overview))
-        routes.add("GET", "/api/entities", self._guard(self._api_entities))
-        routes.add("GET", "/api/entity", self._guard(self._api_entity))
-        routes.add("GET", "/api/messages", self._guard(self._api_messages))
-        routes.add("GET", "/api/connections", self._guard(self._api_connections))
-        routes.add("GET", "/api/events", self._guard(self._api_events))
-        routes.add("POST", "/api/partition", self._guard(self._api_partition, post=True))
-        routes.add("POST", "/api/send", self._guard(self._api_send, post=True))
-        routes.add("POST", "/api/resubmit", self._guard(self._api_resubmit, post=True))
-        routes.add("POST", "/api/purge", self._guard(self._api_purge, post=True))
-        routes.add("POST", "/api/connections/close", self._guard(self._api_close, post=True))
+        """Add the dashboard's routes: pages, static files, /api/..., /metrics, login; each
+        with its rule (sbemu.admin.policy: reads READ, actions MANAGE)."""
+        api_read = READ.but(refuse=_api_refusal)
+        api_manage = MANAGE.but(refuse=_api_refusal)
+        page = READ.but(refuse=_page_refusal)
+        routes.add("GET", "/", self._page, rule=page)
+        routes.add("GET", "/ui", self._page, rule=page, prefix=True)
+        routes.add("GET", "/login", self._login_page, rule=PUBLIC)
+        # the login form is the authentication itself: public, but not from another site
+        routes.add("POST", "/login", self._login, rule=LOGIN)
+        routes.add("POST", "/logout", self._guard(self._logout), rule=api_manage)
+        routes.add("GET", "/static", self._static_file, rule=PUBLIC, prefix=True)
+        routes.add("GET", "/metrics", self._metrics, rule=READ.but(refuse=_metrics_refusal))
+        for path, handler in (
+            ("/api/session", self._session),
+            ("/api/overview", self._api_overview),
+            ("/api/entities", self._api_entities),
+            ("/api/entity", self._api_entity),
+            ("/api/messages", self._api_messages),
+            ("/api/connections", self._api_connections),
+            ("/api/events", self._api_events),
+        ):
+            routes.add("GET", path, self._guard(handler), rule=api_read)
+        for path, handler in (
+            ("/api/partition", self._api_partition),
+            ("/api/send", self._api_send),
+            ("/api/resubmit", self._api_resubmit),
+            ("/api/purge", self._api_purge),
+            ("/api/connections/close", self._api_close),
+        ):
+            routes.add("POST", path, self._guard(handler), rule=api_manage)
 
-    def _guard(self, handler: Callable[..., Any], *, post: bool = False) -> Callable[..., Any]:
-        """Login (off loopback), Host check (on loopback), CSRF token on POSTs, JSON errors."""
+    def _guard(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """The principal the access policy let in, and JSON errors (never a 500)."""
 
         async def guarded(request: Request, params: dict[str, str]) -> Response:
-            if not self.access.host_allowed(request.headers):
-                return json_response(403, {"error": "Host header is not a loopback name"})
-            principal = self.access.principal(request.headers, time.time())
-            if principal is None:
-                return json_response(401, {"error": "login required", "login": "/login"})
-            if post:
-                if not self.access.same_origin(request.headers):
-                    return json_response(403, {"error": "cross-origin request refused"})
-                if not self.access.check_csrf(principal, request.headers.get(CSRF_HEADER)):
-                    return json_response(403, {"error": "missing or wrong CSRF token"})
+            principal: Principal = request.grant.principal
             try:
                 result = handler(request, principal)
                 if asyncio.iscoroutine(result):
@@ -482,10 +506,6 @@ class Dashboard:
             return None
 
     def _page(self, request: Request, params: dict[str, str]) -> Response:
-        if not self.access.host_allowed(request.headers):
-            return text_response(403, "Host header is not a loopback name\n", "text/plain")
-        if self.access.principal(request.headers, time.time()) is None:
-            return Response(303, b"", [("location", "/login")])
         body = self._asset("index.html") or b"dashboard assets missing\n"
         return Response(200, body, _html_headers())
 
@@ -494,8 +514,6 @@ class Dashboard:
         return Response(200, body, _html_headers())
 
     def _login(self, request: Request, params: dict[str, str]) -> Response:
-        if not self.access.same_origin(request.headers):
-            return json_response(403, {"error": "cross-origin request refused"})
         form = {k: v[0] for k, v in parse_qs(request.body.decode("utf-8", "replace")).items()}
         key_name, key = form.get("key_name", ""), form.get("key", "")
         if not self.access.login_required:
@@ -688,14 +706,6 @@ class Dashboard:
 
     # ------------------------------------------------------------------ /metrics
     def _metrics(self, request: Request, params: dict[str, str]) -> Response:
-        if not self.access.host_allowed(request.headers):
-            return text_response(403, "Host header is not a loopback name\n", "text/plain")
-        if self.access.login_required and not self.access.scraper(request.headers, time.time()):
-            return Response(
-                401,
-                b"authentication required: HTTP Basic with a namespace SAS key (name:key)\n",
-                [("content-type", "text/plain"), ("www-authenticate", 'Basic realm="sbemu"')],
-            )
         return text_response(200, metrics.render(self.metric_families()), metrics.CONTENT_TYPE)
 
     def metric_families(self) -> list[metrics.Family]:

@@ -266,6 +266,7 @@ class Server:
         self._amqp_server: asyncio.Server | None = None
         self.namespace_servers: dict[str, asyncio.Server] = {}
         self._admin_server: Any = None  # sbemu.admin.http.AdminServer
+        self.routes: Any = None  # sbemu.admin.routes.HttpRoutes, set by start()
         self._connections: set[AmqpProtocol] = set()
         self._turn_scheduled = False
         self._commits: GroupCommit | None = None  # the commit turn, set by start()
@@ -353,8 +354,9 @@ class Server:
         except (OSError, ValueError) as exc:
             raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
         try:
+            self.routes = self.admin_routes()  # listed by tests and the docs (docs/security.md)
             self._admin_server = await start_admin(
-                self.host, self.admin_port, self.admin_routes(), ssl_context=ssl_context
+                self.host, self.admin_port, self.routes, ssl_context=ssl_context
             )
         except OSError as exc:
             self._amqp_server.close()

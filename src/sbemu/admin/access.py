@@ -15,9 +15,12 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from ..rejections import RejectionLog
 
 COOKIE_NAME = "sbemu_session"
 CSRF_HEADER = "x-csrf-token"
@@ -63,6 +66,8 @@ class Access:
         for name, key in pairs:
             self._keys.setdefault(name, []).append(key)
         self._secret = secret if secret is not None else os.urandom(32)
+        # refused credentials of this admin port, logged rate-limited (the policy, the login form)
+        self.rejections = RejectionLog("admin", logging.getLogger("sbemu.admin.access"))
 
     # ------------------------------------------------------------------ keys
     def check_key(self, key_name: str, key: str) -> bool:

@@ -519,7 +519,10 @@ class Dashboard:
         if not self.access.login_required:
             return Response(303, b"", [("location", "/")])
         if not self.access.check_key(key_name, key):
-            log.warning("dashboard login refused for key name %r from %s", key_name, request.peer)
+            self.access.rejections.rejected(
+                key_name, "dashboard login: not a key with the Manage right", request.peer,
+                time.time(),
+            )
             return Response(303, b"", [("location", "/login?failed=1")])
         cookie = self.access.cookie_header(
             self.access.new_session(key_name, time.time()), request.secure

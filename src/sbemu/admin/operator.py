@@ -31,6 +31,7 @@ __all__ = ["OperatorServer", "add_operator_routes"]
 
 log = logging.getLogger("sbemu.server")
 
+MAX_ADVANCE_S = 10 * 365 * 86400.0  # one step of the test clock: ten years at most
 ENTITY_MANAGE = MANAGE.but(audience="the entity", locate=entity_in_path)
 NAMESPACE_MANAGE = MANAGE.but(audience="the entity, or the namespace", locate=entity_in_path)
 
@@ -211,7 +212,10 @@ class _Operator:
         assert isinstance(clock, TestClock)
         text = params.get("rest", "").strip("/")
         try:
-            now = clock.advance(float(text))
+            seconds = float(text)
+            if not 0 <= seconds <= MAX_ADVANCE_S:
+                raise ValueError(f"{text[:40]!r} is not between 0 and {MAX_ADVANCE_S:.0f} seconds")
+            now = clock.advance(seconds)
         except ValueError as exc:
             return json_response(400, {"error": f"expected /test-clock/advance/<seconds>: {exc}"})
         log.info("test clock advanced by %s s (offset now %.3f s)", text, clock.offset)

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote_plus, urlsplit
 
 from ..clock import Clock
-from ..rejections import RejectionLog
 from ..sas import SAS_PREFIX, TokenError, covers, normalize_entity_path, verify_sas_token
 from .access import CSRF_HEADER, Access, Principal, is_loopback
 from .http import Request, Response, json_response
@@ -126,7 +125,7 @@ class Rule:
     """The right a route needs, what a token must cover, and how a refusal is written."""
 
     need: Need
-    audience: str = "namespace"  # what a token's audience must cover, for the docs table
+    audience: str = "namespace-wide"  # what a token's audience must cover, for the docs table
     locate: Locate = whole_server
     refuse: Refuse = json_refusal
 
@@ -257,7 +256,7 @@ class AccessPolicy:
         self.namespaces = {ns.name.lower(): ns for ns in namespaces}
         self.access = access
         self.clock = clock
-        self.rejections = RejectionLog("admin", log)
+        self.rejections = access.rejections
 
     def is_local(self, request: Request) -> bool:
         """Loopback: a loopback-bound listener and a loopback peer."""

@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev,docs]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -48,7 +48,7 @@ disk-tools-check:
 
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,dev,spark]'
+	$(PY) -m pip install -q -e '.[test,dev,docs,spark]'
 	@touch $(SPARK_STAMP)
 
 install-spark: $(SPARK_STAMP) java-check
@@ -91,7 +91,7 @@ run:
 # do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check disk-tools-check js-deps lint
+test: install install-spark chromium-check disk-tools-check js-deps lint docs
 	@js_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
@@ -103,6 +103,10 @@ test: install install-spark chromium-check disk-tools-check js-deps lint
 	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ]; then \
 	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc"; \
 	  exit 1; fi
+
+# The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 lint: install
 	$(VENV)/bin/ruff check src tests sparkjobs
@@ -129,7 +133,23 @@ bench-rabbitmq:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
 	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
 
-bench-compare: install bench-node bench-rabbitmq
+# Apache ActiveMQ Artemis's binary distribution from Maven Central, checked against the pinned
+# SHA-256 and unpacked into bench/artemis/apache-artemis (gitignored); it runs on the machine's Java.
+ARTEMIS_VERSION := 2.40.0
+ARTEMIS_SHA256 := 3add67e7b0af89f81eac1e6c577427b049b4e7502fb278c591838465d5ca93b5
+ARTEMIS_TGZ := bench/artemis/apache-artemis-$(ARTEMIS_VERSION)-bin.tar.gz
+bench/artemis/apache-artemis/bin/artemis:
+	@mkdir -p bench/artemis
+	curl -fsSL -o $(ARTEMIS_TGZ).part https://repo1.maven.org/maven2/org/apache/activemq/apache-artemis/$(ARTEMIS_VERSION)/apache-artemis-$(ARTEMIS_VERSION)-bin.tar.gz
+	echo "$(ARTEMIS_SHA256)  $(ARTEMIS_TGZ).part" | sha256sum -c --quiet
+	mv $(ARTEMIS_TGZ).part $(ARTEMIS_TGZ)
+	rm -rf bench/artemis/apache-artemis && tar -xzf $(ARTEMIS_TGZ) -C bench/artemis
+	mv bench/artemis/apache-artemis-$(ARTEMIS_VERSION) bench/artemis/apache-artemis && rm -f $(ARTEMIS_TGZ)
+
+bench-artemis: java-check bench/artemis/apache-artemis/bin/artemis
+
+# sbemu vs RabbitMQ 3.10 and ActiveMQ Artemis, the same rhea client, 5 alternating rounds.
+bench-compare: install bench-node bench-rabbitmq bench-artemis
 	$(PY) bench/compare.py $(ARGS)
 
 clean:
@@ -140,7 +160,7 @@ clean:
 report: install-spark
 	$(VENV)/bin/sbemu report --data-dir .sbemu --out reports $(ARGS)
 
-# hardening (see README "Guarantees and how we test them"): long runs of the suites whose
+# hardening (see docs/guarantees.md): long runs of the suites whose
 # bounded parts run in `make test` (tests/fuzz, tests/crash, tests/load)
 fuzz: install
 	$(PY) -m hardening.fuzz $(ARGS)

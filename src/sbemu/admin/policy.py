@@ -38,13 +38,19 @@ import enum
 import hmac
 import ipaddress
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
 from ..clock import Clock
-from ..sas import SAS_PREFIX, TokenError, covers, normalize_entity_path, verify_sas_token
+from ..sas import (
+    SAS_PREFIX,
+    TokenError,
+    covers,
+    normalize_entity_path,
+    token_key_name,
+    verify_sas_token,
+)
 from .access import CSRF_HEADER, Access, Principal, is_loopback
 from .http import Request, Response, json_response
 
@@ -234,14 +240,6 @@ def cross_site(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-_SKN = re.compile(r"(?:^|[&\s])skn=([^&]{0,200})")
-
-
-def _token_key_name(token: str) -> str | None:
-    match = _SKN.search(token[len(SAS_PREFIX):] if token.startswith(SAS_PREFIX) else "")
-    return unquote_plus(match.group(1)) if match else None
-
-
 class AccessPolicy:
     """Decides every admin request (see the module's table)."""
 
@@ -381,7 +379,7 @@ class AccessPolicy:
         if not auth:
             return Refusal(401, "MissingToken: The authorization header was not found.",
                            warn=False)
-        key_name = _token_key_name(auth)
+        key_name = token_key_name(auth)
         if not auth.startswith(SAS_PREFIX):
             return Refusal(401, "InvalidSignature: not a SharedAccessSignature token.")
         candidates = self._candidates(resource)

@@ -57,6 +57,7 @@ from ..errors import (
 )
 from ..partitions.records import IncomingMessage
 from ..partitions.router import Delivered, Entity, SessionHandle, Taken, token_of
+from ..sas import token_key_name
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -148,7 +149,8 @@ class AmqpConnection:
         self.services = services
         self.id = next(self._ids)
         self.now = now
-        self._sasl = SaslServer(services.check_plain)
+        self._sasl = SaslServer(self._check_plain)
+        self.peer = "?"  # "addr:port", set by the listener (logged with refused credentials)
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._collector: Collector | None = None
@@ -1031,6 +1033,15 @@ class AmqpConnection:
         else:
             handle_request(self, state, request)
 
+    def _check_plain(self, hostname: str | None, username: str, password: str) -> bool:
+        """SASL PLAIN (key name, key); a refusal is logged (rate-limited) with the peer."""
+        if self.services.check_plain(hostname, username, password):
+            return True
+        ns = self.services.namespace_for(hostname)
+        why = "wrong key" if username in ns.keys else f"no such key name in namespace {ns.name}"
+        self.services.rejections.rejected(username, f"SASL PLAIN: {why}", self.peer, self.now)
+        return False
+
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
         props: dict[Any, Any] = request.properties or {}
         status, description, grant = cbs.put_token(
@@ -1038,6 +1049,11 @@ class AmqpConnection:
         )
         if grant is not None:
             self._grants.add(grant, self.now)
+        else:
+            self.services.rejections.rejected(
+                token_key_name(request.body), f"$cbs put-token: {description}", self.peer,
+                self.now,
+            )
         from proton import int32
 
         response = Message(

@@ -182,3 +182,40 @@ def test_rejections_are_rate_limited(server):
     # counting is tests/unit/test_admin_policy.py's): 40 refusals did not make 40 lines
     assert log.count("'flooder'") <= 10
     assert log.count("rejected credentials from") <= 20
+
+
+def test_a_message_nesting_too_deep_is_refused_at_send_and_the_queue_stays_readable(server):
+    """Issue 24: a message whose application properties nested 10,000 deep was accepted, and the
+    explorer's view of its queue failed from then on. Now it is refused at send with
+    com.microsoft:argument-error (the limit is 32 levels: sbemu.protocol.nesting)."""
+    import json
+    import urllib.request
+
+    from proton import Delivery
+    from proton.utils import BlockingConnection
+
+    def nested(depth: int) -> dict:
+        value: dict = {"leaf": 1}
+        for _ in range(depth - 1):
+            value = {"k": value}
+        return value
+
+    conn = BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
+                              allowed_mechs="PLAIN", user=KEY_NAME, password=KEY)
+    try:
+        sender = conn.create_sender("otherq")
+        deep = Message(body=b"deep", properties={"p": nested(40)})
+        delivery = sender.send(deep, error_states=[])
+        assert delivery.remote_state == Delivery.REJECTED, delivery.remote_state
+        condition = delivery.remote.condition
+        assert condition is not None and condition.name == "com.microsoft:argument-error"
+        assert "nests more than 32 levels" in condition.description
+        ok = sender.send(Message(body=b"fine", properties={"p": nested(20)}), error_states=[])
+        assert ok.remote_state == Delivery.ACCEPTED
+    finally:
+        conn.close()
+    url = (f"http://127.0.0.1:{server.admin_port}/api/messages?ns=sbemulatorns&entity=otherq"
+           "&state=active")
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        page = json.loads(resp.read())
+    assert [m["body"]["text"] for m in page["messages"]] == ["fine"], page

@@ -34,6 +34,7 @@ from ..partitions.router import Entity
 from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import normalize_entity_path
+from .bounded import BodyError, xml_document
 from .http import Request, Response
 from .management import Management
 from .policy import Need, Resource, Rule
@@ -551,10 +552,10 @@ def _parse_body(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(description element, given properties, extras: default_rule / rule element)."""
     if not body:
         raise AtomError(400, "The request body is empty: expected an Atom entry.")
-    try:
-        root = ET.fromstring(body)
-    except ET.ParseError as exc:
-        raise AtomError(400, f"The request body is not valid XML: {exc}.") from None
+    try:  # defusedxml, depth-bounded (sbemu.admin.bounded)
+        root = xml_document(body)
+    except BodyError as exc:
+        raise AtomError(400, f"The request body was refused: {exc}.") from None
     content = root.find(f"{{{ATOM}}}content") if _local(root.tag) == "entry" else None
     if content is None or len(content) == 0:
         raise AtomError(400, "The request body must be an Atom entry with a description.")

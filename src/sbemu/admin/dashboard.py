@@ -35,6 +35,7 @@ from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, Router
 from ..partitions.stats import ServerStats, totals
 from . import explorer, metrics
 from .access import COOKIE_NAME, Access, Principal
+from .bounded import INT64_MAX, bool_field, int_field, json_object, str_field
 from .http import Request, Response, json_response, text_response
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 from .policy import LOGIN, MANAGE, PUBLIC, READ
@@ -49,6 +50,9 @@ SNAPSHOT_COST_FACTOR = 10  # ... and at least this many times what it cost to co
 DATA_DIR_SIZE_AGE = 10.0  # seconds between data-directory walks (in a worker thread)
 MAX_SSE_CLIENTS = 32
 MAX_BODY = 1024 * 1024  # bytes of a dashboard POST body
+MAX_NAME = 260  # characters of a namespace or entity path in a POST
+MAX_PARTITION = 65_535  # partition ids are the top 16 bits of a sequence number
+MAX_RESUBMIT = 1000  # dead letters resubmitted in one POST
 RATE_FIELDS = ("incoming", "outgoing", "completed", "deadlettered", "abandoned")
 
 
@@ -489,7 +493,7 @@ class Dashboard:
                     result = await result
             except ServiceBusError as exc:
                 return json_response(exc.status_code, {"error": exc.description})
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, OverflowError) as exc:
                 return json_response(400, {"error": f"bad request: {exc}"})
             if isinstance(result, Response):
                 return result
@@ -571,8 +575,8 @@ class Dashboard:
             entity,
             _q(request, "subscription", "") or None,
             _q(request, "state", "active"),
-            int(_q(request, "from", "0") or 0),
-            int(_q(request, "count", "20") or 20),
+            _q_int(request, "from", 0, 0, INT64_MAX),
+            _q_int(request, "count", 20, 1, 1000),
             int(time.time() * 1000),
         )
 
@@ -623,7 +627,8 @@ class Dashboard:
         router = self.server.router
         assert router is not None
         status = router.set_partition_online(
-            str(body["ns"]), str(body["entity"]), int(body["partition"]), bool(body["online"])
+            str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME),
+            int_field(body, "partition", 0, MAX_PARTITION), bool_field(body, "online"),
         )
         log.warning(
             "dashboard: partition %s of %s/%s is now %s",
@@ -638,7 +643,7 @@ class Dashboard:
 
     async def _api_send(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
         now_ms = int(time.time() * 1000)
         data = explorer.build_test_message(body, now_ms)
         done, committed = explorer.completion()
@@ -651,8 +656,11 @@ class Dashboard:
 
     async def _api_resubmit(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        entity = self.entity(str(body["ns"]), str(body["entity"]))
-        numbers = [int(n) for n in body.get("sequence_numbers") or []]
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
+        given = body.get("sequence_numbers") or []
+        if not isinstance(given, list) or len(given) > MAX_RESUBMIT:
+            raise ArgumentError(f"sequence_numbers: a list of at most {MAX_RESUBMIT} numbers.")
+        numbers = [int_field({"n": n}, "n", 0, INT64_MAX) for n in given]
         if not numbers:
             raise ArgumentError("sequence_numbers: pick at least one dead-lettered message.")
         results = await explorer.resubmit(
@@ -668,7 +676,7 @@ class Dashboard:
 
     async def _api_purge(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
         if body.get("state") == "all":
             return await self._purge_entity(entity)
         result = await explorer.purge(
@@ -699,7 +707,7 @@ class Dashboard:
 
     def _api_close(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        wanted = int(body["id"])
+        wanted = int_field(body, "id", 0, INT64_MAX)
         for proto in list(self.server.connections):
             if proto.connection_id == wanted:
                 proto.close_by_operator("Closed from the sbemu dashboard.")
@@ -826,16 +834,13 @@ def _q(request: Request, name: str, default: str | None = None) -> str:
     return default
 
 
+def _q_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    return int_field({name: _q(request, name, "")}, name, low, high, default)
+
+
 def _json_body(request: Request) -> dict[str, Any]:
-    if len(request.body) > MAX_BODY:
-        raise ArgumentError(f"request body larger than {MAX_BODY} bytes.")
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        raise ArgumentError(f"request body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ArgumentError("request body must be a JSON object.")
-    return body
+    """The POST's JSON object, bounded (depth, numbers: sbemu.admin.bounded)."""
+    return json_object(request.body, MAX_BODY)
 
 
 def _html_headers() -> list[tuple[str, str]]:

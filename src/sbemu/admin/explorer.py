@@ -20,6 +20,7 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import math
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -30,8 +31,10 @@ from ..errors import ArgumentError, MessageSizeExceeded, ServiceBusError
 from ..partitions.broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
 from ..partitions.records import IncomingMessage, MessageRecord, MessageState
 from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntityView
+from .bounded import INT64_MAX, INT64_MIN, int_field
 
 MAX_PEEK = 100  # messages per explorer page
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 SCAN_LIMIT = 5_000  # records looked at per page when filtering by state
 BODY_PREVIEW = 64 * 1024  # bytes of body shown (text or hex)
 
@@ -282,18 +285,23 @@ def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
         raise ArgumentError("properties must be an object of name: value.")
     msg.properties = {  # type: ignore[assignment]  # proton's stub types this as None
         str(k): v for k, v in props.items() if isinstance(v, str | int | float | bool)
+        and (not isinstance(v, int) or INT64_MIN <= v <= INT64_MAX)
+        and (not isinstance(v, float) or math.isfinite(v))
     }
     annotations: dict[symbol, Any] = {}
     if form.get("partition_key") not in (None, ""):
         annotations[symbol("x-opt-partition-key")] = str(form["partition_key"])
-    scheduled = form.get("scheduled_ms")
-    if scheduled not in (None, ""):
-        try:
-            annotations[symbol("x-opt-scheduled-enqueue-time")] = timestamp(int(scheduled))
-        except (TypeError, ValueError) as exc:
-            raise ArgumentError("scheduled_ms must be Unix milliseconds.") from exc
+    if form.get("scheduled_ms") not in (None, ""):
+        try:  # Unix milliseconds up to the end of year 9999, as .NET's DateTime
+            scheduled = int_field(form, "scheduled_ms", 0, MAX_TIMESTAMP_MS)
+        except ValueError as exc:
+            raise ArgumentError(f"scheduled_ms must be Unix milliseconds: {exc}.") from exc
+        annotations[symbol("x-opt-scheduled-enqueue-time")] = timestamp(scheduled)
     if form.get("ttl_ms") not in (None, ""):
-        msg.ttl = int(form["ttl_ms"]) / 1000
+        try:  # the AMQP header's ttl is a uint of milliseconds
+            msg.ttl = int_field(form, "ttl_ms", 0, 2**32 - 1) / 1000
+        except ValueError as exc:
+            raise ArgumentError(f"ttl_ms: {exc}.") from exc
     if annotations:
         msg.annotations = annotations  # type: ignore[assignment]  # symbol keys, as the SDKs send
     return msg.encode()

@@ -8,7 +8,7 @@ and encode_delivery run once per message; they never fully decode one.
 
 from __future__ import annotations
 
-from ..errors import InvalidOperation, MessageSizeExceeded
+from ..errors import ArgumentError, InvalidOperation, MessageSizeExceeded
 from ..filters import MessageView
 from ..partitions.records import IncomingMessage, MessageRecord
 from . import codec, sections
@@ -166,9 +166,13 @@ def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[Inco
         if inner is not None:
             try:
                 return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
+            except sections.SectionTooDeep:
+                raise
             except sections.SectionError:
                 pass  # not an envelope after all: a message whose body looks like one
         return [to_incoming(sections.scan_message(data), for_topic)]
+    except sections.SectionTooDeep as exc:
+        raise ArgumentError(f"The message was refused: {exc} (sbemu's limit).") from exc
     except sections.SectionError as exc:
         raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
+from .heap import HeapTrimmer, libc_malloc_trim
 from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
@@ -279,6 +280,8 @@ class Server:
         self.services: Services | None = None  # what AMQP connections share (stats included)
         self.dashboard: Dashboard | None = None
         self._closed = False  # stores closed and commit pool shut down: turns do nothing
+        # freed connection buffers go back to the system after a burst of closes (heap.py)
+        self._heap = HeapTrimmer(libc_malloc_trim())
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -529,6 +532,8 @@ class Server:
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
         self._save_idle_times(now_ms)
+        if self._heap.due(len(self._connections), self._loop.time()) and self._executor:
+            self._loop.run_in_executor(self._executor, self._heap.run)
         self._wake()
         if not self.keep_logs and now_ms >= self._retention_due_ms and self._retention is None:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS

@@ -137,6 +137,7 @@ class InProcessServer:
     data_dir: Path
     host: str = "127.0.0.1"
     test_clock: bool = False
+    loop_factory: Any = None  # e.g. uvloop.new_event_loop, as `sbemu serve` runs
     server: Server | None = None
     errors: _Errors = field(default_factory=_Errors)
     _loop: asyncio.AbstractEventLoop | None = None
@@ -150,7 +151,7 @@ class InProcessServer:
         self.errors.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
         for name in ("sbemu", "asyncio"):
             logging.getLogger(name).addHandler(self.errors)
-        loop = self._loop = asyncio.new_event_loop()
+        loop = self._loop = (self.loop_factory or asyncio.new_event_loop)()
         started = threading.Event()
         failure: list[BaseException] = []
 

@@ -201,7 +201,9 @@ class AmqpConnection:
             if self._sasl.state != SaslState.DONE:
                 return
             self._start_amqp()
-            data = self._sasl.remainder
+            # handed over once: kept, it would hold the connection's first AMQP bytes (up to a
+            # frame) for the connection's life (issue 24's memory growth)
+            data, self._sasl.remainder = self._sasl.remainder, b""
             if not data:
                 return
         self._push(data)
@@ -323,6 +325,10 @@ class AmqpConnection:
             self._transport.close_head()
             self._transport.unbind()
             self._transport = None
+        if self._collector is not None:  # its pending events hold the C connection's objects
+            self._collector.release()
+            self._collector = None
+        self._conn = None
 
     def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
         """The entity (or, with a prefix, one subscription of it) was deleted: detach every

@@ -1,5 +1,5 @@
 """The admin port's access policy, decided on real Requests (the end-to-end check of every
-route from every origin is tests/security/test_admin_policy.py)."""
+route from every origin is tests/security/test_route_rules.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A route is added to the table (admin/routes.py) with a :class:`Rule`; before its
 :meth:`AccessPolicy.decide` answers with a :class:`Grant` (who asked, and how they proved it) or
 a :class:`Refusal` (status and why), which the route's rule writes in the route's own style (the
 Atom API's XML error, the dashboard's JSON, a redirect to the login page, ``WWW-Authenticate``).
-docs/security.md lists every route with its rule; tests/security/test_admin_policy.py checks
+docs/security.md lists every route with its rule; tests/security/test_route_rules.py checks
 each from loopback, from another address and as a forged browser request.
 
 "Loopback" means the admin listener is bound to a loopback address *and* the peer is one (a

@@ -45,10 +45,13 @@ FORGED = {"Origin": "http://evil.example", "Content-Type": "text/plain",
 
 def sample_path(route: RouteInfo) -> str:
     path = re.sub(r"\{[^}]+\}", "x", route.pattern)
+    if route.prefix and route.pattern == "/":
+        # the management API: reads name an entity that exists (a browser's unauthenticated
+        # GET of a name that does not is answered with a plain 404: admin/notfound.py), writes
+        # one that does not (harmless when allowed)
+        return "/q1" if route.method in ("GET", "HEAD") else "/" + SUFFIX["/"]
     if route.prefix:
-        path = path.rstrip("/") + SUFFIX.get(route.pattern, "/x") if route.pattern != "/" else (
-            "/" + SUFFIX["/"]
-        )
+        path = path.rstrip("/") + SUFFIX.get(route.pattern, "/x")
     return path
 
 

@@ -239,3 +239,29 @@ def test_docs_table_lists_every_route_with_its_rule(loopback_server: InProcessSe
         listed[(route.method, pattern)] = route.rule.describe(route.method)
     assert rows == listed
 
+
+
+def test_cli_admin_commands_sign_with_the_connection_string_beyond_loopback(
+    remote_server: InProcessServer,
+) -> None:
+    """`sbemu purge` / `sbemu partition` send the CSRF token on loopback (the integration tests
+    use that path); a server bound beyond loopback needs SBEMU_CONNECTION_STRING's key."""
+    import os
+    import subprocess
+    import sys
+
+    url = f"http://127.0.0.1:{remote_server.admin_port}"
+    env = {k: v for k, v in os.environ.items() if k != "SBEMU_CONNECTION_STRING"}
+    cmd = [sys.executable, "-m", "sbemu", "purge", f"{NAMESPACE}/q1", "--admin-url", url]
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "login required" in refused.stderr, refused
+    env["SBEMU_CONNECTION_STRING"] = (
+        f"Endpoint=sb://localhost/;SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY}"
+    )
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done
+    status = subprocess.run(
+        [sys.executable, "-m", "sbemu", "partition", "status", "--admin-url", url, "--json"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert status.returncode == 0 and '"entities"' in status.stdout, status

@@ -26,6 +26,7 @@ __all__ = [
     "covers",
     "make_sas_token",
     "normalize_entity_path",
+    "token_key_name",
     "verify_sas_token",
 ]
 
@@ -120,6 +121,17 @@ def verify_sas_token(token: str, keys: Mapping[str, str], now: float) -> SasGran
     if expires_at <= now:
         raise TokenError(401, f"SAS token expired at {expires_at}")
     return SasGrant(key_name, normalize_entity_path(unquote_plus(raw_sr)), float(expires_at))
+
+
+_SKN = re.compile(r"(?:^|[&\s])skn=([^&]{0,200})")
+
+
+def token_key_name(token: object) -> str | None:
+    """The key name a token says it was signed with (for logging a rejected token), or None."""
+    if not isinstance(token, str) or not token.startswith(SAS_PREFIX):
+        return None
+    match = _SKN.search(token[len(SAS_PREFIX) :])
+    return unquote_plus(match.group(1)) if match else None
 
 
 def make_sas_token(resource: str, key_name: str, key: str, expiry: int) -> str:

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,9 +51,10 @@ def sb(sbemu_server: SbemuServer) -> Iterator[ServiceBusClient]:
 
 
 def post(server: SbemuServer, path: str) -> dict:
-    req = urllib.request.Request(f"{server.admin_url}{path}", data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+    """A signed POST (a SAS token of the Manage key), as a real client sends it."""
+    status, body = server.request("POST", path, b"")
+    assert status == 200, (status, body)
+    return json.loads(body)
 
 
 def unique(prefix: str) -> str:

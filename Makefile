@@ -151,7 +151,7 @@ go-deps: go-check
 test-go: install go-deps
 	@if command -v go >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
-	  $(PY) tests/sdk_run.py -- $(PY) tests/go/live.py; \
+	  $(PY) tests/sdk_run.py --azure-ports -- $(PY) tests/go/live.py; \
 	else echo "SKIPPED: Go SDK tests (tests/go): no Go on this machine"; fi
 
 # The Java and Go suites one after the other (both compile: CPU-heavy on two cores).

@@ -117,6 +117,9 @@ class AmqpProtocol(asyncio.Protocol):
             self._quickack = quickack
         self._conn = AmqpConnection(self._services, self._clock())
         self._conn.on_output = self._request_flush
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self._conn.peer = f"{peer[0]}:{peer[1]}"
         limits = self._services.limits
         if len(self._registry) >= limits.max_connections:
             # [limits.py] over the cap: finish the handshake, then close(resource-limit-exceeded)

@@ -331,6 +331,10 @@ class AmqpConnection:
             self._transport.close_head()
             self._transport.unbind()
             self._transport = None
+        # Let go of the engine now: its deliveries' buffers (up to 100 MB a message on
+        # Premium) would otherwise wait for the cyclic garbage collector, which counts objects,
+        # not bytes, and so may leave several hundred MB held after a few large messages.
+        self._conn = self._collector = None
 
     def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
         """The entity (or, with a prefix, one subscription of it) was deleted: detach every

@@ -55,8 +55,10 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
+from ..partitions.dispatch import Delivered, SessionHandle, Taken
+from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Delivered, Entity, SessionHandle, Taken, token_of
+from ..partitions.tokens import token_of
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -72,6 +74,7 @@ from .links import (
     SendLink,
     advance,
     session_filter,
+    session_filter_reply,
 )
 from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
@@ -557,7 +560,7 @@ class AmqpConnection:
                     self._complete_raw(d, error)
 
             try:
-                state.entity.complete(token_of(key), self.now_ms, done)
+                state.entity.complete(key, self.now_ms, done)
             except ServiceBusError as exc:
                 done(exc)
             return True
@@ -817,8 +820,9 @@ class AmqpConnection:
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         # The reply names the session granted (never null) [contract 4.4].
+        reply = session_filter_reply(link.remote_source.filter, session.session_id)
         link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): session.session_id})
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): reply})
         link.properties = {
             symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
         }
@@ -1006,8 +1010,8 @@ class AmqpConnection:
         unsettled = state.unsettled
         for rec, lock in taken:
             if lock is not None:
-                data = delivery_bytes(rec, partition_id, lock.until_ms)
                 key = lock.key
+                data = delivery_bytes(rec, partition_id, lock.until_ms, key)
                 # [contract 4.6] the lock token in .NET Guid byte order (UUID.bytes_le)
                 tag = _GUID_HEAD.pack(key >> 96, (key >> 80) & 0xFFFF, (key >> 64) & 0xFFFF) + (
                     key & _LOW64
@@ -1017,7 +1021,8 @@ class AmqpConnection:
                 lib.pn_link_advance(link)
                 unsettled[tag] = key
             else:
-                data = encode_delivery(rec, partition_id, None)
+                # no lock: the delivery-annotations the service sends are the sender's or {}
+                data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
                 tag = next(self._tag_counter).to_bytes(8, "big")
                 delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
                 lib.pn_link_send(link, data, len(data))

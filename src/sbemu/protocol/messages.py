@@ -23,6 +23,7 @@ K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
 K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
 K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
 K_ENQUEUE_SEQUENCE = codec.enc_symbol("x-opt-enqueue-sequence-number")
+K_LOCK_TOKEN = codec.enc_symbol("x-opt-lock-token")  # delivery-annotations
 
 
 def _batch_payloads(data: bytes) -> list[bytes] | None:
@@ -101,9 +102,11 @@ def encode_delivery(
     partition_id: int | None,
     locked_until_ms: int | None,
     with_state: bool = False,
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
 ) -> bytes:
     """A stored message as sent to a client (delivery, peek, receive-by-sequence-number),
-    with the service annotations of [contract 3.7] in their required AMQP types."""
+    with the service annotations of [contract 3.7] in their required AMQP types.
+    `delivery_stamps` go into the delivery-annotations (see sections.build_message)."""
     stamps = [
         (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
         (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
@@ -116,10 +119,20 @@ def encode_delivery(
         stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
     if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
         stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
-    return encode_record(rec, stamps)
+    return encode_record(rec, stamps, delivery_stamps)
 
 
-def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> bytes:
+def lock_token_stamp(key: int) -> list[tuple[bytes, bytes]]:
+    """The delivery-annotations of a peek-locked delivery: x-opt-lock-token, the lock token
+    (Lock.key) as an AMQP uuid, network order [contract 3.7]."""
+    return [(K_LOCK_TOKEN, b"\x98" + key.to_bytes(16, "big"))]
+
+
+def encode_record(
+    rec: MessageRecord,
+    stamps: list[tuple[bytes, bytes]],
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
+) -> bytes:
     """Rebuild a stored message for the wire with service annotations stamped on."""
     overrides = rec.property_overrides
     if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
@@ -142,6 +155,7 @@ def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> byte
         stamps=stamps,
         tail=rec.tail,
         property_overrides=overrides,
+        delivery_stamps=delivery_stamps,
     )
 
 

@@ -325,6 +325,7 @@ def _scan(buf: bytes) -> ScannedMessage:
     run_start = run_end = -1  # current contiguous run of tail sections
     flushed = 0  # bytes of tail_parts
     props_span = body_span = None
+    delivery_annotations = b""
     seen = 0
     grown = 0  # bytes a rewritten section added (or took) against the message as sent
     pos = 0
@@ -336,7 +337,17 @@ def _scan(buf: bytes) -> ScannedMessage:
             if seen & bit:
                 raise SectionError(f"duplicate section {code:#04x}")
             seen |= bit
-        if code >= PROPERTIES:
+        if code == DELIVERY_ANNOTATIONS:
+            # Kept, as the service keeps them (they reach the receiver beside its
+            # x-opt-lock-token): stored at the front of the tail whatever their place in the
+            # message (pyamqp sends them after the body), and put back before the message
+            # annotations on the way out (build_message).
+            value = buf[vpos:end]
+            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
+                value = _without_lock_token(buf, vpos, end) or value
+            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
+            grown += len(delivery_annotations) - (end - pos)
+        elif code >= PROPERTIES:
             if code == PROPERTIES:
                 props = _property_fields(buf, vpos, end)
             rewritten = None
@@ -434,10 +445,16 @@ def _scan(buf: bytes) -> ScannedMessage:
                 ann_parts.append(buf[keep_from:p])
         elif code == HEADER:
             durable, priority, ttl = _header_fields(buf, vpos, end)
-        # delivery-annotations (0x71) are dropped: they are hop-by-hop [AMQP 1.0 3.2.2]
         pos = end
     if run_end >= 0:
         tail_parts.append(buf[run_start:run_end])
+    if delivery_annotations:
+        tail_parts.insert(0, delivery_annotations)
+        shift = len(delivery_annotations)
+        if props_span is not None:
+            props_span = (props_span[0] + shift, props_span[1] + shift)
+        if body_span is not None:
+            body_span = (body_span[0] + shift, body_span[1] + shift)
 
     if props is not None:
         message_id = props[0]
@@ -490,6 +507,38 @@ def _service_decimals(buf: bytes, vpos: int, end: int) -> bytes | None:
     if value_end != end:
         raise SectionError("application-properties: the value does not match the section")
     return rewritten
+
+
+def _map_entries(buf: bytes, vpos: int, end: int) -> tuple[bytes, int]:
+    """(the encoded key/value entries, the pair count) of the map (or null) at vpos."""
+    c = buf[vpos]
+    if c == 0xC1:
+        return buf[vpos + 3 : end], buf[vpos + 2] >> 1
+    if c == 0xD1:
+        return buf[vpos + 9 : end], _unpack_I(buf, vpos + 5)[0] >> 1
+    if c == 0x40:
+        return b"", 0
+    raise SectionError(f"annotations must be a map, not constructor {c:#04x}")
+
+
+def _without_lock_token(buf: bytes, vpos: int, end: int) -> bytes | None:
+    """The delivery-annotations map at vpos without an x-opt-lock-token entry (the service
+    stamps its own on delivery); None when it has none."""
+    entries, count = _map_entries(buf, vpos, end)
+    kept: list[bytes] = []
+    p, dropped = 0, False
+    for _ in range(count):
+        k_end = _skip(entries, p)
+        v_end = _skip(entries, k_end)
+        key = _decode(entries, p)[0]
+        if key == "x-opt-lock-token":
+            dropped = True
+        else:
+            kept.append(entries[p:v_end])
+        p = v_end
+    if p != len(entries):
+        raise SectionError("delivery-annotations entries do not match the map size")
+    return enc_map_body(b"".join(kept), len(kept)) if dropped else None
 
 
 def new_message_id() -> str:
@@ -581,6 +630,7 @@ _NULL = b"\x40"
 _TRUE = b"\x41"
 _FALSE = b"\x42"
 _HEADER_PREFIX = b"\x00\x53\x70\xc0"
+_DELIVERY_ANNOTATIONS_PREFIX = b"\x00\x53\x71"
 _ANNOTATIONS_PREFIX = b"\x00\x53\x72"
 _APP_PROPS_PREFIX = b"\x00\x53\x74"
 _UINT_MAX = 0xFFFFFFFF
@@ -597,11 +647,16 @@ def build_message(
     stamps: list[tuple[bytes, bytes]],
     tail: bytes,
     property_overrides: Mapping[str, bytes] | None = None,
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
 ) -> bytes:
-    """Emit header, message-annotations (client entries + stamps) and tail as one message.
+    """Emit header, delivery-annotations, message-annotations (client entries + stamps) and
+    tail as one message.
 
     The message-annotations section is omitted only when there are neither
-    client entries nor stamps. property_overrides maps application-property
+    client entries nor stamps. The delivery-annotations section holds the client's entries
+    (stored at the front of the tail) and `delivery_stamps`; it is omitted when the client
+    sent none and delivery_stamps is None (an empty list gives an empty map, as the service
+    sends on a receive-and-delete delivery). property_overrides maps application-property
     names to pre-encoded values: existing keys are replaced in place, new ones
     appended, and the section is created before the body if the tail had none.
     """
@@ -618,6 +673,19 @@ def build_message(
         )
     )
     parts = [_HEADER_PREFIX, bytes((len(hdr) + 1, 5)), hdr]
+    if tail[:3] == _DELIVERY_ANNOTATIONS_PREFIX:  # the client's, stored first in the tail
+        da_end = _skip(tail, 3)
+        entries, count = _map_entries(tail, 3, da_end)
+        tail = tail[da_end:]
+        if delivery_stamps:
+            entries += b"".join([k + v for k, v in delivery_stamps])
+            count += len(delivery_stamps)
+        parts.append(_DELIVERY_ANNOTATIONS_PREFIX + enc_map_body(entries, count))
+    elif delivery_stamps is not None:
+        parts.append(
+            _DELIVERY_ANNOTATIONS_PREFIX
+            + enc_map_body(b"".join([k + v for k, v in delivery_stamps]), len(delivery_stamps))
+        )
     if stamps or annotations:
         body = annotations + b"".join([k + v for k, v in stamps]) if stamps else annotations
         parts.append(_ANNOTATIONS_PREFIX)
@@ -657,9 +725,10 @@ def _apply_overrides(tail: bytes, overrides: Mapping[str, bytes]) -> bytes:
 
 
 def _properties_fields(tail: bytes) -> tuple[int, int, list[bytes]]:
-    """(start, end, encoded fields) of the tail's properties section; (0, 0, []) when it has
-    none, so a new section goes at the front of the tail."""
+    """(start, end, encoded fields) of the tail's properties section; (p, p, []) when it has
+    none, so a new section goes at the front of the tail (after delivery annotations)."""
     pos, n = 0, len(tail)
+    front = 0
     while pos < n:
         code, vpos = _section_code(tail, pos)
         end = _skip(tail, vpos)
@@ -677,8 +746,10 @@ def _properties_fields(tail: bytes) -> tuple[int, int, list[bytes]]:
                 fields.append(tail[p:q])
                 p = q
             return pos, end, fields
+        if code == DELIVERY_ANNOTATIONS:
+            front = end
         pos = end
-    return 0, 0, []
+    return front, front, []
 
 
 def _apply_system_overrides(tail: bytes, system: Mapping[str, bytes]) -> bytes:

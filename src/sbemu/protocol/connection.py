@@ -59,6 +59,7 @@ from ..partitions.dispatch import Delivered, SessionHandle, Taken
 from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
 from ..partitions.tokens import token_of
+from ..sas import token_key_name
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -152,7 +153,8 @@ class AmqpConnection:
         self.services = services
         self.id = next(self._ids)
         self.now = now
-        self._sasl = SaslServer(services.check_plain)
+        self._sasl = SaslServer(self._check_plain)
+        self.peer = "?"  # "addr:port", set by the listener (logged with refused credentials)
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._collector: Collector | None = None
@@ -204,7 +206,9 @@ class AmqpConnection:
             if self._sasl.state != SaslState.DONE:
                 return
             self._start_amqp()
-            data = self._sasl.remainder
+            # handed over once: kept, it would hold the connection's first AMQP bytes (up to a
+            # frame) for the connection's life (issue 24's memory growth)
+            data, self._sasl.remainder = self._sasl.remainder, b""
             if not data:
                 return
         self._push(data)
@@ -337,7 +341,10 @@ class AmqpConnection:
         # Let go of the engine now: its deliveries' buffers (up to 100 MB a message on
         # Premium) would otherwise wait for the cyclic garbage collector, which counts objects,
         # not bytes, and so may leave several hundred MB held after a few large messages.
-        self._conn = self._collector = None
+        if self._collector is not None:  # its pending events hold the C connection's objects
+            self._collector.release()
+            self._collector = None
+        self._conn = None
 
     def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
         """The entity (or, with a prefix, one subscription of it) was deleted: detach every
@@ -1061,6 +1068,15 @@ class AmqpConnection:
         else:
             handle_request(self, state, request)
 
+    def _check_plain(self, hostname: str | None, username: str, password: str) -> bool:
+        """SASL PLAIN (key name, key); a refusal is logged (rate-limited) with the peer."""
+        if self.services.check_plain(hostname, username, password):
+            return True
+        ns = self.services.namespace_for(hostname)
+        why = "wrong key" if username in ns.keys else f"no such key name in namespace {ns.name}"
+        self.services.rejections.rejected(username, f"SASL PLAIN: {why}", self.peer, self.now)
+        return False
+
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
         props: dict[Any, Any] = request.properties or {}
         status, description, grant = cbs.put_token(
@@ -1068,6 +1084,11 @@ class AmqpConnection:
         )
         if grant is not None:
             self._grants.add(grant, self.now)
+        else:
+            self.services.rejections.rejected(
+                token_key_name(request.body), f"$cbs put-token: {description}", self.peer,
+                self.now,
+            )
         from proton import int32
 
         response = Message(

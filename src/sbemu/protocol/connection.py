@@ -62,6 +62,7 @@ from ..partitions.tokens import token_of
 from ..sas import token_key_name
 from . import cbs
 from .channels import EndedChannelFilter
+from .detaching import DetachHold
 from .frames import FramePadder
 from .links import (
     CoordinatorLink,
@@ -182,6 +183,7 @@ class AmqpConnection:
         self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
         # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
         self._lazy_completes: dict[ReceiveLink, list[int]] = {}
+        self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -256,6 +258,7 @@ class AmqpConnection:
         if transport is not None:
             if self._completed:
                 self._settle_completed()
+            self._release_detaches()  # after the outcomes: their dispositions go out first
             self._process()
             timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             pieces: list[bytes | memoryview] = []  # padded frames, views of the chunks read
@@ -295,9 +298,9 @@ class AmqpConnection:
         if self._transport is None or self.closed:
             return None
         deadline = self._transport.tick(self.now) or None
-        expiry = self._grants.next_expiry()
-        if expiry is not None:
-            deadline = expiry if deadline is None else min(deadline, expiry)
+        for other in (self._grants.next_expiry(), self._detach_hold.next_deadline()):
+            if other is not None:
+                deadline = other if deadline is None else min(deadline, other)
         return deadline
 
     def handle_timer(self, now: float) -> None:
@@ -306,6 +309,7 @@ class AmqpConnection:
         if self._transport is not None and not self.closed:
             self._transport.tick(now)
             self._expire_tokens(now)
+            self._release_detaches()
             self._process()
 
     def _expire_tokens(self, now: float) -> None:
@@ -331,6 +335,7 @@ class AmqpConnection:
                 self._end_receiver(state)
         self.transactions.rollback_all()
         self._links.clear()
+        self._detach_hold.clear()
         if self._completed:
             self._settle_completed()  # nobody will read them: just let go of the deliveries
         if self._transport is not None:
@@ -558,8 +563,11 @@ class AmqpConnection:
             self._accepts += 1
             order = self._accepts
             lib.pn_incref(d)
+            hold = self._detach_hold
+            hold.started(state)
 
             def done(error: Exception | None) -> None:
+                hold.answered(state)
                 if error is None and not self.closed:
                     if not self._completed:
                         self.on_output()  # one flush request per batch: the flush empties it
@@ -861,8 +869,16 @@ class AmqpConnection:
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
+        state = self._links.get(link)
         self._forget_link(link)
+        if state is not None and self._detach_hold.hold(state, self.now):
+            return  # answered by _release_detaches once its outcomes in flight are answered
         link.close()
+
+    def _release_detaches(self) -> None:
+        """Answer the held detaches whose links' outcomes are all answered (protocol/detaching.py)."""
+        for state in self._detach_hold.release(self.now):
+            state.link.close()
 
     def _forget_link(self, link: Link) -> None:
         self._grants.forget(link)
@@ -1050,7 +1066,11 @@ class AmqpConnection:
         if outcome == TRANSACTIONAL_STATE:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:
-            settle_delivery(self, state.entity, token, delivery, outcome, state.session)
+            self._detach_hold.started(state)
+            settle_delivery(
+                self, state.entity, token, delivery, outcome, state.session,
+                answered=lambda: self._detach_hold.answered(state),
+            )
 
     # ------------------------------------------------------------------ requests
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:

@@ -148,7 +148,7 @@ go-deps: go-check
 	  cd "$$(go list -m -f '{{.Dir}}' github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus)" && \
 	  go mod download && go test -count=1 -run '^$$' . ./admin >/dev/null; fi
 
-test-go: install go-deps
+test-go: install go-deps netns-check
 	@if command -v go >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
 	  $(PY) tests/sdk_run.py --azure-ports -- $(PY) tests/go/live.py; \

@@ -140,3 +140,24 @@ def _read_and_flush(pair: EnginePair) -> None:
     pair.feed(pair.transport.peek(pending))
     pair.transport.pop(pending)
     _server_out(pair)
+
+
+def test_completes_answered_before_the_connection_closes(pair):
+    """Java's processor: the last complete, then end and close at once, without a detach."""
+    rcv, deliveries = _received(pair, PQ, 4)
+    mark = pair.mark()
+    for dlv in deliveries:
+        dlv.update(Delivery.ACCEPTED)
+    pair.session.close()
+    pair.conn.close()
+    _read_and_flush(pair)
+    pair.pump()
+    frames = pair.frames_since(mark)
+    close_at = next(i for i, f in enumerate(frames) if f.code == 0x18)
+    answered = set()
+    for frame in frames[:close_at]:
+        if frame.code == DISPOSITION and frame.field(0) is False:
+            last = frame.field(2) if frame.field(2) is not None else frame.field(1)
+            answered.update(range(frame.field(1), last + 1))
+    assert len(answered) == 4, "every complete answered before the close"
+    assert all(d.settled and d.remote_state == Delivery.ACCEPTED for d in deliveries)

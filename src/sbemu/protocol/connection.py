@@ -644,7 +644,10 @@ class AmqpConnection:
         elif t == Event.SESSION_REMOTE_CLOSE:
             session = event.session
             assert session is not None
-            session.close()
+            if not self._detach_hold.hold(
+                session, self.now, lambda s: s.link.session == session, session.close
+            ):
+                session.close()
         elif t == Event.CONNECTION_REMOTE_OPEN:
             conn = event.connection
             assert conn is not None
@@ -663,7 +666,8 @@ class AmqpConnection:
         elif t == Event.CONNECTION_REMOTE_CLOSE:
             conn = event.connection
             assert conn is not None
-            conn.close()
+            if not self._detach_hold.hold(conn, self.now, lambda s: True, conn.close):
+                conn.close()
         elif t == Event.TRANSPORT_ERROR:
             transport = event.transport
             assert transport is not None
@@ -871,14 +875,17 @@ class AmqpConnection:
     def _on_link_remote_close(self, link: Link) -> None:
         state = self._links.get(link)
         self._forget_link(link)
-        if state is not None and self._detach_hold.hold(state, self.now):
+        if state is not None and self._detach_hold.hold(
+            link, self.now, lambda s: s is state, link.close
+        ):
             return  # answered by _release_detaches once its outcomes in flight are answered
         link.close()
 
     def _release_detaches(self) -> None:
-        """Answer the held detaches whose links' outcomes are all answered (protocol/detaching.py)."""
-        for state in self._detach_hold.release(self.now):
-            state.link.close()
+        """Send the held detach, end and close replies whose links' outcomes are all answered
+        (protocol/detaching.py)."""
+        for answer in self._detach_hold.release(self.now):
+            answer()
 
     def _forget_link(self, link: Link) -> None:
         self._grants.forget(link)

@@ -33,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,12 +111,14 @@ def _ca_bundle(ca_file: Path, folder: Path) -> Path:
     return bundle
 
 
-def start_server(data_dir: Path, config: str | None = None) -> SbemuServer:
+def start_server(data_dir: Path, config: str | None = None,
+                 extra_args: Sequence[str] = ()) -> SbemuServer:
     """Start ``sbemu serve`` on ephemeral ports and wait for its ready lines."""
     cmd = [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
            "--data-dir", str(data_dir), "--host", "127.0.0.1"]
     if config:
         cmd += ["--config", config]
+    cmd += list(extra_args)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )

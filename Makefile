@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
+.PHONY: install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js test-sdk-suite compat-table run test lint bench bench-compare bench-node bench-rabbitmq report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,18 @@ test-js: install js-deps
 	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
 	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
 
+# The azure-servicebus sdist's own live tests, unchanged, against sbemu (docs/sdk-suite.md): the
+# sdist pinned in tests/sdk_suite/sdist.txt is fetched into .venv/sdk-suite/ (pip checks its
+# hash); SDK_SUITE_WORKERS pytest-xdist workers (the tests mostly sleep). Prints pass / fail /
+# not-applicable counts; results for compat-table in .venv/sdk-suite/results/.
+SDK_SUITE_WORKERS ?= 12
+test-sdk-suite: install
+	SDK_SUITE_WORKERS=$(SDK_SUITE_WORKERS) tests/sdk_suite/run.sh
+
+# docs/compatibility.md from the last test-sdk-suite run.
+compat-table: install
+	$(PY) tests/sdk_suite/compat_table.py
+
 run:
 	@test -f $(STAMP) || echo "First run: creating .venv and installing sbemu and its dependencies (a few seconds, longer without pip's cache)..."
 	@$(MAKE) --no-print-directory install
@@ -86,22 +98,27 @@ run:
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
 # TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
-# the JS suite alongside (its output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
-# its JVMs and standalone cluster, headless Chromium) run after that, in one process, so they
-# do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
+# the JS suite and the azure-servicebus SDK's own suite alongside (their output follows
+# pytest's). The CPU-heavy SERIAL_TESTS (Spark with its JVMs and standalone cluster, headless
+# Chromium) run after that, in one process, so they do not starve for CPU next to the rest.
+# TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
 test: install install-spark chromium-check disk-tools-check js-deps lint
-	@js_log=$$(mktemp); \
+	@js_log=$$(mktemp); sdk_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
+	$(MAKE) --no-print-directory test-sdk-suite >"$$sdk_log" 2>&1 & sdk=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
 	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
 	  echo "---- $(SERIAL_TESTS): one process ----"; $(PY) -m pytest -q $(SERIAL_TESTS); serial=$$?; fi; \
 	wait $$js; js_rc=$$?; \
 	echo "---- JS SDK suite (tests/js, ran alongside pytest) ----"; cat "$$js_log"; rm -f "$$js_log"; \
-	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ]; then \
-	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc"; \
+	wait $$sdk; sdk_rc=$$?; \
+	echo "---- azure-servicebus SDK suite (tests/sdk_suite, ran alongside pytest) ----"; \
+	cat "$$sdk_log"; rm -f "$$sdk_log"; \
+	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, SDK suite exit $$sdk_rc"; \
 	  exit 1; fi
 
 lint: install

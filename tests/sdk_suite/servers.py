@@ -98,8 +98,22 @@ def _wait_port(port: int, timeout: float = 30.0) -> None:
             time.sleep(0.1)
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def start_shared() -> tuple[Target, list[object]]:
     """Start the shared server (and, while sbemu has no TLS listener, the TLS front)."""
+    if not _port_free(AMQPS_PORT):
+        raise RuntimeError(
+            f"127.0.0.1:{AMQPS_PORT} is in use (another SDK-suite run on this machine?): the "
+            f"SDK's tests connect to the AMQPS port {AMQPS_PORT} and no other")
     root = Path(tempfile.mkdtemp(prefix="sbemu-sdk-suite-"))
     ca_folder = root / "ca"
     ensure_certificates(ca_folder.parent / "ca-data")

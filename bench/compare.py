@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,6 +41,10 @@ NODE_DIR = HERE / "node"
 CLIENT = NODE_DIR / "rhea-bench.js"
 FORWARDER = NODE_DIR / "forwarder.js"
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
+# Apache ActiveMQ Artemis from its binary distribution on Maven Central (`make bench-artemis`
+# downloads it, checks the SHA-256 pinned in the Makefile and unpacks it here).
+ARTEMIS_HOME = HERE / "artemis" / "apache-artemis"
+ARTEMIS_QUEUE = "bench"
 RABBIT_QUEUE = "bench"
 SBEMU_USER, SBEMU_PASSWORD = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
 START_TIMEOUT = 90.0
@@ -154,6 +159,88 @@ class Rabbit:
         )  # fmt: skip
 
 
+class Artemis:
+    """A private ActiveMQ Artemis instance (``artemis create`` in ``workdir``), its AMQP
+    acceptor on a free loopback port, the other protocols off, no web console, one anycast
+    durable queue. Persistence is on and the journal syncs as shipped (``artemis create``
+    picks the journal type the machine supports and auto-tunes its buffer timeout)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.port = free_port()
+        self.core_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.journal: re.Match[str] | None = None
+        self.env = dict(os.environ, ARTEMIS_INSTANCE=str(workdir / "instance"))
+
+    def create(self) -> None:
+        out = subprocess.run(
+            [str(ARTEMIS_HOME / "bin" / "artemis"), "create", "--silent", "--no-web",
+             "--allow-anonymous", "--user", "bench", "--password", "bench",
+             "--host", "127.0.0.1", "--no-hornetq-acceptor", "--no-mqtt-acceptor",
+             "--no-stomp-acceptor", f"--queues={ARTEMIS_QUEUE}:anycast",
+             str(self.dir / "instance")],
+            capture_output=True, text=True, timeout=START_TIMEOUT, check=False,
+        )  # fmt: skip
+        if out.returncode != 0:
+            raise SystemExit(f"compare: artemis create failed:\n{out.stdout}{out.stderr}")
+        broker_xml = self.dir / "instance" / "etc" / "broker.xml"
+        xml = broker_xml.read_text()
+        # The two acceptors `artemis create` writes listen on 61616 (all protocols) and 5672
+        # (AMQP): move both to free ports so nothing clashes with sbemu or a system broker.
+        for default, port in (("127.0.0.1:61616", self.core_port), ("127.0.0.1:5672", self.port)):
+            if default not in xml:
+                raise SystemExit(f"compare: artemis broker.xml has no acceptor on {default}")
+            xml = xml.replace(default, f"127.0.0.1:{port}")
+        broker_xml.write_text(xml)
+        self.journal = re.search(r"<journal-type>(\w+)</journal-type>", xml)
+
+    def start(self) -> None:
+        self.create()
+        log = open(self.dir / "server.out", "wb")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [str(self.dir / "instance" / "bin" / "artemis"), "run"],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"compare: Artemis exited:\n{self._tail()}")
+            # AMQ221007: "Server is now active" once every acceptor is up.
+            if "AMQ221007" in self._tail():
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"compare: Artemis did not start:\n{self._tail()}")
+            time.sleep(0.5)
+
+    def _tail(self) -> str:
+        out = self.dir / "server.out"
+        return out.read_text(errors="replace")[-4000:] if out.exists() else ""
+
+    def describe(self) -> str:
+        return f"journal {self.journal.group(1) if self.journal else '?'}"
+
+    def purge(self) -> None:
+        """Drop leftovers of a failed phase (the artemis CLI's queue purge, over the core port)."""
+        subprocess.run(
+            [str(self.dir / "instance" / "bin" / "artemis"), "queue", "purge",
+             "--name", ARTEMIS_QUEUE, "--url", f"tcp://127.0.0.1:{self.core_port}",
+             "--user", "bench", "--password", "bench", "--silent"],
+            env=self.env, capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
 def run_client(args_: list[str], tail: int) -> dict:
     """One rhea-bench.js phase: its JSON line, or {"error": ...} with the end of its output."""
     out = subprocess.run(
@@ -213,6 +300,55 @@ class Forwarder:
             self.proc.wait(timeout=10)
 
 
+def spread(values: list[float]) -> str:
+    """Round-to-round spread: max / min of the rounds (1.00 = identical rounds)."""
+    return f"{max(values) / min(values):.2f}" if values and min(values) > 0 else "-"
+
+
+def print_summary(
+    targets: dict, rates: dict[str, dict[str, list[float]]], latencies: dict[str, list[dict]],
+    args: argparse.Namespace,
+) -> None:
+    """Medians of the rounds, spreads, ratios to each peer, partitioned/plain, latency."""
+
+    def med(name: str, kind: str) -> float:
+        values = rates[name][kind]
+        return statistics.median(values) if values else 0.0
+
+    print(f"\nmedians of {args.rounds} rounds (msg/s)    send    receive   spread send  receive")
+    for name in targets:
+        print(
+            f"  {name:<30} {med(name, 'send'):>8.0f} {med(name, 'receive'):>10.0f}"
+            f" {spread(rates[name]['send']):>12} {spread(rates[name]['receive']):>8}"
+        )
+    for peer in ("artemis", "rabbitmq"):
+        print(f"\nratio to {peer:<24}    send    receive")
+        for name in ("sbemu", "sbemu-partitioned"):
+            cells = []
+            for kind in ("send", "receive"):
+                base = med(peer, kind)
+                cells.append(f"{med(name, kind) / base:>8.2f}x" if base else "       -")
+            print(f"  {name:<30}{cells[0]} {cells[1]:>10}")
+    for kind in ("send", "receive"):
+        plain = med("sbemu", kind)
+        if plain:
+            print(f"  partitioned / plain {kind}: {med('sbemu-partitioned', kind) / plain:.2f}")
+    if latencies:
+        print(f"\nlatency at {args.latency_rate} msg/s, medians of the rounds (ms)"
+              "   p50      p99   p99 spread")  # fmt: skip
+        for name, runs in latencies.items():
+            p50 = statistics.median(r["p50_ms"] for r in runs)
+            p99s = [r["p99_ms"] for r in runs]
+            print(f"  {name:<40} {p50:>6.2f} {statistics.median(p99s):>8.2f} {spread(p99s):>8}")
+        peers = [n for n in ("rabbitmq", "artemis") if n in latencies]
+        if peers and "sbemu" in latencies:
+            best = min(statistics.median(r["p99_ms"] for r in latencies[n]) for n in peers)
+            for name in ("sbemu", "sbemu-partitioned"):
+                if name in latencies:
+                    p99 = statistics.median(r["p99_ms"] for r in latencies[name])
+                    print(f"  {name} p99 / lowest peer p99: {p99 / best:.2f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20_000, help="messages per phase [20000]")
@@ -220,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--credit", type=int, default=500, help="send window / receive credit [500]"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds [3]")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds [5]")
     parser.add_argument(
         "--latency-rate", type=int, default=1000, help="latency phase msg/s [1000; 0 = skip]"
     )
@@ -233,29 +369,40 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("compare: run `make bench-compare` (installs rhea into bench/node)")
     if not (RABBIT_BIN / "rabbitmq-server").exists():
         raise SystemExit("compare: RabbitMQ not installed (apt-get install rabbitmq-server)")
+    if not (ARTEMIS_HOME / "bin" / "artemis").exists():
+        raise SystemExit("compare: Artemis not unpacked: run `make bench-compare`")
 
     load = os.getloadavg()
     print(f"bench-compare: {args.count} x {args.size} B durable, credit {args.credit}, "
           f"{args.rounds} rounds; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
           flush=True)  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="sbemu-compare-"))
-    (workdir / "rabbit").mkdir()
-    (workdir / "sbemu").mkdir()
+    for sub in ("rabbit", "artemis", "sbemu"):
+        (workdir / sub).mkdir()
     rabbit = Rabbit(workdir / "rabbit")
+    artemis = Artemis(workdir / "artemis")
     sbemu = SbemuServer(workdir / "sbemu")
     targets = {
         "rabbitmq": (lambda: rabbit.port, f"/amq/queue/{RABBIT_QUEUE}", ("guest", "guest")),
+        "artemis": (lambda: artemis.port, ARTEMIS_QUEUE, ("bench", "bench")),
         "sbemu": (lambda: sbemu.port, "bench", (SBEMU_USER, SBEMU_PASSWORD)),
         "sbemu-partitioned": (lambda: sbemu.port, "benchp", (SBEMU_USER, SBEMU_PASSWORD)),
     }
+    # Leftovers of a failed phase must not feed the next round: each peer's own purge.
+    purges = {"rabbitmq": rabbit.purge, "artemis": artemis.purge}
     rates: dict[str, dict[str, list[float]]] = {k: {"send": [], "receive": []} for k in targets}
     failures: list[str] = []
     latencies: dict[str, list[dict]] = {}
     floor = Forwarder()
     try:
         rabbit.start()
+        artemis.start()
         sbemu.start()
-        print(f"  rabbitmq on 127.0.0.1:{rabbit.port}, sbemu on {sbemu.url}", flush=True)
+        print(
+            f"  rabbitmq on 127.0.0.1:{rabbit.port}, artemis on 127.0.0.1:{artemis.port} "
+            f"({artemis.describe()}), sbemu on {sbemu.url}",
+            flush=True,
+        )
         for rnd in range(1, args.rounds + 1):
             order = list(targets) if rnd % 2 else list(reversed(targets))
             for name in order:
@@ -266,12 +413,12 @@ def main(argv: list[str] | None = None) -> int:
                     if result.get("error"):
                         failures.append(f"round {rnd} {name} {kind}: {result['error']}")
                         row.append(f"{kind} FAILED ({result['error']})")
+                        if name in purges:
+                            purges[name]()
                         break
                     rates[name][kind].append(result["rate"])
                     row.append(f"{kind} {result['rate']:>8.0f} msg/s")
                 print("  ".join(row), flush=True)
-                if name == "rabbitmq":
-                    rabbit.purge()  # leftovers of a failed phase must not feed the next round
         if args.latency_rate > 0:
             # Send-to-receive latency at a fixed offered rate, same client, alternating rounds
             # like the throughput; the in-memory forwarder shows the floor (client + machine).
@@ -288,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                     if lat.get("error"):
                         failures.append(f"round {rnd} latency {name}: {lat['error']}")
                         print(f"  round {rnd} latency {name:<18} FAILED ({lat['error']})")
+                        if name in purges:
+                            purges[name]()
                         continue
                     latencies.setdefault(name, []).append(lat)
                     print(
@@ -296,39 +445,14 @@ def main(argv: list[str] | None = None) -> int:
                         f"max {lat['max_ms']:.2f} ms",
                         flush=True,
                     )
-                    if name == "rabbitmq":
-                        rabbit.purge()
     finally:
         floor.stop()
         sbemu.stop()
+        artemis.stop()
         rabbit.stop()
         if not args.keep_data:
             shutil.rmtree(workdir, ignore_errors=True)
-
-    def med(name: str, kind: str) -> float:
-        values = rates[name][kind]
-        return statistics.median(values) if values else 0.0
-
-    print("\nmedians (msg/s)            send    receive")
-    for name in targets:
-        print(f"  {name:<20} {med(name, 'send'):>8.0f} {med(name, 'receive'):>10.0f}")
-    print("\nratio to rabbitmq          send    receive")
-    for name in ("sbemu", "sbemu-partitioned"):
-        cells = []
-        for kind in ("send", "receive"):
-            base = med("rabbitmq", kind)
-            cells.append(f"{med(name, kind) / base:>8.2f}x" if base else "       -")
-        print(f"  {name:<20}{cells[0]} {cells[1]:>10}")
-    for kind in ("send", "receive"):
-        plain = med("sbemu", kind)
-        if plain:
-            print(f"  partitioned / plain {kind}: {med('sbemu-partitioned', kind) / plain:.2f}")
-    if latencies:
-        print(f"\nlatency at {args.latency_rate} msg/s, medians of the rounds (ms)   p50      p99")
-        for name, runs in latencies.items():
-            p50 = statistics.median(r["p50_ms"] for r in runs)
-            p99 = statistics.median(r["p99_ms"] for r in runs)
-            print(f"  {name:<40} {p50:>6.2f} {p99:>8.2f}")
+    print_summary(targets, rates, latencies, args)
     if failures:
         print("\nbench-compare: " + "; ".join(failures), file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 """`sbemu init`: a starter Config.json with one entity of each kind, in Microsoft's emulator
-schema plus sbemu's EnablePartitioning, for the README's walk-through."""
+schema plus sbemu's EnablePartitioning, for the walk-through of docs/getting-started.md."""
 
 from __future__ import annotations
 

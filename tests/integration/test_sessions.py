@@ -291,7 +291,7 @@ def test_partitioned_session_queue_keeps_a_session_on_one_partition(server, clie
         parts[s] = {partition_of(m.sequence_number) for m in got}
     assert all(len(p) == 1 for p in parts.values()), parts
     for s, (p,) in parts.items():
-        # The SessionId is the partition key: CRC-32 mod the partition count (README).
+        # The SessionId is the partition key: CRC-32 mod the partition count (docs/architecture.md).
         assert p == zlib.crc32(s.encode()) % PARTITIONS, (s, p)
     assert len({p for ps in parts.values() for p in ps}) > 1
 

@@ -479,7 +479,7 @@ def test_partitioned_topic_keeps_partition_across_subscriptions(topic_server, cl
         assert key in keys
         part = partition_of(m.sequence_number)
         assert 0 <= part < PARTITIONS
-        # The README's documented hash: CRC-32 of the key's UTF-8 bytes mod the count.
+        # The documented hash (docs/architecture.md): CRC-32 of the key's UTF-8 bytes mod the count.
         assert part == zlib.crc32(key.encode()) % PARTITIONS, (key, part)
     by_key: dict[str, set[int]] = {}
     for m in keyed:

@@ -50,16 +50,16 @@ def _is_worker(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config._sdk_na = {}  # type: ignore[attr-defined]
-    config._sdk_handles = []  # type: ignore[attr-defined]
+    config._sdk_servers = []  # type: ignore[attr-defined]
     if not _is_worker(config):
-        target, handles = servers.start_shared()
-        config._sdk_handles = handles  # type: ignore[attr-defined]
+        target, processes = servers.start_shared()
+        config._sdk_servers = processes  # type: ignore[attr-defined]
         servers.publish(target)
     servers.trust_ca(servers.target().ca_bundle)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    servers.stop_all(getattr(config, "_sdk_handles", []))
+    servers.stop_all(getattr(config, "_sdk_servers", []))
 
 
 @pytest.fixture(scope="session")

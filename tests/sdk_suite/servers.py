@@ -2,16 +2,17 @@
 
 The SDK's messaging tests connect with ``ServiceBusClient(f"{namespace}{suffix}", credential)``:
 no connection string, so no ``UseDevelopmentEmulator`` flag, so the SDK speaks AMQP over TLS on
-port 5671 of that host (it drops any port given). One **shared** sbemu serves them, started by
-the pytest controller (``start_shared``) for every xdist worker: namespace ``localhost``, TLS on
-``127.0.0.1:5671``, a certificate from a local CA that ``SSL_CERT_FILE`` / ``REQUESTS_CA_BUNDLE``
-make the SDK trust. Each test gets fresh entities there (``servicebus_preparer``).
+port 5671 of that host (it drops any port given), and AMQP over WebSockets on 443. One
+**shared** sbemu serves them, started by the pytest controller (``start_shared``) for every
+xdist worker with ``--tls-port 5671 --ws-port 443``: namespace ``localhost``, a certificate from
+the run's CA that the harness makes the SDK trust (``trust_ca``). Each test gets fresh entities
+there (``servicebus_preparer``).
 
 The management tests empty the whole namespace (``clear_queues``) and count what is left, so
-each pytest process gets a **private** sbemu for them (``private_namespace``), reached over
+each pytest process gets a **private** sbemu for them (``private_admin_host``), reached over
 HTTPS on its admin port, which the admin client keeps.
 
-Coordinates travel to the workers in the environment variable ``SBEMU_SDK_SUITE``.
+Every server of a run shares one CA. Coordinates travel to the workers in ``SBEMU_SDK_SUITE``.
 """
 
 from __future__ import annotations
@@ -21,17 +22,12 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tls_front import TlsFront
-
-from sbemu.admin.certs import CA_FILE, ensure_certificates
-from sbemu.pytest_plugin import SbemuServer, _ca_bundle, start_server, stop_server
+from sbemu.admin.certs import CA_FILE, ensure_certificates, write_ca_bundle
+from sbemu.testing import Ready, SbemuProcess
 
 ENV = "SBEMU_SDK_SUITE"
 AMQPS_PORT = 5671
@@ -72,30 +68,14 @@ def _config(folder: Path) -> Path:
     return path
 
 
-def _serve_options() -> str:
-    out = subprocess.run([sys.executable, "-m", "sbemu", "serve", "--help"],
-                         capture_output=True, text=True, check=False)
-    return out.stdout
-
-
-def _start(root: Path, name: str, ca_folder: Path, extra: list[str]) -> SbemuServer:
-    data = root / name
+def _start(root: Path, ca_folder: Path, args: list[str]) -> tuple[SbemuProcess, Ready]:
+    data = root / "data"
     (data / "tls").mkdir(parents=True)
     for file in (CA_FILE, "rootCA-key.pem"):
         shutil.copy2(ca_folder / file, data / "tls" / file)
-    return start_server(data, str(_config(root)), extra_args=extra)
-
-
-def _wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    process = SbemuProcess(config=_config(root), data_dir=data, args=args,
+                           stderr=root / "server.stderr")
+    return process, process.start()
 
 
 def _port_free(port: int) -> bool:
@@ -108,53 +88,36 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def start_shared() -> tuple[Target, list[object]]:
-    """Start the shared server (and, while sbemu has no TLS listener, the TLS front)."""
+def start_shared() -> tuple[Target, list[SbemuProcess]]:
+    """Start the shared server: AMQPS on 5671 and WebSockets on 443 of 127.0.0.1."""
     if not _port_free(AMQPS_PORT):
         raise RuntimeError(
             f"127.0.0.1:{AMQPS_PORT} is in use (another SDK-suite run on this machine?): the "
             f"SDK's tests connect to the AMQPS port {AMQPS_PORT} and no other")
     root = Path(tempfile.mkdtemp(prefix="sbemu-sdk-suite-"))
-    ca_folder = root / "ca"
-    ensure_certificates(ca_folder.parent / "ca-data")
-    shutil.copytree(ca_folder.parent / "ca-data" / "tls", ca_folder)
-    options = _serve_options()
-    extra: list[str] = []
-    if "--tls-port" in options:
-        extra += ["--tls-port", str(AMQPS_PORT)]
-    if "--ws-port" in options:
-        extra += ["--ws-port", str(WSS_PORT)]
-    server = _start(root, "shared", ca_folder, extra)
-    handles: list[object] = [server]
-    if "--tls-port" in options:
-        _wait_port(AMQPS_PORT)
-    else:
-        front = TlsFront(ca_folder, AMQPS_PORT, server.amqp_port)
-        front.start()
-        handles.append(front)
-        print(f"sdk-suite: this sbemu has no --tls-port; AMQPS on {AMQPS_PORT} is the harness's "
-              f"TLS front to the plain AMQP port {server.amqp_port}", flush=True)
+    ensure_certificates(root / "ca-data")
+    ca_folder = root / "ca-data" / "tls"
+    process, ready = _start(root / "shared", ca_folder,
+                            ["--tls-port", str(AMQPS_PORT), "--ws-port", str(WSS_PORT)])
+    if ready.tls_port != AMQPS_PORT:
+        process.cleanup()
+        raise RuntimeError(f"sbemu serves no AMQPS on port {AMQPS_PORT}:\n{process.stderr_tail()}")
+    if ready.ws_port != WSS_PORT:
+        print(f"sdk-suite: sbemu could not bind the WebSocket port {WSS_PORT} (not root?): the "
+              "SDK's WebSocket tests will fail", flush=True)
     target = Target(
         host="localhost",
-        admin_connection_string=_admin_connection_string(server),
+        admin_connection_string=ready.admin_connection_string,
         ca_folder=str(ca_folder),
-        ca_bundle=str(_ca_bundle(ca_folder / CA_FILE, root)),
+        ca_bundle=str(write_ca_bundle(ca_folder / CA_FILE, root / "ca-bundle.pem")[0]),
         data_root=str(root),
     )
-    return target, handles
+    return target, [process]
 
 
-def stop_all(handles: list[object]) -> None:
-    for handle in reversed(handles):
-        if isinstance(handle, SbemuServer):
-            stop_server(handle)
-        else:
-            handle.stop()  # type: ignore[attr-defined]
-
-
-def _admin_connection_string(server: SbemuServer) -> str:
-    return (f"Endpoint=sb://localhost:{server.admin_port};SharedAccessKeyName={KEY_NAME};"
-            f"SharedAccessKey={KEY};UseDevelopmentEmulator=true")
+def stop_all(processes: list[SbemuProcess]) -> None:
+    for process in processes:
+        process.cleanup()
 
 
 def publish(target: Target) -> None:
@@ -167,8 +130,8 @@ def trust_ca(bundle: str) -> None:
 
     The HTTP clients (requests, aiohttp) read ``REQUESTS_CA_BUNDLE`` / ``SSL_CERT_FILE``. The
     SDK's AMQP transport verifies against ``certifi.where()`` unless given ``connection_verify``
-    (which the tests do not pass), so in this process certifi's answer is the bundle: certifi's
-    own roots plus the run's CA.
+    (which the tests do not pass), so in this process certifi's answer is the bundle: the
+    system's roots plus the run's CA.
     """
     import certifi
 
@@ -179,24 +142,20 @@ def trust_ca(bundle: str) -> None:
 def target() -> Target:
     raw = os.environ.get(ENV)
     if not raw:
-        raise RuntimeError(f"{ENV} is not set: run the SDK suite with -p sdk_suite_plugin")
+        raise RuntimeError(f"{ENV} is not set: run the SDK suite with -p sbemu_sdk_suite")
     return Target(**json.loads(raw))
 
 
-_private: SbemuServer | None = None
-
-
-def private_namespace() -> SbemuServer:
-    """This process's own sbemu for the management tests (started on first use)."""
-    global _private
-    if _private is None or (_private.process and _private.process.poll() is not None):
-        shared = target()
-        root = Path(tempfile.mkdtemp(prefix="mgmt-", dir=shared.data_root))
-        _private = _start(root, "private", Path(shared.ca_folder), [])
-        atexit.register(stop_server, _private)
-    return _private
+_private: tuple[SbemuProcess, Ready] | None = None
 
 
 def private_admin_host() -> str:
-    """``localhost:<admin port>``: the admin client keeps the port and speaks HTTPS to it."""
-    return f"localhost:{private_namespace().admin_port}"
+    """``localhost:<admin port>`` of this process's own sbemu for the management tests (started
+    on first use): the admin client keeps the port and speaks HTTPS to it."""
+    global _private
+    if _private is None or not _private[0].alive():
+        shared = target()
+        root = Path(tempfile.mkdtemp(prefix="mgmt-", dir=shared.data_root))
+        _private = _start(root, Path(shared.ca_folder), [])
+        atexit.register(_private[0].cleanup)
+    return f"localhost:{_private[1].admin_port}"

@@ -1,6 +1,6 @@
 """A real Spark standalone cluster: master + two workers from the installed pyspark.
 
-Follows the README's cluster section literally: export the live server's logs to segments on
+Follows docs/spark.md's cluster section literally: export the live server's logs to segments on
 storage every JVM sees (here: one loopback machine, so a directory), zip sparkjobs/, and
 spark-submit sparkjobs/submit.py with --master spark://127.0.0.1:<port> --py-files. The tables
 must equal those of a local run over the same segments (and the exact reference). Select with
@@ -123,7 +123,7 @@ def test_standalone_cluster_tables_equal_a_local_run(cluster, spark, tmp_path):
                     r.dead_letter_message(m, reason="cluster-test")
             with client.get_topic_sender("topic.1") as s:
                 s.send_messages([ServiceBusMessage("t") for _ in range(10)])
-        # README, cluster section: export beside the broker into shared storage (live server)
+        # docs/spark.md, cluster section: export beside the broker into shared storage (live server)
         stats = export_logs(data, seg, segment_records=25)
         assert stats.records > 0
         records = all_records(data)
@@ -132,7 +132,7 @@ def test_standalone_cluster_tables_equal_a_local_run(cluster, spark, tmp_path):
         server.stop()
         logreader.close_all()
 
-    # README: python -m zipfile -c sparkjobs.zip sparkjobs/ ; spark-submit ... --py-files
+    # docs/spark.md: python -m zipfile -c sparkjobs.zip sparkjobs/ ; spark-submit ... --py-files
     zipped = tmp_path / "sparkjobs.zip"
     subprocess.run([sys.executable, "-m", "zipfile", "-c", str(zipped), "sparkjobs/"],
                    cwd=ROOT, check=True)

@@ -209,7 +209,7 @@ def test_peek_shows_body_and_properties(ui_server: Any, browser: Any) -> None:
     assert "peek-key" in system and "created" in system and "application/json" in system
     assert "not locked" in system and "partition" in system
     screenshot(browser, "entity-explorer")
-    # the README's picture: the whole entity page, explorer included
+    # the picture in docs/dashboard.md: the whole entity page, explorer included
     size = browser.get_window_size()
     browser.set_window_size(1400, 1350)
     browser.execute_script("window.scrollTo(0, 0)")

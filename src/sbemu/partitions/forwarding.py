@@ -32,14 +32,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..completions import join_completions
+from ..completions import Done, join_completions
 from ..errors import QuotaExceeded, ServiceBusError
-from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route
+from .broker import DLQ_SUFFIX, PartitionBroker
 from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import ReceiverSettings
 from .transfer import ViewOf, incoming_from_record
+from .transitions import Route
 
 MAX_HOPS = 4  # Azure's limit on forwarding hops
 STEP = 2_000  # messages per forwarding step of one source sub-queue (one commit per destination partition)
@@ -47,6 +48,11 @@ RETRY_MS = 1_000  # wait before retrying a destination partition that is unavail
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 
 HOP_LIMIT_REASON = "MaxTransferHopCountExceeded"
+# Azure's dead-letter description (the "Moving messages to the DLQ" table of its docs); a
+# forwarding loop (ForwardTo itself, or a cycle) ends here after MAX_HOPS moves
+HOP_LIMIT_DESCRIPTION = (
+    "The maximum number of allowed hops when forwarding between queues has been exceeded."
+)
 NO_SESSION_REASON = "Session ID is null"
 DISABLED_REASON = "MessagingEntityDisabled"
 NOT_FOUND_REASON = "MessagingEntityNotFound"
@@ -141,7 +147,7 @@ class Forwarder:
     # ------------------------------------------------------------ set-up
     def load_markers(self, broker: PartitionBroker) -> None:
         """Read a partition's markers (those of forwards interrupted by a crash)."""
-        found = broker.store.forward_markers()
+        found = broker.forward_markers()
         if found:
             self._markers[broker] = set(found)
 
@@ -215,7 +221,7 @@ class Forwarder:
         entity, broker, queue = src.entity, src.broker, src.queue
         target = forward_target(entity, queue)
         sq = broker.queues.get(queue)
-        if target is None or sq is None or not broker.healthy:
+        if target is None or sq is None or not broker.health.serving:
             return
         if self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower())) is not entity:
             return  # deleted
@@ -243,10 +249,10 @@ class Forwarder:
                 done_markers.append((db, marker))
                 self.transferred += 1
                 continue
-            if not db.healthy:
+            if not db.health.serving:
                 retry.append(rec)
                 continue
-            if not db.accepting:
+            if not db.health.accepting:
                 self._dead_letter(
                     broker, queue, tdlq, rec, now_ms, FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
@@ -261,7 +267,7 @@ class Forwarder:
             )
             incoming.transfer_hops = rec.transfer_hops + 1
             routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
-            if db.quota_error(incoming.size * len(routes)) is not None:
+            if db.health.quota_error(incoming.size * len(routes)) is not None:
                 self._dead_letter(  # checked before its MessageId enters the history
                     broker, queue, tdlq, rec, now_ms, FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
@@ -300,7 +306,7 @@ class Forwarder:
         """Enqueue one group at one destination partition with its markers (one commit)."""
         broker, queue = src.broker, src.queue
         keys = [marker for _, marker, _, _ in items]
-        if db.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
+        if db.health.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
             for rec, _marker, _, _ in items:  # no room: refused before any marker is written
                 self._dead_letter(
                     broker, queue, tdlq, rec, now_ms, FULL_REASON,
@@ -427,11 +433,7 @@ def _refusal(dest: ForwardingEntity | None, target: str, rec: MessageRecord) -> 
     if dest is None:
         return NOT_FOUND_REASON, f"The auto-forwarding destination '{target}' does not exist."
     if rec.transfer_hops + 1 > MAX_HOPS:
-        return (
-            HOP_LIMIT_REASON,
-            f"The maximum number of hops allowed for a forwarded message ({MAX_HOPS}) was "
-            "exceeded.",
-        )
+        return HOP_LIMIT_REASON, HOP_LIMIT_DESCRIPTION
     try:
         dest.check_sendable()
     except ServiceBusError as exc:

@@ -2,7 +2,7 @@
 environment variables that a PowerShell deployment script sets (``SERVICEBUS_CONNECTION_STR``...).
 
 Against sbemu, the values for the ``servicebus`` prefix name this pytest process's private sbemu
-(``servers.private_namespace``): its admin port over HTTPS as the namespace host, and its root key.
+(``servers.private_admin_host``): its admin port over HTTPS as the namespace host, and its root key.
 Every other key keeps the default the test module gives. Environment variables are not read, so
 a developer's Azure settings can never send these tests to a real namespace.
 """

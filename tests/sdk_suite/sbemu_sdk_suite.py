@@ -68,6 +68,7 @@ def test_proxy() -> Iterator[None]:
     yield
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m: count only what the run selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     entries = load_not_applicable()
     keep, dropped = [], []

@@ -122,7 +122,10 @@ def build(results: Path) -> str:
     lines += ["", "### Not applicable (no emulator can serve them)", ""]
     for nodeid, reason in sorted(not_applicable.items()):
         lines.append(f"- `{nodeid}`: {reason}")
-    lines += ["", "## JavaScript: @azure/service-bus", "",
+    lines += ["", "## Go: azservicebus", "",
+              "The module's own live tests run in `make test` too (`tests/go/live.py`, with their "
+              "not-applicable list `tests/go/not-applicable.txt`); they are not tabulated here yet.",
+              "", "## JavaScript: @azure/service-bus", "",
               "No runnable suite: see [sdk-suite.md](sdk-suite.md#javascript). sbemu's own JS "
               "tests (`tests/js`) drive the unchanged package.", ""]
     return "\n".join(lines)

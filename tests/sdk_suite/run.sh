@@ -26,6 +26,6 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 && command -v ip >/d
   netns="unshare --net sh -c 'ip link set lo up && exec \"\$@\"' sh"
 fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-eval exec $netns '"$py"' -m pytest -c '"$here/pytest.ini"' --rootdir '"$tests"' -q --tb=short \
+eval exec $netns '"$py"' -m pytest -c '"$here/sdk_suite.ini"' --rootdir '"$tests"' -q --tb=short \
   --show-capture=no -n '"${SDK_SUITE_WORKERS:-12}"' --dist load \
   --junitxml '"$results/junit.xml"' --sdk-suite-na-json '"$results/not-applicable.json"' '"$@"'

@@ -358,19 +358,34 @@ def _add_report(subcommands: Any) -> None:
     p.set_defaults(handler=_run_report)
 
 
-def _run_report(args: argparse.Namespace) -> int:
-    """``sbemu report``: launches sparkjobs.launch by name (no static import of sparkjobs)."""
-    import importlib
+REPORT_ENTRY_POINTS = "sbemu.reports"  # the entry-point group of report jobs (pyproject.toml)
+REPORT_JOB = "spark"
 
+
+def _report_job(name: str) -> Any:
+    """The report job declared as ``name`` in the ``sbemu.reports`` entry-point group."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=REPORT_ENTRY_POINTS, name=name)
+    if not found:
+        raise ImportError(
+            f"no {name!r} entry point in group {REPORT_ENTRY_POINTS!r} (is sbemu installed?)"
+        )
+    return next(iter(found)).load()
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    """``sbemu report``: runs the job declared in the ``sbemu.reports`` entry-point group
+    (sparkjobs.launch:run_report, see pyproject.toml), so sbemu never imports sparkjobs."""
     data_dir = args.data_dir
     if data_dir is None and args.segments is None:
         data_dir = os.environ.get("SBEMU_DATA_DIR") or ".sbemu"
     try:
-        launch = importlib.import_module("sparkjobs.launch")
+        run_report = _report_job(REPORT_JOB)
     except ImportError as exc:
         return _fail(f"cannot load the Spark jobs (sparkjobs): {exc}; pip install -e '.[spark]'")
     return int(
-        launch.run_report(
+        run_report(
             args.out,
             data_dir=data_dir,
             segments=args.segments,
@@ -385,7 +400,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _add_export_logs(subcommands: Any) -> None:
-    from sbemu.export import DEFAULT_SEGMENT_RECORDS
+    from sbemu.logs.export import DEFAULT_SEGMENT_RECORDS
 
     p = subcommands.add_parser(
         "export-logs",
@@ -416,7 +431,7 @@ def _run_export_logs(args: argparse.Namespace) -> int:
         import pyarrow  # noqa: F401
     except ImportError:
         return _fail("export-logs writes Parquet: pip install pyarrow (or the spark extra)")
-    from sbemu.export import export_logs
+    from sbemu.logs.export import export_logs
 
     try:
         stats = export_logs(

@@ -338,6 +338,9 @@ class AmqpConnection:
             self._transport.close_head()
             self._transport.unbind()
             self._transport = None
+        # Let go of the engine now: its deliveries' buffers (up to 100 MB a message on
+        # Premium) would otherwise wait for the cyclic garbage collector, which counts objects,
+        # not bytes, and so may leave several hundred MB held after a few large messages.
         if self._collector is not None:  # its pending events hold the C connection's objects
             self._collector.release()
             self._collector = None
@@ -511,10 +514,11 @@ class AmqpConnection:
             data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
             del buf  # not held beside its copy while the message is stored (up to 100 MB)
             lib.pn_incref(d)  # held until the commit settles it
-            try:
+            entity, tier = state.entity, self.namespace.max_message_size
+            try:  # sizes.message_limit / batch_limit, inline on the hot path
                 messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    data, entity.spec.max_message_size or tier, entity.subscriptions is not None,
+                    tier,
                 )
             except ServiceBusError as exc:
                 self._settle_many([d], exc)
@@ -764,7 +768,7 @@ class AmqpConnection:
             link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
             if isinstance(state, SendLink):  # the SDKs size their batches from it
                 link.properties = {
-                    symbol(BATCH_SIZE_PROPERTY): batch_limit(state.entity, self.namespace)
+                    symbol(BATCH_SIZE_PROPERTY): batch_limit(self.namespace)
                 }
         else:
             link.snd_settle_mode = link.remote_snd_settle_mode
@@ -955,7 +959,7 @@ class AmqpConnection:
         try:
             messages = scan_transfer(
                     data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(self.namespace),
                 )
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
@@ -971,7 +975,7 @@ class AmqpConnection:
             txn = self.transactions.transaction(data_fields[0])
             messages = scan_transfer(
                     data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(self.namespace),
                 )
             if state.entity.spec.requires_session:
                 for msg in messages:

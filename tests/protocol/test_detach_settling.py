@@ -161,3 +161,19 @@ def test_completes_answered_before_the_connection_closes(pair):
             answered.update(range(frame.field(1), last + 1))
     assert len(answered) == 4, "every complete answered before the close"
     assert all(d.settled and d.remote_state == Delivery.ACCEPTED for d in deliveries)
+
+
+def test_completes_answered_before_the_session_ends(pair):
+    rcv, deliveries = _received(pair, Q, 3)
+    mark = pair.mark()
+    for dlv in deliveries:
+        dlv.update(Delivery.ACCEPTED)
+    pair.session.close()  # no detach: the end takes the link with it
+    _read_and_flush(pair)
+    assert [f for f in pair.frames_since(mark) if f.code == 0x17] == [], "held while committing"
+    pair.pump()
+    frames = pair.frames_since(mark)
+    end_at = next(i for i, f in enumerate(frames) if f.code == 0x17)
+    answered = [f for f in frames[:end_at] if f.code == DISPOSITION and f.field(0) is False]
+    assert answered, "the completes answered before the end"
+    assert all(d.settled and d.remote_state == Delivery.ACCEPTED for d in deliveries)

@@ -141,6 +141,8 @@ class Probe:
 
             yappi.stop()
             out["parts"] = _parts(yappi.get_func_stats())
+            if os.environ.get("HOTPATH_TOP"):
+                print("top-end", file=sys.stderr)
             out["per_call_s"] = yappi_cost_per_call()
             # the loop thread's time no profiled function holds: uvloop's C code and system
             # calls under a run_forever entered before profiling began (not inflated)
@@ -200,6 +202,9 @@ def _parts(stats: Any) -> dict[str, list[float]]:
         part = parts[_part_of(st.module, st.name)]
         part[0] += st.tsub + sum(c.tsub for c in kids)
         part[1] += st.ncall + sum(c.ncall for c in kids)
+        if os.environ.get("HOTPATH_TOP"):
+            own = st.tsub + sum(c.tsub for c in kids)
+            print(f"top {own:.4f} {st.ncall} {st.module.split('/')[-1]}:{st.name}", file=sys.stderr)
     return parts
 
 
@@ -215,6 +220,12 @@ async def _serve(args: argparse.Namespace) -> None:
         admin_port=0,
     )
     await server.start()
+    try:
+        from sbemu.gcpolicy import tune_for_serving
+    except ImportError:  # a tree from before it (comparisons across commits)
+        pass
+    else:
+        tune_for_serving()  # as `sbemu serve` does once started
     probe = Probe(args.profiler, args.cg_lib)
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
@@ -323,6 +334,8 @@ def _last_dump_total(base: Path) -> int:
         for line in path.read_text(errors="replace").splitlines():
             if line.startswith(("summary:", "totals:")):
                 total = int(line.split()[1])
+                if os.environ.get("HOTPATH_KEEP"):  # the dumps, for callgrind_annotate
+                    shutil.copy(path, os.environ["HOTPATH_KEEP"])
                 path.unlink()
                 return total
     raise SystemExit(f"hotpath: no callgrind dump under {base}")

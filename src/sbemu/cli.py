@@ -635,6 +635,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
+    from sbemu.gcpolicy import tune_for_serving
+
+    tune_for_serving()  # after start-up: what the server holds for good is frozen
     lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
     lines += namespace_port_lines(config, settings.host, server.namespace_ports)
     for line in lines:

@@ -27,18 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sbemu.testing import SbemuProcess, StartError
 
 KEY_NAME = "RootManageSharedAccessKey"
 KEY = "SAS_KEY_VALUE"
@@ -119,71 +117,34 @@ def _config() -> dict[str, Any]:
     }
 
 
-class Server:
-    """``python -m sbemu serve`` as a subprocess; parses the ready lines for port and conn str."""
+class Server(SbemuProcess):
+    """``python -m sbemu serve`` (sbemu.testing) with the bench's configuration."""
 
     def __init__(self, workdir: Path, config: dict[str, Any] | None = None) -> None:
         self.workdir = workdir
-        self.config = workdir / "config.json"
-        self.config.write_text(json.dumps(config or _config(), indent=2))
-        self.started_in = 0.0  # seconds from spawning the process to its listening line
-        self.stderr_path = workdir / "server.stderr"
-        self.proc: subprocess.Popen[str] | None = None
+        self.config_path = workdir / "config.json"
+        self.config_path.write_text(json.dumps(config or _config(), indent=2))
+        super().__init__(
+            config=self.config_path, data_dir=workdir / "data", stderr=workdir / "server.stderr"
+        )
+        self.started_in = 0.0  # seconds from spawning the process to its ready document
         self.port = 0
         self.conn_str = ""
 
-    def start(self) -> None:
+    def start(self) -> None:  # type: ignore[override]
         t0 = time.perf_counter()
-        self.port, self.conn_str = 0, ""
-        stderr = open(self.stderr_path, "a")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "sbemu", "serve",
-                "--config", str(self.config),
-                "--data-dir", str(self.workdir / "data"),
-                "--port", "0", "--admin-port", "0", "--log-level", "warning",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )  # fmt: skip
-        stderr.close()
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while not (self.port and self.conn_str):
-            try:
-                line = lines.get(timeout=max(0.05, deadline - time.monotonic()))
-            except queue.Empty:
-                line = ""
-            if line is None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(
-                    f"bench: server did not start:\n{self.stderr_path.read_text()[-3000:]}"
-                )
-            if m := re.search(r"listening on amqp://[^:]+:(\d+)", line):
-                self.port = int(m.group(1))
-                self.started_in = time.perf_counter() - t0
-            elif m := re.search(r"connection string: (\S+)", line):
-                self.conn_str = m.group(1)
-
-    def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(timeout=10)
+            ready = super().start()
+        except StartError as exc:
+            raise SystemExit(f"bench: {exc}") from None
+        self.started_in = time.perf_counter() - t0
+        self.port, self.conn_str = ready.amqp_port, ready.connection_string
+
+    def stop(self) -> int | None:  # type: ignore[override]
+        try:
+            return super().stop()
+        except StartError:
+            return self.kill()
 
     @property
     def url(self) -> str:

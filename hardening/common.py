@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import re
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from sbemu.testing import SbemuProcess
 
 KEY_NAME = "RootManageSharedAccessKey"
 KEY = "SAS_KEY_VALUE"
@@ -41,8 +38,8 @@ def make_config(queues: list[dict[str, Any]], topics: list[dict[str, Any]] | Non
     return {"UserConfig": {"Namespaces": [ns], "Logging": {"Type": "Console"}}}
 
 
-class Server:
-    """``python -m sbemu serve`` on ephemeral ports, stderr kept in a file."""
+class Server(SbemuProcess):
+    """``python -m sbemu serve`` (sbemu.testing) on ephemeral ports, stderr kept in a file."""
 
     def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str] | None = None,
                  log_level: str = "warning") -> None:
@@ -50,93 +47,35 @@ class Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "config.json"
         self.config_path.write_text(json.dumps(config))
-        self.data_dir = self.workdir / "data"
-        self.env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.log_level = log_level
-        self.proc: subprocess.Popen[str] | None = None
+        super().__init__(
+            config=self.config_path, data_dir=self.workdir / "data", log_level=log_level,
+            env=dict(os.environ, **(env or {})), stderr=self.workdir / "server.stderr",
+        )  # fmt: skip
         self.port = 0
         self.admin_port = 0
-        self.starts = 0
-        self.stderr_path = self.workdir / "server.stderr"
 
-    def start(self, timeout: float = 30.0) -> Server:
-        self.starts += 1
-        err = open(self.stderr_path, "a")  # noqa: SIM115 - handed to the child
-        err.write(f"--- start {self.starts}\n")
-        err.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sbemu", "serve", "--config", str(self.config_path),
-             "--data-dir", str(self.data_dir), "--port", "0", "--admin-port", "0",
-             "--log-level", self.log_level],
-            stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=self.env,
-        )
-        err.close()
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, args=(self.proc,), daemon=True).start()
-        deadline = time.monotonic() + timeout
-        port = admin = None
-        while port is None or admin is None:
-            try:
-                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                raise RuntimeError(f"server not ready in {timeout}s: {self.stderr()}") from None
-            if line is None:
-                raise RuntimeError(f"server exited before ready: {self.stderr()}")
-            if m := re.search(r"listening on amqp://[^:]+:(\d+)", line):
-                port = int(m.group(1))
-            elif m := re.search(r"health on http://[^:]+:(\d+)/health", line):
-                admin = int(m.group(1))
-        self.port, self.admin_port = port, admin
+    def start(self, timeout: float = 30.0) -> Server:  # type: ignore[override]
+        ready = super().start(timeout)
+        self.port, self.admin_port = ready.amqp_port, ready.admin_port
         return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
     @property
     def conn_str(self) -> str:
         return (f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={KEY_NAME};"
                 f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;")
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def stderr(self, tail: int = 4000) -> str:
-        if not self.stderr_path.exists():
-            return ""
-        return self.stderr_path.read_text(errors="replace")[-tail:]
+        """The end of the server's stderr, every start's."""
+        return self.stderr_text(all_starts=True)[-tail:]
 
     def tracebacks(self) -> list[str]:
         """Server log lines that show a traceback or an internal error."""
-        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-        return [ln for ln in text.splitlines()
+        return [ln for ln in self.stderr_text(all_starts=True).splitlines()
                 if "Traceback" in ln or "unexpected error" in ln or "Internal error" in ln]
 
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(f"no exit within {timeout}s of SIGTERM") from None
-        return self.proc.returncode
+    def stop(self, timeout: float = 20.0) -> int:  # type: ignore[override]
+        """SIGTERM and wait; the exit code (0 when never started); RuntimeError if it hangs."""
+        return super().stop(timeout) or 0
 
     def health(self, timeout: float = 5.0) -> dict[str, Any]:
         """GET /health over a plain socket (HTTP/1.1, Connection: close)."""

@@ -23,11 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -181,19 +178,15 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
               f"(ratio {statistics.median(tail) / statistics.median(head):.2f})")
 
 
-def _start_server(work: str) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sbemu", "serve", "--data-dir", os.path.join(work, "lagdata"),
-         "--port", "0", "--admin-port", "0", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
-        if m:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-            return proc, int(m.group(1))
-    raise SystemExit("bench: the server did not start")
+def _start_server(work: str) -> tuple[Any, int]:
+    """sbemu (sbemu.testing's launcher) on free ports with its data dir under `work`."""
+    from sbemu.testing import SbemuProcess, StartError
+
+    server = SbemuProcess(data_dir=os.path.join(work, "lagdata"))
+    try:
+        return server, server.start().amqp_port
+    except StartError as exc:
+        raise SystemExit(f"bench: the server did not start: {exc}") from None
 
 
 def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
@@ -284,8 +277,7 @@ def _lag(spark: Any, work: str, seconds: float, rate: int, verbose: bool = False
     finally:
         stop.set()
         job.join(120)
-        proc.terminate()
-        proc.wait(30)
+        proc.cleanup()
     warm = [lag for at, lag in lags if at > 15]
     print(f"lag     load average {loadavg()}")
     if verbose:

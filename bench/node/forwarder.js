@@ -7,6 +7,10 @@
 // until one has credit). No storage, no locks, no fsync. The same rhea latency client run
 // against it shows what the client, Node and this machine's scheduling cost by themselves,
 // so a broker's latency can be read against it.
+//
+// The Service Bus SDKs put a token on `$cbs` before they attach: a request there is answered
+// at once with status 202 on the same connection (every token is taken, nothing is checked), so
+// the Python SDK run against it shows the SDK's own ceiling (`bench/sdk.py`).
 'use strict';
 
 const rhea = require('rhea');
@@ -35,6 +39,8 @@ function forward(address) {
 container.on('sender_open', (ctx) => {
   const address = addressOf(ctx.sender.source);
   ctx.sender.set_source(ctx.sender.source);
+  ctx.sender.set_target(ctx.sender.target);
+  if (address === '$cbs') return; // replies only, on this connection (answerCbs)
   if (!receivers.has(address)) receivers.set(address, []);
   receivers.get(address).push(ctx.sender);
 });
@@ -42,11 +48,39 @@ container.on('sender_close', (ctx) => {
   const address = addressOf(ctx.sender.source);
   receivers.set(address, (receivers.get(address) || []).filter((l) => l !== ctx.sender));
 });
-container.on('receiver_open', (ctx) => ctx.receiver.set_target(ctx.receiver.target));
+container.on('receiver_open', (ctx) => {
+  ctx.receiver.set_source(ctx.receiver.source);
+  ctx.receiver.set_target(ctx.receiver.target);
+});
+// A Service Bus batch (message format 0x80013700) carries one encoded message per data
+// section: hand each on as a message of its own, as a broker would.
+const BATCH_FORMAT = 0x80013700;
+function unbatch(ctx) {
+  if (ctx.delivery.format !== BATCH_FORMAT) return [ctx.message];
+  const body = rhea.message.decode(ctx.message).body; // a non-zero format arrives undecoded
+  return (body.multiple ? body.content : [body.content]).map((b) => rhea.message.decode(b));
+}
+
+function answerCbs(ctx) {
+  const request = ctx.message;
+  const reply = ctx.connection.find_sender((l) => addressOf(l.source) === '$cbs' && l.is_open());
+  if (!reply) return;
+  reply.send({
+    to: request.reply_to,
+    correlation_id: request.message_id,
+    application_properties: { 'status-code': 202, 'status-description': 'Accepted' },
+    body: null,
+  });
+}
+
 container.on('message', (ctx) => {
   const address = addressOf(ctx.receiver.target);
+  if (address === '$cbs') {
+    answerCbs(ctx);
+    return;
+  }
   if (!waiting.has(address)) waiting.set(address, []);
-  waiting.get(address).push(ctx.message);
+  waiting.get(address).push(...unbatch(ctx));
   forward(address);
 });
 container.on('sendable', (ctx) => forward(addressOf(ctx.sender.source)));
@@ -54,3 +88,12 @@ container.on('disconnected', () => {});
 
 const server = container.listen({ port: 0, host: '127.0.0.1' });
 server.on('listening', () => process.stdout.write(`listening ${server.address().port}\n`));
+
+// A receiver that settles second (peek-lock: the SDKs send their outcome unsettled and wait)
+// gets the outcome confirmed, settled, as a broker would.
+for (const outcome of ['accepted', 'released', 'rejected', 'modified']) {
+  container.on(outcome, (ctx) => {
+    const d = ctx.delivery;
+    if (!d.settled) d.update(true, d.remote_state.described());
+  });
+}

@@ -1,21 +1,29 @@
 """The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
 
 ``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
-[--log-level L] [--log-retention-records N] [--log-bodies]``; each option has an environment
-twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``,
-``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
+[--tls-port P|off] [--ws-port P|off] [--log-level L] [--log-retention-records N]
+[--log-bodies] [--ready-file PATH] [--ephemeral]``; each option has an environment twin
+(``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``,
+``SBEMU_TLS_PORT``, ``SBEMU_WS_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
 ``SBEMU_LOG_BODIES``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
 
 Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration or start-up
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
 level); 1 when stopping fails; 130 when interrupted before the server is up.
 
-Once the server is up, these lines go to stdout (tests and scripts parse them)::
+Once the server is up, ``--ready-file`` gets a JSON document (sbemu.ready; what programs
+should read) and these lines go to stdout (for people)::
 
     sbemu <version> listening on amqp://<host>:<amqp_port> for namespace <ns>[, <ns>...]
     health on http://<host>:<admin_port>/health
     connection string: Endpoint=sb://localhost[:<port>];SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;
     dashboard on http://<host>:<admin_port>/ (Prometheus metrics on /metrics)
+    [namespace <ns> on amqp://<host>:<port>: <its connection string>]  (one per AmqpPort)
+    amqps on amqps://<host>:<tls_port> (certificate from the CA <data dir>/tls/rootCA.pem)
+    connection string (TLS): Endpoint=sb://localhost[:<tls_port>]/;SharedAccessKeyName=...;SharedAccessKey=...;
+    websockets on ws://<host>:<admin_port>/$servicebus/websocket and wss:// (AMQPWSB10)
+    websockets on wss://<host>:<ws_port>/$servicebus/websocket and ws:// (AMQPWSB10)
+    [amqps not served: ... | websocket port not served: ...]  (a default port that was taken)
 
 New subcommands (report, export-logs, partition offline/online) plug in as one
 ``_add_<name>(subcommands)`` function that registers a parser and its handler.
@@ -25,17 +33,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sbemu import __version__
 from sbemu.config import Config, ConfigError, default_config, load_config
+from sbemu.ready import (
+    DEFAULT_PORT,
+    DEFAULT_TLS_PORT,
+    connection_string,
+    endpoint_lines,
+    namespace_port_lines,
+    ready_document,
+    ready_lines,
+    write_ready_file,
+)
 
 __all__ = [
     "Settings",
@@ -44,13 +63,13 @@ __all__ = [
     "connection_string",
     "main",
     "ready_lines",
+    "resolve_data_dir",
     "resolve_settings",
 ]
 
 log = logging.getLogger("sbemu")
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 5672
 DEFAULT_ADMIN_PORT = 5300  # Microsoft's emulator serves /health on 5300 too
 DEFAULT_DATA_DIR = ".sbemu"  # under the current directory
 DEFAULT_LOG_LEVEL = "info"
@@ -62,10 +81,16 @@ ENV_DATA_DIR = "SBEMU_DATA_DIR"
 ENV_HOST = "SBEMU_HOST"
 ENV_PORT = "SBEMU_PORT"
 ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
+ENV_TLS_PORT = "SBEMU_TLS_PORT"
+ENV_WS_PORT = "SBEMU_WS_PORT"
+DEFAULT_WS_PORT = 443  # AMQP over WebSockets (wss), the SDKs' WebSocket default
+OFF = "off"
 ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
 ENV_KEEP_LOGS = "SBEMU_KEEP_LOGS"
+ENV_READY_FILE = "SBEMU_READY_FILE"
+ENV_EPHEMERAL = "SBEMU_EPHEMERAL"
 # tests only: run on a clock that POST /test-clock/advance/<seconds> moves forward (loopback)
 ENV_TEST_CLOCK = "SBEMU_TEST_CLOCK"
 
@@ -89,6 +114,14 @@ class Settings:
     log_retention_records: int = 0  # per partition log; 0 = unlimited
     log_bodies: bool = False  # message bodies in the partition logs
     keep_logs: bool = False  # no log retention at all, even below registered readers
+    # AMQPS / WebSocket port: None = off; (port, required): a default one (required=False)
+    # that cannot be bound is skipped with a warning, one asked for stops the start
+    tls_port: tuple[int, bool] | None = (DEFAULT_TLS_PORT, False)
+    ws_port: tuple[int, bool] | None = (DEFAULT_WS_PORT, False)
+    ready_file: Path | None = None  # JSON written once the server listens (sbemu.ready)
+    # a temporary data dir deleted at exit, commits not fsynced: a process crash keeps what was
+    # acknowledged (the OS has it), a power loss may not. For tests and CI.
+    ephemeral: bool = False
 
 
 # ================================================================================================
@@ -201,29 +234,74 @@ def _add_cert(subcommands: Any) -> None:
     cert = subcommands.add_parser(
         "cert",
         help="print the path of the local CA certificate the admin port's TLS chains to",
-        description="Create (when missing) the local certificate authority and the admin port's "
-        "localhost certificate in the data dir, and print the CA file's path, e.g. "
-        "SSL_CERT_FILE=$(sbemu cert) or NODE_EXTRA_CA_CERTS=$(sbemu cert).",
+        description="Print the path of the CA that the server using the data dir created on its "
+        "first start (<data dir>/tls/rootCA.pem). The data dir is found as `sbemu serve` finds "
+        "it: --data-dir, else SBEMU_DATA_DIR, else ./.sbemu in the current directory. Nothing is "
+        "created: without a CA there, it says which data dir it looked at. --bundle prints a "
+        "PEM file with the system's CAs and this one, for SSL_CERT_FILE.",
+        epilog="examples: export SSL_CERT_FILE=$(sbemu cert --bundle) "
+        "REQUESTS_CA_BUNDLE=$(sbemu cert --bundle); export NODE_EXTRA_CA_CERTS=$(sbemu cert)",
     )
     cert.add_argument(
         "--data-dir",
         metavar="DIR",
         help=f"the server's data dir [{ENV_DATA_DIR}; default: ./{DEFAULT_DATA_DIR}]",
     )
+    cert.add_argument(
+        "--bundle",
+        action="store_true",
+        help="print a CA bundle instead: the system's CAs plus sbemu's, in one PEM file "
+        "(<data dir>/tls/ca-bundle.pem, rewritten each time)",
+    )
     cert.set_defaults(handler=_run_cert)
 
 
 def _run_cert(args: Any) -> int:
-    from sbemu.admin.certs import ensure_certificates
+    from sbemu.admin.certs import ca_path, write_ca_bundle
 
-    data_dir = Path(args.data_dir or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR)
+    data_dir, source = resolve_data_dir(args.data_dir, os.environ)
+    ca_file = ca_path(data_dir)
+    if not ca_file.is_file():
+        state = "no such directory" if not data_dir.exists() else "no tls/rootCA.pem in it"
+        return _fail(
+            f"no sbemu CA for data dir {data_dir} ({source}; {state}): a server creates it on "
+            f"its first start. Start one (sbemu serve / make run), or point at the data dir "
+            f"of the running server with --data-dir DIR or {ENV_DATA_DIR}=DIR."
+        )
+    if not _data_dir_in_use(data_dir):
+        print(
+            f"sbemu: note: no server is running on {data_dir} now; this is the CA it will use",
+            file=sys.stderr,
+        )
+    if not args.bundle:
+        print(ca_file.resolve())
+        return 0
     try:
-        ca_file, _, _ = ensure_certificates(data_dir)
-    except (OSError, ValueError) as exc:
-        print(f"sbemu: data dir {data_dir}: {exc}", file=sys.stderr)
-        return 2
-    print(ca_file.resolve())
+        bundle, system = write_ca_bundle(ca_file, ca_file.parent / "ca-bundle.pem")
+    except OSError as exc:
+        return _fail(f"cannot write the CA bundle in {ca_file.parent}: {exc.strerror or exc}")
+    if system is None:
+        print("sbemu: warning: no system CA file found; the bundle holds only sbemu's CA",
+              file=sys.stderr)
+    print(bundle.resolve())
     return 0
+
+
+def _data_dir_in_use(data_dir: Path) -> bool:
+    """Whether a server holds the data dir's lock (Server._lock_data_dir); nothing is created."""
+    import fcntl
+
+    try:
+        fd = os.open(data_dir / ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (drops our probe's lock)
+    return False
 
 
 def _add_report(subcommands: Any) -> None:
@@ -334,11 +412,26 @@ def _add_partition(subcommands: Any) -> None:
         help="take a partition of a running server offline or bring it back online",
         description="Simulate a partition store outage on a running sbemu (spec P7, P8): "
         "key-less sends go to other partitions, sends pinned to it fail with server-busy "
-        "(retried by the SDKs), its messages wait until it is back.",
+        "(retried by the SDKs), its messages wait until it is back. 'status' lists every "
+        "entity's availability and the partitions out of service (NAMESPACE/ENTITY: each "
+        "partition of that entity).",
+        epilog="examples: sbemu partition offline sbemulatorns/queue.partitioned 3; "
+        "sbemu partition status; sbemu partition status sbemulatorns/queue.partitioned --json",
     )
     part.add_argument("action", choices=("offline", "online", "status"))
-    part.add_argument("entity", metavar="NAMESPACE/ENTITY", nargs="?")
-    part.add_argument("partition", metavar="N", type=int, nargs="?")
+    part.add_argument(
+        "entity", metavar="NAMESPACE/ENTITY", nargs="?",
+        help="the queue or topic, e.g. sbemulatorns/queue.partitioned (optional for status)",
+    )
+    part.add_argument(
+        "partition", metavar="N", type=int, nargs="?",
+        help="the partition number, 0 to the entity's partition count - 1 (the number "
+        "`status` and the dashboard show, and the top 16 bits of a message's sequence number); "
+        "required for offline and online",
+    )
+    part.add_argument(
+        "--json", action="store_true", help="status: print the server's JSON instead of a table"
+    )
     _add_admin_url(part)
     part.set_defaults(handler=_run_partition)
 
@@ -347,23 +440,40 @@ def _run_partition(args: Any) -> int:
     import json as _json
     from urllib.parse import quote
 
+    from sbemu.partitiontable import entity_table, partition_table
+
     if args.action == "status":
         body = _admin_call(args, "GET", "/partitions", timeout=10)
-    else:
-        if not args.entity or "/" not in args.entity or args.partition is None:
-            print(
-                "sbemu: usage: sbemu partition offline|online NAMESPACE/ENTITY N", file=sys.stderr
-            )
-            return 2
-        namespace, entity = args.entity.split("/", 1)
-        path = (
-            f"/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}"
-            f"/{args.partition}/{args.action}"
-        )
-        body = _admin_call(args, "POST", path, timeout=10)
+        if isinstance(body, int):
+            return body
+        if args.entity:
+            wanted = args.entity.strip("/").lower()
+            found = [
+                e for e in body.get("entities", [])
+                if f"{e['namespace']}/{e['entity']}".lower() == wanted
+            ]
+            if not found:
+                return _fail(f"no entity {args.entity!r} on the server (NAMESPACE/ENTITY)")
+            print(_json.dumps(found[0], indent=2) if args.json else partition_table(found[0]))
+        else:
+            print(_json.dumps(body, indent=2) if args.json else entity_table(body))
+        return 0
+    if not args.entity or "/" not in args.entity or args.partition is None:
+        print("sbemu: usage: sbemu partition offline|online NAMESPACE/ENTITY N", file=sys.stderr)
+        return 2
+    namespace, entity = args.entity.split("/", 1)
+    path = (
+        f"/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}"
+        f"/{args.partition}/{args.action}"
+    )
+    body = _admin_call(args, "POST", path, timeout=10)
     if isinstance(body, int):
         return body
-    print(_json.dumps(body, indent=2))
+    if args.json:
+        print(_json.dumps(body, indent=2))
+    else:
+        print(f"partition {args.partition} of {args.entity} is now {args.action}; "
+              f"the entity is {body.get('status', '?')}")
     return 0
 
 
@@ -397,6 +507,19 @@ def _add_serve(subcommands: Any) -> None:
         help=f"health/admin HTTP port, 0 = ephemeral [{ENV_ADMIN_PORT}; default: {DEFAULT_ADMIN_PORT}]",
     )
     serve.add_argument(
+        "--tls-port",
+        metavar="P",
+        help=f"AMQPS port (TLS with the local CA), 0 = ephemeral, {OFF} = none [{ENV_TLS_PORT}; "
+        f"default: {DEFAULT_TLS_PORT}, skipped with a warning when it cannot be bound]",
+    )
+    serve.add_argument(
+        "--ws-port",
+        metavar="P",
+        help=f"port for AMQP over WebSockets (ws and wss; the admin port serves them too), "
+        f"0 = ephemeral, {OFF} = none [{ENV_WS_PORT}; default: {DEFAULT_WS_PORT}, skipped with "
+        "a warning when it cannot be bound]",
+    )
+    serve.add_argument(
         "--log-level",
         metavar="L",
         help=f"{', '.join(LOG_LEVELS)} [{ENV_LOG_LEVEL}; default: {DEFAULT_LOG_LEVEL}]",
@@ -421,7 +544,38 @@ def _add_serve(subcommands: Any) -> None:
         help=f"also write message bodies into the partition logs [{ENV_LOG_BODIES}=1; "
         "default: off]",
     )
+    serve.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="once listening, write the ports, pid and connection strings there as JSON "
+        f"(written atomically, before the ready lines) [{ENV_READY_FILE}]",
+    )
+    serve.add_argument(
+        "--ephemeral",
+        action="store_true",
+        default=None,
+        help="for tests and CI: a temporary data dir deleted at exit, commits not fsynced (a "
+        "process crash keeps every acknowledged message, a power loss may not) "
+        f"[{ENV_EPHEMERAL}=1]",
+    )
     serve.set_defaults(handler=_serve)
+
+
+def resolve_data_dir(
+    flag: str | None, env: Mapping[str, str], cwd: Path | None = None
+) -> tuple[Path, str]:
+    """The data dir as ``serve`` picks it (flag, then environment, then ./.sbemu), absolute,
+    and where the choice came from (for messages). ``sbemu cert`` uses it; a test holds it
+    to :func:`resolve_settings`' choice."""
+    base = cwd if cwd is not None else Path.cwd()
+    if flag:
+        value, source = flag, "--data-dir"
+    elif env.get(ENV_DATA_DIR):
+        value, source = env[ENV_DATA_DIR], ENV_DATA_DIR
+    else:
+        value, source = DEFAULT_DATA_DIR, f"the default ./{DEFAULT_DATA_DIR} in {base}"
+    path = Path(value).expanduser()
+    return (path if path.is_absolute() else base / path), source
 
 
 def resolve_settings(
@@ -446,7 +600,13 @@ def resolve_settings(
         return p if p.is_absolute() else base / p
 
     config_value, _ = pick("config", ENV_CONFIG)
-    data_dir_value, _ = pick("data-dir", ENV_DATA_DIR)
+    data_dir_value, data_dir_source = pick("data-dir", ENV_DATA_DIR)
+    ready_value, _ = pick("ready-file", ENV_READY_FILE)
+    ephemeral = _flag(*pick("ephemeral", ENV_EPHEMERAL))
+    if ephemeral and data_dir_value:
+        raise UsageError(
+            f"--ephemeral uses a temporary data dir of its own: drop {data_dir_source}"
+        )
     host, host_source = pick("host", ENV_HOST)
     if host is not None and not host.strip():
         raise UsageError(f"invalid {host_source}: the host is empty")
@@ -463,7 +623,25 @@ def resolve_settings(
         log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
         log_bodies=_flag(*pick("log-bodies", ENV_LOG_BODIES)),
         keep_logs=_flag(*pick("keep-logs", ENV_KEEP_LOGS)),
+        tls_port=_optional_port(*pick("tls-port", ENV_TLS_PORT), default=DEFAULT_TLS_PORT),
+        ws_port=_optional_port(*pick("ws-port", ENV_WS_PORT), default=DEFAULT_WS_PORT),
+        ready_file=path(ready_value) if ready_value else None,
+        ephemeral=ephemeral,
     )
+
+
+def _optional_port(value: str | None, source: str, *, default: int) -> tuple[int, bool] | None:
+    """None for "off"; (default, False) when not given; (port, True) when asked for."""
+    if value is None:
+        return default, False
+    if value.strip().lower() == OFF:
+        return None
+    try:
+        return _port(value, source, default=default), True
+    except UsageError:
+        raise UsageError(
+            f"invalid {source} {value!r}: must be an integer from 0 to 65535 or {OFF}"
+        ) from None
 
 
 def _flag(value: str | bool | None, source: str) -> bool:
@@ -508,6 +686,13 @@ def _port(value: str | None, source: str, *, default: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``sbemu`` command line; returns the process exit code."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -523,6 +708,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return 130
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``sbemu partition status | head``): stop quietly,
+    as a Unix tool killed by SIGPIPE would, with its exit status (128 + 13). Python would
+    otherwise fail again flushing stdout at exit, so stdout now points at /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor behind sys.stdout
+        pass
+    return 128 + signal.SIGPIPE
 
 
 def _fail(message: str) -> int:
@@ -563,6 +761,21 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, os.environ)
+    if settings.ephemeral:
+        import dataclasses
+        import shutil
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="sbemu-ephemeral-"))
+        try:
+            return _serve_settings(dataclasses.replace(settings, data_dir=scratch))
+        finally:
+            logging.shutdown()  # the File log lives in the scratch dir: close it first
+            shutil.rmtree(scratch, ignore_errors=True)
+    return _serve_settings(settings)
+
+
+def _serve_settings(settings: Settings) -> int:
     _configure_logging(settings.log_level)
     try:
         config = load_config(settings.config_path) if settings.config_path else default_config()
@@ -602,6 +815,7 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
 
 async def _serve_async(config: Config, settings: Settings) -> int:
     try:
+        from sbemu.endpoints import ListenPort
         from sbemu.server import Server, StartupError  # lazily: `sbemu --help` stays light
 
         clock = _server_clock(settings)
@@ -616,7 +830,10 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             log_retention_records=settings.log_retention_records,
             log_bodies=settings.log_bodies,
             keep_logs=settings.keep_logs,
+            durable=not settings.ephemeral,
             clock=clock,
+            tls_port=ListenPort(*settings.tls_port) if settings.tls_port else None,
+            ws_port=ListenPort(*settings.ws_port) if settings.ws_port else None,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)
@@ -638,13 +855,13 @@ async def _serve_async(config: Config, settings: Settings) -> int:
     from sbemu.gcpolicy import tune_for_serving
 
     tune_for_serving()  # after start-up: what the server holds for good is frozen
-    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
-    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
-    for line in lines:
-        print(line)
-    sys.stdout.flush()
-
-    await _wait_for_stop_signal()
+    # The stop signals are caught from here on: a launcher may send SIGTERM the moment it sees
+    # the ready file or the first ready line, and the server must then stop cleanly.
+    with _stop_signals() as stop:
+        if not await _announce(server, config, settings):
+            await _stop_quietly(server)
+            return 2
+        await stop.wait()
     log.info("stopping")
     try:
         await server.stop()
@@ -679,57 +896,53 @@ async def _stop_quietly(server: Any) -> None:
         log.debug("stop after failed start-up failed", exc_info=True)
 
 
-async def _wait_for_stop_signal() -> None:
-    """Return on the first SIGINT or SIGTERM; a second one then acts as the default would."""
+async def _announce(server: Any, config: Config, settings: Settings) -> bool:
+    """Write the ready file (if asked), then print the ready lines; False (after one
+    ``sbemu: ...`` line) when the ready file cannot be written."""
+    if settings.ready_file is not None:
+        document = ready_document(
+            config,
+            host=settings.host,
+            amqp_port=server.amqp_port,
+            admin_port=server.admin_port,
+            namespace_ports=server.namespace_ports,
+            data_dir=settings.data_dir,
+            ephemeral=settings.ephemeral,
+            tls_port=server.tls_port,
+            ws_port=server.ws_port,
+        )
+        try:
+            write_ready_file(settings.ready_file, document)
+        except OSError as exc:
+            _fail(f"cannot write the ready file {settings.ready_file}: {exc.strerror or exc}")
+            return False
+    lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
+    lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    lines += endpoint_lines(
+        config, settings.host, server.admin_port, server.tls_port, server.ws_port,
+        server.unserved, str(settings.data_dir / "tls" / "rootCA.pem"),
+    )
+    for line in lines:
+        print(line)
+    sys.stdout.flush()
+    return True
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[asyncio.Event]:
+    """An event set by the first SIGINT or SIGTERM while inside; a second one then acts as the
+    default would."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGINT, signal.SIGTERM)
     installed = []
-    for sig in signals:
+    for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
         except (NotImplementedError, RuntimeError):  # no signal support (e.g. not main thread)
             pass
     try:
-        await stop.wait()
+        yield stop
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-
-
-def ready_lines(config: Config, host: str, amqp_port: int, admin_port: int) -> list[str]:
-    """The lines printed once the server listens (see the module docstring)."""
-    shown_host = f"[{host}]" if ":" in host else host
-    names = ", ".join(ns.name for ns in config.namespaces)
-    return [
-        f"sbemu {__version__} listening on amqp://{shown_host}:{amqp_port} for namespace {names}",
-        f"health on http://{shown_host}:{admin_port}/health",
-        f"connection string: {connection_string(config, amqp_port)}",
-        f"dashboard on http://{shown_host}:{admin_port}/ (Prometheus metrics on /metrics)",
-    ]
-
-
-def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> list[str]:
-    """One line per namespace served on its own AmqpPort, with its connection string."""
-    shown_host = f"[{host}]" if ":" in host else host
-    out = []
-    for ns in config.namespaces:
-        if ns.name in ports:
-            policy = ns.sas_policies[0]
-            out.append(
-                f"namespace {ns.name} on amqp://{shown_host}:{ports[ns.name]}: "
-                f"Endpoint=sb://localhost:{ports[ns.name]};SharedAccessKeyName={policy.key_name};"
-                f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
-            )
-    return out
-
-
-def connection_string(config: Config, amqp_port: int) -> str:
-    """The emulator connection string for the first namespace's first SAS policy."""
-    policy = config.namespaces[0].sas_policies[0]
-    endpoint = "sb://localhost" if amqp_port == DEFAULT_PORT else f"sb://localhost:{amqp_port}"
-    return (
-        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};"
-        f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
-    )

@@ -43,7 +43,8 @@ Deliberate differences from Microsoft's emulator (which allows one namespace nam
   true, as in Azure);
 * a namespace may set ``PremiumMessagingPartitions`` (1, 2 or 4): it is then a Premium
   partitioned namespace, every queue and topic in it is partitioned with that count [P3] and the
-  message size limit is 1 MB instead of 256 KB [P19];
+  message size limit is 1 MB instead of 256 KB [P19]; its queues and topics may set
+  ``MaxMessageSizeInKilobytes`` (1024 to 102400, Azure's large messages);
 * a namespace may set ``SharedAccessPolicies``:
   ``[{"KeyName": ..., "Key": ..., "Rights": ["Manage", "Send", "Listen"]}]`` (default: one policy
   ``RootManageSharedAccessKey`` with key ``SAS_KEY_VALUE`` and all rights, the emulator's). As in
@@ -118,6 +119,7 @@ STANDARD_PARTITION_COUNT = 16  # [SB partitioning P2]
 PREMIUM_PARTITION_COUNTS = (1, 2, 4)  # [P3]
 STANDARD_MAX_MESSAGE_SIZE = 256 * 1024  # [P19]
 PREMIUM_MAX_MESSAGE_SIZE = 1024 * 1024  # [P19]
+PREMIUM_MAX_MESSAGE_SIZE_KB_RANGE = (1024, 102_400)  # Premium MaxMessageSizeInKilobytes
 AZURE_MAX_SIZES_MB = (1024, 2048, 3072, 4096, 5120)
 TEST_MAX_SIZES_MB = tuple(2**i for i in range(10))  # 1 .. 512, for tests only
 MAX_PARTITIONED_ENTITIES = 100  # per Standard namespace [P19]
@@ -210,6 +212,7 @@ class QueueConfig:
     partition_count: int = 1
     max_size_mb: int = DEFAULT_MAX_SIZE_MB
     enable_partitioning: bool = False  # true also for every entity of a Premium namespace
+    max_message_size_kb: int | None = None  # Premium only (1024..102400); None: the tier's
 
     @property
     def partitioned(self) -> bool:
@@ -254,6 +257,7 @@ class TopicConfig:
     subscriptions: tuple[SubscriptionConfig, ...] = ()
     status: str = "Active"
     auto_delete_on_idle_ms: int | None = None  # None: never
+    max_message_size_kb: int | None = None  # Premium only (1024..102400); None: the tier's
 
     @property
     def partitioned(self) -> bool:
@@ -565,10 +569,20 @@ def _decode_json(text: str, source: str) -> object:
         )
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            source, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
+            source, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {_json_problem(exc)}"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise ConfigError(source, None, f"invalid JSON: {exc}") from None
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """json's message as a whole sentence: some of its messages end in "at" and expect the
+    position after them ("Unterminated string starting at"), which the location already gives;
+    a document that ends before the value does is said to be cut short."""
+    msg = exc.msg[:-3] + " here" if exc.msg.endswith(" at") else exc.msg
+    if not exc.doc[exc.pos :].strip() or msg.startswith("Unterminated string"):
+        msg += " (the file ends before it is complete: is it truncated?)"
+    return msg
 
 
 # A string, a // comment, a /* */ comment, an unterminated /*, or a comma; scanned left to right
@@ -750,6 +764,7 @@ _QUEUE_PROPERTIES = (
     "RequiresSession",
     "EnablePartitioning",
     "MaxSizeInMegabytes",
+    "MaxMessageSizeInKilobytes",
     "Status",
     "AutoDeleteOnIdle",
     "SbemuTestAutoDeleteOnIdle",
@@ -760,6 +775,7 @@ _TOPIC_PROPERTIES = (
     "RequiresDuplicateDetection",
     "EnablePartitioning",
     "MaxSizeInMegabytes",
+    "MaxMessageSizeInKilobytes",
     "Status",
     "AutoDeleteOnIdle",
     "SbemuTestAutoDeleteOnIdle",
@@ -1072,6 +1088,19 @@ def _max_size(r: _Reader, props: dict[str, object], path: str) -> int:
     return size
 
 
+def _max_message_size_kb(
+    r: _Reader, props: dict[str, object], path: str, premium: int | None
+) -> int | None:
+    """MaxMessageSizeInKilobytes: Premium only, 1024..102400 as in Azure (None: 1024)."""
+    if props.get("MaxMessageSizeInKilobytes") is None:
+        return None
+    m_path = _child(path, "MaxMessageSizeInKilobytes")
+    if premium is None:
+        r.fail(m_path, "only a Premium namespace (PremiumMessagingPartitions) sets it, as in Azure")
+    low, high = PREMIUM_MAX_MESSAGE_SIZE_KB_RANGE
+    return r.integer(props["MaxMessageSizeInKilobytes"], m_path, low, high)
+
+
 @dataclass(frozen=True)
 class _Common:
     """Properties shared by queues, topics and subscriptions, after defaults and checks."""
@@ -1149,6 +1178,7 @@ def _parse_queue(
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
         enable_partitioning=enabled,
+        max_message_size_kb=_max_message_size_kb(r, props, p_path, premium),
         status=_status(r, props, p_path, "queue"),
         auto_delete_on_idle_ms=_auto_delete(r, props, p_path),
     )
@@ -1200,6 +1230,7 @@ def _parse_topic(
         enable_partitioning=enabled,
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
+        max_message_size_kb=_max_message_size_kb(r, props, p_path, premium),
         subscriptions=tuple(subscriptions),
         status=_status(r, props, p_path, "topic"),
         auto_delete_on_idle_ms=_auto_delete(r, props, p_path),

@@ -3,7 +3,7 @@
 Fixtures:
 
 ``sbemu_server`` (session)
-    Starts ``python -m sbemu serve`` on free loopback ports with a temporary data dir and yields
+    Starts ``sbemu serve --ephemeral`` (sbemu.testing) on free loopback ports and yields
     an :class:`SbemuServer`: ``connection_string`` (AMQP, for ServiceBusClient),
     ``admin_connection_string`` (for ServiceBusAdministrationClient), ``ca_file``, ports, the
     data dir. For the session, ``REQUESTS_CA_BUNDLE`` and ``SSL_CERT_FILE`` name a bundle of the
@@ -24,11 +24,7 @@ import datetime as dt
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,12 +38,11 @@ from xml.sax.saxutils import escape
 
 import pytest
 
+from sbemu.testing import SbemuProcess, StartError
+
 __all__ = ["EntityFactory", "SbemuServer"]
 
 START_TIMEOUT = 60.0
-_AMQP = re.compile(r"listening on amqp://[^:]+:(\d+)")
-_ADMIN = re.compile(r"health on http://.+:(\d+)/health")
-_CONN = re.compile(r"connection string: (\S+)")
 _ATOM = "http://www.w3.org/2005/Atom"
 _SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 
@@ -65,7 +60,9 @@ class SbemuServer:
     namespace: str = "sbemulatorns"
     key_name: str = "RootManageSharedAccessKey"
     key: str = "SAS_KEY_VALUE"
-    process: subprocess.Popen[str] | None = field(default=None, repr=False)
+    tls_port: int | None = None  # AMQPS: Endpoint=sb://localhost/ clients (trust ca_file)
+    ws_port: int | None = None  # AMQP over WebSockets, ws and wss (the admin port serves them too)
+    process: SbemuProcess | None = field(default=None, repr=False)
     output: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -93,82 +90,41 @@ class SbemuServer:
 
 
 def _ca_bundle(ca_file: Path, folder: Path) -> Path:
-    """The platform's CAs (or certifi's) plus sbemu's CA, in one PEM file."""
-    parts: list[str] = []
+    """The platform's CAs plus sbemu's CA, in one PEM file (as ``sbemu cert --bundle``)."""
+    from sbemu.admin.certs import write_ca_bundle
+
+    return write_ca_bundle(ca_file, folder / "ca-bundle.pem")[0]
+
+
+def start_server(data_dir: Path | None, config: str | None = None) -> SbemuServer:
+    """Start ``sbemu serve`` on ephemeral ports (``sbemu.testing``) and wait until it is ready.
+    ``data_dir`` None: ``--ephemeral`` (a temporary data dir deleted at exit, no fsync)."""
+    launcher = SbemuProcess(config=config, data_dir=data_dir, ephemeral=data_dir is None)
     try:
-        import certifi
-
-        parts.append(Path(certifi.where()).read_text())
-    except (ImportError, OSError):
-        import ssl
-
-        cafile = ssl.get_default_verify_paths().cafile
-        if cafile and Path(cafile).exists():
-            parts.append(Path(cafile).read_text())
-    parts.append(ca_file.read_text())
-    bundle = folder / "ca-bundle.pem"
-    bundle.write_text("\n".join(parts))
-    return bundle
-
-
-def start_server(data_dir: Path, config: str | None = None) -> SbemuServer:
-    """Start ``sbemu serve`` on ephemeral ports and wait for its ready lines."""
-    cmd = [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-           "--data-dir", str(data_dir), "--host", "127.0.0.1"]
-    if config:
-        cmd += ["--config", config]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    found: dict[str, str] = {}
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            for key, pattern in (("amqp", _AMQP), ("admin", _ADMIN), ("conn", _CONN)):
-                match = pattern.search(line)
-                if match and key not in found:
-                    found[key] = match.group(1)
-            if len(found) == 3:
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, name="sbemu-output", daemon=True).start()
-    if not ready.wait(START_TIMEOUT) or len(found) < 3:
-        proc.kill()
-        raise RuntimeError("sbemu did not start:\n" + "\n".join(lines[-30:]))
-    admin = int(found["admin"])
-    conn = found["conn"]
-    fields = dict(p.split("=", 1) for p in conn.split(";") if "=" in p)
-    admin_conn = re.sub(r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{admin}", conn)
+        ready = launcher.start(START_TIMEOUT)
+    except StartError as exc:
+        launcher.cleanup()
+        raise RuntimeError(str(exc)) from None
+    fields = dict(p.split("=", 1) for p in ready.connection_string.split(";") if "=" in p)
     return SbemuServer(
-        amqp_port=int(found["amqp"]),
-        admin_port=admin,
-        connection_string=conn,
-        admin_connection_string=admin_conn,
-        ca_file=data_dir / "tls" / "rootCA.pem",
-        data_dir=data_dir,
+        amqp_port=ready.amqp_port,
+        admin_port=ready.admin_port,
+        connection_string=ready.connection_string,
+        admin_connection_string=ready.admin_connection_string,
+        ca_file=ready.ca_file,
+        data_dir=ready.data_dir,
         key_name=fields.get("SharedAccessKeyName", "RootManageSharedAccessKey"),
         key=fields.get("SharedAccessKey", "SAS_KEY_VALUE"),
-        process=proc,
-        output=lines,
+        tls_port=ready.tls_port,
+        ws_port=ready.ws_port,
+        process=launcher,
+        output=launcher.output,
     )
 
 
 def stop_server(server: SbemuServer) -> None:
-    proc = server.process
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    if server.process is not None:
+        server.process.cleanup()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -185,7 +141,7 @@ def sbemu_server(request: pytest.FixtureRequest) -> Iterator[SbemuServer]:
     """A real sbemu for the whole test session (free ports, temporary data dir)."""
     folder = Path(tempfile.mkdtemp(prefix="sbemu-test-"))
     config = request.config.getoption("--sbemu-config") or os.environ.get("SBEMU_TEST_CONFIG")
-    server = start_server(folder / "data", config)
+    server = start_server(None, config)
     saved = {k: os.environ.get(k) for k in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")}
     bundle = _ca_bundle(server.ca_file, folder)
     os.environ["REQUESTS_CA_BUNDLE"] = os.environ["SSL_CERT_FILE"] = str(bundle)

@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from . import __version__, endpoints
 from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, TopicConfig
+from .endpoints import EndpointError, ListenPort
 from .partitions.broker import PartitionBroker
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
@@ -116,7 +117,10 @@ class Server:
         log_retention_records: int = 0,
         log_bodies: bool = False,
         keep_logs: bool = False,
+        durable: bool = True,
         clock: Clock = time.time,
+        tls_port: ListenPort | None = None,
+        ws_port: ListenPort | None = None,
     ) -> None:
         # The one time source of the server (sbemu.clock); a TestClock lets tests advance it.
         self.clock = clock
@@ -124,6 +128,7 @@ class Server:
             clock.on_advance(self._clock_advanced)
         self.log_bodies = log_bodies
         self.keep_logs = keep_logs
+        self.durable = durable  # False: stores open without fsync (--ephemeral)
         self.config = config
         self.log_retention_records = max(0, log_retention_records)
         self._retention: asyncio.Future[None] | None = None
@@ -153,6 +158,14 @@ class Server:
         self.services: Services | None = None  # what AMQP connections share (stats included)
         self.dashboard: Dashboard | None = None
         self._closed = False  # stores closed and commit pool shut down: turns do nothing
+        # AMQPS and the WebSocket port (sbemu.endpoints): None = not asked; the bound port
+        # numbers once started (None when a default port could not be bound: see `unserved`)
+        self._tls_listen, self._ws_listen = tls_port, ws_port
+        self.tls_port: int | None = None
+        self.ws_port: int | None = None
+        self.unserved: list[str] = []  # why a default port is not served (for the ready lines)
+        self._extra_servers: list[Any] = []
+        self._websocket_handler: Any = None
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -167,6 +180,7 @@ class Server:
             self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
         )
         self.router.log_bodies = self.log_bodies
+        self.router.durable = self.durable
         from .admin.management import Management, SpecBuilders
 
         try:
@@ -223,6 +237,12 @@ class Server:
         from .admin.http import start_admin
 
         self.services = services
+
+        def new_protocol() -> AmqpProtocol:
+            return AmqpProtocol(services, self._connections, flusher, self.clock)
+
+        self._new_protocol: Any = new_protocol
+        self._websocket_handler = endpoints.websocket_handler(new_protocol)
         try:
             ssl_context = server_ssl_context(self.data_dir)
         except (OSError, ValueError) as exc:
@@ -237,11 +257,50 @@ class Server:
                 f"cannot listen on {self.host}:{self.admin_port} (admin): {exc.strerror or exc}"
             ) from exc
         self.admin_port = self._admin_server.sockets[0].getsockname()[1]
+        await self._start_endpoints()
         self.started_at = time.time()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         if self.dashboard is not None:
             self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
+
+    async def _start_endpoints(self) -> None:
+        """AMQPS on the TLS port and AMQP over WebSockets on the WebSocket port, when asked."""
+        from .admin.certs import server_ssl_context
+
+        try:
+            for listen, start in ((self._tls_listen, self._start_amqps),
+                                  (self._ws_listen, self._start_ws_port)):
+                if listen is not None:
+                    await start(listen, server_ssl_context)
+        except EndpointError as exc:
+            for server in self._extra_servers:
+                server.close()
+            raise StartupError(str(exc)) from exc
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
+
+    async def _start_amqps(self, listen: ListenPort, make_context: Any) -> None:
+        assert self.services is not None
+        server, why = await endpoints.start_amqps(
+            self.host, listen, self._new_protocol, make_context(self.data_dir, alpn=()),
+            self.services.limits.handshake_timeout,
+        )
+        if server is None:
+            self.unserved.append(f"amqps not served: {why}")
+            return
+        self._extra_servers.append(server)
+        self.tls_port = server.sockets[0].getsockname()[1]
+
+    async def _start_ws_port(self, listen: ListenPort, make_context: Any) -> None:
+        server, why = await endpoints.start_websocket_port(
+            self.host, listen, self._websocket_handler, make_context(self.data_dir)
+        )
+        if server is None:
+            self.unserved.append(f"websocket port not served: {why}")
+            return
+        self._extra_servers.append(server)
+        self.ws_port = server.sockets[0].getsockname()[1]
 
     async def _listen_namespace_ports(self, shared: Services, flusher: Flusher) -> None:
         """A listener per namespace with its own AmqpPort: there the namespace is the default,
@@ -300,7 +359,8 @@ class Server:
             self._timer.cancel()
         if self.dashboard is not None:
             self.dashboard.stop()
-        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values()):
+        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values(),
+                       *self._extra_servers):
             if server is not None:
                 server.close()
         for proto in list(self._connections):
@@ -511,6 +571,8 @@ class Server:
             return handler
 
         routes.add("GET", "/health", legacy(self._health))
+        if self._websocket_handler is not None:  # AMQP over WebSockets (sbemu.endpoints)
+            routes.add("GET", endpoints.PATH, self._websocket_handler)
         routes.add("GET", "/partitions", legacy(self._partitions))
         routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
         routes.add("POST", "/entities", legacy(self._status_command), prefix=True)

@@ -14,8 +14,6 @@ import hashlib
 import hmac
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from typing import Any
 import pytest
 
 from sbemu.admin.access import is_loopback
+from sbemu.testing import SbemuProcess, StartError
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
@@ -43,9 +42,6 @@ START_TIMEOUT = 20.0  # seconds to wait for the three ready lines
 STOP_TIMEOUT = 20.0  # seconds to wait for a clean exit after SIGTERM
 PARTITIONS = 16  # Standard-tier partition count [SB partitioning P2]
 
-_LISTEN_RE = re.compile(r"listening on amqp://([\w.\-\[\]:]+?):(\d+) ")
-_HEALTH_RE = re.compile(r"health on http://([\w.\-\[\]:]+?):(\d+)/health")
-_CONN_RE = re.compile(r"connection string: (\S+)")
 
 
 # ------------------------------------------------------------------------------- configuration
@@ -122,132 +118,67 @@ class ServerError(RuntimeError):
 
 
 class ServerProcess:
-    """A ``python -m sbemu serve`` subprocess with a known config file and data directory."""
+    """A ``python -m sbemu serve`` subprocess (``sbemu.testing``) with a known config file and
+    data directory, kept across restarts."""
 
     def __init__(self, config_path: Path, data_dir: Path, log_dir: Path) -> None:
         self.config_path = Path(config_path)
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
-        self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.admin_port = 0
         self.conn_str = ""
+        self.tls_port = 0  # AMQPS (the launcher passes --tls-port 0)
+        self.ws_port = 0  # AMQP over WebSockets, ws and wss (--ws-port 0)
         self.host = "127.0.0.1"
-        self._starts = 0
-        self._stderr_path: Path | None = None
-        self._lines: queue.Queue[str | None] = queue.Queue()
         self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
+        self._launcher: SbemuProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[str] | None:
+        return self._launcher.proc if self._launcher is not None else None
 
     # -- life cycle
     def start(self) -> ServerProcess:
-        """Start the process and wait (up to START_TIMEOUT s) for its three ready lines."""
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        self._starts += 1
-        self._stderr_path = self.log_dir / f"server-{self._starts}.stderr"
-        stderr = open(self._stderr_path, "w")  # noqa: SIM115 - handed to the child
-        cmd = [
-            sys.executable,
-            "-m",
-            "sbemu",
-            "serve",
-            "--config",
-            str(self.config_path),
-            "--data-dir",
-            str(self.data_dir),
-            "--port",
-            "0",
-            "--admin-port",
-            "0",
-            "--log-level",
-            "warning",
-        ]
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # advance_clock(): lock expiry, TTL, schedules without sleeping
-        # (loopback only: a server bound beyond it, SBEMU_HOST=0.0.0.0, refuses the switch)
-        host = env.get("SBEMU_HOST") or "127.0.0.1"
-        env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock and is_loopback(host) else ""
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        stderr.close()
-        self._lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
-        self._await_ready()
+        """Start the process and wait (up to START_TIMEOUT s) for it to be ready."""
+        assert not self.running, "already running"
+        if self._launcher is None:
+            env = dict(os.environ)
+            # advance_clock(): lock expiry, TTL, schedules without sleeping
+            # (loopback only: a server bound beyond it, SBEMU_HOST=0.0.0.0, refuses the switch)
+            host = env.get("SBEMU_HOST") or "127.0.0.1"
+            env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock and is_loopback(host) else ""
+            self._launcher = SbemuProcess(
+                config=self.config_path, data_dir=self.data_dir, host=host, env=env,
+                stderr=self.log_dir / "server.stderr",
+            )  # fmt: skip
+        try:
+            ready = self._launcher.start(START_TIMEOUT)
+        except StartError as exc:
+            raise ServerError(str(exc)) from None
+        self.port, self.admin_port, self.conn_str = (
+            ready.amqp_port, ready.admin_port, ready.connection_string,
+        )  # fmt: skip
+        assert ready.tls_port is not None and ready.ws_port is not None, ready.document
+        self.tls_port, self.ws_port = ready.tls_port, ready.ws_port
         return self
-
-    @staticmethod
-    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-        # Keep reading stdout for the whole life of the process so it never blocks on a pipe.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    def _await_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        seen: list[str] = []
-        port = conn = admin = None
-        while port is None or conn is None or admin is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._abort()
-                raise ServerError(
-                    f"server not ready after {START_TIMEOUT}s; stdout={seen!r}; "
-                    f"stderr={self.stderr_text()!r}"
-                )
-            try:
-                line = self._lines.get(timeout=min(remaining, 0.2))
-            except queue.Empty:
-                continue
-            if line is None:  # EOF: the process is gone
-                assert self.proc is not None
-                rc = self.proc.wait(timeout=5)
-                raise ServerError(
-                    f"server exited with {rc} before it was ready; stdout={seen!r}; "
-                    f"stderr={self.stderr_text()!r}"
-                )
-            seen.append(line.rstrip("\n"))
-            if m := _LISTEN_RE.search(line):
-                port = int(m.group(2))
-            elif m := _HEALTH_RE.search(line):
-                admin = int(m.group(2))
-            elif m := _CONN_RE.search(line):
-                conn = m.group(1)
-        self.port, self.admin_port, self.conn_str = port, admin, conn
-
-    def _abort(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM and wait for exit; returns the exit code (0 expected)."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-                raise ServerError(
-                    f"server did not stop within {timeout}s of SIGTERM; "
-                    f"stderr={self.stderr_text()!r}"
-                ) from None
-        return self.proc.returncode
+        assert self._launcher is not None
+        try:
+            rc = self._launcher.stop(timeout)
+        except StartError as exc:
+            raise ServerError(str(exc)) from None
+        assert rc is not None
+        return rc
 
     def kill(self) -> int:
         """SIGKILL (the crash test) and wait; returns the exit code (-9)."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        return self.proc.wait(timeout=10)
+        assert self._launcher is not None
+        rc = self._launcher.kill()
+        assert rc is not None
+        return rc
 
     def restart(self, *, kill: bool = False) -> ServerProcess:
         """Stop (SIGTERM, or SIGKILL when ``kill``) and start again on the same data dir."""
@@ -283,12 +214,10 @@ class ServerProcess:
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._launcher is not None and self._launcher.alive()
 
     def stderr_text(self) -> str:
-        if self._stderr_path is None or not self._stderr_path.exists():
-            return ""
-        return self._stderr_path.read_text(errors="replace")[-4000:]
+        return self._launcher.stderr_tail() if self._launcher is not None else ""
 
     # -- addresses and credentials
     @property
@@ -312,6 +241,17 @@ class ServerProcess:
 
     def amqp_url(self) -> str:
         return f"amqp://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The local CA the AMQPS, wss and HTTPS certificates chain to (trust it to connect)."""
+        return self.data_dir / "tls" / "rootCA.pem"
+
+    def tls_conn_str(self, key_name: str = KEY_NAME, key: str = KEY) -> str:
+        """A connection string without the emulator flag (TLS; the SDKs' default ports)."""
+        return (
+            f"Endpoint=sb://localhost/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
+        )
 
 
 def start_server(tmp: Path, queues: Iterable[dict[str, Any]]) -> ServerProcess:

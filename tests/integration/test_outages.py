@@ -86,7 +86,8 @@ def cli(server: Any, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def cli_ok(server: Any, *args: str) -> Any:
-    proc = cli(server, *args)
+    """The admin port's JSON answer (--json: without it, sbemu prints a table or a sentence)."""
+    proc = cli(server, *args, "--json")
     assert proc.returncode == 0, f"sbemu partition {args}: rc={proc.returncode} {proc.stderr!r}"
     return json.loads(proc.stdout)
 

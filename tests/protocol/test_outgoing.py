@@ -6,10 +6,11 @@ import itertools
 
 from sbemu.partitions.records import MessageRecord, MessageState
 from sbemu.protocol import codec
-from sbemu.protocol.messages import encode_delivery
+from sbemu.protocol.messages import encode_delivery, lock_token_stamp
 from sbemu.protocol.outgoing import delivery_bytes
 
 TAIL = b"\x00\x53\x75\xa0\x03abc"
+KEY = 0x0123456789ABCDEF_FEDCBA9876543210  # a lock token's int (Lock.key)
 
 
 def record(**changes: object) -> MessageRecord:
@@ -41,7 +42,9 @@ def test_the_common_cases_match_encode_delivery():
             durable=durable, annotations=ann[0], annotation_count=ann[1],
         )
         until = 1_700_000_060_000
-        assert delivery_bytes(rec, pid, until) == encode_delivery(rec, pid, until)
+        assert delivery_bytes(rec, pid, until, KEY) == encode_delivery(
+            rec, pid, until, delivery_stamps=lock_token_stamp(KEY)
+        )
 
 
 def test_records_with_more_to_stamp_or_rewrite_match_too():
@@ -57,5 +60,8 @@ def test_records_with_more_to_stamp_or_rewrite_match_too():
             tail=b"\x00\x53\x74\xc1\x06\x02\xa1\x01i\x54\x05" + TAIL,
             property_overrides={"i": codec.enc_int(6)},
         ),
+        record(tail=b"\x00\x53\x71\xc1\x06\x02\xa1\x01d\x54\x05" + TAIL),  # sender's
     ):
-        assert delivery_bytes(rec, 3, until) == encode_delivery(rec, 3, until)
+        assert delivery_bytes(rec, 3, until, KEY) == encode_delivery(
+            rec, 3, until, delivery_stamps=lock_token_stamp(KEY)
+        )

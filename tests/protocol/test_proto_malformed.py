@@ -6,15 +6,8 @@ still send and receive.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import re
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -42,6 +35,7 @@ from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
 from sbemu.protocol.connection import AmqpConnection
+from sbemu.testing import SbemuProcess
 
 GARBAGE = bytes(range(256))[::-1] * 2
 OPEN_FRAME = frame_bytes(OPEN, [codec.enc_string("raw-client"), codec.enc_string("localhost")])
@@ -320,76 +314,18 @@ QUEUES_ONLY_CONFIG = {
 }
 
 
-class ServerProc:
+class ServerProc(SbemuProcess):
+    """The queues-only server of these tests (sbemu.testing), its stderr in ``log_path``."""
+
     def __init__(self, data_dir: Path, log_path: Path) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
         config = log_path.parent / "config.json"
         config.write_text(json.dumps(QUEUES_ONLY_CONFIG))
-        self.log_path = log_path
-        self._stderr = open(log_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sbemu",
-                "serve",
-                "--port",
-                "0",
-                "--admin-port",
-                "0",
-                "--data-dir",
-                str(data_dir),
-                "--config",
-                str(config),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + 20
-        self.port = 0
-        while not self.port:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.stop()
-                raise RuntimeError(f"server did not start: {self.stderr()}")
-            try:
-                line = lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise RuntimeError(f"server exited: {self.stderr()}")
-            if m := re.search(r"amqp://127\.0\.0\.1:(\d+)", line):
-                self.port = int(m.group(1))
+        super().__init__(config=config, data_dir=data_dir, log_level="info", stderr=log_path)
+        self.port = self.start(20).amqp_port
         self.url = f"amqp://127.0.0.1:{self.port}"
 
     def stderr(self) -> str:
-        self._stderr.flush()
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self._stderr.close()
+        return self.stderr_tail(3000)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,6 @@ which is how `sbemu report` is used.
 
 from __future__ import annotations
 
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,40 +13,18 @@ from spark_traffic import all_records, reference_tables, spark_tables
 
 from sbemu.export import export_logs
 from sbemu.partitions import logreader
+from sbemu.testing import SbemuProcess
 
 NS = "sbemulatorns"
 
 
-class Server:
+class Server(SbemuProcess):
     def __init__(self, data_dir: str, log_path: str, *extra: str) -> None:
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(
-            # --keep-logs: these tests rebuild their reference from the whole log after the
-            # report ran, so the server must not trim below the report's registered offsets.
-            [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-             "--data-dir", data_dir, "--keep-logs", *extra],
-            stdout=subprocess.PIPE, stderr=self.log, text=True,
-        )
-        deadline = time.monotonic() + 30
-        line = ""
-        while "listening on" not in line:
-            assert time.monotonic() < deadline and self.proc.poll() is None, open(log_path).read()
-            line = self.proc.stdout.readline()
-        port = int(re.search(r"amqp://[^:]+:(\d+)", line).group(1))
-        self.conn = (
-            f"Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
-            "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        # --keep-logs: these tests rebuild their reference from the whole log after the
+        # report ran, so the server must not trim below the report's registered offsets.
+        super().__init__(data_dir=data_dir, log_level="info", stderr=log_path,
+                         args=["--keep-logs", *extra])
+        self.conn = self.start(30).connection_string
 
 
 def receive(receiver, n: int, timeout: float = 20.0) -> list:

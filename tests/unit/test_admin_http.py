@@ -311,6 +311,9 @@ def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
 def test_sbemu_cert_prints_the_ca_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from sbemu.cli import main
 
+    assert main(["cert", "--data-dir", str(tmp_path)]) == 2  # no server made a CA there yet
+    assert not ca_path(tmp_path).exists() and "--data-dir" in capsys.readouterr().err
+    ensure_certificates(tmp_path)  # what the server does on its first start
     assert main(["cert", "--data-dir", str(tmp_path)]) == 0
     printed = Path(capsys.readouterr().out.strip())
     assert printed == ca_path(tmp_path).resolve() and printed.read_text().startswith(

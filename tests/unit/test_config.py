@@ -862,3 +862,19 @@ def test_parse_duration_ms_rejects(text: str) -> None:
 def test_format_duration_ms_round_trips(ms: int, text: str) -> None:
     assert format_duration_ms(ms) == text
     assert parse_duration_ms(text) == ms
+
+
+def test_truncated_json_error_is_a_whole_sentence(tmp_path: Path) -> None:
+    """A file cut inside a string: json says "Unterminated string starting at" and expects
+    the position after it; the message must not stop mid-sentence."""
+    whole = json.dumps({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns"}]}}, indent=2)
+    path = write(tmp_path, whole[: whole.index("sbemulatorns") + 4])
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: line 5 column 17: invalid JSON: ")
+    assert not text.endswith(" at")
+    assert "Unterminated string starting here" in text and "truncated" in text
+    path = write(tmp_path, whole[: whole.index("[") + 1])  # cut between values
+    with pytest.raises(ConfigError, match=r"Expecting value \(the file ends before"):
+        load_config(path)

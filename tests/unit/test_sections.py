@@ -270,13 +270,27 @@ def test_via_partition_key_and_all_broker_keys_stripped():
     assert len(SERVICE_ANNOTATIONS) == 8
 
 
-def test_delivery_annotations_dropped():
-    da = enc_described(0x71, enc_map([(enc_symbol("x-opt-lock-token"), enc_string("t"))]))
+def test_delivery_annotations_kept_without_a_stale_lock_token():
+    # [issue 23 item 1] the service hands a sender's delivery-annotations to the receiver;
+    # an x-opt-lock-token among them (a received message sent again) is its own to stamp
+    da = enc_described(
+        0x71,
+        enc_map([(enc_symbol("x-opt-lock-token"), enc_string("t")), (enc_symbol("k"), enc_int(3))]),
+    )
     props = enc_described(0x73, enc_list([enc_string("id")]))
     body = enc_described(0x75, enc_binary(b"b"))
     s = scan_message(da + props + body)
-    assert s.tail == props + body
+    assert s.tail == enc_described(0x71, enc_map([(enc_symbol("k"), enc_int(3))])) + props + body
     assert s.message_id == "id"
+    plain = enc_described(0x71, enc_map([(enc_symbol("k"), enc_int(3))])) + props + body
+    assert scan_message(plain).tail == plain  # nothing to drop: byte for byte
+    # on the way out they go after the header, before the message annotations
+    out = rebuild(s, stamps=[(enc_symbol("x-opt-sequence-number"), enc_long(5))],
+                  delivery_stamps=[(enc_symbol("x-opt-lock-token"), b"\x98" + U.bytes)])
+    m = decode_proton(out)
+    assert m.instructions == {"k": 3, "x-opt-lock-token": U}
+    assert [code for code, _ in sections_of(out)] == [0x70, 0x71, 0x72, 0x73, 0x75]
+    assert m.id == "id"
 
 
 def test_symbolic_and_ulong_descriptors_accepted_and_normalised():
@@ -656,3 +670,25 @@ def test_assign_message_id_patches_properties_keeps_the_rest(with_props):
         assert (m.correlation_id, m.subject, m.group_id) == ("corr", "subj", "s1")
     rescanned = scan_message(rebuild(out))
     assert rescanned.message_id == out.message_id and rescanned.tail == out.tail
+
+
+def test_assigned_message_id_goes_after_delivery_annotations():
+    da = enc_described(0x71, enc_map([(enc_symbol("k"), enc_int(3))]))
+    body = enc_described(0x75, enc_binary(b"b"))
+    s = assign_message_id(scan_message(da + body), "new-id")
+    assert [code for code, _ in sections_of(s.tail)] == [0x71, 0x73, 0x75]
+    assert s.tail[s.body_span[0] : s.body_span[1]] == body
+    assert read_properties(s.tail)["message-id"] == "new-id"
+
+
+def test_delivery_annotations_after_the_body_are_stored_first():
+    # pyamqp encodes properties, body, footer, then delivery-annotations
+    props = enc_described(0x73, enc_list([enc_string("id")]))
+    body = enc_described(0x75, enc_binary(b"b"))
+    footer = enc_described(0x78, enc_map([(enc_symbol("f"), enc_int(6))]))
+    da = enc_described(0x71, enc_map([(enc_symbol("k"), enc_int(3))]))
+    s = scan_message(props + body + footer + da)
+    assert s.tail == da + props + body + footer
+    assert s.tail[s.body_span[0] : s.body_span[1]] == body
+    out = decode_proton(rebuild(s))
+    assert out.instructions == {"k": 3} and out.id == "id" and out.body == b"b"

@@ -36,9 +36,11 @@ from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token
 from .http import HttpRoutes, Request, Response, json_response
+from .keyvalues import key_values_xml, read_key_values
 from .management import Management
+from .notfound import for_api_clients
 
-__all__ = ["add_atom_routes", "add_purge_routes"]
+__all__ = ["add_atom_routes", "add_purge_routes", "empty_feed"]
 
 log = logging.getLogger("sbemu.admin")
 
@@ -250,8 +252,13 @@ class AtomApi:
 
     async def _route(self, request: Request, ns: str) -> Response:
         parts = [p for p in request.path.split("/") if p]
-        if not parts:
-            raise AtomError(404, "No entity was named in the request path.")
+        if not parts:  # an empty entity name (the SDKs' get_queue(""), create_queue(""))
+            if request.method in ("GET", "HEAD"):
+                return self._empty_feed(request)  # what Azure lists at its root
+            raise AtomError(
+                400, "SubCode=40000. Bad Request. The entity name is empty: name a queue, topic, "
+                "subscription or rule in the request path."
+            )
         low = [p.lower() for p in parts]
         method = request.method
         if low[0] == "$namespaceinfo" and len(parts) == 1:
@@ -315,17 +322,7 @@ class AtomApi:
         return Response(200, body.encode(), [("Content-Type", FEED_TYPE)])
 
     def _empty_feed(self, request: Request) -> Response:
-        """Azure's answer to a GET of a missing entity: 200 with a feed without entries."""
-        now = _time(int(self.clock() * 1000))
-        url = f"{self._base(request)}{quote(request.path)}?api-version={API_VERSION}"
-        body = (
-            f'<?xml version="1.0" encoding="utf-8"?><feed xmlns="{ATOM}">'
-            '<title type="text">Publicly Listed Services</title>'
-            '<subtitle type="text">This is the list of publicly-listed services currently '
-            f"available.</subtitle><id>{escape(url)}</id><updated>{now}</updated>"
-            "<generator>Microsoft® Service Bus</generator></feed>"
-        )
-        return Response(200, body.encode(), [("Content-Type", FEED_TYPE)])
+        return empty_feed(request, int(self.clock() * 1000))
 
     def _entry_response(self, status: int, entry: str) -> Response:
         body = '<?xml version="1.0" encoding="utf-8"?>' + entry
@@ -350,10 +347,9 @@ class AtomApi:
             elif typ == "str":
                 if value is not None:
                     out.append(_el(name, value))
-            elif typ == "fwd":
+            elif typ == "fwd":  # Azure's form: sb://<namespace host>/<entity path>
                 if value:
-                    host = request.headers.get("host", "localhost")
-                    out.append(_el(name, f"sb://{host}/{value}"))
+                    out.append(_el(name, f"sb://{_host(request) or 'localhost'}/{value}"))
             elif typ == "raw":
                 out.append(f"<{name}>{value or ''}</{name}>")
             elif typ == "maxsize":  # [P5] per-partition size x partition count
@@ -387,8 +383,10 @@ class AtomApi:
                     f"<d2p1:TransferDeadLetterMessageCount>{counts['transfer_dead_letter']}"
                     "</d2p1:TransferDeadLetterMessageCount></CountDetails>"
                 )
+        if kind == "topic" and _api_version(request) >= "2024-05":
+            sql, correlation = self.m.filter_counts(entity)  # api-version 2024-05 on
+            out.append(_el("SqlFilterCount", sql) + _el("CorrelationFilterCount", correlation))
         out.append(f"</{element}>")
-        del kind
         return "".join(out)
 
     def _entity_entry(self, request: Request, ns: str, entity: Entity) -> str:
@@ -496,7 +494,9 @@ class AtomApi:
             desc = self.m.subscription(entity, sub) if entity is not None and \
                 entity.spec.kind == "topic" else None
             if entity is None or desc is None:
-                return self._empty_feed(request)
+                # unlike a queue or topic (an empty feed), a missing subscription is a 404: the
+                # Java admin client reads no feed here (getSubscriptionExists)
+                raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
             return self._entry_response(200, self._subscription_entry(request, ns, entity, desc))
         if method == "DELETE":
             await self.m.delete_subscription(ns, topic, sub)
@@ -521,11 +521,11 @@ class AtomApi:
         if method in ("GET", "HEAD"):
             if entity is None or entity.spec.kind != "topic" or \
                     self.m.subscription(entity, sub) is None:
-                return self._empty_feed(request)
+                raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
             rule = next((r for r in self.m.rules(entity, sub) if r.name.lower() == name.lower()),
                         None)
             if rule is None:
-                return self._empty_feed(request)
+                raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}|{name}' was not found.")
             return self._entry_response(200, self._rule_entry(request, ns, entity, sub, rule))
         if method == "DELETE":
             self.m.delete_rule(ns, topic, sub, name)
@@ -544,12 +544,33 @@ class AtomApi:
         return self._entry_response(201, self._rule_entry(request, ns, entity, sub, rule))
 
 
+def empty_feed(request: Request, now_ms: int) -> Response:
+    """Azure's answer to a GET of a missing entity (or of the namespace root, an empty name):
+    200 with a feed without entries, which the SDKs turn into not-found."""
+    now = _time(now_ms)
+    base = f"https://{request.headers.get('host', 'localhost')}"
+    url = f"{base}{quote(request.path)}?api-version={API_VERSION}"
+    body = (
+        f'<?xml version="1.0" encoding="utf-8"?><feed xmlns="{ATOM}">'
+        '<title type="text">Publicly Listed Services</title>'
+        '<subtitle type="text">This is the list of publicly-listed services currently '
+        f"available.</subtitle><id>{escape(url)}</id><updated>{now}</updated>"
+        "<generator>Microsoft® Service Bus</generator></feed>"
+    )
+    return Response(200, body.encode(), [("Content-Type", FEED_TYPE)])
+
+
 # ------------------------------------------------------------------ parsing
 def _host(request: Request) -> str:
     host = request.headers.get("host", "")
     if host.startswith("["):
         return host.split("]", 1)[0] + "]"
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _api_version(request: Request) -> str:
+    """The request's api-version ("2017-04", "2021-05", "2024-05"; ours when absent)."""
+    return (request.query.get("api-version") or [API_VERSION])[0]
 
 
 def _paging(request: Request) -> tuple[int, int]:
@@ -618,31 +639,6 @@ def _parse_body(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
     return element, given, extra
 
 
-def _key_values(parent: ET.Element | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if parent is None:
-        return out
-    for kv in parent:
-        key = kv.findtext(f"{{{SB}}}Key")
-        value_el = kv.find(f"{{{SB}}}Value")
-        if key is None or value_el is None:
-            continue
-        text = value_el.text or ""
-        typ = (value_el.get(f"{{{XSI}}}type") or "string").split(":")[-1]
-        value: Any = text
-        try:
-            if typ in ("int", "long", "short", "byte", "unsignedInt", "unsignedLong"):
-                value = int(text)
-            elif typ in ("double", "float", "decimal"):
-                value = float(text)
-            elif typ == "boolean":
-                value = text.lower() == "true"
-        except ValueError:
-            raise ArgumentError(f"The value of property '{key}' is not a valid {typ}.") from None
-        out[key] = value
-    return out
-
-
 def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
     """A RuleSource from a RuleDescription (or DefaultRuleDescription) element."""
     flt = rule_el.find(f"{{{SB}}}Filter")
@@ -656,7 +652,7 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
     if ftype in ("SqlFilter", "TrueFilter", "FalseFilter"):
         sql = flt.findtext(f"{{{SB}}}SqlExpression") if flt is not None else None
         if flt is not None:
-            params = _key_values(flt.find(f"{{{SB}}}Parameters")) or None
+            params = read_key_values(flt.find(f"{{{SB}}}Parameters")) or None
         kind = {"SqlFilter": "sql", "TrueFilter": "true", "FalseFilter": "false"}[ftype]
     elif ftype == "CorrelationFilter":
         kind = "correlation"
@@ -666,7 +662,7 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
             element = flt.find(f"{{{SB}}}{field}")
             if element is not None and element.get(f"{{{XSI}}}nil") != "true":
                 correlation[field] = element.text or ""
-        props = _key_values(flt.find(f"{{{SB}}}Properties"))
+        props = read_key_values(flt.find(f"{{{SB}}}Properties"))
         if props:
             correlation["Properties"] = props
     else:
@@ -676,7 +672,7 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
         atype = (action.get(f"{{{XSI}}}type") or "EmptyRuleAction").split(":")[-1]
         if atype == "SqlRuleAction":
             action_sql = action.findtext(f"{{{SB}}}SqlExpression")
-            action_params = _key_values(action.find(f"{{{SB}}}Parameters")) or None
+            action_params = read_key_values(action.find(f"{{{SB}}}Parameters")) or None
         elif atype != "EmptyRuleAction":
             raise ArgumentError(f"Unknown rule action type '{atype}'.")
     source = RuleSource(name, kind, sql, correlation, action_sql, 0, params, action_params)
@@ -684,25 +680,8 @@ def _rule_source(name: str, rule_el: ET.Element) -> RuleSource:
     return source
 
 
-def _value_xml(value: Any) -> str:
-    if isinstance(value, bool):
-        typ, text = "boolean", _bool(value)
-    elif isinstance(value, int):
-        typ, text = ("int" if -(2**31) <= value < 2**31 else "long"), str(value)
-    elif isinstance(value, float):
-        typ, text = "double", repr(value)
-    else:
-        typ, text = "string", str(value)
-    return f'<Value i:type="d6p1:{typ}" xmlns:d6p1="{XSD}">{escape(text)}</Value>'
-
-
 def _parameters_xml(params: Any) -> str:
-    if not params:
-        return ""
-    return "<Parameters>" + "".join(
-        f"<KeyValueOfstringanyType>{_el('Key', k)}{_value_xml(v)}</KeyValueOfstringanyType>"
-        for k, v in params.items()
-    ) + "</Parameters>"
+    return key_values_xml("Parameters", params) if params else ""
 
 
 def _rule_xml(rule: RuleSource) -> str:
@@ -714,11 +693,7 @@ def _rule_xml(rule: RuleSource) -> str:
             if k.lower() in (f.lower(), "subject" if f == "Label" else f.lower())
             and k != "Properties"
         )
-        props: Any = corr.get("Properties") or {}
-        inner += "<Properties>" + "".join(
-            f"<KeyValueOfstringanyType>{_el('Key', k)}{_value_xml(v)}</KeyValueOfstringanyType>"
-            for k, v in props.items()
-        ) + "</Properties>"
+        inner += key_values_xml("Properties", corr.get("Properties"))
         flt = f'<Filter i:type="CorrelationFilter">{inner}</Filter>'
     else:
         xsi = {"sql": "SqlFilter", "true": "TrueFilter", "false": "FalseFilter"}[kind]
@@ -739,10 +714,27 @@ def _rule_xml(rule: RuleSource) -> str:
 
 # ------------------------------------------------------------------ wiring
 def add_atom_routes(routes: HttpRoutes, management: Management) -> None:
-    """The management API: everything not claimed by a more specific route."""
+    """The management API: everything not claimed by a more specific route (a browser's
+    request for a path that names nothing gets a plain 404: admin/notfound.py)."""
     api = AtomApi(management)
+    handler = for_api_clients(api.handle, lambda request: _names_resource(management, request))
     for method in ("GET", "HEAD", "PUT", "DELETE"):
-        routes.add(method, "/", api.handle, prefix=True)
+        routes.add(method, "/", handler, prefix=True)
+    # The root itself (an empty entity name): GET is the dashboard's page unless it carries
+    # an api-version (sbemu.admin.dashboard answers it with empty_feed); writes are ours.
+    for method in ("PUT", "DELETE"):
+        routes.add(method, "/", api.handle)
+
+
+def _names_resource(management: Management, request: Request) -> bool:
+    """Whether a path is an API resource ($namespaceinfo, $Resources/...) or lies under an
+    existing entity (whose name may itself hold slashes)."""
+    parts = [p for p in request.path.split("/") if p]
+    if not parts or parts[0].startswith("$"):
+        return True
+    ns = management.namespace(_host(request)).name
+    return any(management.entity(ns, "/".join(parts[:i])) is not None
+               for i in range(1, len(parts) + 1))
 
 
 def add_purge_routes(routes: HttpRoutes, management: Management) -> None:

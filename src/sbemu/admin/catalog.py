@@ -49,6 +49,7 @@ from ..config import (
     TopicConfig,
 )
 from ..errors import ArgumentError
+from .tiers import check_message_size
 
 __all__ = [
     "CATALOG_FILE",
@@ -104,7 +105,7 @@ QUEUE_DEFAULTS: dict[str, Any] = {
     "enable_express": False,
     "is_anonymous_accessible": False,
     "support_ordering": True,
-    "max_message_size_kb": STANDARD_MAX_MESSAGE_SIZE // 1024,
+    "max_message_size_kb": None,  # the tier's (sbemu.admin.tiers)
     "authorization_rules": "",
 }
 TOPIC_DEFAULTS: dict[str, Any] = {
@@ -119,7 +120,7 @@ TOPIC_DEFAULTS: dict[str, Any] = {
     "support_ordering": True,
     "filtering_messages_before_publishing": False,
     "enable_subscription_partitioning": False,
-    "max_message_size_kb": STANDARD_MAX_MESSAGE_SIZE // 1024,
+    "max_message_size_kb": None,  # the tier's (sbemu.admin.tiers)
     "authorization_rules": "",
 }
 SUBSCRIPTION_DEFAULTS: dict[str, Any] = {
@@ -157,7 +158,8 @@ def validate(
     below Azure's minimum may be sent back unchanged, as the SDKs' get-then-update does).
 
     Also applies the namespace tier: a Premium namespace partitions every entity [P3] and
-    allows messages up to 100 MB; Standard has 16 partitions [P2] and 256 KB messages [P19].
+    allows messages up to 100 MB; Standard has 16 partitions [P2] and 256 KB messages [P19]
+    (sbemu.admin.tiers).
     """
     name = desc["name"]
     pattern = _SUB_NAME if kind == "subscription" else _ENTITY_NAME
@@ -193,24 +195,24 @@ def validate(
                 "(or a power of two below 1024 for tests)."
             )
     for key in ("forward_to", "forward_dead_lettered_messages_to"):
+        # A full URL (sb://<host>/<name>, as the SDKs send it) or a bare name; forwarding to
+        # the entity itself or round a cycle is accepted as Azure accepts it: a message stops
+        # after the hop limit, in the transfer dead-letter queue (sbemu.partitions.forwarding).
         target = desc.get(key)
         if target is not None and isinstance(target, str):
-            target = _forward_target(target)
-            if target.lower() == name.lower() and kind != "subscription":
-                raise _bad(f"The entity '{name}' cannot forward to itself.")
-            desc[key] = target or None
+            desc[key] = _forward_target(target) or None
     if kind == "subscription":
         return
     premium = ns.premium_partitions
     if premium is not None:
         desc["enable_partitioning"] = True
         desc["partition_count"] = premium
-        kb = desc["max_message_size_kb"]
-        if not 1024 <= kb <= 102_400:
-            raise _bad("MaxMessageSizeInKilobytes must be between 1024 and 102400 on Premium.")
     else:
         desc["partition_count"] = STANDARD_PARTITION_COUNT if desc["enable_partitioning"] else 1
-        desc["max_message_size_kb"] = STANDARD_MAX_MESSAGE_SIZE // 1024
+    kb = desc.get("max_message_size_kb")
+    check_message_size(
+        desc, ns, given=kb is not None and kb != (old or {}).get("max_message_size_kb")
+    )
 
 
 def _forward_target(value: str) -> str:
@@ -247,10 +249,8 @@ def from_queue_config(q: QueueConfig, premium: int | None) -> dict[str, Any]:
             "partition_count": q.partition_count,
             "max_size_mb": q.max_size_mb,
             "enable_partitioning": q.enable_partitioning or q.partition_count > 1,
-            "max_message_size_kb": (
-                PREMIUM_MAX_MESSAGE_SIZE if premium else STANDARD_MAX_MESSAGE_SIZE
-            )
-            // 1024,
+            "max_message_size_kb": q.max_message_size_kb
+            or (PREMIUM_MAX_MESSAGE_SIZE if premium else STANDARD_MAX_MESSAGE_SIZE) // 1024,
             "status": q.status,
             "auto_delete_on_idle_ms": _idle_ms(q.auto_delete_on_idle_ms),
         },
@@ -268,10 +268,8 @@ def from_topic_config(t: TopicConfig, premium: int | None) -> dict[str, Any]:
             "partition_count": t.partition_count,
             "max_size_mb": t.max_size_mb,
             "enable_partitioning": t.enable_partitioning or t.partition_count > 1,
-            "max_message_size_kb": (
-                PREMIUM_MAX_MESSAGE_SIZE if premium else STANDARD_MAX_MESSAGE_SIZE
-            )
-            // 1024,
+            "max_message_size_kb": t.max_message_size_kb
+            or (PREMIUM_MAX_MESSAGE_SIZE if premium else STANDARD_MAX_MESSAGE_SIZE) // 1024,
             "status": t.status,
             "auto_delete_on_idle_ms": _idle_ms(t.auto_delete_on_idle_ms),
         },
@@ -317,6 +315,7 @@ def queue_config(d: Mapping[str, Any]) -> QueueConfig:
         partition_count=d["partition_count"],
         max_size_mb=d["max_size_mb"],
         enable_partitioning=d["enable_partitioning"],
+        max_message_size_kb=d.get("max_message_size_kb"),
     )
 
 
@@ -355,6 +354,7 @@ def topic_config(
         partition_count=d["partition_count"],
         max_size_mb=d["max_size_mb"],
         subscriptions=subscriptions,
+        max_message_size_kb=d.get("max_message_size_kb"),
     )
 
 

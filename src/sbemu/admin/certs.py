@@ -1,11 +1,16 @@
 """A local certificate authority and the admin port's server certificate, mkcert style.
 
 The Python and JS admin clients speak HTTPS to the admin port whatever the connection string says,
-so the port answers TLS with a certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by a
+and clients without the emulator flag speak AMQPS (port 5671) or WebSockets over TLS (``wss``),
+so those ports answer TLS with a certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by a
 CA generated on first start into ``<data dir>/tls/`` (``rootCA.pem`` + ``rootCA-key.pem``, and
 ``localhost.pem`` + ``localhost-key.pem``: mkcert's file names). Users trust ``rootCA.pem`` once
 (``sbemu cert`` prints its path). Files are reused across restarts; the server certificate is
 re-issued when it is missing, expires within 30 days, or was not signed by the CA on disk.
+
+``SSL_CERT_FILE`` replaces a program's whole trust store, so pointing it at ``rootCA.pem`` alone
+breaks every other HTTPS call of that shell: :func:`write_ca_bundle` writes the system's CAs plus
+ours into one PEM file (``sbemu cert --bundle`` and the pytest plugin use it).
 """
 
 from __future__ import annotations
@@ -23,7 +28,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ..atomicfile import atomic_write
 
-__all__ = ["CA_FILE", "ca_path", "ensure_certificates", "server_ssl_context"]
+__all__ = [
+    "CA_FILE",
+    "ca_path",
+    "ensure_certificates",
+    "server_ssl_context",
+    "system_ca_file",
+    "write_ca_bundle",
+]
 
 TLS_DIR = "tls"
 CA_FILE = "rootCA.pem"
@@ -148,11 +160,38 @@ def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple
     return ca_file, cert_file, key_file
 
 
-def server_ssl_context(data_dir: Path) -> ssl.SSLContext:
-    """A server-side TLS context with the admin port's certificate (created when missing)."""
+def server_ssl_context(data_dir: Path, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+    """A server-side TLS context with the local certificate (created when missing).
+
+    ``alpn``: the protocols offered (the admin port's HTTP/1.1; none for AMQPS on 5671)."""
     _, cert_file, key_file = ensure_certificates(data_dir)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
-    ctx.set_alpn_protocols(["http/1.1"])
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
     return ctx
+
+
+def system_ca_file() -> Path | None:
+    """The platform's CA bundle: OpenSSL's compiled-in default file (not $SSL_CERT_FILE, which
+    may name a bundle of ours already), else certifi's when it is installed, else None."""
+    default = ssl.get_default_verify_paths().openssl_cafile
+    if default and Path(default).is_file():
+        return Path(default)
+    try:
+        import certifi
+    except ImportError:
+        return None
+    where = Path(certifi.where())
+    return where if where.is_file() else None
+
+
+def write_ca_bundle(ca_file: Path, bundle: Path) -> tuple[Path, Path | None]:
+    """Write the system's CAs followed by ``ca_file`` into ``bundle`` (atomically);
+    returns (bundle, the system CA file used, or None when none was found)."""
+    system = system_ca_file()
+    parts = [system.read_text()] if system is not None else []
+    parts.append(Path(ca_file).read_text())
+    atomic_write(Path(bundle), "\n".join(p.rstrip("\n") + "\n" for p in parts).encode(), 0o644)
+    return Path(bundle), system

@@ -36,10 +36,15 @@ from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX
 from ..partitions.router import Router
 from ..partitions.specs import MAIN
 from ..partitions.stats import ServerStats, totals
+from ..partitions.transitions import SCHEDULED_QUEUE
 from . import explorer, metrics
 from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
+from .atom import empty_feed
 from .http import HttpRoutes, Request, Response, json_response, text_response
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
+from .msgsearch import MessageSearch
+from .notfound import favicon, not_found
+from .rates import PartitionRates
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -122,6 +127,8 @@ class ServerStatus(Protocol):
     def data_dir(self) -> Path: ...
     @property
     def started_at(self) -> float: ...  # epoch seconds
+    @property
+    def clock(self) -> Callable[[], float]: ...  # the server's time source (Unix seconds)
 
     def wake(self) -> None:
         """Ask for a turn soon (after a partition was taken on or offline)."""
@@ -137,6 +144,7 @@ class Dashboard:
         self.access = access
         self.codec = codec
         self.history = RateHistory()
+        self.rates = PartitionRates()  # per entity and partition (admin/rates.py)
         self._snapshot: dict[str, Any] | None = None
         self._snapshot_at = 0.0
         self._snapshot_age = SNAPSHOT_MIN_AGE
@@ -163,7 +171,9 @@ class Dashboard:
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            point = self.history.sample(int(time.time() * 1000), self._totals())
+            now_ms = int(self.server.clock() * 1000)  # the server's clock (a TestClock in tests)
+            self.rates.sample(now_ms, self._partition_counters())
+            point = self.history.sample(now_ms, self._totals())
             if point is not None and self._subscribers:
                 event = "event: tick\ndata: " + json.dumps(self._tick_payload(point)) + "\n\n"
                 for q in list(self._subscribers):
@@ -177,6 +187,16 @@ class Dashboard:
         if router is None:
             return {}
         return totals(b.stats for e in router.entities.values() for b in e.partitions)
+
+    def _partition_counters(self) -> list[tuple[tuple[str, str, int], int, int]]:
+        router = self.server.router
+        if router is None:
+            return []
+        return [
+            ((ns, name, b.partition_id), b.stats.incoming, b.stats.outgoing)
+            for (ns, name), e in router.entities.items()
+            for b in e.partitions
+        ]
 
     def _tick_payload(self, point: dict[str, float]) -> dict[str, Any]:
         conns = list(self.server.connections)
@@ -216,6 +236,12 @@ class Dashboard:
             for sub in entity.subscriptions.by_name.values():
                 bases.append(("subscription", sub.queue, sub.name))
         per_base: list[dict[str, Any]] = []
+        ns_key, name_key = spec.namespace.lower(), entity.name.lower()
+        part_rates = {
+            b.partition_id: self.rates.partition(ns_key, name_key, b.partition_id)
+            for b in entity.partitions
+        }
+        entity_rates = self.rates.entity(ns_key, name_key, part_rates)
         for kind, queue, sub_name in bases:
             parts = []
             for broker in entity.partitions:
@@ -239,8 +265,13 @@ class Dashboard:
                         "online": h["online"],
                         "accepting": h["accepting"],
                         "reason": h["reason"],
+                        # the partition's, over all its sub-queues: a topic's for a subscription
+                        "rates": part_rates[broker.partition_id],
                     }
                 )
+            status_of = entity.settings.status if sub_name is None else (
+                entity.receiver_settings(queue).status
+            )
             per_base.append(
                 {
                     "namespace": spec.namespace,
@@ -251,8 +282,10 @@ class Dashboard:
                     "subscription": sub_name,
                     "kind": kind,
                     "partitioned": entity.partitioned,
-                    "status": "Active",
+                    "status": status_of.value,
                     "availability": status["status"],
+                    # incoming/outgoing msg/s of the queue, or of a subscription's topic
+                    "rates": entity_rates,
                     "requires_session": bool(entity.views[queue].requires_session),
                     "counts": _sum_counts(parts),
                     "partitions": parts,
@@ -270,6 +303,7 @@ class Dashboard:
                     "online": h["online"],
                     "accepting": h["accepting"],
                     "reason": h["reason"],
+                    "rates": part_rates[broker.partition_id],
                 }
                 for field in (
                     "active",
@@ -280,6 +314,9 @@ class Dashboard:
                     "size",
                 ):
                     part[field] = sum(r["partitions"][broker.partition_id][field] for r in subs)
+                # scheduled messages wait in the topic's own sub-queue until due
+                if SCHEDULED_QUEUE in broker.queues:
+                    part["scheduled"] += broker.counts(SCHEDULED_QUEUE)["scheduled"]
                 parts.append(part)
             rows.insert(
                 0,
@@ -290,8 +327,9 @@ class Dashboard:
                     "subscription": None,
                     "kind": "topic",
                     "partitioned": entity.partitioned,
-                    "status": "Active",
+                    "status": entity.settings.status.value,
                     "availability": status["status"],
+                    "rates": entity_rates,
                     "requires_session": False,
                     "subscription_count": len(subs),
                     "counts": _sum_counts(parts),
@@ -380,7 +418,7 @@ class Dashboard:
         ]
         settings = {}
         for queue, sq in entity.partitions[0].queues.items():
-            if queue.endswith(DLQ_SUFFIX):
+            if queue.endswith(DLQ_SUFFIX) or queue == SCHEDULED_QUEUE:  # internal sub-queue
                 continue
             s = sq.settings
             settings[queue] = {
@@ -434,6 +472,7 @@ class Dashboard:
         routes.add("POST", "/login", self._login)
         routes.add("POST", "/logout", self._guard(self._logout, post=True))
         routes.add("GET", "/static", self._static_file, prefix=True)
+        routes.add("GET", "/favicon.ico", favicon)
         routes.add("GET", "/metrics", self._metrics)
         routes.add("GET", "/api/session", self._guard(self._session))
         routes.add("GET", "/api/overview", self._guard(self._api_overview))
@@ -485,6 +524,9 @@ class Dashboard:
             return None
 
     def _page(self, request: Request, params: dict[str, str]) -> Response:
+        if "api-version" in request.query:
+            # an admin client's GET of an empty entity name: the management API's answer
+            return empty_feed(request, int(time.time() * 1000))
         if not self.access.host_allowed(request.headers):
             return text_response(403, "Host header is not a loopback name\n", "text/plain")
         if self.access.principal(request.headers, time.time()) is None:
@@ -519,11 +561,9 @@ class Dashboard:
 
     def _static_file(self, request: Request, params: dict[str, str]) -> Response:
         name = params.get("rest", "").strip("/")
-        if not name or "/" in name or name.startswith("."):
-            return json_response(404, {"error": "not found"})
-        body = self._asset(name)
+        body = None if not name or "/" in name or name.startswith(".") else self._asset(name)
         if body is None:
-            return json_response(404, {"error": "not found"})
+            return not_found(request, f"No dashboard file at {request.path}.")
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype.endswith("javascript"):
             ctype += "; charset=utf-8"
@@ -556,6 +596,7 @@ class Dashboard:
             int(_q(request, "from", "0") or 0),
             int(_q(request, "count", "20") or 20),
             int(time.time() * 1000),
+            MessageSearch.parse(_q(request, "message_id", ""), _q(request, "property", "")),
         )
 
     def _api_connections(self, request: Request, principal: Principal) -> dict[str, Any]:

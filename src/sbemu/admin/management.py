@@ -26,7 +26,6 @@ from ..config import (
     NamespaceConfig,
     QueueConfig,
     TopicConfig,
-    forwarding_problem,
 )
 from ..errors import (
     ArgumentError,
@@ -156,7 +155,9 @@ class Management:
         for ns in self.namespaces.values():
             problem = self._forwarding_problem(ns)
             if problem is not None:
-                raise ValueError(problem)
+                # a destination deleted through the API: forwards to it end in the transfer
+                # dead-letter queue (MessagingEntityNotFound), as in Azure; the server starts
+                log.warning("namespace %s: %s", ns.name, problem)
 
     @staticmethod
     def _fill_times(desc: dict[str, Any], now: int) -> None:
@@ -181,8 +182,10 @@ class Management:
     def _forwarding_problem(
         self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig | None = None
     ) -> str | None:
-        """A loop, a chain over Azure's 4 hops or a missing destination in the namespace as it
-        would be with `changed` (None: as it is)."""
+        """A ForwardTo or ForwardDeadLetteredMessagesTo naming no queue or topic of the
+        namespace as it would be with `changed` (None: as it is). Loops and long chains are
+        not refused, as Azure does not refuse them: a message that goes round stops after the
+        hop limit in the transfer dead-letter queue (sbemu.partitions.forwarding)."""
         configs = {
             name: self.config_of(e)
             for (n, name), e in self.router.entities.items()
@@ -190,14 +193,12 @@ class Management:
         }
         if changed is not None:
             configs[changed.name.lower()] = changed
-        queues = [c for c in configs.values() if isinstance(c, QueueConfig)]
-        topics = [c for c in configs.values() if isinstance(c, TopicConfig)]
-        return forwarding_problem(queues, topics)
+        return missing_forward_target(configs)
 
     def _check_forwarding(self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig) -> None:
         problem = self._forwarding_problem(ns, changed)
         if problem is not None:
-            raise ArgumentError(f"SubCode=40000. {problem[0].upper()}{problem[1:]}.")
+            raise ArgumentError(f"SubCode=40000. {problem}")
 
     def entities(self, namespace: str, kind: str) -> list[Entity]:
         """Queues or topics of a namespace, sorted by name (as Azure lists them)."""
@@ -221,6 +222,20 @@ class Management:
     def rules(self, entity: Entity, sub_name: str) -> list[RuleSource]:
         assert entity.subscriptions is not None
         return list(entity.subscriptions.subscription(sub_name).sources)
+
+    @staticmethod
+    def filter_counts(entity: Entity) -> tuple[int, int]:
+        """(SQL, correlation) filters over a topic's subscriptions, as api-version 2024-05
+        reports them: True and False filters are SQL filters ($Default counts)."""
+        sql = correlation = 0
+        if entity.subscriptions is not None:
+            for sub in entity.subscriptions.by_name.values():
+                for source in sub.sources:
+                    if source.filter_type == "correlation":
+                        correlation += 1
+                    else:
+                        sql += 1
+        return sql, correlation
 
     def counts(self, entity: Entity, prefix: str = MAIN) -> dict[str, int]:
         """Runtime counts summed over all partitions [P17/P18 aggregate]."""
@@ -332,6 +347,11 @@ class Management:
         for key in ("forward_to", "forward_dead_lettered_messages_to", "user_metadata"):
             if key in old and key not in given:
                 desc[key] = None  # absent from the PUT: cleared, as Azure does
+        if kind == "queue" and bool(desc["requires_session"]) != bool(old["requires_session"]):
+            raise InvalidOperation(
+                "SubCode=40000. The value for the RequiresSession property of an existing Queue "
+                "cannot be changed."
+            )
         validate(kind, desc, ns, old)
         if kind == "queue":
             self._check_forwarding(ns, queue_config(desc))
@@ -420,7 +440,8 @@ class Management:
                 desc[key] = None
         if bool(desc["requires_session"]) != bool(old["requires_session"]):
             raise InvalidOperation(
-                f"RequiresSession cannot be changed on the existing subscription '{name}'."
+                "SubCode=40000. The value for the RequiresSession property of an existing "
+                f"Subscription cannot be changed ('{name}')."
             )
         validate("subscription", desc, ns, old)
         self._check_forwarding(ns, self._with_subscription(entity, desc))
@@ -518,6 +539,26 @@ class Management:
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
+
+
+def missing_forward_target(configs: dict[str, QueueConfig | TopicConfig]) -> str | None:
+    """The first ForwardTo / ForwardDeadLetteredMessagesTo (of a queue or subscription) that
+    names no entity of `configs` (keyed by lower-case name), as one line; None when all exist."""
+    for cfg in configs.values():
+        owners: list[tuple[str, Any]] = (
+            [(cfg.name, cfg)] if isinstance(cfg, QueueConfig)
+            else [(f"{cfg.name}/Subscriptions/{s.name}", s) for s in cfg.subscriptions]
+        )
+        for label, owner in owners:
+            for key, target in (("ForwardTo", owner.forward_to),
+                                ("ForwardDeadLetteredMessagesTo",
+                                 owner.forward_dead_lettered_messages_to)):
+                if target is not None and target.lower() not in configs:
+                    return (
+                        f"The auto-forwarding destination '{target}' ({key} of '{label}') does "
+                        "not exist: create the queue or topic first."
+                    )
+    return None
 
 
 def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:

@@ -373,7 +373,9 @@ class PartitionBroker:
             rec = self.reader.pop_ready(sq, session.session_id if session is not None else None)
             if rec is None:
                 return None
-            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.default_ttl_ms is not None:
+            if session is not None:
+                self.lock_table.touch_session(session, now_ms)  # a delivery is activity on it
+            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.expires:
                 self.moves.expire(sq, rec, now_ms)
                 continue
             if peek_lock:
@@ -392,7 +394,7 @@ class PartitionBroker:
         if sq.settings.requires_session:
             return out
         pop = self.reader.pop_ready
-        default_ttl = sq.settings.default_ttl_ms
+        expires = sq.settings.expires
         until = now_ms + sq.settings.lock_duration_ms
         pid = self.partition_id
         table = self.lock_table
@@ -403,7 +405,7 @@ class PartitionBroker:
                 if rec is None:
                     break
                 at = rec.expires_at_ms
-                if at is not None and at <= now_ms and default_ttl is not None:
+                if at is not None and at <= now_ms and expires:
                     self.moves.expire(sq, rec, now_ms)
                     continue
                 # LockTable.add() for a message outside sessions, inline
@@ -634,6 +636,8 @@ class PartitionBroker:
         for until, name, session_id in table.expired_sessions(now_ms):
             sess = self.queues[name].sessions.get(session_id)
             if sess is None or sess.lock is None or sess.lock.until_ms != until:
+                if sess is not None and sess.lock is not None:
+                    table.rearm_session(sess.lock, until)
                 continue  # released, or renewed
             lost = sess.lock
             self._end_session(lost, now_ms, count_delivery=True)
@@ -675,6 +679,10 @@ class PartitionBroker:
     def renew_session(self, queue: str, session_id: str, owner: object | None, now_ms: int) -> int:
         """Extend a session lock (and its message locks); returns the new locked-until (ms)."""
         return self.lock_table.renew_session(self.queues[queue], session_id, owner, now_ms)
+
+    def touch_session(self, lock: SessionLock, now_ms: int) -> None:
+        """Receive activity on a held session keeps its lock (see LockTable.touch_session)."""
+        self.lock_table.touch_session(lock, now_ms)
 
     def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
         """Who holds a live lock on the session, if anyone."""

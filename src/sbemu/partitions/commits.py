@@ -295,6 +295,9 @@ class CommitThreads:
                 return
             job.run()
             done.append(job)
+            # Drop this frame's reference: blocked in get() until the next job, it would keep
+            # the batch (a 100 MB message's record) and its completions alive while idle.
+            job = None
             # One hand-back per burst: a worker that finds one already posted leaves its job
             # to it (the hand-back clears the flag before it empties the deque, so a job
             # appended after that posts again).

@@ -43,8 +43,8 @@ def timer_key(sq: SubQueue, rec: MessageRecord) -> bytes | None:
         return deadline_key(
             rec.scheduled_enqueue_time_ms, SCHEDULED_ACTIVATION, rec.sequence_number, sq.name
         )
-    default = sq.settings.default_ttl_ms
-    if rec.expires_at_ms is not None and default is not None and rec.ttl_ms != default:
+    settings = sq.settings
+    if rec.expires_at_ms is not None and settings.expires and rec.ttl_ms != settings.default_ttl_ms:
         return deadline_key(rec.expires_at_ms, EXPIRY, rec.sequence_number, sq.name)
     return None  # none, or derived: the sub-queue's default TTL (see expire_heads)
 
@@ -173,7 +173,7 @@ class Deadlines:
             if rec is None:
                 continue
             if kind == EXPIRY:
-                if sq.settings.default_ttl_ms is None:
+                if not sq.settings.expires:
                     continue  # the sub-queue's settings changed: its messages no longer expire
                 if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
                     continue  # locked: checked again when it comes back; or no longer active

@@ -104,6 +104,10 @@ class SessionHandle:
         """The receiver went away: end the session lock; unsettled messages become ready."""
         self._broker.release_session(self._lock, now_ms)
 
+    def touch(self, now_ms: int) -> None:
+        """The receiver asked for messages: activity that keeps the session lock alive."""
+        self._broker.touch_session(self._lock, now_ms)
+
 
 @dataclass(slots=True)
 class SessionWaiter:

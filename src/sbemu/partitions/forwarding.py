@@ -48,6 +48,11 @@ RETRY_MS = 1_000  # wait before retrying a destination partition that is unavail
 TRANSFER_DLQ_SUFFIX = "/$transfer/$deadletterqueue"
 
 HOP_LIMIT_REASON = "MaxTransferHopCountExceeded"
+# Azure's dead-letter description (the "Moving messages to the DLQ" table of its docs); a
+# forwarding loop (ForwardTo itself, or a cycle) ends here after MAX_HOPS moves
+HOP_LIMIT_DESCRIPTION = (
+    "The maximum number of allowed hops when forwarding between queues has been exceeded."
+)
 NO_SESSION_REASON = "Session ID is null"
 DISABLED_REASON = "MessagingEntityDisabled"
 NOT_FOUND_REASON = "MessagingEntityNotFound"
@@ -428,11 +433,7 @@ def _refusal(dest: ForwardingEntity | None, target: str, rec: MessageRecord) -> 
     if dest is None:
         return NOT_FOUND_REASON, f"The auto-forwarding destination '{target}' does not exist."
     if rec.transfer_hops + 1 > MAX_HOPS:
-        return (
-            HOP_LIMIT_REASON,
-            f"The maximum number of hops allowed for a forwarded message ({MAX_HOPS}) was "
-            "exceeded.",
-        )
+        return HOP_LIMIT_REASON, HOP_LIMIT_DESCRIPTION
     try:
         dest.check_sendable()
     except ServiceBusError as exc:

@@ -34,17 +34,22 @@ def entity_dir(data_dir: Path, namespace: str, name: str) -> Path:
 
 
 def open_partitions(
-    spec: EntitySpec, base: Path, open_broker: Callable[[int, PartitionStore], PartitionBroker]
+    spec: EntitySpec,
+    base: Path,
+    open_broker: Callable[[int, PartitionStore], PartitionBroker],
+    durable: bool = True,
 ) -> list[PartitionBroker]:
-    """Check the manifest, then open each partition's store and hand it to `open_broker`
-    (which makes and loads its broker); a disk that fails half-way: what was opened is
-    closed and the error raised."""
+    """Check the manifest, then open each partition's store (`durable` False: without fsync,
+    sbemu serve --ephemeral) and hand it to `open_broker` (which makes and loads its
+    broker); a disk that fails half-way: what was opened is closed and the error raised."""
     check_layout(base, spec)
     partitions: list[PartitionBroker] = []
     try:
         for pid in range(spec.partition_count):
             store = PartitionStore(
-                str(base / f"partition-{pid:02d}"), map_size=map_size_for(spec.max_size_mb * MIB)
+                str(base / f"partition-{pid:02d}"),
+                map_size=map_size_for(spec.max_size_mb * MIB),
+                durable=durable,
             )
             try:
                 partitions.append(open_broker(pid, store))

@@ -156,8 +156,29 @@ class LockTable:
         return [(m, self.unlock(m)) for m in [m for m in sq.locks.values() if m.session is lock]]
 
     def session_locked(self, lock: SessionLock) -> None:
-        """A session lock was taken or renewed: its heap entry."""
+        """A session lock was taken or renewed: its heap entry (the lock is armed there)."""
+        lock.armed_ms = lock.until_ms
         heapq.heappush(self.session_heap, (lock.until_ms, lock.queue.name, lock.session_id))
+
+    @staticmethod
+    def touch_session(lock: SessionLock, now_ms: int) -> None:
+        """Receive activity on a held session (a delivery, a receive request) keeps its lock:
+        it expires only once the session stayed idle for the lock duration ("no operations
+        performed on the session" [Azure SDK: SessionLockLostException]). A receive-and-delete
+        session receiver that keeps receiving never loses its session, and one whose last
+        receive waits out its max_wait_time closes before the lock ends."""
+        sess = lock.queue.sessions.get(lock.session_id)
+        if sess is None or sess.lock is not lock or lock.until_ms <= now_ms:
+            return  # lost or released: activity does not bring a lock back
+        until = now_ms + lock.queue.settings.lock_duration_ms
+        if until > lock.until_ms:
+            lock.until_ms = until  # no heap push per delivery: on_timer re-arms (rearm_session)
+
+    def rearm_session(self, lock: SessionLock, popped_ms: int) -> None:
+        """The heap entry at `popped_ms` came due but the lock was extended since: one new
+        entry at its current expiry (only for the lock's latest entry, so none doubles up)."""
+        if popped_ms == lock.armed_ms and lock.until_ms > popped_ms:
+            self.session_locked(lock)
 
     def next_deadline(self) -> int | None:
         """When the first lock (message or session) may expire, or None."""

@@ -144,8 +144,13 @@ class MessageRecord:
         )
 
 
+LARGE_TAIL = 1 << 20  # bytes: a record with a larger tail is packed by _encode_large
+
+
 def encode_message(r: MessageRecord) -> bytes:
     """Serialise a message record (schema version 1)."""
+    if len(r.tail) > LARGE_TAIL:
+        return _encode_large(r)
     return _PACKER.pack(
         [
             MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
@@ -155,6 +160,31 @@ def encode_message(r: MessageRecord) -> bytes:
             r.dead_letter_description, r.dead_letter_source, r.property_overrides,
             r.original_sequence_number, r.properties_span, r.body_span, r.transfer_hops,
         ]
+    )
+
+
+def _encode_large(r: MessageRecord) -> bytes:
+    """encode_message()'s bytes for a large message (up to 100 MB on Premium), with the tail
+    copied once, into the result: packed by the shared packer, it would go through a buffer
+    grown to twice its size and kept for the life of the process."""
+    head = _PACKER.pack(
+        [
+            MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
+            r.delivery_count, r.message_id, r.session_id, r.partition_key, r.ttl_ms,
+            r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations,
+        ]
+    )  # fmt: skip
+    rest = _PACKER.pack(
+        [
+            r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
+            r.dead_letter_description, r.dead_letter_source, r.property_overrides,
+            r.original_sequence_number, r.properties_span, r.body_span, r.transfer_hops,
+        ]
+    )  # fmt: skip
+    # array16 of the 25 fields; the parts' own fixarray headers (14 and 10 items) dropped;
+    # the tail as bin32 (msgpack's form for more than 65535 bytes)
+    return b"".join(
+        (b"\xdc\x00\x19", head[1:], b"\xc6", len(r.tail).to_bytes(4, "big"), r.tail, rest[1:])
     )
 
 
@@ -245,13 +275,17 @@ def encode_log_after(
             "delivery_count", record.delivery_count,
             "reason", reason,
             "properties", record.tail[ps[0] : ps[1]] if ps else None,
-            "body", record.tail[bs[0] : bs[1]] if with_body and bs else None,
+            "body", record.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)] if with_body and bs
+            else None,
         ]
     )  # fmt: skip
     return prefix + rest[_ARRAY16_HEADER:]
 
 
 _EVENT_VALUES = {e: e.value for e in LogEvent}
+# serve --log-bodies: the first 256 KiB (Standard's largest message) of a body's encoded
+# sections; a larger (Premium) body is cut there, `size` keeps the message's whole size
+LOG_BODY_MAX = 256 * 1024
 _LOG_KEYS = 18  # pairs in a log record's map
 _ARRAY16_HEADER = 3  # 0xdc + 2-byte length: the 26 items of the 13 variable pairs
 

@@ -67,6 +67,8 @@ class Router:
         self.encode_value = encode_value  # encodes carried properties (forwarding)
         self._encode_symbol = encode_symbol
         self.log_bodies = False  # set before add_entity: bodies in the partition logs
+        # set before add_entity: False opens the stores without fsync (sbemu serve --ephemeral)
+        self.durable = True
         self.entities: dict[tuple[str, str], Entity] = {}
         self.to_commit = DirtyPartitions(wake)  # the group commit's to-do list
         self._pending_views: set[EntityView] = set()
@@ -84,7 +86,9 @@ class Router:
     def add_entity(self, spec: EntitySpec) -> Entity:
         """Open (or create) the partition stores of an entity and load them."""
         base = entity_dir(self.data_dir, spec.namespace, spec.name)
-        partitions = open_partitions(spec, base, lambda pid, store: self._open_broker(spec, pid, store))
+        partitions = open_partitions(
+            spec, base, lambda pid, store: self._open_broker(spec, pid, store), self.durable
+        )
         subscriptions = None
         if spec.kind == "topic":
             if self._encode_value is None or self._encode_symbol is None:

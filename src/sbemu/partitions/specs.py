@@ -44,6 +44,7 @@ class EntitySpec:
     requires_session: bool
     subqueues: dict[str, SubQueueSettings]
     subscriptions: tuple[SubscriptionSpec, ...] = ()
+    max_message_size: int = 0  # bytes (MaxMessageSizeInKilobytes); 0: the namespace's
 
 
 def base_queue(queue: str) -> str:
@@ -116,6 +117,7 @@ def _receivable(
             dead_letter_on_expiration,
             prefix + DLQ_SUFFIX,
             requires_session,
+            message_ttl=True,
         ),
         prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
         prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
@@ -134,6 +136,7 @@ def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
         requires_duplicate_detection=q.requires_duplicate_detection,
         duplicate_detection_window_ms=q.duplicate_detection_window_ms,
         requires_session=q.requires_session,
+        max_message_size=(q.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
         subqueues=_receivable(
             MAIN,
             q.lock_duration_ms,
@@ -160,6 +163,7 @@ def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
         requires_duplicate_detection=t.requires_duplicate_detection,
         duplicate_detection_window_ms=t.duplicate_detection_window_ms,
         requires_session=False,
+        max_message_size=(t.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
         subqueues=subqueues,
         subscriptions=tuple(
             SubscriptionSpec(

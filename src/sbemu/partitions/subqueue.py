@@ -34,10 +34,18 @@ class SubQueueSettings:
 
     lock_duration_ms: int
     max_delivery_count: int | None  # None: never dead-letter on delivery count (DLQs)
-    default_ttl_ms: int | None  # None: messages never expire here (DLQs)
+    default_ttl_ms: int | None  # None: no default TTL (Azure's TimeSpan.MaxValue), or a DLQ
     dead_letter_on_expiration: bool
     dead_letter_queue: str | None  # name of the sub-queue that takes dead letters
     requires_session: bool = False
+    # A message's own TTL applies even when the sub-queue has no default TTL (an entity whose
+    # default is "never"); False for dead-letter queues, where no TTL is observed [Azure: DLQ].
+    message_ttl: bool = False
+
+    @property
+    def expires(self) -> bool:
+        """Whether messages expire in this sub-queue (by the default TTL or their own)."""
+        return self.message_ttl or self.default_ttl_ms is not None
 
 
 @dataclass(slots=True)
@@ -67,6 +75,7 @@ class SessionLock:
     session_id: str
     owner: object
     until_ms: int
+    armed_ms: int = 0  # the latest expiry the session heap holds for this lock (see touch_session)
 
 
 class SessionState:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from ..atomicfile import atomic_write
@@ -93,11 +94,15 @@ class RuleSource:
             "name": self.name,
             "filter_type": self.filter_type,
             "sql_expression": self.sql_expression,
-            "correlation": dict(self.correlation) if self.correlation is not None else None,
+            "correlation": _correlation_json(self.correlation, _json_value),
             "action_expression": self.action_expression,
             "created_ms": self.created_ms,
-            **({"parameters": dict(self.parameters)} if self.parameters else {}),
-            **({"action_parameters": dict(self.action_parameters)} if self.action_parameters else {}),
+            **({"parameters": _values_json(self.parameters)} if self.parameters else {}),
+            **(
+                {"action_parameters": _values_json(self.action_parameters)}
+                if self.action_parameters
+                else {}
+            ),
         }
 
     @staticmethod
@@ -108,12 +113,54 @@ class RuleSource:
             name=str(data["name"]),
             filter_type=str(data["filter_type"]),
             sql_expression=data.get("sql_expression"),  # type: ignore[arg-type]
-            correlation=corr if isinstance(corr, dict) else None,
+            correlation=_correlation_json(corr, _from_json_value) if isinstance(corr, dict) else None,
             action_expression=data.get("action_expression"),  # type: ignore[arg-type]
             created_ms=int(data.get("created_ms") or 0),  # type: ignore[call-overload]  # an int in rules.json
-            parameters=data.get("parameters") or None,  # type: ignore[arg-type]
-            action_parameters=data.get("action_parameters") or None,  # type: ignore[arg-type]
+            parameters=_values_from_json(data.get("parameters")),
+            action_parameters=_values_from_json(data.get("action_parameters")),
         )
+
+
+# Rule parameter and correlation property values keep their type in rules.json: JSON has no
+# datetime or duration, so those are written as {"$dateTime": ISO 8601} / {"$duration": ms}.
+def _json_value(value: object) -> object:
+    if isinstance(value, datetime):
+        return {"$dateTime": value.isoformat()}
+    if isinstance(value, timedelta):
+        return {"$duration": value // timedelta(microseconds=1)}
+    return value
+
+
+def _from_json_value(value: object) -> object:
+    if isinstance(value, dict):
+        if "$dateTime" in value:
+            return datetime.fromisoformat(str(value["$dateTime"]))
+        if "$duration" in value:
+            return timedelta(microseconds=int(value["$duration"]))
+    return value
+
+
+def _values_json(values: Mapping[str, object]) -> dict[str, object]:
+    return {k: _json_value(v) for k, v in values.items()}
+
+
+def _values_from_json(values: object) -> dict[str, object] | None:
+    if not isinstance(values, dict) or not values:
+        return None
+    return {str(k): _from_json_value(v) for k, v in values.items()}
+
+
+def _correlation_json(
+    corr: Mapping[str, object] | None, convert: Callable[[object], object]
+) -> dict[str, object] | None:
+    """A correlation filter's fields with its application Properties' values converted."""
+    if corr is None:
+        return None
+    out = dict(corr)
+    props = out.get("Properties")
+    if isinstance(props, Mapping):
+        out["Properties"] = {k: convert(v) for k, v in props.items()}
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ from .links import (
     SendLink,
     advance,
     session_filter,
+    session_filter_reply,
 )
 from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
@@ -81,6 +82,7 @@ from .outgoing import delivery_bytes
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
 from .settlement import error_condition, settle_delivery, storage_error
+from .sizes import BATCH_SIZE_PROPERTY, batch_limit, message_limit
 from .transactions import (
     TRANSACTIONAL_STATE,
     TransactionCoordinator,
@@ -166,6 +168,7 @@ class AmqpConnection:
         # client accepted them (order, C delivery): proton coalesces contiguous ranges.
         self._completed: list[tuple[int, Any]] = []
         self._padder = FramePadder()
+        self.more_output = False  # data_to_send() stopped at its limit: call it again
         self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
         self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
@@ -240,9 +243,12 @@ class AmqpConnection:
             self._process()
         self._process()
 
-    def data_to_send(self) -> bytes:
-        """Bytes to write to the socket now (may be empty)."""
+    def data_to_send(self, limit: int | None = None) -> bytes:
+        """Bytes to write to the socket now (may be empty); about `limit` bytes at most, with
+        `more_output` set when the engine has more (a large delivery is framed as the socket
+        takes it, not all at once into memory)."""
         transport = self._transport
+        self.more_output = False
         if transport is not None:
             if self._completed:
                 self._settle_completed()
@@ -262,6 +268,11 @@ class AmqpConnection:
                     break
                 self._padder.feed_into(chunk, pieces)
                 _lib.pn_transport_pop(timpl, pending)
+                if limit is not None:
+                    limit -= pending
+                    if limit <= 0:
+                        self.more_output = True
+                        break
             if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
                 # proton stopped reading (a frame it could not decode) and has nothing left
                 # to say: close the socket rather than leave a silent connection open.
@@ -458,6 +469,8 @@ class AmqpConnection:
             if cls is ReceiveLink:
                 if state.phase is _WAITING:
                     return True
+                if state.session is not None:  # a receive request on the session
+                    state.session.touch(self.now_ms)
                 state.view.dispatch(self.now_ms)
                 if lib.pn_link_get_drain(link):
                     lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
@@ -488,10 +501,12 @@ class AmqpConnection:
             if credit < SENDER_CREDIT // 2:
                 lib.pn_link_flow(link, SENDER_CREDIT - credit)
             data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+            del buf  # not held beside its copy while the message is stored (up to 100 MB)
             lib.pn_incref(d)  # held until the commit settles it
             try:
                 messages = scan_transfer(
-                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                    data, message_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
                 )
             except ServiceBusError as exc:
                 self._settle_many([d], exc)
@@ -738,11 +753,15 @@ class AmqpConnection:
         if link.is_receiver:
             link.snd_settle_mode = link.remote_snd_settle_mode
             link.rcv_settle_mode = Link.RCV_FIRST
-            link.max_message_size = self.namespace.max_message_size
+            link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
+            if isinstance(state, SendLink):  # the SDKs size their batches from it
+                link.properties = {
+                    symbol(BATCH_SIZE_PROPERTY): batch_limit(state.entity, self.namespace)
+                }
         else:
             link.snd_settle_mode = link.remote_snd_settle_mode
             link.rcv_settle_mode = link.remote_rcv_settle_mode
-            link.max_message_size = self.namespace.max_message_size
+            link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
         advance(state, LinkPhase.ATTACHED)
         self._links[link] = state
         link.open()
@@ -797,14 +816,15 @@ class AmqpConnection:
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         # The reply names the session granted (never null) [contract 4.4].
+        reply = session_filter_reply(link.remote_source.filter, session.session_id)
         link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): session.session_id})
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): reply})
         link.properties = {
             symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
         }
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
-        link.max_message_size = self.namespace.max_message_size
+        link.max_message_size = message_limit(state.entity, self.namespace)
         advance(state, LinkPhase.ATTACHED)
         self._links[link] = state
         link.open()
@@ -894,7 +914,7 @@ class AmqpConnection:
             delivery.settle()
             return
         if delivery.partial:
-            limit = self.namespace.max_message_size
+            limit = message_limit(getattr(state, "entity", None), self.namespace)
             if isinstance(state, SendLink) and delivery.pending > limit + 64 * 1024:
                 # A message far beyond the limit: do not buffer it; close the link.
                 self.close_link(
@@ -926,7 +946,8 @@ class AmqpConnection:
             return
         try:
             messages = scan_transfer(
-                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                    data, message_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
                 )
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
@@ -941,7 +962,8 @@ class AmqpConnection:
         try:
             txn = self.transactions.transaction(data_fields[0])
             messages = scan_transfer(
-                    data, self.namespace.max_message_size, state.entity.subscriptions is not None
+                    data, message_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
                 )
             if state.entity.spec.requires_session:
                 for msg in messages:
@@ -984,8 +1006,8 @@ class AmqpConnection:
         unsettled = state.unsettled
         for rec, lock in taken:
             if lock is not None:
-                data = delivery_bytes(rec, partition_id, lock.until_ms)
                 key = lock.key
+                data = delivery_bytes(rec, partition_id, lock.until_ms, key)
                 # [contract 4.6] the lock token in .NET Guid byte order (UUID.bytes_le)
                 tag = _GUID_HEAD.pack(key >> 96, (key >> 80) & 0xFFFF, (key >> 64) & 0xFFFF) + (
                     key & _LOW64
@@ -995,7 +1017,8 @@ class AmqpConnection:
                 lib.pn_link_advance(link)
                 unsettled[tag] = key
             else:
-                data = encode_delivery(rec, partition_id, None)
+                # no lock: the delivery-annotations the service sends are the sender's or {}
+                data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
                 tag = next(self._tag_counter).to_bytes(8, "big")
                 delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
                 lib.pn_link_send(link, data, len(data))

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from proton import UNDESCRIBED as _UNDESCRIBED
 from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
 from ..completions import join_completions
@@ -27,8 +28,9 @@ from ..errors import (
 from ..partitions.records import MessageState
 from . import codec, sections
 from .links import RequestLink
-from .messages import dotnet_ticks, encode_delivery, plain_value, to_incoming
+from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
 from .services import NamespaceInfo, Services
+from .sizes import message_limit
 
 log = logging.getLogger("sbemu.management")
 
@@ -49,7 +51,10 @@ class ManagementHost(Protocol):
 
 
 Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
-UNDESCRIBED = None
+# A plain AMQP array has no descriptor: proton's UNDESCRIBED, not None (None encodes a null
+# descriptor, which proton-j, the Java SDK's codec, reads as an array of described values).
+# proton's stub types the descriptor as data, hence Any.
+UNDESCRIBED: Any = _UNDESCRIBED
 
 
 def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -> None:
@@ -148,16 +153,6 @@ def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
     return out
 
 
-def _with_lock_token(data: bytes, token: uuid.UUID) -> bytes:
-    """Insert a delivery-annotations section {x-opt-lock-token: uuid} after the header."""
-    # build_message always starts with a list8 header section: 00 53 70 c0 <size> ...
-    end = 5 + data[4] if data[:4] == b"\x00\x53\x70\xc0" else 0
-    section = b"\x00\x53\x71" + codec.enc_map(
-        [(codec.enc_symbol("x-opt-lock-token"), codec.enc_uuid(token))]
-    )
-    return data[:end] + section + data[end:]
-
-
 # ------------------------------------------------------------------------ operations
 def _renew_lock(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.entity is not None
@@ -252,13 +247,18 @@ def _receive_by_sequence_number(
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
     messages = []
     for rec, lock, pid in taken:
-        data = encode_delivery(rec, pid, lock.until_ms if lock else None, with_state=True)
+        # azure-servicebus <= 7.14 reads the token from the embedded message's
+        # delivery-annotations instead of the map [contract 3.7: x-opt-lock-token].
+        data = encode_delivery(
+            rec,
+            pid,
+            lock.until_ms if lock else None,
+            with_state=True,
+            delivery_stamps=lock_token_stamp(lock.key) if lock is not None else None,
+        )
         item: dict[str, Any] = {"message": data}
         if lock is not None:
             item["lock-token"] = lock.token
-            # azure-servicebus <= 7.14 reads the token from the embedded message's
-            # delivery-annotations instead of the map [contract 3.7: x-opt-lock-token].
-            item["message"] = _with_lock_token(data, lock.token)
         messages.append(item)
     reply(200, "OK", {"messages": messages}, None)
 
@@ -274,12 +274,12 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
         data = item.get("message")
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ArgumentError("Each scheduled message needs an encoded 'message'.")
-        if len(data) > conn.namespace.max_message_size:
+        limit = message_limit(entity, conn.namespace)  # the entity's MaxMessageSizeInKilobytes
+        if len(data) > limit:
             from ..errors import MessageSizeExceeded
 
             raise MessageSizeExceeded(
-                f"The message (size {len(data)} bytes) exceeds the limit of "
-                f"{conn.namespace.max_message_size} bytes."
+                f"The message (size {len(data)} bytes) exceeds the limit of {limit} bytes."
             )
         try:
             scanned = sections.scan_message(bytes(data))

@@ -8,7 +8,7 @@ and encode_delivery run once per message; they never fully decode one.
 
 from __future__ import annotations
 
-from ..errors import InvalidOperation, MessageSizeExceeded
+from ..errors import ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
 from ..filters import MessageView
 from ..partitions.records import IncomingMessage, MessageRecord
 from . import codec, sections
@@ -23,6 +23,7 @@ K_MESSAGE_STATE = codec.enc_symbol("x-opt-message-state")
 K_DEADLETTER_SOURCE = codec.enc_symbol("x-opt-deadletter-source")
 K_SCHEDULED = codec.enc_symbol("x-opt-scheduled-enqueue-time")
 K_ENQUEUE_SEQUENCE = codec.enc_symbol("x-opt-enqueue-sequence-number")
+K_LOCK_TOKEN = codec.enc_symbol("x-opt-lock-token")  # delivery-annotations
 
 
 def _batch_payloads(data: bytes) -> list[bytes] | None:
@@ -101,9 +102,11 @@ def encode_delivery(
     partition_id: int | None,
     locked_until_ms: int | None,
     with_state: bool = False,
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
 ) -> bytes:
     """A stored message as sent to a client (delivery, peek, receive-by-sequence-number),
-    with the service annotations of [contract 3.7] in their required AMQP types."""
+    with the service annotations of [contract 3.7] in their required AMQP types.
+    `delivery_stamps` go into the delivery-annotations (see sections.build_message)."""
     stamps = [
         (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
         (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
@@ -116,10 +119,20 @@ def encode_delivery(
         stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
     if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
         stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
-    return encode_record(rec, stamps)
+    return encode_record(rec, stamps, delivery_stamps)
 
 
-def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> bytes:
+def lock_token_stamp(key: int) -> list[tuple[bytes, bytes]]:
+    """The delivery-annotations of a peek-locked delivery: x-opt-lock-token, the lock token
+    (Lock.key) as an AMQP uuid, network order [contract 3.7]."""
+    return [(K_LOCK_TOKEN, b"\x98" + key.to_bytes(16, "big"))]
+
+
+def encode_record(
+    rec: MessageRecord,
+    stamps: list[tuple[bytes, bytes]],
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
+) -> bytes:
     """Rebuild a stored message for the wire with service annotations stamped on."""
     overrides = rec.property_overrides
     if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
@@ -142,14 +155,18 @@ def encode_record(rec: MessageRecord, stamps: list[tuple[bytes, bytes]]) -> byte
         stamps=stamps,
         tail=rec.tail,
         property_overrides=overrides,
+        delivery_stamps=delivery_stamps,
     )
 
 
-def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[IncomingMessage]:
+def scan_transfer(
+    data: bytes, limit: int, for_topic: bool = False, batch_limit: int | None = None
+) -> list[IncomingMessage]:
     """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4].
 
-    `limit` is the namespace's maximum message size in bytes; `for_topic` attaches a lazy
-    filter view to each message (only topics evaluate rules)."""
+    `limit` is the entity's maximum message size in bytes, `batch_limit` the largest batch
+    envelope (the tier's batch size: sbemu.protocol.sizes; None: `limit`); `for_topic`
+    attaches a lazy filter view to each message (only topics evaluate rules)."""
     if len(data) > limit:
         raise MessageSizeExceeded(
             f"The received message (size {len(data)} bytes) exceeds the limit "
@@ -164,11 +181,20 @@ def scan_transfer(data: bytes, limit: int, for_topic: bool = False) -> list[Inco
     try:
         inner = _batch_payloads(data)
         if inner is not None:
+            if batch_limit is not None and len(data) > batch_limit:
+                raise MessageSizeExceeded(
+                    f"The received batch (size {len(data)} bytes) exceeds the limit "
+                    f"({batch_limit} bytes) allowed for a batch on the link."
+                )
             try:
                 return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
+            except sections.PropertyValueError:
+                raise  # a batch whose message cannot be stored is refused whole
             except sections.SectionError:
                 pass  # not an envelope after all: a message whose body looks like one
         return [to_incoming(sections.scan_message(data), for_topic)]
+    except sections.PropertyValueError as exc:  # well formed, but not storable as Azure does
+        raise ArgumentOutOfRange(f"The message was refused: {exc}") from exc
     except sections.SectionError as exc:
         raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
 

@@ -5,8 +5,10 @@ for every reader (deliveries, peek, receive-by-sequence-number). A receiver's de
 far the most frequent, and most stored messages carry nothing to rewrite (no dead-letter
 fields, no property overrides, not scheduled, not forwarded). For those, delivery_bytes gives
 the very same bytes with less work: the header section comes from a small cache (it depends
-only on durable, priority, ttl and delivery count), the three or four stamps are packed by one
-struct call, and the message is joined once. Anything else goes to encode_delivery.
+only on durable, priority, ttl and delivery count), the lock token's delivery-annotations
+section is a constant head and 16 bytes, the three or four stamps are packed by one struct
+call, and the message is joined once. Anything else goes to encode_delivery (a sender's own
+delivery-annotations among them).
 """
 
 from __future__ import annotations
@@ -15,9 +17,22 @@ import struct
 
 from ..partitions.records import MessageRecord
 from . import sections
-from .messages import K_ENQUEUED, K_LOCKED_UNTIL, K_PARTITION_ID, K_SEQUENCE, encode_delivery
+from .messages import (
+    K_ENQUEUED,
+    K_LOCK_TOKEN,
+    K_LOCKED_UNTIL,
+    K_PARTITION_ID,
+    K_SEQUENCE,
+    encode_delivery,
+    lock_token_stamp,
+)
 
 _ANNOTATIONS = b"\x00\x53\x72"
+# delivery-annotations {x-opt-lock-token: uuid} up to the 16 token bytes [contract 3.7]
+_LOCK_TOKEN_HEAD = (
+    b"\x00\x53\x71\xc1" + bytes((1 + len(K_LOCK_TOKEN) + 17, 2)) + K_LOCK_TOKEN + b"\x98"
+)
+_CLIENT_DA = b"\x00\x53\x71"  # a tail starting so holds the sender's delivery-annotations
 # Stamps as encode_delivery writes them: sequence number as long (0x81 when beyond smalllong),
 # enqueued time and locked-until as timestamps (0x83), partition id as short (0x61).
 _K_SEQ, _K_ENQ, _K_LOCK, _K_PID = (
@@ -49,11 +64,15 @@ def _header(durable: bool, priority: int | None, ttl_ms: int | None, count: int)
     return hdr
 
 
-def delivery_bytes(rec: MessageRecord, partition_id: int | None, locked_until_ms: int) -> bytes:
-    """A peek-locked message as sent to its receiver: encode_delivery's bytes exactly."""
+def delivery_bytes(
+    rec: MessageRecord, partition_id: int | None, locked_until_ms: int, lock_key: int
+) -> bytes:
+    """A peek-locked message as sent to its receiver, its lock token (Lock.key) in the
+    delivery-annotations: encode_delivery's bytes exactly."""
     seq = rec.sequence_number
     if (
         seq <= _SMALLLONG_MAX
+        or rec.tail[:3] == _CLIENT_DA
         or rec.property_overrides
         or rec.dead_letter_reason is not None
         or rec.dead_letter_description is not None
@@ -61,7 +80,9 @@ def delivery_bytes(rec: MessageRecord, partition_id: int | None, locked_until_ms
         or rec.scheduled_enqueue_time_ms is not None
         or rec.original_sequence_number is not None
     ):
-        return encode_delivery(rec, partition_id, locked_until_ms)
+        return encode_delivery(
+            rec, partition_id, locked_until_ms, delivery_stamps=lock_token_stamp(lock_key)
+        )
     if partition_id is None:
         stamps = _STAMPS.pack(
             _K_SEQ, seq, _K_ENQ, rec.enqueued_time_ms, _K_LOCK, locked_until_ms
@@ -85,6 +106,8 @@ def delivery_bytes(rec: MessageRecord, partition_id: int | None, locked_until_ms
     return b"".join(
         (
             header,
+            _LOCK_TOKEN_HEAD,
+            lock_key.to_bytes(16, "big"),
             _ANNOTATIONS,
             map_head,
             annotations,

@@ -31,10 +31,12 @@ from sbemu.protocol.codec import (
     enc_symbol,
     enc_uint,
 )
+from sbemu.protocol.decimals import DecimalRangeError, rewrite_decimals
 
 __all__ = [
     "SERVICE_ANNOTATIONS",
     "PROPERTY_FIELDS",
+    "PropertyValueError",
     "ScannedMessage",
     "SectionError",
     "assign_message_id",
@@ -284,6 +286,18 @@ def _render(v: Any) -> str | None:
     return str(v)
 
 
+def _partition_key_text(v: Any) -> str | None:
+    """A partition key as text. A received message sent again carries it as AMQP binary
+    (pyamqp decodes the string the service sent into bytes and encodes bytes back as binary):
+    its UTF-8 text is the key the sender set, and what is compared with the SessionId [P6]."""
+    if type(v) is bytes:
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SectionError("x-opt-partition-key must be a string (or UTF-8 binary)") from None
+    return _render(v)
+
+
 def scan_message(buf: bytes) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
@@ -311,7 +325,9 @@ def _scan(buf: bytes) -> ScannedMessage:
     run_start = run_end = -1  # current contiguous run of tail sections
     flushed = 0  # bytes of tail_parts
     props_span = body_span = None
+    delivery_annotations = b""
     seen = 0
+    grown = 0  # bytes a rewritten section added (or took) against the message as sent
     pos = 0
     while pos < n:
         code, vpos = _section_code(buf, pos)
@@ -321,10 +337,38 @@ def _scan(buf: bytes) -> ScannedMessage:
             if seen & bit:
                 raise SectionError(f"duplicate section {code:#04x}")
             seen |= bit
-        if code >= PROPERTIES:
+        if code == DELIVERY_ANNOTATIONS:
+            # Kept, as the service keeps them (they reach the receiver beside its
+            # x-opt-lock-token): stored at the front of the tail whatever their place in the
+            # message (pyamqp sends them after the body), and put back before the message
+            # annotations on the way out (build_message).
+            value = buf[vpos:end]
+            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
+                value = _without_lock_token(buf, vpos, end) or value
+            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
+            grown += len(delivery_annotations) - (end - pos)
+        elif code >= PROPERTIES:
             if code == PROPERTIES:
                 props = _property_fields(buf, vpos, end)
-            if vpos == pos + 3 and pos == run_end:
+            rewritten = None
+            # Decimals are written as the service writes them (protocol/decimals.py). The
+            # check costs two byte searches; only a section with a 0x84 or 0x94 byte in it
+            # is walked, and only one holding a decimal is re-encoded.
+            if code == APPLICATION_PROPERTIES and (
+                buf.find(b"\x94", vpos, end) >= 0 or buf.find(b"\x84", vpos, end) >= 0
+            ):
+                rewritten = _service_decimals(buf, vpos, end)
+            if rewritten is not None:
+                if run_end >= 0:
+                    tail_parts.append(buf[run_start:run_end])
+                    flushed += run_end - run_start
+                at = flushed
+                tail_parts.append(b"\x00\x53\x74" + rewritten)
+                flushed += 3 + len(rewritten)
+                grown += 3 + len(rewritten) - (end - pos)
+                run_start = run_end = -1
+                props_span = (at + 3, at + 3 + len(rewritten))
+            elif vpos == pos + 3 and pos == run_end:
                 run_end = end  # contiguous with the previous tail section
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
@@ -341,7 +385,8 @@ def _scan(buf: bytes) -> ScannedMessage:
                     flushed += 3 + end - vpos
                     run_start = run_end = -1
             if code == APPLICATION_PROPERTIES:
-                props_span = (at + 3, at + 3 + end - vpos)
+                if rewritten is None:
+                    props_span = (at + 3, at + 3 + end - vpos)
             elif DATA <= code <= AMQP_VALUE:
                 body_span = (body_span[0] if body_span else at, at + 3 + end - vpos)
         elif code == MESSAGE_ANNOTATIONS:
@@ -381,20 +426,35 @@ def _scan(buf: bytes) -> ScannedMessage:
                                 "x-opt-scheduled-enqueue-time must be a timestamp or long"
                             )
                         scheduled = None if value is None else int(value)
-                    elif slot == _PARTITION_KEY:
-                        partition_key = _render(value)
                     else:
-                        via_partition_key = _render(value)
+                        text = _partition_key_text(value)
+                        if slot == _PARTITION_KEY:
+                            partition_key = text
+                        else:
+                            via_partition_key = text
+                        if text is not None and type(value) is not str:
+                            # stored (and echoed) as the string the service keys on: .NET
+                            # reads it with a (string) cast [contract 3.7]
+                            if keep_from < kpos:
+                                ann_parts.append(buf[keep_from:kpos])
+                            ann_parts.append(buf[kpos:kend] + enc_string(text))
+                            keep_from = p
             if p != end:
                 raise SectionError("message-annotations entries do not match the map size")
             if keep_from < p:
                 ann_parts.append(buf[keep_from:p])
         elif code == HEADER:
             durable, priority, ttl = _header_fields(buf, vpos, end)
-        # delivery-annotations (0x71) are dropped: they are hop-by-hop [AMQP 1.0 3.2.2]
         pos = end
     if run_end >= 0:
         tail_parts.append(buf[run_start:run_end])
+    if delivery_annotations:
+        tail_parts.insert(0, delivery_annotations)
+        shift = len(delivery_annotations)
+        if props_span is not None:
+            props_span = (props_span[0] + shift, props_span[1] + shift)
+        if body_span is not None:
+            body_span = (body_span[0] + shift, body_span[1] + shift)
 
     if props is not None:
         message_id = props[0]
@@ -427,10 +487,58 @@ def _scan(buf: bytes) -> ScannedMessage:
         b"".join(ann_parts),
         ann_count,
         b"".join(tail_parts),
-        n,
+        n + grown,
         props_span,
         body_span,
     )
+
+
+class PropertyValueError(SectionError):
+    """An application property value the service cannot hold (e.g. a decimal beyond .NET's)."""
+
+
+def _service_decimals(buf: bytes, vpos: int, end: int) -> bytes | None:
+    """The application-properties value at vpos with its decimals in the service's encoding,
+    or None when it holds none."""
+    try:
+        value_end, rewritten = rewrite_decimals(buf, vpos)
+    except DecimalRangeError as e:
+        raise PropertyValueError(f"an application property cannot be stored: {e}") from None
+    if value_end != end:
+        raise SectionError("application-properties: the value does not match the section")
+    return rewritten
+
+
+def _map_entries(buf: bytes, vpos: int, end: int) -> tuple[bytes, int]:
+    """(the encoded key/value entries, the pair count) of the map (or null) at vpos."""
+    c = buf[vpos]
+    if c == 0xC1:
+        return buf[vpos + 3 : end], buf[vpos + 2] >> 1
+    if c == 0xD1:
+        return buf[vpos + 9 : end], _unpack_I(buf, vpos + 5)[0] >> 1
+    if c == 0x40:
+        return b"", 0
+    raise SectionError(f"annotations must be a map, not constructor {c:#04x}")
+
+
+def _without_lock_token(buf: bytes, vpos: int, end: int) -> bytes | None:
+    """The delivery-annotations map at vpos without an x-opt-lock-token entry (the service
+    stamps its own on delivery); None when it has none."""
+    entries, count = _map_entries(buf, vpos, end)
+    kept: list[bytes] = []
+    p, dropped = 0, False
+    for _ in range(count):
+        k_end = _skip(entries, p)
+        v_end = _skip(entries, k_end)
+        key = _decode(entries, p)[0]
+        if key == "x-opt-lock-token":
+            dropped = True
+        else:
+            kept.append(entries[p:v_end])
+        p = v_end
+    if p != len(entries):
+        raise SectionError("delivery-annotations entries do not match the map size")
+    return enc_map_body(b"".join(kept), len(kept)) if dropped else None
 
 
 def new_message_id() -> str:
@@ -522,6 +630,7 @@ _NULL = b"\x40"
 _TRUE = b"\x41"
 _FALSE = b"\x42"
 _HEADER_PREFIX = b"\x00\x53\x70\xc0"
+_DELIVERY_ANNOTATIONS_PREFIX = b"\x00\x53\x71"
 _ANNOTATIONS_PREFIX = b"\x00\x53\x72"
 _APP_PROPS_PREFIX = b"\x00\x53\x74"
 _UINT_MAX = 0xFFFFFFFF
@@ -538,11 +647,16 @@ def build_message(
     stamps: list[tuple[bytes, bytes]],
     tail: bytes,
     property_overrides: Mapping[str, bytes] | None = None,
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
 ) -> bytes:
-    """Emit header, message-annotations (client entries + stamps) and tail as one message.
+    """Emit header, delivery-annotations, message-annotations (client entries + stamps) and
+    tail as one message.
 
     The message-annotations section is omitted only when there are neither
-    client entries nor stamps. property_overrides maps application-property
+    client entries nor stamps. The delivery-annotations section holds the client's entries
+    (stored at the front of the tail) and `delivery_stamps`; it is omitted when the client
+    sent none and delivery_stamps is None (an empty list gives an empty map, as the service
+    sends on a receive-and-delete delivery). property_overrides maps application-property
     names to pre-encoded values: existing keys are replaced in place, new ones
     appended, and the section is created before the body if the tail had none.
     """
@@ -559,6 +673,19 @@ def build_message(
         )
     )
     parts = [_HEADER_PREFIX, bytes((len(hdr) + 1, 5)), hdr]
+    if tail[:3] == _DELIVERY_ANNOTATIONS_PREFIX:  # the client's, stored first in the tail
+        da_end = _skip(tail, 3)
+        entries, count = _map_entries(tail, 3, da_end)
+        tail = tail[da_end:]
+        if delivery_stamps:
+            entries += b"".join([k + v for k, v in delivery_stamps])
+            count += len(delivery_stamps)
+        parts.append(_DELIVERY_ANNOTATIONS_PREFIX + enc_map_body(entries, count))
+    elif delivery_stamps is not None:
+        parts.append(
+            _DELIVERY_ANNOTATIONS_PREFIX
+            + enc_map_body(b"".join([k + v for k, v in delivery_stamps]), len(delivery_stamps))
+        )
     if stamps or annotations:
         body = annotations + b"".join([k + v for k, v in stamps]) if stamps else annotations
         parts.append(_ANNOTATIONS_PREFIX)
@@ -598,9 +725,10 @@ def _apply_overrides(tail: bytes, overrides: Mapping[str, bytes]) -> bytes:
 
 
 def _properties_fields(tail: bytes) -> tuple[int, int, list[bytes]]:
-    """(start, end, encoded fields) of the tail's properties section; (0, 0, []) when it has
-    none, so a new section goes at the front of the tail."""
+    """(start, end, encoded fields) of the tail's properties section; (p, p, []) when it has
+    none, so a new section goes at the front of the tail (after delivery annotations)."""
     pos, n = 0, len(tail)
+    front = 0
     while pos < n:
         code, vpos = _section_code(tail, pos)
         end = _skip(tail, vpos)
@@ -618,8 +746,10 @@ def _properties_fields(tail: bytes) -> tuple[int, int, list[bytes]]:
                 fields.append(tail[p:q])
                 p = q
             return pos, end, fields
+        if code == DELIVERY_ANNOTATIONS:
+            front = end
         pos = end
-    return 0, 0, []
+    return front, front, []
 
 
 def _apply_system_overrides(tail: bytes, system: Mapping[str, bytes]) -> bytes:

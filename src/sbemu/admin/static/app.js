@@ -242,10 +242,17 @@ const ENTITY_COLUMNS = [
   ["deferred", "Deferred", (r) => r.counts.deferred, true],
   ["transfer", "Transfer", (r) => r.counts.transfer + r.counts.transferdeadletter, true],
   ["size", "Size", (r) => r.size_bytes || 0, true],
+  ["rate_in", "In/s", (r) => rateOf(r, "incoming"), true],
+  ["rate_out", "Out/s", (r) => rateOf(r, "outgoing"), true],
   ["status", "Status", (r) => r.status],
   ["availability", "Availability", (r) => r.availability],
   ["partitions", "Partitions", (r) => r.partitions.length],
 ];
+
+// messages per second, sampled on the server (admin/rates.py); a subscription shows none:
+// the counters are per partition, so its topic's figures would read as its own
+function rateOf(r, key) { return r.kind === "subscription" || !r.rates ? -1 : r.rates[key]; }
+function fmtRateCell(v) { return v < 0 ? "" : fmtRate(v); }
 
 async function pageEntities(root, query) {
   root.append(el("h1", {}, "Entities"));
@@ -260,14 +267,14 @@ async function pageEntities(root, query) {
     const f = filter.value.trim().toLowerCase();
     state.entitiesFilter = filter.value;
     const col = ENTITY_COLUMNS.find((c) => c[0] === state.entitiesSort.key) || ENTITY_COLUMNS[0];
-    const shown = rows.filter((r) => (!f || (r.namespace + "/" + r.name + " " + r.kind + " " + r.availability).toLowerCase().includes(f))
+    const shown = rows.filter((r) => (!f || (r.namespace + "/" + r.name + " " + r.kind + " " + r.status + " " + r.availability).toLowerCase().includes(f))
       && (!onlyIssues.checked || r.counts.deadletter > 0 || r.availability !== "Available"));
     shown.sort((a, b) => {
       const x = col[2](a), y = col[2](b);
       return (x < y ? -1 : x > y ? 1 : 0) * state.entitiesSort.dir;
     });
     const head = el("tr", {}, ENTITY_COLUMNS.map(([key, label, , num]) => el("th", {
-      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : null,
+      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key.startsWith("rate_") ? "messages per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
       class: "sortable" + (num ? " num" : "") + (state.entitiesSort.key === key ? (state.entitiesSort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
       "data-sort": key,
       onclick: () => {
@@ -286,7 +293,9 @@ async function pageEntities(root, query) {
         el("td", { class: "num", "data-count": "deferred" }, fmtNum(r.counts.deferred)),
         el("td", { class: "num" }, fmtNum(r.counts.transfer) + " / " + fmtNum(r.counts.transferdeadletter)),
         el("td", { class: "num" }, r.size_bytes === null ? "" : fmtBytes(r.size_bytes)),
-        el("td", {}, r.status),
+        el("td", { class: "num", "data-rate": "incoming" }, fmtRateCell(rateOf(r, "incoming"))),
+        el("td", { class: "num", "data-rate": "outgoing" }, fmtRateCell(rateOf(r, "outgoing"))),
+        el("td", { "data-status": r.status }, r.status),
         el("td", {}, el("span", { class: "badge " + r.availability, "data-availability": r.availability }, r.availability)),
         el("td", {}, r.partitioned || r.partitions.length > 1 ? strip(r.partitions) : el("span", { class: "muted" }, "1")),
       );
@@ -333,9 +342,16 @@ async function pageEntity(root, ns, name, query) {
   const purgeBtn = el("button", { id: "purge", class: "danger", type: "button" }, "Purge");
   const moreBtn = el("button", { id: "more", type: "button" }, "Load more");
   const refreshBtn = el("button", { id: "refresh", type: "button" }, "Refresh");
+  const pageSize = el("select", { id: "page-size", title: "messages per page" }, [10, 25, 50, 100].map((n) => el("option", { value: n }, n + " a page")));
+  pageSize.value = "25";
+  const searchId = el("input", { id: "search-message-id", type: "search", placeholder: "message id contains…" });
+  const searchProp = el("input", { id: "search-property", type: "search", placeholder: "property: name or name=value" });
+  const searchForm = el("form", { id: "search-form", class: "search" }, searchId, searchProp, el("button", { type: "submit" }, "Search"));
+  const exportBtn = el("button", { id: "export", type: "button", title: "download the messages shown, as JSON" }, "Export JSON");
   root.append(el("h2", {}, "Message explorer"), el("div", { class: "grid2" },
     el("div", { class: "panel" },
       el("div", { class: "toolbar" }, isTopic ? el("label", {}, "Subscription ", subSelect) : null, refreshBtn, resubmitBtn, purgeBtn),
+      el("div", { class: "toolbar" }, searchForm, pageSize, exportBtn),
       tabs, list, el("div", { class: "toolbar" }, moreBtn, el("span", { class: "muted", id: "peek-status" }))),
     el("div", { class: "panel" }, details)));
 
@@ -369,18 +385,26 @@ async function pageEntity(root, ns, name, query) {
     av.textContent = topicRow.availability; av.className = "badge " + topicRow.availability;
     av.setAttribute("data-availability", topicRow.availability);
     const c = r.counts;
+    const rates = topicRow.rates || { incoming: 0, outgoing: 0 };
     summary.replaceChildren(...[["Active", c.active, "active"], ["Dead-letter", c.deadletter, "deadletter"], ["Scheduled", c.scheduled, "scheduled"],
       ["Deferred", c.deferred, "deferred"], ["Transfer DLQ", c.transferdeadletter, "transferdeadletter"], ["Partitions", detail.partition_count, "partitions"]]
-      .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))));
-    const row = detail.rows.find((x) => x.kind !== "subscription") || r;
+      .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))),
+      ...[["In", rates.incoming, "incoming"], ["Out", rates.outgoing, "outgoing"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
+        el("div", { class: "label" }, l + " msg/s" + (isTopic ? " (topic)" : "")), el("div", { class: "value", "data-rate": k }, fmtRate(v)))));
+    // the partition table shows what the cards show: the queue, or the selected subscription;
+    // its rates are the partition's (for a topic: all its subscriptions)
+    const row = r;
+    const partRates = new Map(topicRow.partitions.map((p) => [p.id, p.rates || { incoming: 0, outgoing: 0 }]));
     partsPanel.replaceChildren(el("div", { class: "toolbar" }, strip(row.partitions),
-      el("span", { class: "muted" }, "colour: depth (active + dead-letter); red: offline; amber: full")),
-      el("div", { class: "partscroll" }, el("table", { id: "partitions" },
-      el("tr", {}, ["Partition", "Active", "Dead-letter", "Scheduled", "Deferred", "Health", ""].map((h, i) => el("th", { class: i && i < 5 ? "num" : "" }, h))),
+      el("span", { class: "muted" }, (isTopic ? "subscription " + (r.subscription || "") + "; " : "") + "colour: depth (active + dead-letter); red: offline; amber: full")),
+      el("div", { class: "partscroll" }, el("table", { id: "partitions", "data-row": r.name },
+      el("tr", {}, ["Partition", "Active", "Dead-letter", "Scheduled", "Deferred", "In/s", "Out/s", "Health", ""].map((h, i) => el("th", { class: i && i < 7 ? "num" : "" }, h))),
       ...row.partitions.map((p) => el("tr", { "data-partition": p.id },
         el("td", {}, p.id),
-        el("td", { class: "num" }, fmtNum(p.active)), el("td", { class: "num" }, fmtNum(p.deadletter)),
-        el("td", { class: "num" }, fmtNum(p.scheduled)), el("td", { class: "num" }, fmtNum(p.deferred)),
+        el("td", { class: "num", "data-count": "active" }, fmtNum(p.active)), el("td", { class: "num", "data-count": "deadletter" }, fmtNum(p.deadletter)),
+        el("td", { class: "num", "data-count": "scheduled" }, fmtNum(p.scheduled)), el("td", { class: "num", "data-count": "deferred" }, fmtNum(p.deferred)),
+        el("td", { class: "num", "data-rate": "incoming" }, fmtRate(partRates.get(p.id).incoming)),
+        el("td", { class: "num", "data-rate": "outgoing" }, fmtRate(partRates.get(p.id).outgoing)),
         el("td", {}, el("span", { class: "badge " + (p.online ? (p.accepting ? "online" : "full") : "offline"), "data-health": p.online ? "online" : "offline" },
           p.online ? (p.accepting ? "online" : "full") : "offline"), p.reason ? el("span", { class: "muted" }, " " + p.reason) : null),
         el("td", {}, el("button", {
@@ -412,10 +436,12 @@ async function pageEntity(root, ns, name, query) {
     if (reset) { messages = []; next = 0; selected = new Set(); current = null; }
     if (next === null) return;
     try {
-      const page = await api(`/api/messages?ns=${encodeURIComponent(ns)}&entity=${encodeURIComponent(detail.name)}&subscription=${encodeURIComponent(sub)}&state=${tab}&from=${next}&count=25`);
+      const search = `&message_id=${encodeURIComponent(searchId.value.trim())}&property=${encodeURIComponent(searchProp.value.trim())}`;
+      const page = await api(`/api/messages?ns=${encodeURIComponent(ns)}&entity=${encodeURIComponent(detail.name)}&subscription=${encodeURIComponent(sub)}&state=${tab}&from=${next}&count=${pageSize.value}` + search);
       messages = messages.concat(page.messages);
       next = page.next;
-      $("#peek-status").textContent = `${messages.length} shown` + (next === null ? ", no more" : "") +
+      const searching = searchId.value.trim() || searchProp.value.trim();
+      $("#peek-status").textContent = `${messages.length} ${searching ? "found" : "shown"}` + (next === null ? ", no more" : searching ? " so far (Load more searches on)" : "") +
         (page.offline_partitions.length ? `; partitions ${page.offline_partitions.join(", ")} are offline and not shown` : "");
       moreBtn.disabled = next === null;
       renderList();
@@ -466,6 +492,18 @@ async function pageEntity(root, ns, name, query) {
     );
   }
   refreshBtn.addEventListener("click", () => { reloadDetail(); load(true); });
+  pageSize.addEventListener("change", () => load(true));
+  searchForm.addEventListener("submit", (e) => { e.preventDefault(); load(true); });
+  exportBtn.addEventListener("click", () => {
+    // the messages shown, as the explorer decoded them (system and application properties, body)
+    const doc = { namespace: ns, entity: detail.name, subscription: sub || null, state: tab,
+      exported: new Date().toISOString(), messages };
+    const blob = new Blob([JSON.stringify(doc, null, 2)], { type: "application/json" });
+    const a = el("a", { href: URL.createObjectURL(blob), download: `${detail.name}${sub ? "-" + sub : ""}-${tab}.json`.replace(/[^A-Za-z0-9._-]+/g, "_"), id: "export-link" });
+    document.body.append(a);
+    a.click();
+    setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+  });
   moreBtn.addEventListener("click", () => load(false));
   subSelect.addEventListener("change", () => { sub = subSelect.value; renderSummary(); load(true); });
   resubmitBtn.addEventListener("click", async () => {
@@ -525,10 +563,12 @@ async function pageEntity(root, ns, name, query) {
       }
     }
     const settings = Object.entries(detail.settings).map(([q, s]) => el("tr", {},
-      el("td", { class: "mono" }, q === "main" ? detail.name : q), el("td", {}, fmtMs(s.lock_duration_ms)),
+      el("td", { class: "mono" }, q === "main" ? detail.name : q.replace(/^subscriptions\//, "")), el("td", {}, fmtMs(s.lock_duration_ms)),
       el("td", { class: "num" }, s.max_delivery_count ?? "–"), el("td", {}, s.default_ttl_ms === null ? "never" : fmtMs(s.default_ttl_ms)),
       el("td", {}, s.dead_letter_on_expiration ? "yes" : "no"), el("td", {}, s.requires_session ? "yes" : "no")));
-    parts.push(el("h3", {}, "Settings"), el("table", {}, el("tr", {}, ["Queue", "Lock duration", "Max deliveries", "Default TTL", "DLQ on expiry", "Sessions"].map((h) => el("th", {}, h))), ...settings));
+    // a queue's section is headed "Settings" already; a topic's is "Subscriptions and rules"
+    if (isTopic) parts.push(el("h3", {}, "Settings"));
+    parts.push(el("table", { id: "settings" }, el("tr", {}, [isTopic ? "Subscription" : "Queue", "Lock duration", "Max deliveries", "Default TTL", "DLQ on expiry", "Sessions"].map((h) => el("th", {}, h))), ...settings));
     rulesBox.replaceChildren(...parts);
   }
 
@@ -548,7 +588,7 @@ async function pageConnections(root) {
     table.replaceChildren(
       el("tr", {}, ["Id", "Peer", "Namespace", "SASL / identity", "Opened", "Links", ""].map((h) => el("th", {}, h))),
       ...data.connections.map((c) => el("tr", { "data-connection": c.id },
-        el("td", {}, c.id), el("td", { class: "mono" }, c.peer), el("td", {}, c.namespace),
+        el("td", {}, c.id), el("td", { class: "mono" }, c.peer + (c.transport ? " · " + c.transport : "")), el("td", {}, c.namespace),
         el("td", {}, (c.sasl_mechanism || "none") + (c.identities.length ? " · " + c.identities.join(", ") : "")),
         el("td", {}, fmtTime(c.opened_ms)),
         el("td", {}, c.links.length ? el("table", { class: "links" },

@@ -1,0 +1,211 @@
+"""Large messages on a Premium namespace (issue 26 item 5): MaxMessageSizeInKilobytes from the
+configuration and the admin API, advertised on the attach (max-message-size and the
+com.microsoft:max-message-batch-size the SDKs size batches from), enforced at send, and a
+100 MB message sent and received by the Python SDK over TCP with the server's memory measured.
+
+One real sbemu (the package's launcher) serves a Premium namespace for the module."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
+from azure.servicebus.management import ServiceBusAdministrationClient
+from proton import Message
+from proton.utils import BlockingConnection, LinkDetached, SendException
+
+from sbemu.pytest_plugin import SbemuServer, _ca_bundle, start_server, stop_server
+
+MIB = 1024 * 1024
+BIG_KB = 102_400  # Azure's largest MaxMessageSizeInKilobytes (100 MB)
+MEMORY_FACTOR = 6  # the server's peak anonymous memory may grow by at most this x the message
+
+
+@pytest.fixture(scope="module")
+def premium() -> Iterator[SbemuServer]:
+    folder = Path(tempfile.mkdtemp(prefix="sbemu-premium-"))
+    config = folder / "config.json"
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{
+        "Name": "sbemulatorns",
+        "PremiumMessagingPartitions": 1,
+        "Queues": [
+            {"Name": "huge", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB,
+                                            "LockDuration": "PT5M"}},
+            {"Name": "plain"},
+            {"Name": "round-trip", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB}},
+        ],
+        "Topics": [{"Name": "wide", "Properties": {"MaxMessageSizeInKilobytes": 4096},
+                    "Subscriptions": [{"Name": "s"}]}],
+    }], "Logging": {"Type": "File"}}}))
+    server = start_server(folder / "data", str(config))
+    saved = {k: os.environ.get(k) for k in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")}
+    os.environ["REQUESTS_CA_BUNDLE"] = os.environ["SSL_CERT_FILE"] = str(
+        _ca_bundle(server.ca_file, folder))
+    try:
+        yield server
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        stop_server(server)
+
+
+@pytest.fixture
+def admin(premium: SbemuServer) -> Iterator[ServiceBusAdministrationClient]:
+    with ServiceBusAdministrationClient.from_connection_string(
+        premium.admin_connection_string
+    ) as client:
+        yield client
+
+
+def test_premium_sizes_come_from_the_configuration_and_the_admin_api(
+    admin: ServiceBusAdministrationClient,
+) -> None:
+    """test_mgmt_queue_premium_create_with_queue_description, run as written."""
+    assert admin.get_namespace_properties().messaging_sku == "Premium"
+    assert admin.get_queue("huge").max_message_size_in_kilobytes == BIG_KB
+    assert admin.get_queue("plain").max_message_size_in_kilobytes == 1024  # Premium's default
+    assert admin.get_topic("wide").max_message_size_in_kilobytes == 4096
+    name = f"premium-{os.urandom(3).hex()}"
+    admin.create_queue(name, max_message_size_in_kilobytes=12345)
+    assert admin.get_queue(name).max_message_size_in_kilobytes == 12345
+    props = admin.get_queue(name)
+    props.max_message_size_in_kilobytes = 54321
+    admin.update_queue(props)
+    assert admin.get_queue(name).max_message_size_in_kilobytes == 54321
+    for bad in (1023, 102_401):
+        with pytest.raises(HttpResponseError) as refused:
+            admin.create_queue(f"{name}-{bad}", max_message_size_in_kilobytes=bad)
+        assert refused.value.status_code == 400
+        assert ("The property value for 'MaxMessageSizeInKilobytes' must be between 1024 and "
+                "102400 when the namespace 'sbemulatorns' is using 'Premium' tier") \
+            in str(refused.value)
+    props.max_message_size_in_kilobytes = 102_401
+    with pytest.raises(HttpResponseError):
+        admin.update_queue(props)
+    assert admin.get_queue(name).max_message_size_in_kilobytes == 54321
+    admin.delete_queue(name)
+
+
+def _proton(server: SbemuServer) -> BlockingConnection:
+    return BlockingConnection(
+        f"amqp://127.0.0.1:{server.amqp_port}", timeout=30, sasl_enabled=True,
+        allowed_mechs="PLAIN", user=server.key_name, password=server.key,
+    )
+
+
+def test_the_attach_advertises_the_entity_limit_and_the_send_enforces_it(
+    premium: SbemuServer,
+) -> None:
+    """max-message-size is the entity's; com.microsoft:max-message-batch-size is Premium's
+    1 MB; a message over the entity's limit is refused with message-size-exceeded."""
+    with ServiceBusClient.from_connection_string(premium.connection_string) as sb:
+        for entity, limit in (("huge", BIG_KB * 1024), ("plain", MIB)):
+            with sb.get_queue_sender(entity) as sender:
+                sender.send_messages(ServiceBusMessage("hello"))  # the link is open
+                assert sender._max_message_size_on_link == limit
+                assert sender._max_batch_size_on_link == MIB  # the vendor property
+                assert sender.create_message_batch().max_size_in_bytes == MIB
+        with sb.get_topic_sender("wide") as sender:
+            sender.send_messages(ServiceBusMessage("hello"))
+            assert sender._max_message_size_on_link == 4096 * 1024
+        with sb.get_queue_sender("huge") as sender:  # $management's schedule: the same limit
+            later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+            (number,) = sender.schedule_messages(ServiceBusMessage(os.urandom(3 * MIB)), later)
+            sender.cancel_scheduled_messages(number)
+    conn = _proton(premium)
+    try:
+        sender = conn.create_sender("plain")
+        assert sender.link.remote_max_message_size == MIB
+        with pytest.raises(SendException):  # just over 1 MB: rejected, the link stays
+            sender.send(Message(body=os.urandom(MIB)))
+        with pytest.raises(LinkDetached) as detached:  # far over: the link is closed
+            sender.send(Message(body=os.urandom(2 * MIB)))
+        assert "amqp:link:message-size-exceeded" in str(detached.value)
+        conn.create_sender("huge").send(Message(body=os.urandom(2 * MIB)))  # accepted there
+    finally:
+        conn.close()
+    with ServiceBusClient.from_connection_string(premium.connection_string) as sb:
+        for entity in ("huge", "plain"):
+            with sb.get_queue_receiver(entity, max_wait_time=5) as receiver:
+                for message in receiver.receive_messages(max_message_count=10, max_wait_time=5):
+                    receiver.complete_message(message)
+
+
+class _AnonPeak:
+    """The server process's peak anonymous resident memory, sampled every 10 ms (Linux)."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = Path(f"/proc/{pid}/status")
+        self.peak = self.now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def now(self) -> int:
+        for line in self.path.read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no RssAnon in /proc status")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                self.peak = max(self.peak, self.now())
+            except (OSError, RuntimeError):
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("transport", ["amqp", "wss"])
+def test_a_100_mb_message_round_trip_with_bounded_server_memory(
+    premium: SbemuServer, transport: str
+) -> None:
+    """The Python SDK sends and receives one 100 MB message over TCP, and over WebSockets with
+    TLS (wss on the admin port: the WebSocket framing and the TLS records come on top); the
+    server's memory grows by a small multiple of it (each copy: the engine's buffer, ours, the
+    record, LMDB's pages), not by one copy per frame, per staging step or per log record."""
+    assert premium.process is not None
+    body = os.urandom(100 * MIB - 64 * 1024)  # the limit counts the whole encoded message
+    sampler = _AnonPeak(premium.process.pid)
+    before = sampler.now()
+    started = time.monotonic()
+    if transport == "wss":
+        key = f"SharedAccessKeyName={premium.key_name};SharedAccessKey={premium.key}"
+        sb = ServiceBusClient.from_connection_string(
+            f"Endpoint=sb://localhost/;{key}", connection_verify=str(premium.ca_file),
+            transport_type=TransportType.AmqpOverWebsocket,
+            custom_endpoint_address=f"sb://localhost:{premium.admin_port}",
+        )
+    else:
+        sb = ServiceBusClient.from_connection_string(premium.connection_string)
+    with sb:
+        with sb.get_queue_sender("round-trip") as sender:
+            sender.send_messages(ServiceBusMessage(body, application_properties={"n": 1}))
+        with sb.get_queue_receiver("round-trip", max_wait_time=60) as receiver:
+            got = receiver.receive_messages(max_message_count=1, max_wait_time=60)
+            assert len(got) == 1
+            assert b"".join(got[0].body) == body and got[0].application_properties[b"n"] == 1
+            receiver.complete_message(got[0])
+    seconds = time.monotonic() - started
+    peak = sampler.stop()
+    growth = (peak - before) / len(body)
+    print(f"100 MB round trip over {transport} in {seconds:.1f} s; server anon RSS {before / MIB:.0f} MB -> "
+          f"peak {peak / MIB:.0f} MB ({growth:.1f}x the message)")
+    assert growth < MEMORY_FACTOR, f"the server grew by {growth:.1f}x the message"

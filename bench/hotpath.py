@@ -31,6 +31,9 @@ each phase. Three measurements (``--mode``):
 
 ``--mode all`` (the default) runs all three and prints one table: microseconds per message per
 phase and part, and instructions per message. ``--json`` prints the figures as one JSON line.
+To look closer: ``HOTPATH_TOP=1`` prints every profiled function's own time per phase (yappi
+mode, on stderr with ``HOTPATH_DEBUG=1``, which also shows the server's stderr), and
+``HOTPATH_KEEP=<dir>`` keeps each phase's callgrind dump there for ``callgrind_annotate``.
 """
 
 from __future__ import annotations
@@ -482,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=("all", "cpu", "yappi", "callgrind"), default="all")
     ap.add_argument("--queue", default="bench", help="bench (plain) or benchp (16 partitions)")
-    ap.add_argument("--count", type=int, default=10_000, help="messages per cpu/yappi run")
+    ap.add_argument("--count", type=int, default=5_000, help="messages per cpu/yappi run")
     ap.add_argument("--callgrind-count", type=int, default=2_000, help="messages under callgrind")
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3, help="cpu runs (medians)")

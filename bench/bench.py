@@ -185,7 +185,10 @@ def _du_mb(path: Path) -> float:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
+            try:  # lstat: a store's lock.mdb is a link to a reader table on tmpfs
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:  # removed while we walk (a store closing)
+                continue
     return total / (1024 * 1024)
 
 

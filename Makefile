@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,16 @@ disk-tools-check:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs >/dev/null) \
 	    || echo "WARNING: could not install e2fsprogs; the disk-fault tests will be skipped"; \
 	else echo "WARNING: mkfs.ext4/e2fsck not found; the disk-fault tests will be skipped"; fi
+
+# The admin-port access test (tests/security/test_admin_policy.py) reaches the server from a
+# network namespace (`ip netns`, iproute2): installed when missing and we are root, else it skips.
+netns-check:
+	@if command -v ip >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "ip not found: installing iproute2 for the admin-port access test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null) \
+	    || echo "WARNING: could not install iproute2; the network-namespace test will be skipped"; \
+	else echo "WARNING: ip (iproute2) not found; the network-namespace test will be skipped"; fi
 
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
@@ -141,7 +151,7 @@ go-deps: go-check
 test-go: install go-deps
 	@if command -v go >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
-	  $(PY) tests/sdk_run.py -- $(PY) tests/go/live.py; \
+	  $(PY) tests/sdk_run.py --azure-ports -- $(PY) tests/go/live.py; \
 	else echo "SKIPPED: Go SDK tests (tests/go): no Go on this machine"; fi
 
 # The Java and Go suites one after the other (both compile: CPU-heavy on two cores).
@@ -159,7 +169,7 @@ run: $(RUN_STAMP)
 # do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check disk-tools-check js-deps lint docs
+test: install install-spark chromium-check disk-tools-check netns-check js-deps lint docs
 	@js_log=$$(mktemp); sdk_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
 	$(MAKE) --no-print-directory test-sdks >"$$sdk_log" 2>&1 & sdk=$$!; \

@@ -93,6 +93,8 @@ ENV_READY_FILE = "SBEMU_READY_FILE"
 ENV_EPHEMERAL = "SBEMU_EPHEMERAL"
 # tests only: run on a clock that POST /test-clock/advance/<seconds> moves forward (loopback)
 ENV_TEST_CLOCK = "SBEMU_TEST_CLOCK"
+# the admin commands (purge, partition) sign with this connection string's key when set
+ENV_CONNECTION_STRING = "SBEMU_CONNECTION_STRING"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -218,6 +220,8 @@ def _admin_call(args: Any, method: str, path: str, timeout: float) -> dict[str, 
     data = b"" if method == "POST" else None
     request = urllib.request.Request(base + path, data=data, method=method)
     try:
+        for name, value in _admin_credentials(base, method, timeout).items():
+            request.add_header(name, value)
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body: dict[str, Any] = _json.loads(response.read() or b"{}")
             return body
@@ -228,6 +232,30 @@ def _admin_call(args: Any, method: str, path: str, timeout: float) -> dict[str, 
     except OSError as exc:
         print(f"sbemu: cannot reach the server at {base}: {exc}", file=sys.stderr)
         return 2
+
+
+def _admin_credentials(base: str, method: str, timeout: float) -> dict[str, str]:
+    """What a request to the admin port carries (its access policy: docs/security.md): a SAS
+    token signed with SBEMU_CONNECTION_STRING's key when that is set (needed beyond loopback),
+    else for a POST on loopback the CSRF token the dashboard's page reads from /api/session."""
+    import json as _json
+    import time as _time
+    import urllib.request
+
+    from sbemu.sas import make_sas_token
+
+    conn = os.environ.get(ENV_CONNECTION_STRING)
+    if conn:
+        fields = dict(p.split("=", 1) for p in conn.split(";") if "=" in p)
+        name, key = fields.get("SharedAccessKeyName"), fields.get("SharedAccessKey")
+        if name and key:
+            endpoint = fields.get("Endpoint", "sb://localhost/").rstrip("/") + "/"
+            token = make_sas_token(endpoint, name, key, int(_time.time()) + 600)
+            return {"Authorization": token}
+    if method != "POST":
+        return {}
+    with urllib.request.urlopen(base + "/api/session", timeout=timeout) as response:
+        return {"X-CSRF-Token": str(_json.loads(response.read())["csrf"])}
 
 
 def _add_cert(subcommands: Any) -> None:

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 
 from sbemu.admin.access import is_loopback
-from sbemu.testing import SbemuProcess, StartError
+from sbemu.testing import Ready, SbemuProcess, StartError
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
@@ -135,6 +136,17 @@ class ServerProcess:
         self._launcher: SbemuProcess | None = None
 
     @property
+    def ready(self) -> Ready:
+        """The ready document of the running server (sbemu.ready)."""
+        assert self._launcher is not None and self._launcher.ready is not None
+        return self._launcher.ready
+
+    def wait_for_output(self, pattern: str) -> re.Match[str]:
+        """The first stdout line matching ``pattern`` (sbemu.testing), waiting for it."""
+        assert self._launcher is not None
+        return self._launcher.wait_for_output(pattern, START_TIMEOUT)
+
+    @property
     def proc(self) -> subprocess.Popen[str] | None:
         return self._launcher.proc if self._launcher is not None else None
 
@@ -190,6 +202,15 @@ class ServerProcess:
                 raise ServerError(f"SIGTERM exit code {rc}; stderr={self.stderr_text()!r}")
         return self.start()
 
+    def admin_headers(self) -> dict[str, str]:
+        """What a real client sends to the admin port's state-changing routes: a SAS token of
+        a Manage key for the namespace (docs/security.md). Valid for a week of server time, so
+        tests that advance the server's clock keep it."""
+        token = make_sas_token(
+            f"sb://localhost:{self.admin_port}/", KEY_NAME, KEY, int(time.time()) + 7 * 86400
+        )
+        return {"Authorization": token}
+
     def advance_clock(self, seconds: float) -> int:
         """Move the server's clock ``seconds`` forward (its TestClock, SBEMU_TEST_CLOCK=1): locks,
         time-to-live, schedules and idle deletion come due as if that time had passed; the
@@ -203,6 +224,7 @@ class ServerProcess:
             f"http://{self.host}:{self.admin_port}/test-clock/advance/{seconds}",
             data=b"",
             method="POST",
+            headers=self.admin_headers(),
         )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return int(json.loads(resp.read())["now_ms"])

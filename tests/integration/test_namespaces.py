@@ -6,7 +6,6 @@ tests/js/namespaces.test.mjs."""
 from __future__ import annotations
 
 import json
-import queue as queue_mod
 import re
 
 import pytest
@@ -35,14 +34,12 @@ def two_namespaces(tmp_path_factory):
     (tmp / "config.json").write_text(json.dumps(config))
     server = ServerProcess(tmp / "config.json", tmp / "data", tmp).start()
     try:
-        line = ""
-        while not NS_LINE.search(line):
-            line = server._lines.get(timeout=10) or ""
-        match = NS_LINE.search(line)
-        assert match and match.group(1) == "otherns"
-        yield server, match.group(3)
-    except queue_mod.Empty:
-        pytest.fail("no 'namespace otherns on ...' ready line")
+        # the namespace's own port, from the ready document (its ready line says the same)
+        (entry,) = [ns for ns in server.ready.namespaces if ns["name"] == "otherns"]
+        assert entry["amqp_port"] != server.port
+        match = server.wait_for_output(NS_LINE.pattern)
+        assert match.group(3) == entry["connection_string"]
+        yield server, entry["connection_string"]
     finally:
         server.stop()
 

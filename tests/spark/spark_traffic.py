@@ -122,15 +122,15 @@ class Entity:
         return out
 
     def complete(self, pid: int, lock, now: int) -> None:
-        self.brokers[pid].complete(lock.token, now, lambda e: None)
+        self.brokers[pid].complete(lock.key, now, lambda e: None)
         self.commit(pid)
 
     def abandon(self, pid: int, lock, now: int) -> None:
-        self.brokers[pid].abandon(lock.token, now, None, lambda e: None)
+        self.brokers[pid].abandon(lock.key, now, None, lambda e: None)
         self.commit(pid)
 
     def dead_letter(self, pid: int, lock, now: int, reason: str | None) -> None:
-        self.brokers[pid].dead_letter(lock.token, now, reason, "test", None, lambda e: None)
+        self.brokers[pid].dead_letter(lock.key, now, reason, "test", None, lambda e: None)
         self.commit(pid)
 
     def tick(self, pid: int, now: int) -> None:

@@ -38,13 +38,16 @@ from ..partitions.specs import MAIN
 from ..partitions.stats import ServerStats, totals
 from ..partitions.transitions import SCHEDULED_QUEUE
 from . import explorer, metrics
-from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
+from .access import COOKIE_NAME, Access, Principal
 from .atom import empty_feed
-from .http import HttpRoutes, Request, Response, json_response, text_response
+from .bounded import INT64_MAX, bool_field, int_field, json_object, str_field
+from .http import Request, Response, json_response, text_response
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 from .msgsearch import MessageSearch
 from .notfound import favicon, not_found
+from .policy import LOGIN, MANAGE, PUBLIC, READ
 from .rates import PartitionRates
+from .routes import HttpRoutes
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -55,6 +58,9 @@ SNAPSHOT_COST_FACTOR = 10  # ... and at least this many times what it cost to co
 DATA_DIR_SIZE_AGE = 10.0  # seconds between data-directory walks (in a worker thread)
 MAX_SSE_CLIENTS = 32
 MAX_BODY = 1024 * 1024  # bytes of a dashboard POST body
+MAX_NAME = 260  # characters of a namespace or entity path in a POST
+MAX_PARTITION = 65_535  # partition ids are the top 16 bits of a sequence number
+MAX_RESUBMIT = 1000  # dead letters resubmitted in one POST
 RATE_FIELDS = ("incoming", "outgoing", "completed", "deadlettered", "abandoned")
 
 
@@ -77,6 +83,26 @@ class RateHistory:
             point[name] = round(max(0, current.get(name, 0) - last[1].get(name, 0)) / seconds, 2)
         self.points.append(point)
         return point
+
+
+def _api_refusal(request: Request, status: int, message: str) -> Response:
+    body: dict[str, Any] = {"error": message}
+    if status == 401:
+        body["login"] = "/login"
+    return json_response(status, body)
+
+
+def _page_refusal(request: Request, status: int, message: str) -> Response:
+    if status == 401:
+        return Response(303, b"", [("location", "/login")])
+    return text_response(status, message + "\n", "text/plain")
+
+
+def _metrics_refusal(request: Request, status: int, message: str) -> Response:
+    headers = [("content-type", "text/plain")]
+    if status == 401:
+        headers.append(("www-authenticate", 'Basic realm="sbemu"'))
+    return Response(status, f"authentication required: {message}\n".encode(), headers)
 
 
 def _entity_path(entity: Entity) -> str:
@@ -465,49 +491,51 @@ class Dashboard:
 
     # ------------------------------------------------------------------ HTTP routes
     def register(self, routes: HttpRoutes) -> None:
-        """Add the dashboard's routes: pages, static files, /api/..., /metrics, login."""
-        routes.add("GET", "/", self._page)
-        routes.add("GET", "/ui", self._page, prefix=True)
-        routes.add("GET", "/login", self._login_page)
-        routes.add("POST", "/login", self._login)
-        routes.add("POST", "/logout", self._guard(self._logout, post=True))
-        routes.add("GET", "/static", self._static_file, prefix=True)
-        routes.add("GET", "/favicon.ico", favicon)
-        routes.add("GET", "/metrics", self._metrics)
-        routes.add("GET", "/api/session", self._guard(self._session))
-        routes.add("GET", "/api/overview", self._guard(self._api_overview))
-        routes.add("GET", "/api/entities", self._guard(self._api_entities))
-        routes.add("GET", "/api/entity", self._guard(self._api_entity))
-        routes.add("GET", "/api/messages", self._guard(self._api_messages))
-        routes.add("GET", "/api/connections", self._guard(self._api_connections))
-        routes.add("GET", "/api/events", self._guard(self._api_events))
-        routes.add("POST", "/api/partition", self._guard(self._api_partition, post=True))
-        routes.add("POST", "/api/send", self._guard(self._api_send, post=True))
-        routes.add("POST", "/api/resubmit", self._guard(self._api_resubmit, post=True))
-        routes.add("POST", "/api/purge", self._guard(self._api_purge, post=True))
-        routes.add("POST", "/api/connections/close", self._guard(self._api_close, post=True))
+        """Add the dashboard's routes: pages, static files, /api/..., /metrics, login; each
+        with its rule (sbemu.admin.policy: reads READ, actions MANAGE)."""
+        api_read = READ.but(refuse=_api_refusal)
+        api_manage = MANAGE.but(refuse=_api_refusal)
+        page = READ.but(refuse=_page_refusal)
+        routes.add("GET", "/", self._page, rule=page)
+        routes.add("GET", "/ui", self._page, rule=page, prefix=True)
+        routes.add("GET", "/login", self._login_page, rule=PUBLIC)
+        # the login form is the authentication itself: public, but not from another site
+        routes.add("POST", "/login", self._login, rule=LOGIN)
+        routes.add("POST", "/logout", self._guard(self._logout), rule=api_manage)
+        routes.add("GET", "/static", self._static_file, rule=PUBLIC, prefix=True)
+        routes.add("GET", "/favicon.ico", favicon, rule=PUBLIC)
+        routes.add("GET", "/metrics", self._metrics, rule=READ.but(refuse=_metrics_refusal))
+        for path, handler in (
+            ("/api/session", self._session),
+            ("/api/overview", self._api_overview),
+            ("/api/entities", self._api_entities),
+            ("/api/entity", self._api_entity),
+            ("/api/messages", self._api_messages),
+            ("/api/connections", self._api_connections),
+            ("/api/events", self._api_events),
+        ):
+            routes.add("GET", path, self._guard(handler), rule=api_read)
+        for path, handler in (
+            ("/api/partition", self._api_partition),
+            ("/api/send", self._api_send),
+            ("/api/resubmit", self._api_resubmit),
+            ("/api/purge", self._api_purge),
+            ("/api/connections/close", self._api_close),
+        ):
+            routes.add("POST", path, self._guard(handler), rule=api_manage)
 
-    def _guard(self, handler: Callable[..., Any], *, post: bool = False) -> Callable[..., Any]:
-        """Login (off loopback), Host check (on loopback), CSRF token on POSTs, JSON errors."""
+    def _guard(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """The principal the access policy let in, and JSON errors (never a 500)."""
 
         async def guarded(request: Request, params: dict[str, str]) -> Response:
-            if not self.access.host_allowed(request.headers):
-                return json_response(403, {"error": "Host header is not a loopback name"})
-            principal = self.access.principal(request.headers, time.time())
-            if principal is None:
-                return json_response(401, {"error": "login required", "login": "/login"})
-            if post:
-                if not self.access.same_origin(request.headers):
-                    return json_response(403, {"error": "cross-origin request refused"})
-                if not self.access.check_csrf(principal, request.headers.get(CSRF_HEADER)):
-                    return json_response(403, {"error": "missing or wrong CSRF token"})
+            principal: Principal = request.grant.principal
             try:
                 result = handler(request, principal)
                 if asyncio.iscoroutine(result):
                     result = await result
             except ServiceBusError as exc:
                 return json_response(exc.status_code, {"error": exc.description})
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, OverflowError) as exc:
                 return json_response(400, {"error": f"bad request: {exc}"})
             if isinstance(result, Response):
                 return result
@@ -527,10 +555,6 @@ class Dashboard:
         if "api-version" in request.query:
             # an admin client's GET of an empty entity name: the management API's answer
             return empty_feed(request, int(time.time() * 1000))
-        if not self.access.host_allowed(request.headers):
-            return text_response(403, "Host header is not a loopback name\n", "text/plain")
-        if self.access.principal(request.headers, time.time()) is None:
-            return Response(303, b"", [("location", "/login")])
         body = self._asset("index.html") or b"dashboard assets missing\n"
         return Response(200, body, _html_headers())
 
@@ -539,14 +563,15 @@ class Dashboard:
         return Response(200, body, _html_headers())
 
     def _login(self, request: Request, params: dict[str, str]) -> Response:
-        if not self.access.same_origin(request.headers):
-            return json_response(403, {"error": "cross-origin request refused"})
         form = {k: v[0] for k, v in parse_qs(request.body.decode("utf-8", "replace")).items()}
         key_name, key = form.get("key_name", ""), form.get("key", "")
         if not self.access.login_required:
             return Response(303, b"", [("location", "/")])
         if not self.access.check_key(key_name, key):
-            log.warning("dashboard login refused for key name %r from %s", key_name, request.peer)
+            self.access.rejections.rejected(
+                key_name, "dashboard login: not a key with the Manage right", request.peer,
+                time.time(),
+            )
             return Response(303, b"", [("location", "/login?failed=1")])
         cookie = self.access.cookie_header(
             self.access.new_session(key_name, time.time()), request.secure
@@ -593,8 +618,8 @@ class Dashboard:
             entity,
             _q(request, "subscription", "") or None,
             _q(request, "state", "active"),
-            int(_q(request, "from", "0") or 0),
-            int(_q(request, "count", "20") or 20),
+            _q_int(request, "from", 0, 0, INT64_MAX),
+            _q_int(request, "count", 20, 1, 1000),
             int(time.time() * 1000),
             MessageSearch.parse(_q(request, "message_id", ""), _q(request, "property", "")),
         )
@@ -646,7 +671,8 @@ class Dashboard:
         router = self.server.router
         assert router is not None
         status = router.set_partition_online(
-            str(body["ns"]), str(body["entity"]), int(body["partition"]), bool(body["online"])
+            str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME),
+            int_field(body, "partition", 0, MAX_PARTITION), bool_field(body, "online"),
         )
         log.warning(
             "dashboard: partition %s of %s/%s is now %s",
@@ -661,7 +687,7 @@ class Dashboard:
 
     async def _api_send(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
         now_ms = int(time.time() * 1000)
         data = explorer.build_test_message(body, now_ms)
         done, committed = explorer.completion()
@@ -674,8 +700,11 @@ class Dashboard:
 
     async def _api_resubmit(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        entity = self.entity(str(body["ns"]), str(body["entity"]))
-        numbers = [int(n) for n in body.get("sequence_numbers") or []]
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
+        given = body.get("sequence_numbers") or []
+        if not isinstance(given, list) or len(given) > MAX_RESUBMIT:
+            raise ArgumentError(f"sequence_numbers: a list of at most {MAX_RESUBMIT} numbers.")
+        numbers = [int_field({"n": n}, "n", 0, INT64_MAX) for n in given]
         if not numbers:
             raise ArgumentError("sequence_numbers: pick at least one dead-lettered message.")
         results = await explorer.resubmit(
@@ -691,7 +720,7 @@ class Dashboard:
 
     async def _api_purge(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        entity = self.entity(str(body["ns"]), str(body["entity"]))
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
         if body.get("state") == "all":
             return await self._purge_entity(entity)
         result = await explorer.purge(
@@ -722,7 +751,7 @@ class Dashboard:
 
     def _api_close(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
-        wanted = int(body["id"])
+        wanted = int_field(body, "id", 0, INT64_MAX)
         for proto in list(self.server.connections):
             if proto.connection_id == wanted:
                 proto.close_by_operator("Closed from the sbemu dashboard.")
@@ -732,14 +761,6 @@ class Dashboard:
 
     # ------------------------------------------------------------------ /metrics
     def _metrics(self, request: Request, params: dict[str, str]) -> Response:
-        if not self.access.host_allowed(request.headers):
-            return text_response(403, "Host header is not a loopback name\n", "text/plain")
-        if self.access.login_required and not self.access.scraper(request.headers, time.time()):
-            return Response(
-                401,
-                b"authentication required: HTTP Basic with a namespace SAS key (name:key)\n",
-                [("content-type", "text/plain"), ("www-authenticate", 'Basic realm="sbemu"')],
-            )
         return text_response(200, metrics.render(self.metric_families()), metrics.CONTENT_TYPE)
 
     def metric_families(self) -> list[metrics.Family]:
@@ -857,16 +878,13 @@ def _q(request: Request, name: str, default: str | None = None) -> str:
     return default
 
 
+def _q_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    return int_field({name: _q(request, name, "")}, name, low, high, default)
+
+
 def _json_body(request: Request) -> dict[str, Any]:
-    if len(request.body) > MAX_BODY:
-        raise ArgumentError(f"request body larger than {MAX_BODY} bytes.")
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        raise ArgumentError(f"request body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ArgumentError("request body must be a JSON object.")
-    return body
+    """The POST's JSON object, bounded (depth, numbers: sbemu.admin.bounded)."""
+    return json_object(request.body, MAX_BODY)
 
 
 def _html_headers() -> list[tuple[str, str]]:

@@ -59,6 +59,7 @@ from ..partitions.dispatch import Delivered, SessionHandle, Taken
 from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
 from ..partitions.tokens import token_of
+from ..sas import token_key_name
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -152,7 +153,8 @@ class AmqpConnection:
         self.services = services
         self.id = next(self._ids)
         self.now = now
-        self._sasl = SaslServer(services.check_plain)
+        self._sasl = SaslServer(self._check_plain)
+        self.peer = "?"  # "addr:port", set by the listener (logged with refused credentials)
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._collector: Collector | None = None
@@ -204,7 +206,9 @@ class AmqpConnection:
             if self._sasl.state != SaslState.DONE:
                 return
             self._start_amqp()
-            data = self._sasl.remainder
+            # handed over once: kept, it would hold the connection's first AMQP bytes (up to a
+            # frame) for the connection's life (issue 24's memory growth)
+            data, self._sasl.remainder = self._sasl.remainder, b""
             if not data:
                 return
         self._push(data)
@@ -334,6 +338,13 @@ class AmqpConnection:
             self._transport.close_head()
             self._transport.unbind()
             self._transport = None
+        # Let go of the engine now: its deliveries' buffers (up to 100 MB a message on
+        # Premium) would otherwise wait for the cyclic garbage collector, which counts objects,
+        # not bytes, and so may leave several hundred MB held after a few large messages.
+        if self._collector is not None:  # its pending events hold the C connection's objects
+            self._collector.release()
+            self._collector = None
+        self._conn = None
 
     def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
         """The entity (or, with a prefix, one subscription of it) was deleted: detach every
@@ -503,10 +514,11 @@ class AmqpConnection:
             data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
             del buf  # not held beside its copy while the message is stored (up to 100 MB)
             lib.pn_incref(d)  # held until the commit settles it
-            try:
+            entity, tier = state.entity, self.namespace.max_message_size
+            try:  # sizes.message_limit / batch_limit, inline on the hot path
                 messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    data, entity.spec.max_message_size or tier, entity.subscriptions is not None,
+                    tier,
                 )
             except ServiceBusError as exc:
                 self._settle_many([d], exc)
@@ -756,7 +768,7 @@ class AmqpConnection:
             link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
             if isinstance(state, SendLink):  # the SDKs size their batches from it
                 link.properties = {
-                    symbol(BATCH_SIZE_PROPERTY): batch_limit(state.entity, self.namespace)
+                    symbol(BATCH_SIZE_PROPERTY): batch_limit(self.namespace)
                 }
         else:
             link.snd_settle_mode = link.remote_snd_settle_mode
@@ -947,7 +959,7 @@ class AmqpConnection:
         try:
             messages = scan_transfer(
                     data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(self.namespace),
                 )
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
@@ -963,7 +975,7 @@ class AmqpConnection:
             txn = self.transactions.transaction(data_fields[0])
             messages = scan_transfer(
                     data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    state.entity.subscriptions is not None, batch_limit(self.namespace),
                 )
             if state.entity.spec.requires_session:
                 for msg in messages:
@@ -1056,6 +1068,15 @@ class AmqpConnection:
         else:
             handle_request(self, state, request)
 
+    def _check_plain(self, hostname: str | None, username: str, password: str) -> bool:
+        """SASL PLAIN (key name, key); a refusal is logged (rate-limited) with the peer."""
+        if self.services.check_plain(hostname, username, password):
+            return True
+        ns = self.services.namespace_for(hostname)
+        why = "wrong key" if username in ns.keys else f"no such key name in namespace {ns.name}"
+        self.services.rejections.rejected(username, f"SASL PLAIN: {why}", self.peer, self.now)
+        return False
+
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
         props: dict[Any, Any] = request.properties or {}
         status, description, grant = cbs.put_token(
@@ -1063,6 +1084,11 @@ class AmqpConnection:
         )
         if grant is not None:
             self._grants.add(grant, self.now)
+        else:
+            self.services.rejections.rejected(
+                token_key_name(request.body), f"$cbs put-token: {description}", self.peer,
+                self.now,
+            )
         from proton import int32
 
         response = Message(

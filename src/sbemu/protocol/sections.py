@@ -32,6 +32,7 @@ from sbemu.protocol.codec import (
     enc_uint,
 )
 from sbemu.protocol.decimals import DecimalRangeError, rewrite_decimals
+from sbemu.protocol.nesting import MARKERS, MAX_VALUE_DEPTH, OPENERS, within_depth
 
 __all__ = [
     "SERVICE_ANNOTATIONS",
@@ -39,6 +40,7 @@ __all__ = [
     "PropertyValueError",
     "ScannedMessage",
     "SectionError",
+    "SectionTooDeep",
     "assign_message_id",
     "build_message",
     "new_message_id",
@@ -142,8 +144,23 @@ _unpack_Q = struct.Struct(">Q").unpack_from
 _FAILURES = (DecodeError, IndexError, struct.error, ValueError, TypeError, RecursionError)
 
 
+_may_nest = MARKERS.search
+_STRUCTURED = frozenset(
+    {MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
+)
+_SECTION_NAMES = {
+    HEADER: "header", MESSAGE_ANNOTATIONS: "message-annotations", PROPERTIES: "properties",
+    APPLICATION_PROPERTIES: "application-properties", AMQP_SEQUENCE: "amqp-sequence",
+    AMQP_VALUE: "amqp-value", FOOTER: "footer",
+}
+
+
 class SectionError(ValueError):
     """Raised when a message's section structure is malformed or truncated."""
+
+
+class SectionTooDeep(SectionError):
+    """A section nests deeper than MAX_VALUE_DEPTH (sbemu.protocol.nesting): refused at send."""
 
 
 @dataclass(slots=True)
@@ -332,6 +349,18 @@ def _scan(buf: bytes) -> ScannedMessage:
     while pos < n:
         code, vpos = _section_code(buf, pos)
         end = _skip(buf, vpos)
+        # stored sections that may hold structure (the header is re-built from its fields,
+        # delivery-annotations are dropped, data sections are opaque)
+        if (
+            code in _STRUCTURED
+            and buf[vpos] in OPENERS
+            and _may_nest(buf, vpos + 1, end) is not None
+            and not within_depth(buf, vpos, end)
+        ):
+            raise SectionTooDeep(
+                f"section {_SECTION_NAMES.get(code, hex(code))} nests more than "
+                f"{MAX_VALUE_DEPTH} levels of lists, maps, arrays or described values"
+            )
         if code in _SINGLE:
             bit = 1 << (code - HEADER)
             if seen & bit:

@@ -4,10 +4,12 @@ limits) and the router. Shared by the connection, `$management` and the server's
 from __future__ import annotations
 
 import hmac
+import logging
 from dataclasses import dataclass, field
 
 from ..partitions.router import Router
 from ..partitions.stats import ServerStats
+from ..rejections import RejectionLog
 from .limits import Limits
 
 
@@ -30,6 +32,10 @@ class Services:
     default_namespace: str
     stats: ServerStats = field(default_factory=ServerStats)  # connections and errors
     limits: Limits = field(default_factory=Limits)
+    # refused SASL PLAIN keys and $cbs tokens, logged rate-limited (docs/security.md)
+    rejections: RejectionLog = field(
+        default_factory=lambda: RejectionLog("AMQP", logging.getLogger("sbemu.protocol.auth"))
+    )
 
     def namespace_for(self, hostname: str | None) -> NamespaceInfo:
         """Pick the namespace a client addresses: by host name (first label), else the default."""

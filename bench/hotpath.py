@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import KEY, KEY_NAME, _config  # noqa: E402 - bench/bench.py, beside this script
+from bench import KEY, KEY_NAME, TOPIC, _config  # noqa: E402 - bench/bench.py, beside this script
 
 PHASES = ("send", "receive", "settle")
 PARTS = ("protocol", "broker", "commit", "loop", "other")
@@ -344,7 +344,9 @@ def _last_dump_total(base: Path) -> int:
     raise SystemExit(f"hotpath: no callgrind dump under {base}")
 
 
-def _drive(child: Child, count: int, size: int, address: str) -> dict[str, dict[str, Any]]:
+def _drive(
+    child: Child, count: int, size: int, address: str, source: str
+) -> dict[str, dict[str, Any]]:
     """Send, receive and settle `count` messages; the child's figures per phase."""
     from proton import Message
     from proton.handlers import MessagingHandler
@@ -399,7 +401,7 @@ def _drive(child: Child, count: int, size: int, address: str) -> dict[str, dict[
         def on_start(self, event: Any) -> None:
             child.start()
             self.conn = connect(event.container)
-            event.container.create_receiver(self.conn, address)
+            event.container.create_receiver(self.conn, source)
 
         def on_message(self, event: Any) -> None:
             self.deliveries.append(event.delivery)
@@ -441,7 +443,9 @@ def _run(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     child = Child(workdir, mode, args.queue)
     try:
         count = args.callgrind_count if mode == "callgrind" else args.count
-        return _per_message(_drive(child, count, args.size, args.queue), count)
+        # the topic: sent to bencht (5 subscriptions, bench/bench.py), received from `all`
+        source = f"{args.queue}/subscriptions/all" if args.queue == TOPIC else args.queue
+        return _per_message(_drive(child, count, args.size, args.queue, source), count)
     finally:
         child.close()
 
@@ -484,7 +488,12 @@ def _table(summary: dict[str, dict[str, Any]], calib: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=("all", "cpu", "yappi", "callgrind"), default="all")
-    ap.add_argument("--queue", default="bench", help="bench (plain) or benchp (16 partitions)")
+    ap.add_argument(
+        "--queue",
+        default="bench",
+        help="bench (plain), benchp (16 partitions) or bencht (the topic of bench/bench.py: sent "
+        "to it, 5 subscriptions with SQL and correlation filters; received from its 'all')",
+    )
     ap.add_argument("--count", type=int, default=5_000, help="messages per cpu/yappi run")
     ap.add_argument("--callgrind-count", type=int, default=2_000, help="messages under callgrind")
     ap.add_argument("--size", type=int, default=1024)

@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -158,21 +158,36 @@ test-go: install go-deps
 test-sdks:
 	@rc=0; $(MAKE) --no-print-directory test-java || rc=1; $(MAKE) --no-print-directory test-go || rc=1; exit $$rc
 
+# The azure-servicebus sdist's own live tests, unchanged, against sbemu (docs/sdk-suite.md): the
+# sdist pinned in tests/sdk_suite/sdist.txt is fetched into .venv/sdk-suite/ (pip checks its
+# hash); SDK_SUITE_WORKERS pytest-xdist workers (the tests mostly sleep). It needs ports 5671 and
+# 443 of 127.0.0.1 (the SDK's tests name no port). Prints pass / fail / not-applicable counts;
+# results for compat-table in .venv/sdk-suite/results/.
+SDK_SUITE_WORKERS ?= 12
+test-sdk-suite: install netns-check
+	SDK_SUITE_WORKERS=$(SDK_SUITE_WORKERS) tests/sdk_suite/run.sh
+
+# docs/compatibility.md from the last test-sdk-suite run.
+compat-table: install
+	$(PY) tests/sdk_suite/compat_table.py
+
 run: $(RUN_STAMP)
 	@$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
 # TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
-# the JS suite and the Java and Go suites alongside (their output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
-# its JVMs and standalone cluster, headless Chromium) run after that, in one process, so they
-# do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
+# the JS suite, the Java and Go suites and the azure-servicebus sdist's suite alongside (their
+# output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with its JVMs and standalone
+# cluster, headless Chromium) run after that, in one process, so they do not starve for CPU next
+# to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
 test: install install-spark chromium-check disk-tools-check netns-check js-deps lint docs
-	@js_log=$$(mktemp); sdk_log=$$(mktemp); \
+	@js_log=$$(mktemp); sdk_log=$$(mktemp); suite_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
 	$(MAKE) --no-print-directory test-sdks >"$$sdk_log" 2>&1 & sdk=$$!; \
+	$(MAKE) --no-print-directory test-sdk-suite >"$$suite_log" 2>&1 & suite=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
 	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
@@ -182,8 +197,12 @@ test: install install-spark chromium-check disk-tools-check netns-check js-deps 
 	wait $$sdk; sdk_rc=$$?; \
 	echo "---- Java and Go SDK suites (tests/java, tests/go, ran alongside pytest) ----"; \
 	cat "$$sdk_log"; rm -f "$$sdk_log"; \
-	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ]; then \
-	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc"; \
+	wait $$suite; suite_rc=$$?; \
+	echo "---- azure-servicebus sdist's own suite (tests/sdk_suite, ran alongside pytest) ----"; \
+	cat "$$suite_log"; rm -f "$$suite_log"; \
+	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ] \
+	  || [ $$suite_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc, azure-servicebus suite exit $$suite_rc"; \
 	  exit 1; fi
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.

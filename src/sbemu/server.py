@@ -27,6 +27,7 @@ from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, TopicConfig
 from .endpoints import EndpointError, ListenPort
 from .heap import HeapTrimmer, libc_malloc_trim
+from .logs.retention import plan_trim, registered_readers
 from .partitions.broker import PartitionBroker
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
@@ -34,7 +35,6 @@ from .partitions.idle import load_idle_times, save_idle_times
 from .partitions.layout import StorageLayoutError
 from .partitions.lockfile import sweep_lock_files
 from .partitions.records import IncomingMessage, MessageRecord
-from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import Router
 from .partitions.specs import entity_settings, queue_spec, topic_spec
 from .partitions.store import TRIM_LIMIT, StoreError
@@ -512,7 +512,7 @@ class Server:
         future.add_done_callback(done)
 
     def trim_logs(self, brokers: list[PartitionBroker]) -> None:
-        """One retention pass (see sbemu.partitions.retention); runs off the event loop."""
+        """One retention pass (see sbemu.logs.retention); runs off the event loop."""
         cap = self.log_retention_records
         for broker in brokers:
             store = broker.store

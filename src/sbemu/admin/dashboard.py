@@ -4,7 +4,9 @@ What belongs here: turning the router's state into JSON for the page (shipped as
 admin/static/, no build step, no CDN), the rate history the live charts draw, and the dashboard's
 actions (partition on/offline, test send, resubmit, purge, close connection) as POSTs guarded by
 admin/access.py. What does not: sockets (admin/http.py), message decoding and sending
-(admin/explorer.py, over the same code paths as AMQP), counters (partitions/stats.py).
+(admin/explorer.py, over the same code paths as AMQP), counters (partitions/stats.py), the
+snapshot rows of one entity (admin/entityrows.py), what it reads of the server
+(admin/serverstatus.py, re-exported here).
 
 A dashboard open on a busy broker must not slow it: the entity snapshot (counts walk the
 partitions) is computed at most once per SNAPSHOT_MIN_AGE seconds and never more than ~10% of the
@@ -21,33 +23,32 @@ import mimetypes
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs
 
 from .. import __version__
-from ..config import Config
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.broker import DLQ_SUFFIX
 from ..partitions.entity import Entity
-from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX
-from ..partitions.router import Router
-from ..partitions.specs import MAIN
-from ..partitions.stats import ServerStats, totals
+from ..partitions.stats import totals
 from ..partitions.transitions import SCHEDULED_QUEUE
 from . import explorer, metrics
 from .access import COOKIE_NAME, Access, Principal
 from .atom import empty_feed
 from .bounded import INT64_MAX, bool_field, int_field, json_object, str_field
+from .entityrows import entity_rows
 from .http import Request, Response, json_response, text_response
-from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 from .msgsearch import MessageSearch
 from .notfound import favicon, not_found
 from .policy import LOGIN, MANAGE, PUBLIC, READ
 from .rates import PartitionRates
 from .routes import HttpRoutes
+from .serverstatus import Connection as Connection
+from .serverstatus import ServerStatus
+from .serverstatus import Services as Services
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -107,58 +108,6 @@ def _metrics_refusal(request: Request, status: int, message: str) -> Response:
 
 def _entity_path(entity: Entity) -> str:
     return entity.name
-
-
-# ------------------------------------------------------------------ what the dashboard reads
-# admin/ is below the server: the dashboard names what it uses of the running Server (and of
-# its AMQP connections) in these Protocols instead of importing it; sbemu.server.Server is one.
-class Connection(Protocol):
-    """One open AMQP connection (protocol.listener.AmqpProtocol)."""
-
-    @property
-    def connection_id(self) -> int | None: ...
-
-    def describe(self) -> dict[str, Any] | None:
-        """Its peer, namespace, links and counters (None once it is gone)."""
-        ...
-
-    def close_by_operator(self, description: str) -> None:
-        """Close it with amqp:connection:forced."""
-        ...
-
-
-class Services(Protocol):
-    """What the AMQP connections share: the dashboard reads their counters."""
-
-    @property
-    def stats(self) -> ServerStats: ...
-
-
-class ServerStatus(Protocol):
-    """What the dashboard reads of the running server, and the one thing it asks of it."""
-
-    @property
-    def config(self) -> Config: ...
-    @property
-    def router(self) -> Router | None: ...  # None until started
-    @property
-    def services(self) -> Services | None: ...  # None until started
-    @property
-    def connections(self) -> Collection[Connection]: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def amqp_port(self) -> int: ...
-    @property
-    def data_dir(self) -> Path: ...
-    @property
-    def started_at(self) -> float: ...  # epoch seconds
-    @property
-    def clock(self) -> Callable[[], float]: ...  # the server's time source (Unix seconds)
-
-    def wake(self) -> None:
-        """Ask for a turn soon (after a partition was taken on or offline)."""
-        ...
 
 
 class Dashboard:
@@ -244,126 +193,12 @@ class Dashboard:
         router = self.server.router
         assert router is not None
         for entity in router.entities.values():
-            rows.extend(self._entity_rows(entity))
+            rows.extend(entity_rows(router, self.rates, entity))
         cost = time.perf_counter() - started
         self._snapshot_age = max(SNAPSHOT_MIN_AGE, cost * SNAPSHOT_COST_FACTOR)
         self._snapshot = {"generated_ms": int(time.time() * 1000), "entities": rows}
         self._snapshot_at = time.monotonic()
         return self._snapshot
-
-    def _entity_rows(self, entity: Entity) -> list[dict[str, Any]]:
-        spec = entity.spec
-        status = self.server.router.partition_status(entity)  # type: ignore[union-attr]
-        health = {p["partition"]: p for p in status["partitions"]}
-        bases: list[tuple[str, str, str | None]] = []  # (kind, sub-queue, subscription name)
-        if spec.kind == "queue":
-            bases.append(("queue", MAIN, None))
-        elif entity.subscriptions is not None:
-            for sub in entity.subscriptions.by_name.values():
-                bases.append(("subscription", sub.queue, sub.name))
-        per_base: list[dict[str, Any]] = []
-        ns_key, name_key = spec.namespace.lower(), entity.name.lower()
-        part_rates = {
-            b.partition_id: self.rates.partition(ns_key, name_key, b.partition_id)
-            for b in entity.partitions
-        }
-        entity_rates = self.rates.entity(ns_key, name_key, part_rates)
-        for kind, queue, sub_name in bases:
-            parts = []
-            for broker in entity.partitions:
-                counts = broker.counts(queue)
-                dlq = broker.counts(queue + DLQ_SUFFIX)
-                tdlq = broker.counts(queue + TRANSFER_DLQ_SUFFIX)
-                size = sum(
-                    _size_of(broker, q)
-                    for q in (queue, queue + DLQ_SUFFIX, queue + TRANSFER_DLQ_SUFFIX)
-                )
-                h = health[broker.partition_id]
-                parts.append(
-                    {
-                        "id": broker.partition_id,
-                        "active": counts["active"],
-                        "deferred": counts["deferred"],
-                        "scheduled": counts["scheduled"],
-                        "deadletter": sum(dlq.values()),
-                        "transferdeadletter": sum(tdlq.values()),
-                        "size": size,
-                        "online": h["online"],
-                        "accepting": h["accepting"],
-                        "reason": h["reason"],
-                        # the partition's, over all its sub-queues: a topic's for a subscription
-                        "rates": part_rates[broker.partition_id],
-                    }
-                )
-            status_of = entity.settings.status if sub_name is None else (
-                entity.receiver_settings(queue).status
-            )
-            per_base.append(
-                {
-                    "namespace": spec.namespace,
-                    "entity": entity.name,
-                    "name": entity.name
-                    if sub_name is None
-                    else f"{entity.name}/Subscriptions/{sub_name}",
-                    "subscription": sub_name,
-                    "kind": kind,
-                    "partitioned": entity.partitioned,
-                    "status": status_of.value,
-                    "availability": status["status"],
-                    # incoming/outgoing msg/s of the queue, or of a subscription's topic
-                    "rates": entity_rates,
-                    "requires_session": bool(entity.views[queue].requires_session),
-                    "counts": _sum_counts(parts),
-                    "partitions": parts,
-                    "size_bytes": sum(p["size"] for p in parts),
-                }
-            )
-        rows = list(per_base)
-        if spec.kind == "topic":
-            subs = [r for r in per_base]
-            parts = []
-            for broker in entity.partitions:
-                h = health[broker.partition_id]
-                part = {
-                    "id": broker.partition_id,
-                    "online": h["online"],
-                    "accepting": h["accepting"],
-                    "reason": h["reason"],
-                    "rates": part_rates[broker.partition_id],
-                }
-                for field in (
-                    "active",
-                    "deferred",
-                    "scheduled",
-                    "deadletter",
-                    "transferdeadletter",
-                    "size",
-                ):
-                    part[field] = sum(r["partitions"][broker.partition_id][field] for r in subs)
-                # scheduled messages wait in the topic's own sub-queue until due
-                if SCHEDULED_QUEUE in broker.queues:
-                    part["scheduled"] += broker.counts(SCHEDULED_QUEUE)["scheduled"]
-                parts.append(part)
-            rows.insert(
-                0,
-                {
-                    "namespace": spec.namespace,
-                    "entity": entity.name,
-                    "name": entity.name,
-                    "subscription": None,
-                    "kind": "topic",
-                    "partitioned": entity.partitioned,
-                    "status": entity.settings.status.value,
-                    "availability": status["status"],
-                    "rates": entity_rates,
-                    "requires_session": False,
-                    "subscription_count": len(subs),
-                    "counts": _sum_counts(parts),
-                    "partitions": parts,
-                    "size_bytes": sum(p["size"] for p in parts),
-                },
-            )
-        return rows
 
     # ------------------------------------------------------------------ overview
     async def overview(self) -> dict[str, Any]:
@@ -849,13 +684,6 @@ def _offer(q: asyncio.Queue[str], event: str) -> None:
         except asyncio.QueueEmpty:
             pass
     q.put_nowait(event)
-
-
-def _sum_counts(parts: list[dict[str, Any]]) -> dict[str, int]:
-    fields = ("active", "deferred", "scheduled", "deadletter", "transferdeadletter")
-    out = {f: sum(p[f] for p in parts) for f in fields}
-    out["transfer"] = 0  # no auto-forwarding yet: nothing waits for transfer
-    return out
 
 
 def _dir_size(root: Path) -> int:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from amqp_harness import TRANSFER, EnginePair, parse_frames
+from amqp_harness import BEGIN, OPEN, TRANSFER, EnginePair, frame_bytes, parse_frames
 from proton import Message
 
+from sbemu.protocol import codec
 from sbemu.protocol.frames import PAD_HEADROOM
-from sbemu.protocol.peeropen import MIN_MAX_FRAME
+from sbemu.protocol.peeropen import MIN_MAX_FRAME, PeerOpenFilter
 
 
 @pytest.mark.parametrize("max_frame", [512, 4096, 32_768])
@@ -42,3 +43,23 @@ def test_transfer_frames_stay_within_the_peers_max_frame_size(services, max_fram
     message = Message()
     message.decode(got[1])
     assert message.body == body
+
+
+def test_the_open_is_rewritten_however_it_is_split_and_the_header_is_never_held():
+    header = b"AMQP\x00\x01\x00\x00"
+    open_frame = frame_bytes(OPEN, [codec.enc_string("c"), b"\x40", codec.enc_uint(32_768)])
+    begin = frame_bytes(BEGIN, [b"\x40", codec.enc_uint(0), codec.enc_uint(100), codec.enc_uint(100)])
+    for step in (1, 3, 8, 1000):
+        f = PeerOpenFilter()
+        assert f.feed(header) == header  # a peer may wait for our header before its open
+        stream = open_frame + begin
+        out = b"".join(f.feed(stream[i : i + step]) for i in range(0, len(stream), step))
+        assert f.done and f.peer_max_frame == 32_768
+        first, second = parse_frames(out)
+        assert first.code == OPEN and first.field(2) == 32_768 - PAD_HEADROOM
+        assert first.field(0) == "c" and second.code == BEGIN and second.body == begin[8:]
+    unlimited = PeerOpenFilter()
+    plain = header + frame_bytes(OPEN, [codec.enc_string("c")])
+    assert unlimited.feed(plain) == plain and unlimited.done and unlimited.peer_max_frame == 0
+    other = PeerOpenFilter()
+    assert other.feed(b"GET / HTTP") == b"GET / HTTP" and other.done  # proton answers that

@@ -17,51 +17,56 @@ from .frames import PAD_HEADROOM
 
 MIN_MAX_FRAME = 512  # [AMQP 2.7.1] the smallest max-frame-size a peer may set
 _OPEN = b"\x00\x53\x10"
+_AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 _LARGEST_OPEN = 65_536  # an open frame larger than this (it never is) is passed on untouched
 
 
 class PeerOpenFilter:
     """Input filter for the start of one connection's AMQP byte stream (after SASL)."""
 
-    __slots__ = ("_carry", "done", "peer_max_frame")
+    __slots__ = ("_carry", "_header", "done", "peer_max_frame")
 
     def __init__(self) -> None:
         self._carry = b""
+        self._header = 0  # bytes of the protocol header passed on (it is never held back)
         self.done = False  # the open has passed (or the stream is not one we understand)
         self.peer_max_frame = 0  # the peer's own max-frame-size; 0: no limit
 
     def feed(self, data: bytes) -> bytes:
-        """The bytes proton should see of `data` (held back until the open is whole)."""
+        """The bytes proton should see of `data`: the protocol header at once (a peer may wait
+        for ours before it opens), the open frame once it is whole."""
+        if self.done:
+            return data
+        head = b""
+        if self._header < 8:
+            take = min(8 - self._header, len(data))
+            if bytes(data[:take]) != _AMQP_HEADER[self._header : self._header + take]:
+                self.done = True  # not AMQP 1.0: proton answers it
+                return data
+            self._header += take
+            head, data = data[:take], data[take:]
+            if not data:
+                return head
         buf = self._carry + data if self._carry else data
         self._carry = b""
-        if len(buf) < 16:  # the AMQP header and a frame header
-            if not b"AMQP".startswith(bytes(buf[:4])):
-                self.done = True
-                return buf
+        if len(buf) < 8:
             self._carry = bytes(buf)
-            return b""
-        size, doff = int.from_bytes(buf[8:12], "big"), buf[12]
-        if (
-            buf[:4] != b"AMQP"
-            or buf[13] != 0  # not an AMQP frame: proton reports it
-            or size < 8
-            or doff < 2
-            or doff * 4 > size
-            or size > _LARGEST_OPEN
-        ):
-            self.done = True
-            return buf
-        if len(buf) < 8 + size:
+            return head
+        size, doff = int.from_bytes(buf[0:4], "big"), buf[4]
+        if buf[5] != 0 or size < 8 or doff < 2 or doff * 4 > size or size > _LARGEST_OPEN:
+            self.done = True  # not an AMQP frame we understand: proton reports it
+            return head + buf
+        if len(buf) < size:
             self._carry = bytes(buf)
-            return b""
+            return head
         self.done = True
         try:
-            frame = self._lowered(bytes(buf[8 : 8 + size]), doff)
+            frame = self._lowered(bytes(buf[:size]), doff)
         except (IndexError, ValueError, TypeError):
             frame = None  # malformed: proton reports it properly
         if frame is None:
-            return buf
-        return buf[:8] + frame + buf[8 + size :]
+            return head + buf
+        return head + frame + buf[size:]
 
     def _lowered(self, frame: bytes, doff: int) -> bytes | None:
         """The open frame with max-frame-size lowered (None: leave it as it is)."""

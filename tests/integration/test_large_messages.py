@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -42,6 +43,7 @@ def premium() -> Iterator[SbemuServer]:
                                             "LockDuration": "PT5M"}},
             {"Name": "plain"},
             {"Name": "round-trip", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB}},
+            {"Name": "trickle", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB}},
         ],
         "Topics": [{"Name": "wide", "Properties": {"MaxMessageSizeInKilobytes": 4096},
                     "Subscriptions": [{"Name": "s"}]}],
@@ -214,3 +216,86 @@ def test_a_100_mb_message_round_trip_with_bounded_server_memory(
           f"{after / MIB:.0f} MB after")
     assert growth < MEMORY_FACTOR, f"the server grew by {growth:.1f}x the message"
     assert after <= before + len(body) // 2, f"{(after - before) / MIB:.0f} MB still held"
+
+
+class _TrickleRelay:
+    """A TCP relay between one client and the server that reads the server in small, odd
+    pieces through a tiny receive buffer: the server's socket fills at once, so its output is
+    taken and written slice by slice around asyncio's pause_writing/resume_writing, and the
+    client's frames reach it split at arbitrary places (partial frames, reads of a few bytes)."""
+
+    def __init__(self, server_port: int, piece: int = 1021) -> None:
+        self._server_port = server_port
+        self._piece = piece
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect
+            upstream.connect(("127.0.0.1", self._server_port))
+            self._sockets += [client, upstream]
+            for src, dst, size in ((client, upstream, 3989), (upstream, client, self._piece)):
+                thread = threading.Thread(target=self._pipe, args=(src, dst, size), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, size: int) -> None:
+        try:
+            while data := src.recv(size):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+def test_a_message_over_64_mib_crosses_a_slow_small_buffer_peer_byte_for_byte(
+    premium: SbemuServer,
+) -> None:
+    """Defect report (a 100 MB body differed at byte 67,106,124 under load): a 65 MiB + 3 KB
+    message sent and received through a relay that reads 1,021 bytes at a time from a 4 KB
+    socket buffer. The server's output (about 16 slices of listener.WRITE_SLICE) is written
+    around many pause/resume cycles, and the client's 256 KiB transfer frames arrive cut at odd
+    places (the read backlog, proton's input buffer, the incoming multi-frame reassembly):
+    every byte must come back in place, past the 64 MiB mark too."""
+    body = os.urandom(64 * MIB + 1024 * 1024 + 3001)
+    relay = _TrickleRelay(premium.amqp_port)
+    conn = BlockingConnection(
+        f"amqp://127.0.0.1:{relay.port}", timeout=120, sasl_enabled=True,
+        allowed_mechs="PLAIN", user=premium.key_name, password=premium.key,
+    )
+    try:
+        conn.create_sender("trickle").send(Message(body=body, properties={"n": 7}))
+        receiver = conn.create_receiver("trickle", credit=1)
+        got = receiver.receive(timeout=120)
+        assert got.properties == {"n": 7}
+        received = bytes(got.body)  # proton decodes a binary body as a memoryview
+        assert len(received) == len(body)
+        if received != body:
+            at = next(i for i, (a, b) in enumerate(zip(received, body, strict=True)) if a != b)
+            pytest.fail(f"the body differs from byte {at:,} of {len(body):,}")
+        receiver.accept()
+    finally:
+        conn.close()
+        relay.close()

@@ -74,6 +74,7 @@ from .links import (
 )
 from .messages import encode_delivery, scan_transfer
 from .outgoing import delivery_bytes
+from .peeropen import PeerOpenFilter
 from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
@@ -162,6 +163,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         # client accepted them (order, C delivery): proton coalesces contiguous ranges.
         self._completed: list[tuple[int, Any]] = []
         self._padder = FramePadder()
+        self._peer_open: PeerOpenFilter | None = PeerOpenFilter()  # until the peer's open passed
         self.more_output = False  # data_to_send() stopped at its limit: call it again
         self._ended_channels = EndedChannelFilter(self.id)
         self.transactions = TransactionCoordinator(self)
@@ -223,6 +225,12 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
     def _push(self, data: bytes) -> None:
         transport = self._transport
         assert transport is not None
+        peer_open = self._peer_open
+        if peer_open is not None:  # its max-frame-size, lowered for the padding (peeropen.py)
+            data = peer_open.feed(data)
+            if peer_open.done:
+                self._padder.limit = peer_open.peer_max_frame
+                self._peer_open = None
         data = self._ended_channels.feed(data)  # frames after the peer's own end: dropped
         view = memoryview(data)
         while view:

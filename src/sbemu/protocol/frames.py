@@ -27,6 +27,10 @@ FIELD_COUNTS = {
     0x18: 1,  # close
 }
 _NULLS = [bytes([_NULL]) * n for n in range(max(FIELD_COUNTS.values()) + 1)]
+# The most padding adds to a frame: the nulls of the longest performative (attach, 14) and a
+# list8 header widened to list32 (6). The peer's open reaches proton with its max-frame-size
+# lowered by this much (peeropen.py), so proton's fullest frames still fit once padded.
+PAD_HEADROOM = 32
 
 
 class FramePadder:
@@ -35,6 +39,10 @@ class FramePadder:
     def __init__(self) -> None:
         self._pending: bytes | bytearray = b""
         self._header_done = False
+        # The peer's max-frame-size (0: none): a frame padding would push over it goes out as
+        # proton wrote it (a peer whose limit is below 512 + PAD_HEADROOM, where proton cannot
+        # be told a lower one).
+        self.limit = 0
 
     def feed(self, data: bytes | bytearray) -> bytes:
         """Return the bytes to send: whole frames, padded; keeps an incomplete tail."""
@@ -92,7 +100,7 @@ class FramePadder:
             size = _U32.unpack_from(buf, pos)[0]
             if size < 8 or pos + size > n:
                 break
-            _pad_frame(buf, view, pos, size, out)
+            _pad_frame(buf, view, pos, size, out, self.limit)
             pos += size
         if pos < n and n - pos >= 8 and _U32.unpack_from(buf, pos)[0] < 8:
             # Not a frame we understand: pass the rest through unchanged.
@@ -102,7 +110,12 @@ class FramePadder:
 
 
 def _pad_frame(
-    buf: bytes | bytearray, view: memoryview, pos: int, size: int, out: list[bytes | memoryview]
+    buf: bytes | bytearray,
+    view: memoryview,
+    pos: int,
+    size: int,
+    out: list[bytes | memoryview],
+    limit: int = 0,
 ) -> None:
     """Append the frame at buf[pos:pos+size] to `out`, its performative padded.
 
@@ -145,7 +158,11 @@ def _pad_frame(
     else:
         head = b"\xd0" + _U32.pack(length + 4) + _U32.pack(full)
     # frame size: header (4 size bytes + the rest up to the list) + new list + payload
-    out.append(_U32.pack(lpos - pos + len(head) + length + end - items_end))
+    padded = lpos - pos + len(head) + length + end - items_end
+    if limit and padded > limit:
+        out.append(view[pos:end])  # valid AMQP as it is; padded, the peer would refuse it
+        return
+    out.append(_U32.pack(padded))
     out.append(view[pos + 4 : lpos])
     out.append(head)
     if items_end > items_start:

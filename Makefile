@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,13 +39,16 @@ java-check:
 
 # The dashboard's browser tests drive Debian's Chromium through its chromedriver (no browser
 # download at test time): install both when missing and we are root, else the tests skip.
+# certutil (libnss3-tools) trusts sbemu's CA in Chromium's NSS database for the page that runs
+# the JS SDK over wss (tests/ui/test_browser_sdk.py), as mkcert -install does for a developer.
 chromium-check:
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
+	    && command -v certutil >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Chromium not found: installing chromium and chromium-driver for the dashboard tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
-	    || echo "WARNING: could not install Chromium; the dashboard browser tests will be skipped"; \
-	else echo "WARNING: chromium/chromedriver not found; the dashboard browser tests will be skipped"; fi
+	  echo "Chromium or certutil not found: installing chromium, chromium-driver and libnss3-tools for the browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver libnss3-tools >/dev/null) \
+	    || echo "WARNING: could not install Chromium; the browser tests will be skipped"; \
+	else echo "WARNING: chromium/chromedriver/certutil not found; the browser tests will be skipped"; fi
 
 # The disk-fault tests (tests/faults/test_disk_faults.py) put a small ext4 on a loop device:
 # mkfs.ext4 and e2fsck come from Debian's e2fsprogs (losetup, mount and fsfreeze from
@@ -90,28 +93,87 @@ test-js: install js-deps
 	  cd tests/js && node --test --test-reporter=spec *.test.mjs; \
 	else echo "SKIPPED: JS SDK tests (tests/js): no Node.js/npm on this machine"; fi
 
+# The Java SDK suite (tests/java, JUnit 5) needs a JDK 17+ and Maven: the machine's, else
+# Debian's when root. Its dependencies (azure-messaging-servicebus as azure-sdk-bom pins it) are
+# resolved from Maven Central once into tests/java/.m2repo (gitignored) and compiled there.
+MVN := mvn -B -ntp -Dmaven.repo.local=$(CURDIR)/tests/java/.m2repo -f tests/java/pom.xml
+maven-check:
+	@if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Maven/JDK not found: installing maven and openjdk-17-jdk-headless for the Java SDK tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null) \
+	    || echo "WARNING: could not install Maven; the Java SDK tests will be skipped"; \
+	else echo "WARNING: mvn/javac not found; the Java SDK tests will be skipped"; fi
+
+tests/java/.m2repo/.resolved: tests/java/pom.xml
+	$(MVN) -q test-compile
+	@touch $@
+
+java-deps: maven-check
+	@if command -v mvn >/dev/null 2>&1; then $(MAKE) --no-print-directory tests/java/.m2repo/.resolved; fi
+
+# JUnit against a real sbemu that tests/sdk_run.py starts for the run (connection strings and
+# the trust store for the admin client's HTTPS in the environment).
+test-java: install java-deps
+	@if command -v mvn >/dev/null 2>&1; then \
+	  $(PY) tests/sdk_run.py -- $(MVN) test; \
+	else echo "SKIPPED: Java SDK tests (tests/java): no Maven on this machine"; fi
+
+# The Go SDK suite (tests/go: azservicebus and its admin package, pinned by go.sum) and the
+# module's own live tests, run from the module cache unchanged (tests/go/live.py, with the
+# not-applicable list tests/go/not-applicable.txt). Go from the machine, else Debian's (when
+# root; its go command fetches the toolchain go.mod names from the Go module proxy).
+go-check:
+	@if command -v go >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Go not found: installing golang-go from Debian for the Go SDK tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null) \
+	    || echo "WARNING: could not install Go; the Go SDK tests will be skipped"; \
+	else echo "WARNING: go not found; the Go SDK tests will be skipped"; fi
+
+# Download the modules and compile both test binaries once (Go's build cache keeps them).
+go-deps: go-check
+	@if command -v go >/dev/null 2>&1; then \
+	  cd tests/go && go mod download && go test -count=1 -run '^$$' ./... >/dev/null && \
+	  cd "$$(go list -m -f '{{.Dir}}' github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus)" && \
+	  go mod download && go test -count=1 -run '^$$' . ./admin >/dev/null; fi
+
+test-go: install go-deps
+	@if command -v go >/dev/null 2>&1; then \
+	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
+	  $(PY) tests/sdk_run.py -- $(PY) tests/go/live.py; \
+	else echo "SKIPPED: Go SDK tests (tests/go): no Go on this machine"; fi
+
+# The Java and Go suites one after the other (both compile: CPU-heavy on two cores).
+test-sdks:
+	@rc=0; $(MAKE) --no-print-directory test-java || rc=1; $(MAKE) --no-print-directory test-go || rc=1; exit $$rc
+
 run: $(RUN_STAMP)
 	@$(VENV)/bin/sbemu serve $(ARGS)
 
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
 # TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
-# the JS suite alongside (its output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
+# the JS suite and the Java and Go suites alongside (their output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
 # its JVMs and standalone cluster, headless Chromium) run after that, in one process, so they
 # do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
 test: install install-spark chromium-check disk-tools-check js-deps lint docs
-	@js_log=$$(mktemp); \
+	@js_log=$$(mktemp); sdk_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
+	$(MAKE) --no-print-directory test-sdks >"$$sdk_log" 2>&1 & sdk=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
 	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
 	  echo "---- $(SERIAL_TESTS): one process ----"; $(PY) -m pytest -q $(SERIAL_TESTS); serial=$$?; fi; \
 	wait $$js; js_rc=$$?; \
 	echo "---- JS SDK suite (tests/js, ran alongside pytest) ----"; cat "$$js_log"; rm -f "$$js_log"; \
-	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ]; then \
-	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc"; \
+	wait $$sdk; sdk_rc=$$?; \
+	echo "---- Java and Go SDK suites (tests/java, tests/go, ran alongside pytest) ----"; \
+	cat "$$sdk_log"; rm -f "$$sdk_log"; \
+	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc"; \
 	  exit 1; fi
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.

@@ -1,9 +1,10 @@
 """The ``sbemu`` command line: argument parsing, logging set-up, uvloop; no emulator logic.
 
 ``sbemu serve [--config PATH] [--data-dir DIR] [--host H] [--port P] [--admin-port P]
-[--log-level L] [--log-retention-records N] [--log-bodies] [--ready-file PATH] [--ephemeral]``; each option has an environment
-twin (``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``,
-``SBEMU_ADMIN_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
+[--tls-port P|off] [--ws-port P|off] [--log-level L] [--log-retention-records N]
+[--log-bodies] [--ready-file PATH] [--ephemeral]``; each option has an environment twin
+(``SBEMU_CONFIG``, ``SBEMU_DATA_DIR``, ``SBEMU_HOST``, ``SBEMU_PORT``, ``SBEMU_ADMIN_PORT``,
+``SBEMU_TLS_PORT``, ``SBEMU_WS_PORT``, ``SBEMU_LOG_LEVEL``, ``SBEMU_LOG_RETENTION_RECORDS``,
 ``SBEMU_LOG_BODIES``) and a flag wins over its variable. Port 0 asks for an ephemeral port.
 
 Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration or start-up
@@ -17,6 +18,12 @@ should read) and these lines go to stdout (for people)::
     health on http://<host>:<admin_port>/health
     connection string: Endpoint=sb://localhost[:<port>];SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;
     dashboard on http://<host>:<admin_port>/ (Prometheus metrics on /metrics)
+    [namespace <ns> on amqp://<host>:<port>: <its connection string>]  (one per AmqpPort)
+    amqps on amqps://<host>:<tls_port> (certificate from the CA <data dir>/tls/rootCA.pem)
+    connection string (TLS): Endpoint=sb://localhost[:<tls_port>]/;SharedAccessKeyName=...;SharedAccessKey=...;
+    websockets on ws://<host>:<admin_port>/$servicebus/websocket and wss:// (AMQPWSB10)
+    websockets on wss://<host>:<ws_port>/$servicebus/websocket and ws:// (AMQPWSB10)
+    [amqps not served: ... | websocket port not served: ...]  (a default port that was taken)
 
 New subcommands (report, export-logs, partition offline/online) plug in as one
 ``_add_<name>(subcommands)`` function that registers a parser and its handler.
@@ -40,7 +47,9 @@ from sbemu import __version__
 from sbemu.config import Config, ConfigError, default_config, load_config
 from sbemu.ready import (
     DEFAULT_PORT,
+    DEFAULT_TLS_PORT,
     connection_string,
+    endpoint_lines,
     namespace_port_lines,
     ready_document,
     ready_lines,
@@ -72,6 +81,10 @@ ENV_DATA_DIR = "SBEMU_DATA_DIR"
 ENV_HOST = "SBEMU_HOST"
 ENV_PORT = "SBEMU_PORT"
 ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
+ENV_TLS_PORT = "SBEMU_TLS_PORT"
+ENV_WS_PORT = "SBEMU_WS_PORT"
+DEFAULT_WS_PORT = 443  # AMQP over WebSockets (wss), the SDKs' WebSocket default
+OFF = "off"
 ENV_LOG_LEVEL = "SBEMU_LOG_LEVEL"
 ENV_LOG_RETENTION_RECORDS = "SBEMU_LOG_RETENTION_RECORDS"
 ENV_LOG_BODIES = "SBEMU_LOG_BODIES"
@@ -101,6 +114,10 @@ class Settings:
     log_retention_records: int = 0  # per partition log; 0 = unlimited
     log_bodies: bool = False  # message bodies in the partition logs
     keep_logs: bool = False  # no log retention at all, even below registered readers
+    # AMQPS / WebSocket port: None = off; (port, required): a default one (required=False)
+    # that cannot be bound is skipped with a warning, one asked for stops the start
+    tls_port: tuple[int, bool] | None = (DEFAULT_TLS_PORT, False)
+    ws_port: tuple[int, bool] | None = (DEFAULT_WS_PORT, False)
     ready_file: Path | None = None  # JSON written once the server listens (sbemu.ready)
     # a temporary data dir deleted at exit, commits not fsynced: a process crash keeps what was
     # acknowledged (the OS has it), a power loss may not. For tests and CI.
@@ -490,6 +507,19 @@ def _add_serve(subcommands: Any) -> None:
         help=f"health/admin HTTP port, 0 = ephemeral [{ENV_ADMIN_PORT}; default: {DEFAULT_ADMIN_PORT}]",
     )
     serve.add_argument(
+        "--tls-port",
+        metavar="P",
+        help=f"AMQPS port (TLS with the local CA), 0 = ephemeral, {OFF} = none [{ENV_TLS_PORT}; "
+        f"default: {DEFAULT_TLS_PORT}, skipped with a warning when it cannot be bound]",
+    )
+    serve.add_argument(
+        "--ws-port",
+        metavar="P",
+        help=f"port for AMQP over WebSockets (ws and wss; the admin port serves them too), "
+        f"0 = ephemeral, {OFF} = none [{ENV_WS_PORT}; default: {DEFAULT_WS_PORT}, skipped with "
+        "a warning when it cannot be bound]",
+    )
+    serve.add_argument(
         "--log-level",
         metavar="L",
         help=f"{', '.join(LOG_LEVELS)} [{ENV_LOG_LEVEL}; default: {DEFAULT_LOG_LEVEL}]",
@@ -593,9 +623,25 @@ def resolve_settings(
         log_retention_records=_count(*pick("log-retention-records", ENV_LOG_RETENTION_RECORDS)),
         log_bodies=_flag(*pick("log-bodies", ENV_LOG_BODIES)),
         keep_logs=_flag(*pick("keep-logs", ENV_KEEP_LOGS)),
+        tls_port=_optional_port(*pick("tls-port", ENV_TLS_PORT), default=DEFAULT_TLS_PORT),
+        ws_port=_optional_port(*pick("ws-port", ENV_WS_PORT), default=DEFAULT_WS_PORT),
         ready_file=path(ready_value) if ready_value else None,
         ephemeral=ephemeral,
     )
+
+
+def _optional_port(value: str | None, source: str, *, default: int) -> tuple[int, bool] | None:
+    """None for "off"; (default, False) when not given; (port, True) when asked for."""
+    if value is None:
+        return default, False
+    if value.strip().lower() == OFF:
+        return None
+    try:
+        return _port(value, source, default=default), True
+    except UsageError:
+        raise UsageError(
+            f"invalid {source} {value!r}: must be an integer from 0 to 65535 or {OFF}"
+        ) from None
 
 
 def _flag(value: str | bool | None, source: str) -> bool:
@@ -769,6 +815,7 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
 
 async def _serve_async(config: Config, settings: Settings) -> int:
     try:
+        from sbemu.endpoints import ListenPort
         from sbemu.server import Server, StartupError  # lazily: `sbemu --help` stays light
 
         clock = _server_clock(settings)
@@ -785,6 +832,8 @@ async def _serve_async(config: Config, settings: Settings) -> int:
             keep_logs=settings.keep_logs,
             durable=not settings.ephemeral,
             clock=clock,
+            tls_port=ListenPort(*settings.tls_port) if settings.tls_port else None,
+            ws_port=ListenPort(*settings.ws_port) if settings.ws_port else None,
         )
     except Exception as exc:
         log.debug("cannot create the server", exc_info=True)
@@ -856,6 +905,8 @@ async def _announce(server: Any, config: Config, settings: Settings) -> bool:
             namespace_ports=server.namespace_ports,
             data_dir=settings.data_dir,
             ephemeral=settings.ephemeral,
+            tls_port=server.tls_port,
+            ws_port=server.ws_port,
         )
         try:
             write_ready_file(settings.ready_file, document)
@@ -864,6 +915,10 @@ async def _announce(server: Any, config: Config, settings: Settings) -> bool:
             return False
     lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
     lines += namespace_port_lines(config, settings.host, server.namespace_ports)
+    lines += endpoint_lines(
+        config, settings.host, server.admin_port, server.tls_port, server.ws_port,
+        server.unserved, str(settings.data_dir / "tls" / "rootCA.pem"),
+    )
     for line in lines:
         print(line)
     sys.stdout.flush()

@@ -60,6 +60,8 @@ class SbemuServer:
     namespace: str = "sbemulatorns"
     key_name: str = "RootManageSharedAccessKey"
     key: str = "SAS_KEY_VALUE"
+    tls_port: int | None = None  # AMQPS: Endpoint=sb://localhost/ clients (trust ca_file)
+    ws_port: int | None = None  # AMQP over WebSockets, ws and wss (the admin port serves them too)
     process: SbemuProcess | None = field(default=None, repr=False)
     output: list[str] = field(default_factory=list, repr=False)
 
@@ -113,6 +115,8 @@ def start_server(data_dir: Path | None, config: str | None = None) -> SbemuServe
         data_dir=ready.data_dir,
         key_name=fields.get("SharedAccessKeyName", "RootManageSharedAccessKey"),
         key=fields.get("SharedAccessKey", "SAS_KEY_VALUE"),
+        tls_port=ready.tls_port,
+        ws_port=ready.ws_port,
         process=launcher,
         output=launcher.output,
     )

@@ -9,7 +9,10 @@ that waits for the file never reads a half-written one. Fields (all present):
 (the local CA that signs the admin port's and TLS listeners' certificates),
 ``connection_string`` (the first namespace's first SAS policy, emulator flag set),
 ``admin_connection_string`` (the same key, endpoint on the admin port, for
-ServiceBusAdministrationClient), ``namespaces``: one object per namespace with ``name``,
+ServiceBusAdministrationClient), ``tls_port`` (AMQPS; null when not served),
+``tls_connection_string`` (no emulator flag; null without AMQPS), ``ws_port`` (AMQP over
+WebSockets, ws and wss; null when not served; the admin port serves them too),
+``websocket_path``, ``namespaces``: one object per namespace with ``name``,
 ``amqp_port`` (its own AmqpPort, or the main port) and ``connection_string``.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,10 @@ from sbemu.config import Config
 
 __all__ = [
     "DEFAULT_PORT",
+    "DEFAULT_TLS_PORT",
     "connection_string",
+    "endpoint_lines",
+    "tls_connection_string",
     "namespace_port_lines",
     "ready_document",
     "ready_lines",
@@ -34,6 +41,8 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 5672  # the AMQP port the SDKs assume under UseDevelopmentEmulator=true
+DEFAULT_TLS_PORT = 5671  # AMQPS, the SDKs' port without the emulator flag
+WEBSOCKET_PATH = "/$servicebus/websocket"
 
 
 def _shown(host: str) -> str:
@@ -72,6 +81,40 @@ def namespace_port_lines(config: Config, host: str, ports: dict[str, int]) -> li
     ]
 
 
+def tls_connection_string(config: Config, tls_port: int) -> str:
+    """The connection string a client that verifies TLS uses (no emulator flag)."""
+    policy = config.namespaces[0].sas_policies[0]
+    endpoint = "sb://localhost/" if tls_port == DEFAULT_TLS_PORT else f"sb://localhost:{tls_port}/"
+    return (
+        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};"
+        f"SharedAccessKey={policy.key};"
+    )
+
+
+def endpoint_lines(
+    config: Config,
+    host: str,
+    admin_port: int,
+    tls_port: int | None,
+    ws_port: int | None,
+    unserved: Sequence[str],
+    ca_file: str,
+) -> list[str]:
+    """The AMQPS and WebSocket lines (after the ready lines): where, the CA to trust, and the
+    connection string without the emulator flag; last, why a default port is not served."""
+    shown_host = _shown(host)
+    out: list[str] = []
+    if tls_port is not None:
+        out.append(f"amqps on amqps://{shown_host}:{tls_port} (certificate from the CA {ca_file})")
+        out.append(f"connection string (TLS): {tls_connection_string(config, tls_port)}")
+    path = WEBSOCKET_PATH
+    out.append(f"websockets on ws://{shown_host}:{admin_port}{path} and wss:// (AMQPWSB10)")
+    if ws_port is not None:
+        out.append(f"websockets on wss://{shown_host}:{ws_port}{path} and ws:// (AMQPWSB10)")
+    out.extend(unserved)
+    return out
+
+
 def ready_document(
     config: Config,
     *,
@@ -81,6 +124,8 @@ def ready_document(
     namespace_ports: dict[str, int],
     data_dir: Path,
     ephemeral: bool,
+    tls_port: int | None = None,
+    ws_port: int | None = None,
 ) -> dict[str, Any]:
     """The ``--ready-file`` JSON object (see the module docstring)."""
     policy = config.namespaces[0].sas_policies[0]
@@ -98,6 +143,12 @@ def ready_document(
             f"Endpoint=sb://localhost:{admin_port};SharedAccessKeyName={policy.key_name};"
             f"SharedAccessKey={policy.key};UseDevelopmentEmulator=true;"
         ),
+        "tls_port": tls_port,
+        "tls_connection_string": (
+            tls_connection_string(config, tls_port) if tls_port is not None else None
+        ),
+        "ws_port": ws_port,
+        "websocket_path": WEBSOCKET_PATH,
         "namespaces": [
             {
                 "name": ns.name,

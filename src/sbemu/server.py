@@ -22,26 +22,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from . import __version__, endpoints
 from .clock import Clock, TestClock
-from .config import Config, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
-from .partitions.broker import DLQ_SUFFIX, PartitionBroker, SubQueueSettings
+from .config import Config, NamespaceConfig, QueueConfig, TopicConfig
+from .endpoints import EndpointError, ListenPort
+from .partitions.broker import PartitionBroker
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
 from .partitions.idle import load_idle_times, save_idle_times
+from .partitions.layout import StorageLayoutError
 from .partitions.lockfile import sweep_lock_files
 from .partitions.records import IncomingMessage, MessageRecord
 from .partitions.retention import plan_trim, registered_readers
-from .partitions.router import (
-    MAIN,
-    TRANSFER_DLQ_SUFFIX,
-    EntitySpec,
-    Router,
-    StorageLayoutError,
-)
-from .partitions.status import EntitySettings, EntityStatus, ReceiverSettings
+from .partitions.router import Router
+from .partitions.specs import entity_settings, queue_spec, topic_spec
 from .partitions.store import TRIM_LIMIT, StoreError
-from .partitions.subscriptions import RuleDefinitionError, RuleSource, SubscriptionSpec
+from .partitions.subscriptions import RuleDefinitionError
 from .protocol import sections
 from .protocol.connection import NamespaceInfo, Services
 from .protocol.limits import Limits
@@ -69,8 +65,6 @@ STOP_COMMIT_WAIT = 5.0  # seconds stop() keeps trying to commit what a failing s
 COMMIT_THREADS = 8
 RETENTION_INTERVAL_MS = 10_000  # between log retention passes
 RETENTION_CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition
-# Azure's "no expiry" TimeSpan.MaxValue and anything beyond a century: never expire.
-NEVER_MS = 100 * 365 * 24 * 3600 * 1000
 
 
 class WireCodec:
@@ -99,128 +93,6 @@ class StartupError(Exception):
     """The server cannot start: unusable port, data directory or stored layout."""
 
 
-def _ttl(ms: int | None) -> int | None:
-    return None if ms is None or ms <= 0 or ms >= NEVER_MS else ms
-
-
-def _dlq_settings(lock_duration_ms: int) -> SubQueueSettings:
-    # Dead-letter queues keep messages until they are received: no TTL, no delivery limit.
-    return SubQueueSettings(lock_duration_ms, None, None, False, None)
-
-
-def _receivable(
-    prefix: str,
-    lock_duration_ms: int,
-    max_delivery_count: int,
-    default_ttl_ms: int | None,
-    dead_letter_on_expiration: bool,
-    requires_session: bool,
-) -> dict[str, SubQueueSettings]:
-    return {
-        prefix: SubQueueSettings(
-            lock_duration_ms,
-            max_delivery_count,
-            _ttl(default_ttl_ms),
-            dead_letter_on_expiration,
-            prefix + DLQ_SUFFIX,
-            requires_session,
-            message_ttl=True,
-        ),
-        prefix + DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
-        prefix + TRANSFER_DLQ_SUFFIX: _dlq_settings(lock_duration_ms),
-    }
-
-
-def queue_spec(ns: NamespaceConfig, q: QueueConfig) -> EntitySpec:
-    """The router's view of a configured queue."""
-    return EntitySpec(
-        namespace=ns.name,
-        name=q.name,
-        kind="queue",
-        partition_count=q.partition_count,
-        partitioned=q.enable_partitioning or q.partition_count > 1,
-        max_size_mb=q.max_size_mb,
-        requires_duplicate_detection=q.requires_duplicate_detection,
-        duplicate_detection_window_ms=q.duplicate_detection_window_ms,
-        requires_session=q.requires_session,
-        max_message_size=(q.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
-        subqueues=_receivable(
-            MAIN,
-            q.lock_duration_ms,
-            q.max_delivery_count,
-            q.default_message_ttl_ms,
-            q.dead_lettering_on_message_expiration,
-            q.requires_session,
-        ),
-    )
-
-
-def topic_spec(ns: NamespaceConfig, t: TopicConfig) -> EntitySpec:
-    """The router's view of a configured topic: one sub-queue set per subscription."""
-    subqueues: dict[str, SubQueueSettings] = {}
-    for sub in t.subscriptions:
-        subqueues.update(_subscription_queues(sub))
-    return EntitySpec(
-        namespace=ns.name,
-        name=t.name,
-        kind="topic",
-        partition_count=t.partition_count,
-        partitioned=t.enable_partitioning or t.partition_count > 1,
-        max_size_mb=t.max_size_mb,
-        requires_duplicate_detection=t.requires_duplicate_detection,
-        duplicate_detection_window_ms=t.duplicate_detection_window_ms,
-        requires_session=False,
-        max_message_size=(t.max_message_size_kb or ns.max_message_size_bytes // 1024) * 1024,
-        subqueues=subqueues,
-        subscriptions=tuple(
-            SubscriptionSpec(
-                sub.name,
-                tuple(
-                    RuleSource(
-                        r.name, r.filter_type, r.sql_expression, r.correlation, r.action_expression
-                    )
-                    for r in sub.rules
-                ),
-                sub.dead_lettering_on_filter_evaluation_exceptions,
-            )
-            for sub in t.subscriptions
-        ),
-    )
-
-
-def _subscription_queues(sub: SubscriptionConfig) -> dict[str, SubQueueSettings]:
-    return _receivable(
-        f"subscriptions/{sub.name.lower()}",
-        sub.lock_duration_ms,
-        sub.max_delivery_count,
-        sub.default_message_ttl_ms,
-        sub.dead_lettering_on_message_expiration,
-        sub.requires_session,
-    )
-
-
-def entity_settings(cfg: QueueConfig | TopicConfig) -> EntitySettings:
-    """The runtime settings (Status, forwarding, idle deletion) of a configured entity."""
-    subs: dict[str, ReceiverSettings] = {}
-    if isinstance(cfg, TopicConfig):
-        for sub in cfg.subscriptions:
-            subs[f"subscriptions/{sub.name.lower()}"] = ReceiverSettings(
-                EntityStatus(sub.status),
-                sub.forward_to,
-                sub.forward_dead_lettered_messages_to,
-                sub.auto_delete_on_idle_ms,
-            )
-        return EntitySettings(
-            EntityStatus(cfg.status), None, None, cfg.auto_delete_on_idle_ms, subs
-        )
-    return EntitySettings(
-        EntityStatus(cfg.status),
-        cfg.forward_to,
-        cfg.forward_dead_lettered_messages_to,
-        cfg.auto_delete_on_idle_ms,
-    )
-
-
 def namespace_info(ns: NamespaceConfig) -> NamespaceInfo:
     """Keys, rights and limits of a namespace for the protocol side."""
     return NamespaceInfo(
@@ -247,6 +119,8 @@ class Server:
         keep_logs: bool = False,
         durable: bool = True,
         clock: Clock = time.time,
+        tls_port: ListenPort | None = None,
+        ws_port: ListenPort | None = None,
     ) -> None:
         # The one time source of the server (sbemu.clock); a TestClock lets tests advance it.
         self.clock = clock
@@ -284,6 +158,14 @@ class Server:
         self.services: Services | None = None  # what AMQP connections share (stats included)
         self.dashboard: Dashboard | None = None
         self._closed = False  # stores closed and commit pool shut down: turns do nothing
+        # AMQPS and the WebSocket port (sbemu.endpoints): None = not asked; the bound port
+        # numbers once started (None when a default port could not be bound: see `unserved`)
+        self._tls_listen, self._ws_listen = tls_port, ws_port
+        self.tls_port: int | None = None
+        self.ws_port: int | None = None
+        self.unserved: list[str] = []  # why a default port is not served (for the ready lines)
+        self._extra_servers: list[Any] = []
+        self._websocket_handler: Any = None
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -355,6 +237,12 @@ class Server:
         from .admin.http import start_admin
 
         self.services = services
+
+        def new_protocol() -> AmqpProtocol:
+            return AmqpProtocol(services, self._connections, flusher, self.clock)
+
+        self._new_protocol: Any = new_protocol
+        self._websocket_handler = endpoints.websocket_handler(new_protocol)
         try:
             ssl_context = server_ssl_context(self.data_dir)
         except (OSError, ValueError) as exc:
@@ -369,11 +257,50 @@ class Server:
                 f"cannot listen on {self.host}:{self.admin_port} (admin): {exc.strerror or exc}"
             ) from exc
         self.admin_port = self._admin_server.sockets[0].getsockname()[1]
+        await self._start_endpoints()
         self.started_at = time.time()
         self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
         if self.dashboard is not None:
             self.dashboard.start()
         log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
+
+    async def _start_endpoints(self) -> None:
+        """AMQPS on the TLS port and AMQP over WebSockets on the WebSocket port, when asked."""
+        from .admin.certs import server_ssl_context
+
+        try:
+            for listen, start in ((self._tls_listen, self._start_amqps),
+                                  (self._ws_listen, self._start_ws_port)):
+                if listen is not None:
+                    await start(listen, server_ssl_context)
+        except EndpointError as exc:
+            for server in self._extra_servers:
+                server.close()
+            raise StartupError(str(exc)) from exc
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
+
+    async def _start_amqps(self, listen: ListenPort, make_context: Any) -> None:
+        assert self.services is not None
+        server, why = await endpoints.start_amqps(
+            self.host, listen, self._new_protocol, make_context(self.data_dir, alpn=()),
+            self.services.limits.handshake_timeout,
+        )
+        if server is None:
+            self.unserved.append(f"amqps not served: {why}")
+            return
+        self._extra_servers.append(server)
+        self.tls_port = server.sockets[0].getsockname()[1]
+
+    async def _start_ws_port(self, listen: ListenPort, make_context: Any) -> None:
+        server, why = await endpoints.start_websocket_port(
+            self.host, listen, self._websocket_handler, make_context(self.data_dir)
+        )
+        if server is None:
+            self.unserved.append(f"websocket port not served: {why}")
+            return
+        self._extra_servers.append(server)
+        self.ws_port = server.sockets[0].getsockname()[1]
 
     async def _listen_namespace_ports(self, shared: Services, flusher: Flusher) -> None:
         """A listener per namespace with its own AmqpPort: there the namespace is the default,
@@ -432,7 +359,8 @@ class Server:
             self._timer.cancel()
         if self.dashboard is not None:
             self.dashboard.stop()
-        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values()):
+        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values(),
+                       *self._extra_servers):
             if server is not None:
                 server.close()
         for proto in list(self._connections):
@@ -530,7 +458,7 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(self.clock() * 1000)
         self.router.on_timer(now_ms)
-        self.router.flush_lazy()  # lazy writes (see PartitionBroker._dirty) wait one tick at most
+        self.router.flush_lazy()  # lazy writes (see partitions/staging.py) wait one tick at most
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
         self._save_idle_times(now_ms)
@@ -643,6 +571,8 @@ class Server:
             return handler
 
         routes.add("GET", "/health", legacy(self._health))
+        if self._websocket_handler is not None:  # AMQP over WebSockets (sbemu.endpoints)
+            routes.add("GET", endpoints.PATH, self._websocket_handler)
         routes.add("GET", "/partitions", legacy(self._partitions))
         routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
         routes.add("POST", "/entities", legacy(self._status_command), prefix=True)

@@ -53,6 +53,9 @@ class Ready:
     admin_connection_string: str
     namespaces: tuple[dict[str, Any], ...]
     document: dict[str, Any] = field(repr=False, compare=False)
+    tls_port: int | None = None  # AMQPS (trust ca_file); None when not served
+    tls_connection_string: str | None = None  # no emulator flag; the endpoint names tls_port
+    ws_port: int | None = None  # AMQP over WebSockets, ws and wss (the admin port has them too)
 
     @classmethod
     def parse(cls, document: dict[str, Any]) -> Ready:
@@ -67,6 +70,9 @@ class Ready:
             admin_connection_string=str(document["admin_connection_string"]),
             namespaces=tuple(document["namespaces"]),
             document=document,
+            tls_port=document.get("tls_port"),
+            tls_connection_string=document.get("tls_connection_string"),
+            ws_port=document.get("ws_port"),
         )
 
 
@@ -119,9 +125,11 @@ class SbemuProcess:
         self._stderr_from = 0  # where this start's stderr begins in stderr_path
 
     def command(self) -> list[str]:
+        # AMQPS and the WebSocket port on ephemeral ports too: their defaults (5671, 443) are
+        # shared by every process on the machine ("args" may ask for them: --tls-port 5671)
         cmd = [sys.executable, "-m", "sbemu", "serve", "--host", self.host, "--port", "0",
-               "--admin-port", "0", "--log-level", self.log_level,
-               "--ready-file", str(self.ready_path)]  # fmt: skip
+               "--admin-port", "0", "--tls-port", "0", "--ws-port", "0",
+               "--log-level", self.log_level, "--ready-file", str(self.ready_path)]  # fmt: skip
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         if self.ephemeral:

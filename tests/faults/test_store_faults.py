@@ -9,15 +9,12 @@ import os
 import shutil
 
 from sbemu.errors import ServerBusy
-from sbemu.partitions.broker import (
-    DLQ_SUFFIX,
-    FAULT_RETRY_MS,
-    PartitionBroker,
-    Route,
-    SubQueueSettings,
-)
+from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
+from sbemu.partitions.health import FAULT_RETRY_MS
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.store import PartitionStore, StoreFull
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.transitions import Route
 
 MAIN = "main"
 SETTINGS = {

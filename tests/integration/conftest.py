@@ -128,6 +128,8 @@ class ServerProcess:
         self.port = 0
         self.admin_port = 0
         self.conn_str = ""
+        self.tls_port = 0  # AMQPS (the launcher passes --tls-port 0)
+        self.ws_port = 0  # AMQP over WebSockets, ws and wss (--ws-port 0)
         self.host = "127.0.0.1"
         self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
         self._launcher: SbemuProcess | None = None
@@ -157,6 +159,8 @@ class ServerProcess:
         self.port, self.admin_port, self.conn_str = (
             ready.amqp_port, ready.admin_port, ready.connection_string,
         )  # fmt: skip
+        assert ready.tls_port is not None and ready.ws_port is not None, ready.document
+        self.tls_port, self.ws_port = ready.tls_port, ready.ws_port
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
@@ -237,6 +241,17 @@ class ServerProcess:
 
     def amqp_url(self) -> str:
         return f"amqp://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The local CA the AMQPS, wss and HTTPS certificates chain to (trust it to connect)."""
+        return self.data_dir / "tls" / "rootCA.pem"
+
+    def tls_conn_str(self, key_name: str = KEY_NAME, key: str = KEY) -> str:
+        """A connection string without the emulator flag (TLS; the SDKs' default ports)."""
+        return (
+            f"Endpoint=sb://localhost/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
+        )
 
 
 def start_server(tmp: Path, queues: Iterable[dict[str, Any]]) -> ServerProcess:

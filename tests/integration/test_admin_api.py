@@ -387,3 +387,22 @@ def test_forwarding_and_status_set_through_the_admin_client(
     assert admin.get_queue(dest).status == "Active"
     with sb.get_queue_sender(dest) as sender:
         sender.send_messages(ServiceBusMessage("accepted"))
+
+
+def test_missing_subscription_and_rule_are_404_a_missing_queue_an_empty_feed(
+    sbemu_server: SbemuServer, sbemu_entities: EntityFactory
+) -> None:
+    # Azure: GET of a missing queue or topic answers 200 with an empty feed, of a missing
+    # subscription or rule 404 <Error> (the Java admin client's getSubscriptionExists and
+    # getRule read no feed there: "Deserialization Failed")
+    topic = sbemu_entities.topic(subscriptions=("s1",))
+    status, body = sbemu_server.request("GET", f"{unique('nq')}?api-version=2021-05")
+    assert status == 200 and b"<feed" in body and b"<entry" not in body
+    for path in (f"{topic}/Subscriptions/missing", f"{unique('nt')}/Subscriptions/s1",
+                 f"{topic}/Subscriptions/s1/Rules/missing",
+                 f"{topic}/Subscriptions/missing/Rules/$Default"):
+        status, body = sbemu_server.request("GET", f"{path}?api-version=2021-05")
+        assert status == 404, (path, body)
+        assert b"<Error><Code>404</Code>" in body and b"was not found" in body, body
+    status, body = sbemu_server.request("GET", f"{topic}/Subscriptions/s1/Rules/$Default")
+    assert status == 200 and b"<entry" in body

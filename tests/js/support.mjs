@@ -65,6 +65,8 @@ export function configOf(namespaces) {
 const LISTEN_RE = /listening on amqp:\/\/([\w.\-[\]:]+?):(\d+) /;
 const HEALTH_RE = /health on http:\/\/([\w.\-[\]:]+?):(\d+)\/health/;
 const CONN_RE = /connection string: (\S+)/;
+const TLS_RE = /amqps on amqps:\/\/([\w.\-[\]:]+?):(\d+) /;
+const WS_RE = /websockets on wss:\/\/([\w.\-[\]:]+?):(\d+)\//;
 
 /**
  * Start `python -m sbemu serve` with `config` (an object written to a temporary Config.json).
@@ -81,6 +83,8 @@ export function startServer(config, { extraArgs = [] } = {}) {
     "--data-dir", join(dir, "data"),
     "--port", "0",
     "--admin-port", "0",
+    "--tls-port", "0",
+    "--ws-port", "0",
     "--log-level", "warning",
     ...extraArgs,
   ];
@@ -114,7 +118,9 @@ export function startServer(config, { extraArgs = [] } = {}) {
       const listen = LISTEN_RE.exec(stdout);
       const health = HEALTH_RE.exec(stdout);
       const conn = CONN_RE.exec(stdout);
-      if (!listen || !health || !conn) return;
+      const tls = TLS_RE.exec(stdout);
+      const ws = WS_RE.exec(stdout);
+      if (!listen || !health || !conn || !tls || !ws) return;
       clearTimeout(timer);
       child.stdout.removeAllListeners("data");
       // keep draining (a full pipe must never block the server), keep the text for later lines
@@ -123,6 +129,9 @@ export function startServer(config, { extraArgs = [] } = {}) {
       resolveReady({
         port,
         adminPort: Number(health[2]),
+        tlsPort: Number(tls[2]), // AMQPS (--tls-port 0)
+        wsPort: Number(ws[2]), // AMQP over WebSockets, ws and wss (--ws-port 0)
+        caFile: join(dir, "data", "tls", "rootCA.pem"), // the local CA of AMQPS, wss and HTTPS
         stdout: () => stdout,
         /** The connection string printed for a namespace served on its own AmqpPort. */
         async namespaceConnectionString(name, timeoutMs = 10_000) {

@@ -6,33 +6,26 @@ event-loop turn would commit the dirty partitions.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from sbemu.partitions.broker import DLQ_SUFFIX, SubQueueSettings
+from sbemu.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
+from sbemu.partitions import specs
 from sbemu.partitions.commits import GroupCommit
+from sbemu.partitions.entity import Entity
 from sbemu.partitions.records import IncomingMessage, MessageRecord
-from sbemu.partitions.router import (
-    MAIN,
-    TRANSFER_DLQ_SUFFIX,
-    Entity,
-    EntitySpec,
-    Router,
-)
-from sbemu.partitions.subscriptions import RuleSource, SubscriptionSpec, subscription_queue
+from sbemu.partitions.router import Router
+from sbemu.partitions.specs import MAIN, NEVER_MS, EntitySpec
+from sbemu.partitions.subscriptions import RuleSource, SubscriptionSpec
 from sbemu.protocol.views import encode_property, encode_symbol
 
 NS = "ns"
 NOW = 1_700_000_000_000  # Unix ms; every operation takes it explicitly
 
 
-def receivable(prefix: str, requires_session: bool = False) -> dict[str, SubQueueSettings]:
-    """A sub-queue with its dead-letter and transfer dead-letter queues (as server.py)."""
-    dlq = SubQueueSettings(60_000, None, None, False, None)
-    return {
-        prefix: SubQueueSettings(60_000, 10, None, False, prefix + DLQ_SUFFIX, requires_session),
-        prefix + DLQ_SUFFIX: dlq,
-        prefix + TRANSFER_DLQ_SUFFIX: dlq,
-    }
+# The configuration the harness's entities are built from (sbemu.partitions.specs, as the
+# server and the admin API build theirs): 1-minute locks, 10 deliveries, no TTL.
+NAMESPACE = NamespaceConfig(NS)
 
 
 def queue_spec(
@@ -43,12 +36,11 @@ def queue_spec(
     max_size_mb: int = 16,
     requires_session: bool = False,
 ) -> EntitySpec:
-    return EntitySpec(
-        namespace=NS, name=name, kind="queue", partition_count=partitions,
-        partitioned=partitions > 1, max_size_mb=max_size_mb, requires_duplicate_detection=dup,
-        duplicate_detection_window_ms=dup_window_ms, requires_session=requires_session,
-        subqueues=receivable(MAIN, requires_session),
-    )
+    return specs.queue_spec(NAMESPACE, QueueConfig(
+        name, lock_duration_ms=60_000, max_delivery_count=10, default_message_ttl_ms=NEVER_MS,
+        requires_duplicate_detection=dup, duplicate_detection_window_ms=dup_window_ms,
+        requires_session=requires_session, partition_count=partitions, max_size_mb=max_size_mb,
+    ))  # fmt: skip
 
 
 def topic_spec(
@@ -57,18 +49,22 @@ def topic_spec(
     partitions: int = 1,
     dead_letter_on_filter_exceptions: bool = True,
 ) -> EntitySpec:
-    subqueues: dict[str, SubQueueSettings] = {}
-    for sub in subscriptions:
-        subqueues.update(receivable(subscription_queue(sub)))
-    return EntitySpec(
-        namespace=NS, name=name, kind="topic", partition_count=partitions,
-        partitioned=partitions > 1, max_size_mb=16, requires_duplicate_detection=False,
-        duplicate_detection_window_ms=60_000, requires_session=False, subqueues=subqueues,
+    spec = specs.topic_spec(NAMESPACE, TopicConfig(
+        name, default_message_ttl_ms=NEVER_MS, partition_count=partitions, max_size_mb=16,
         subscriptions=tuple(
-            SubscriptionSpec(sub, tuple(rules), dead_letter_on_filter_exceptions)
-            for sub, rules in subscriptions.items()
+            SubscriptionConfig(
+                sub, lock_duration_ms=60_000, max_delivery_count=10,
+                default_message_ttl_ms=NEVER_MS,
+                dead_lettering_on_filter_evaluation_exceptions=dead_letter_on_filter_exceptions,
+            )
+            for sub in subscriptions
         ),
-    )
+    ))  # fmt: skip
+    # the rules as the test wrote them (a RuleSource may carry admin-API parameters)
+    return dataclasses.replace(spec, subscriptions=tuple(
+        SubscriptionSpec(sub, tuple(rules), dead_letter_on_filter_exceptions)
+        for sub, rules in subscriptions.items()
+    ))  # fmt: skip
 
 
 def message(

@@ -11,9 +11,14 @@ import pytest
 from test_store_broker import DLQ, MAIN, Harness, msg
 
 from sbemu.partitions import broker as broker_module
-from sbemu.partitions.broker import PartitionBroker, SubQueueSettings
+from sbemu.partitions import deadlines as deadlines_module
+from sbemu.partitions import locks as locks_module
+from sbemu.partitions import subqueue as subqueue_module
+from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import MessageState, encode_message
 from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.transitions import Route
 
 
 class Counting:
@@ -58,7 +63,7 @@ def test_restart_reads_counters_not_the_backlog(h):
     got = [h.broker.take_next(MAIN, 1000, False)[0].sequence_number for _ in range(500)]
     assert got == list(range(1, 501))
     assert h.broker.take_next(MAIN, 1000, False) is None
-    assert reads.reads <= 500 // broker_module.READ_AHEAD + 3  # read ahead, not one by one
+    assert reads.reads <= 500 // subqueue_module.READ_AHEAD + 3  # read ahead, not one by one
     h.commit()
     assert h.broker.counts(MAIN)["active"] == 0
 
@@ -66,13 +71,13 @@ def test_restart_reads_counters_not_the_backlog(h):
 def test_counts_by_state_survive_restart(h):
     h.send(msg(1), msg(2), msg(3, scheduled_enqueue_time_ms=50_000))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.defer(lock.token, 1000, None, lambda e: None)
+    h.broker.defer(lock.key, 1000, None, lambda e: None)
     h.commit()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     h.reopen()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     h.commit()
     h.reopen()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 0, "scheduled": 1}
@@ -90,7 +95,7 @@ def test_expired_messages_of_a_cold_backlog_are_never_delivered(h):
 
 
 def test_ttl_timers_fire_from_disk_after_restart_in_steps(h, monkeypatch):
-    monkeypatch.setattr(broker_module, "DEADLINES_PER_TICK", 4)
+    monkeypatch.setattr(deadlines_module, "DEADLINES_PER_TICK", 4)
     h.send(*[msg(i, ttl=1_000 + i) for i in range(10)], now=1000)
     h.reopen()
     assert h.broker.next_deadline() == 2000  # the earliest timer, read from the store
@@ -125,7 +130,7 @@ def test_scheduled_message_fires_after_restart(h):
 def test_completed_and_cancelled_messages_leave_no_timers(h):
     h.send(msg(1), msg(2, scheduled_enqueue_time_ms=9000))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     assert h.broker.cancel_scheduled(MAIN, 2, 1000)
     h.commit()
     h.reopen()
@@ -136,17 +141,17 @@ def test_completed_and_cancelled_messages_leave_no_timers(h):
 def test_uncommitted_changes_are_seen_before_the_store(h):
     h.send(msg(1), msg(2))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.abandon(lock.token, 1000, {"k": b"\xa1\x01v"}, lambda e: None)
+    h.broker.abandon(lock.key, 1000, {"k": b"\xa1\x01v"}, lambda e: None)
     # Not committed yet: peek and the next delivery see the abandoned copy.
     first = h.broker.peek(MAIN, 0, 10)[0]
     assert (first.delivery_count, first.property_overrides) == (1, {"k": b"\xa1\x01v"})
     rec, lock = h.broker.take_next(MAIN, 1000, True)
     assert (rec.sequence_number, rec.delivery_count) == (1, 1)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
     h.commit()
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
-    assert not h.broker._overlay  # committed: the store is the truth again
+    assert not h.broker.staging.overlay  # committed: the store is the truth again
 
 
 def test_dead_lettered_behind_the_scan_is_delivered_from_the_dlq(h):
@@ -155,7 +160,7 @@ def test_dead_lettered_behind_the_scan_is_delivered_from_the_dlq(h):
     # The DLQ reader scans ahead first (sees nothing), then old messages are dead-lettered.
     assert h.broker.take_next(DLQ, 1000, True) is None
     for _rec, lock in reversed(taken):
-        h.broker.dead_letter(lock.token, 1000, "r", None, None, lambda e: None)
+        h.broker.dead_letter(lock.key, 1000, "r", None, None, lambda e: None)
     got = [h.broker.take_next(DLQ, 1000, False)[0].sequence_number for _ in range(5)]
     assert got == [1, 2, 3, 4, 5]
     assert h.broker.take_next(DLQ, 1000, False) is None
@@ -282,27 +287,27 @@ def test_new_records_fill_store_pages_in_sequence_order(tmp_path):
 
 
 def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
-    monkeypatch.setattr(broker_module, "LOCK_HEAP_SLACK", 256)
-    n = 3 * broker_module.LOCK_HEAP_SLACK
+    monkeypatch.setattr(locks_module, "LOCK_HEAP_SLACK", 256)
+    n = 3 * locks_module.LOCK_HEAP_SLACK
     h.send(*[msg(i) for i in range(n)])
     for _ in range(n - 1):  # a drain: every lock settled long before it would expire
         _rec, lock = h.broker.take_next(MAIN, 1000, True)
-        h.broker.complete(lock.token, 1000, lambda e: None)
+        h.broker.complete(lock.key, 1000, lambda e: None)
     h.commit()
-    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+    assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     rec, lock = h.broker.take_next(MAIN, 1000, True)  # the last one: renewed, then it expires
     for now in range(1001, 1001 + n):
-        h.broker.renew(lock.token, now)
-    assert len(h.broker._lock_heap) <= broker_module.LOCK_HEAP_SLACK + 1
+        h.broker.renew(lock.key, now)
+    assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     h.broker.on_timer(1001 + n + 5_000)
-    assert h.broker.lock_of(lock.token) is None
+    assert h.broker.lock_of(lock.key) is None
     again, _ = h.broker.take_next(MAIN, 1001 + n + 5_000, True)
     assert again.sequence_number == rec.sequence_number and again.delivery_count == 1
 
 
 @pytest.fixture
 def small_scan(monkeypatch):
-    monkeypatch.setattr(broker_module, "SESSION_SCAN_CHUNK", 8)
+    monkeypatch.setattr(subqueue_module, "SESSION_SCAN_CHUNK", 8)
 
 
 def test_restart_reads_no_session_backlog_and_keeps_fifo_per_session(tmp_path, small_scan):
@@ -396,7 +401,7 @@ def test_derived_expiry_passes_locked_and_deferred_messages_and_survives_restart
     h.send(msg(9), now=30_000)
     _rec, _lock = h.broker.take_next(MAIN, 57_000, True)  # m0 locked until 62 000
     _rec, lock1 = h.broker.take_next(MAIN, 57_000, True)
-    h.broker.defer(lock1.token, 57_000, None, lambda e: None)  # m1 deferred
+    h.broker.defer(lock1.key, 57_000, None, lambda e: None)  # m1 deferred
     h.commit()
     h.broker.on_timer(61_000)
     h.commit()
@@ -417,7 +422,7 @@ def test_derived_expiry_passes_locked_and_deferred_messages_and_survives_restart
 
 def test_uncommitted_default_ttl_messages_keep_their_expiry(h):
     h.send(msg(1), now=1000)
-    h.broker.enqueue([msg(2)], [[broker_module.Route(MAIN)]], 2000, lambda e: None)
+    h.broker.enqueue([msg(2)], [[Route(MAIN)]], 2000, lambda e: None)
     h.broker.on_timer(61_000)  # m1 expires; m2 is not stored yet but is remembered
     assert h.broker.next_deadline() == 62_000
     h.commit()

@@ -10,9 +10,9 @@ import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import MAIN, Harness, msg
 
-from sbemu.partitions.broker import make_lock_key, partition_of_token
+from sbemu.partitions.dispatch import DISPATCH_RUN, Taken
 from sbemu.partitions.records import LogEvent, decode_log
-from sbemu.partitions.router import DISPATCH_RUN, Taken
+from sbemu.partitions.tokens import make_lock_key, partition_of_token
 
 
 class Receiver:
@@ -70,7 +70,7 @@ def test_one_receiver_gets_runs_from_every_partition_each_in_sequence_order(h):
     # every delivered message is locked: completing each works, and then nothing is left
     for _, taken in rcv.runs:
         for _rec, lock in taken:
-            q.complete(lock.token, NOW, None, True)
+            q.complete(lock.key, NOW, None, True)
     h.router.flush_lazy()
     h.commit()
     assert h.peek(q) == []
@@ -130,13 +130,13 @@ def test_take_batch_gives_what_take_next_gives_one_by_one(tmp_path):
         assert lock is not None and lock1 is not None and lock.record is rec
         assert rec.message_id == rec1.message_id
         assert (lock.seq, lock.until_ms, lock.queue.name) == (lock1.seq, lock1.until_ms, MAIN)
-        assert run.broker.lock_of(lock.token) is lock
+        assert run.broker.lock_of(lock.key) is lock
     assert run.broker.stats.outgoing == one.broker.stats.outgoing == 5
     # the same delivered log records (offsets go on from the enqueued ones)
-    assert [decode_log(v) for _, v in run.broker._batch.log] == [
-        decode_log(v) for _, v in one.broker._batch.log
+    assert [decode_log(v) for _, v in run.broker.staging.batch.log] == [
+        decode_log(v) for _, v in one.broker.staging.batch.log
     ]
-    assert [decode_log(v)["event"] for _, v in run.broker._batch.log] == [
+    assert [decode_log(v)["event"] for _, v in run.broker.staging.batch.log] == [
         LogEvent.DELIVERED.value
     ] * 5
     # the rest, then nothing
@@ -154,10 +154,10 @@ def test_take_batch_expires_what_is_due_instead_of_delivering_it(broker_h):
 
 
 def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker_h, monkeypatch):
-    from sbemu.partitions import broker as broker_module
+    from sbemu.partitions import subqueue as subqueue_module
     from sbemu.partitions.store import StoreUnavailable
 
-    monkeypatch.setattr(broker_module, "READ_AHEAD", 2)
+    monkeypatch.setattr(subqueue_module, "READ_AHEAD", 2)
     broker_h.send(*[msg(i) for i in range(5)])
     real_scan = broker_h.store.scan
     calls = []
@@ -186,7 +186,7 @@ def test_complete_lazy_completes_across_partitions_and_skips_lost_locks(h):
     locks = [lock for _, taken in rcv.runs for _, lock in taken]
     assert len(locks) == 8 and len({partition_of_token(k.token) for k in locks}) == 4
     stale = locks[0]
-    q.complete(stale.token, NOW, None, True)  # completed once already: its lock is gone
+    q.complete(stale.key, NOW, None, True)  # completed once already: its lock is gone
     unknown = make_lock_key(2)  # a token of no lock
     keys = [k.key for k in locks[1:]] + [stale.key, unknown]  # tokens' ints
     assert all(k.token.int == k.key for k in locks)

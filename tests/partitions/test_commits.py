@@ -16,7 +16,7 @@ from routing_harness import NOW, RouterHarness, message, queue_spec
 
 from sbemu.partitions.commits import CommitJob, CommitThreads, GroupCommit
 from sbemu.partitions.keys import partition_for_key
-from sbemu.partitions.router import MAIN
+from sbemu.partitions.specs import MAIN
 from sbemu.partitions.store import StoreUnavailable
 
 

@@ -40,11 +40,11 @@ def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
         # default-TTL messages store no timer: their expiry is derived from the oldest one
         assert store.first_deadline(b"") is None
         while (taken := broker.take_next(MAIN, now, True)) is not None:
-            broker.complete(taken[1].token, now, lambda e: None)
+            broker.complete(taken[1].key, now, lambda e: None)
         commit()
         now += 10
         assert store.first_deadline(b"") is None  # no timers were left behind
     sq = broker.queues[MAIN]
-    assert not broker._overlay and not sq.buffer and not sq.back and not broker.locks
+    assert not broker.staging.overlay and not sq.buffer and not sq.back and not broker.locks
     assert broker.counts(MAIN)["active"] == 0 and sq.bytes == 0
     store.close()

@@ -8,8 +8,8 @@ from pathlib import Path
 from sbemu.config import parse_config
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.records import IncomingMessage
-from sbemu.partitions.router import MAIN, Router
-from sbemu.server import entity_settings, queue_spec
+from sbemu.partitions.router import Router
+from sbemu.partitions.specs import MAIN, entity_settings, queue_spec
 
 NOW = 1_700_000_000_000
 

@@ -15,7 +15,7 @@ from sbemu.partitions.idle import (
 )
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.router import Router
-from sbemu.server import entity_settings, queue_spec, topic_spec
+from sbemu.partitions.specs import entity_settings, queue_spec, topic_spec
 
 NOW = 1_700_000_000_000
 NS = "sbemulatorns"

@@ -7,14 +7,11 @@ scheduled topic messages fanned out from a cold store, forwarding's outbox moves
 import pytest
 from test_store_broker import DLQ, MAIN, Harness, msg
 
-from sbemu.partitions.broker import (
-    SCHEDULED_QUEUE,
-    PartitionBroker,
-    Route,
-    SubQueueSettings,
-)
+from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import LogEvent, MessageState, decode_log
 from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.transitions import SCHEDULED_QUEUE, Route
 
 
 @pytest.fixture
@@ -30,9 +27,9 @@ def test_size_in_bytes_follows_every_move_and_survives_restart(h):
     h.send(msg(1), msg(2), msg(3))  # 10 bytes each
     assert h.broker.queues[MAIN].bytes == 30
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.dead_letter(lock.token, 1000, "r", "d", None, lambda e: None)
+    h.broker.dead_letter(lock.key, 1000, "r", "d", None, lambda e: None)
     h.commit()
     assert (h.broker.queues[MAIN].bytes, h.broker.queues[DLQ].bytes) == (10, 10)
     h.reopen()
@@ -48,7 +45,7 @@ def test_purge_streams_the_whole_backlog_with_pending_and_locked_messages(h):
     h.reopen()  # cold: nothing of the backlog in memory
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
     _rec, lock2 = h.broker.take_next(MAIN, 1000, True)
-    h.broker.abandon(lock2.token, 1000, None, lambda e: None)  # an uncommitted change
+    h.broker.abandon(lock2.key, 1000, None, lambda e: None)  # an uncommitted change
     assert h.broker.purge_queue(MAIN, 2000) == 2_500  # each message once
     assert h.broker.counts(MAIN) == {"active": 0, "deferred": 0, "scheduled": 0}
     assert h.broker.queues[MAIN].bytes == 0

@@ -74,7 +74,7 @@ def test_delivery_and_settled_completion_wait_for_the_next_commit(tmp_path):
     rec, lock = broker.take_next(MAIN, 1_001, peek_lock=True)
     assert marks.take() == (0, 1)  # the delivery's log record is lazy
     done: list[Exception | None] = []
-    broker.complete(lock.token, 1_002, done.append, lazy=True)
+    broker.complete(lock.key, 1_002, done.append, lazy=True)
     dirty, lazy = marks.take()
     assert dirty == 0 and lazy > 0  # so is a completion nobody waits for
     assert _logged(broker) == [LogEvent.ENQUEUED, LogEvent.ENQUEUED]
@@ -96,14 +96,14 @@ def test_completion_someone_waits_for_commits_at_once(tmp_path):
     marks.take()
     _rec, lock = broker.take_next(MAIN, 1_001, peek_lock=True)
     done: list[Exception | None] = []
-    broker.complete(lock.token, 1_002, done.append)
+    broker.complete(lock.key, 1_002, done.append)
     assert marks.take()[0] > 0  # an unsettled accept is answered after its own commit
     _commit(broker)
     assert done == [None]
 
 
 def test_lazy_writes_commit_once_enough_pile_up(tmp_path):
-    from sbemu.partitions.broker import LAZY_MAX_WRITES
+    from sbemu.partitions.staging import LAZY_MAX_WRITES
 
     marks = Marks()
     broker = _open(tmp_path / "p", marks)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
+from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.transitions import Route
 
 MAIN = "main"
 DLQ = MAIN + DLQ_SUFFIX
@@ -100,7 +102,7 @@ def test_completed_message_leaves_no_timer(b: _Broker) -> None:
     b.send(_msg(1))
     rec, lock = b.broker.take_next(MAIN, T0 + 1, True)
     assert lock is not None
-    b.broker.complete(lock.token, T0 + 2, lambda e: None)
+    b.broker.complete(lock.key, T0 + 2, lambda e: None)
     b.commit()
     assert b.store.first_deadline(b"") is None
 

@@ -18,13 +18,10 @@ from sbemu.errors import (
     ServerBusy,
 )
 from sbemu.partitions.broker import DLQ_SUFFIX
+from sbemu.partitions.forwarding import TRANSFER_DLQ_SUFFIX
 from sbemu.partitions.keys import partition_for_key
-from sbemu.partitions.router import (
-    MAIN,
-    TRANSFER_DLQ_SUFFIX,
-    StorageLayoutError,
-    resolve_view_name,
-)
+from sbemu.partitions.layout import StorageLayoutError
+from sbemu.partitions.specs import MAIN, resolve_view_name
 from sbemu.partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from sbemu.partitions.subscriptions import RuleSource, subscription_queue
 
@@ -395,7 +392,7 @@ def _lock_one(entity, queue: str = MAIN):
     for broker in entity.partitions:
         taken = broker.take_next(queue, NOW, True)
         if taken is not None:
-            return taken[1].token
+            return taken[1].key
     raise AssertionError("nothing to lock")
 
 

@@ -16,15 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from sbemu.partitions.broker import (
-    DLQ_SUFFIX,
-    PartitionBroker,
-    Route,
-    SessionLock,
-    SubQueueSettings,
-)
+from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.subqueue import SessionLock, SubQueueSettings
+from sbemu.partitions.transitions import Route
 
 MAIN = "main"
 DLQ = MAIN + DLQ_SUFFIX
@@ -107,7 +103,7 @@ def test_peek_locked_messages_carry_the_extended_lock(p: _Partition) -> None:
     _, msg_lock = p.broker.take_next(MAIN, T0 + 2_000, True, lock)
     assert msg_lock is not None and msg_lock.until_ms == T0 + 2_000 + LOCK_MS
     p.broker.on_timer(T0 + LOCK_MS)
-    p.broker.complete(msg_lock.token, T0 + LOCK_MS + 1, lambda e: None)  # still held
+    p.broker.complete(msg_lock.key, T0 + LOCK_MS + 1, lambda e: None)  # still held
 
 
 def test_activity_does_not_bring_a_lost_lock_back(p: _Partition) -> None:
@@ -124,9 +120,9 @@ def test_the_session_timer_heap_does_not_grow_with_deliveries(p: _Partition) -> 
     for i in range(20):
         assert p.broker.take_next(MAIN, T0 + i * 100, False, lock) is not None
         p.broker.touch_session(lock, T0 + i * 100)
-    assert len(p.broker._session_heap) == 1
+    assert len(p.broker.lock_table.session_heap) == 1
     renewed = p.broker.renew_session(MAIN, "s", "owner", T0 + 2_500)  # explicit renew too
     p.broker.on_timer(T0 + LOCK_MS)  # the accept's entry: re-armed once, not doubled
-    assert p.lost == [] and len(p.broker._session_heap) == 1
+    assert p.lost == [] and len(p.broker.lock_table.session_heap) == 1
     p.broker.on_timer(renewed)
-    assert p.lost == [lock] and not p.broker._session_heap
+    assert p.lost == [lock] and not p.broker.lock_table.session_heap

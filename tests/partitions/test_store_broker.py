@@ -5,15 +5,7 @@ import uuid
 import pytest
 
 from sbemu.errors import MessageLockLost, MessageNotFound
-from sbemu.partitions.broker import (
-    DLQ_SUFFIX,
-    PartitionBroker,
-    Route,
-    SubQueueSettings,
-    make_lock_key,
-    partition_of_token,
-    token_of,
-)
+from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import (
     IncomingMessage,
     LogEvent,
@@ -23,6 +15,9 @@ from sbemu.partitions.records import (
     encode_message,
 )
 from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.subqueue import SubQueueSettings
+from sbemu.partitions.tokens import make_lock_key, partition_of_token, token_of
+from sbemu.partitions.transitions import Route
 
 MAIN = "main"
 DLQ = MAIN + DLQ_SUFFIX
@@ -131,7 +126,7 @@ def test_peek_lock_complete(h):
     rec, lock = h.broker.take_next(MAIN, 1000, True)
     assert rec.sequence_number == 1 and lock.until_ms == 6000
     done = []
-    h.broker.complete(lock.token, 2000, done.append)
+    h.broker.complete(lock.key, 2000, done.append)
     assert done == []
     h.commit()
     assert done == [None]
@@ -143,15 +138,15 @@ def test_complete_after_lock_expiry_is_lock_lost(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
     with pytest.raises(MessageLockLost):
-        h.broker.complete(lock.token, 6000, lambda e: None)
+        h.broker.complete(lock.key, 6000, lambda e: None)
     with pytest.raises(MessageLockLost):
-        h.broker.complete(uuid.uuid4(), 1000, lambda e: None)
+        h.broker.complete(uuid.uuid4().int, 1000, lambda e: None)
 
 
 def test_lock_expiry_redelivers_with_count_and_renew_extends(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    assert h.broker.renew(lock.token, 4000) == 9000
+    assert h.broker.renew(lock.key, 4000) == 9000
     h.broker.on_timer(6000)
     assert h.broker.take_next(MAIN, 6000, True) is None  # renewed: still locked
     h.broker.on_timer(9000)
@@ -164,7 +159,7 @@ def test_abandon_counts_and_dead_letters_at_max_delivery_count(h):
     for attempt in range(3):
         rec, lock = h.broker.take_next(MAIN, 1000, True)
         assert rec.delivery_count == attempt
-        h.broker.abandon(lock.token, 1000, None, lambda e: None)
+        h.broker.abandon(lock.key, 1000, None, lambda e: None)
     h.commit()
     assert h.broker.take_next(MAIN, 1000, True) is None
     rec, lock = h.broker.take_next(DLQ, 1000, True)
@@ -177,7 +172,7 @@ def test_abandon_counts_and_dead_letters_at_max_delivery_count(h):
 def test_release_does_not_count(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.release(lock.token, 1000)
+    h.broker.release(lock.key, 1000)
     rec, _ = h.broker.take_next(MAIN, 1000, True)
     assert rec.delivery_count == 0
 
@@ -185,7 +180,7 @@ def test_release_does_not_count(h):
 def test_dead_letter_with_reason(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.dead_letter(lock.token, 1000, "bad", "very bad", None, lambda e: None)
+    h.broker.dead_letter(lock.key, 1000, "bad", "very bad", None, lambda e: None)
     h.commit()
     h.reopen()
     rec = h.broker.peek(DLQ, 0, 10)[0]
@@ -195,14 +190,14 @@ def test_dead_letter_with_reason(h):
 def test_defer_and_receive_deferred(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.defer(lock.token, 1000, None, lambda e: None)
+    h.broker.defer(lock.key, 1000, None, lambda e: None)
     h.commit()
     assert h.broker.take_next(MAIN, 1000, True) is None
     assert h.broker.peek(MAIN, 0, 10)[0].state == MessageState.DEFERRED
     with pytest.raises(MessageNotFound):
         h.broker.take_deferred(MAIN, 99, 1000, True)
     rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     h.commit()
     assert h.broker.peek(MAIN, 0, 10) == []
 
@@ -236,7 +231,7 @@ def test_scheduled_message_activates_with_new_sequence_number(h):
 def test_log_records_every_change_in_the_same_commit(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.token, 1000, lambda e: None)
+    h.broker.complete(lock.key, 1000, lambda e: None)
     h.commit()
     events = [decode_log(v)["event"] for _, v in h.store.read_log(0, 10)]
     assert events == [LogEvent.ENQUEUED.value, LogEvent.DELIVERED.value, LogEvent.COMPLETED.value]

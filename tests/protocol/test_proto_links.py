@@ -28,7 +28,7 @@ from amqp_harness import (
     section_list,
     section_map,
 )
-from proton import Array, Condition, Data, Delivery, Message, int32, symbol
+from proton import Array, Condition, Data, Delivery, Described, Message, int32, symbol, ulong
 
 Q = "queue.1"
 PQ = "queue.partitioned"
@@ -469,6 +469,28 @@ def _mgmt_body(raw: bytes):
     return section_map(sections[AMQP_VALUE])
 
 
+def _array_is_described(raw: bytes, key: str) -> bool:
+    """Whether the response body's array under `key` carries a descriptor: a plain AMQP array
+    has none (the Java SDK's proton-j reads `described(null)` arrays as an array of described
+    values and finds no long[] or Date[]: scheduleMessage returned null, renew-lock failed)."""
+    data = Data()
+    data.decode(message_sections(raw)[AMQP_VALUE])
+    data.rewind()
+    data.next()  # the described amqp-value
+    data.enter()
+    data.next()  # its descriptor
+    data.next()  # the map
+    data.enter()
+    while data.next():
+        name = data.get_object()
+        data.next()
+        if name == key:
+            assert data.type() == Data.ARRAY
+            _count, described, _type = data.get_array()
+            return bool(described)
+    raise AssertionError(f"no {key} in the response")
+
+
 def test_mgmt_peek_types(pair):
     _send_n(pair, Q, 3)
     links = pair.mgmt_links(Q)
@@ -558,6 +580,7 @@ def test_mgmt_renew_lock_types(pair):
     assert exps.type == Data.TIMESTAMP, Data.type_name(exps.type)
     assert len(exps.elements) == 2
     assert all(int(e) > b for e, b in zip(exps.elements, before, strict=True))
+    assert not _array_is_described(raw, "expirations")
 
 
 def test_mgmt_renew_unknown_lock_410_symbol_condition(pair):
@@ -635,6 +658,7 @@ def test_mgmt_schedule_and_cancel(pair, entity):
     assert _mgmt_app(raw)["statusCode"][1].value == 200, reply.properties
     seqs = reply.body["sequence-numbers"]
     assert seqs.type == Data.LONG and len(seqs.elements) == 1
+    assert not _array_is_described(raw, "sequence-numbers")
     reply, raw = pair.mgmt(
         links,
         "com.microsoft:cancel-scheduled-message",
@@ -707,6 +731,29 @@ def test_session_next_available_names_session(spair):
     assert filt["com.microsoft:session-filter"] == "sess-b"
     props = {str(k): v for k, (_, v) in perf_field_map(a, 13).items()}
     assert props["com.microsoft:locked-until-utc"].type == Data.LONG
+
+
+# go-amqp (the Go SDK) sends the session filter as a described value and reads no plain one
+# back ("invalid described type header a1"): the reply keeps the form the client sent.
+GO_SESSION_FILTER = ulong(0x00000137000000C)  # azservicebus session_receiver.go, as it is
+
+
+@pytest.mark.parametrize("requested", ["sess-go", None])
+def test_described_session_filter_is_answered_described(spair, requested):
+    snd = spair.sender("queue.session")
+    spair.send(snd, Message(id="s-1", body=b"x", group_id="sess-go"))
+    name = f"go-{requested}"
+    rcv = _session_receiver(spair, Described(GO_SESSION_FILTER, requested), name)
+    assert rcv.remote_condition is None
+    a = [f for f in spair.frames() if f.code == 0x12 and f.field(0) == name][0]
+    filt = {str(k): v for k, v in (a.field(5).value[7] or {}).items()}
+    value = filt["com.microsoft:session-filter"]
+    # a described value (the frame parser's own Described type), not the plain string
+    assert getattr(value, "descriptor", None) == GO_SESSION_FILTER, value
+    assert value.value == "sess-go"
+    rcv.flow(5)
+    spair.pump()
+    assert [_decode(raw).group_id for _, raw in spair.take(rcv)] == ["sess-go"]
 
 
 def test_mgmt_set_and_get_session_state(spair):

@@ -138,7 +138,7 @@ def test_resubmit_and_purge(router: Router) -> None:
     broker = entity.partition_of_sequence(seq)
     rec, lock = broker.take_next("main", NOW, True)  # type: ignore[misc]
     done: list[Exception | None] = []
-    entity.dead_letter(lock.token, NOW, "Bad", "broken", None, done.append)
+    entity.dead_letter(lock.key, NOW, "Bad", "broken", None, done.append)
     pump(router)
     assert done == [None]
     dlq = explorer.peek(WIRE_CODEC, entity, None, "deadletter", 0, 10, NOW)["messages"]

@@ -31,7 +31,7 @@ from xml.sax.saxutils import escape
 
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
-from ..partitions.router import Entity
+from ..partitions.entity import Entity
 from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token
@@ -494,7 +494,9 @@ class AtomApi:
             desc = self.m.subscription(entity, sub) if entity is not None and \
                 entity.spec.kind == "topic" else None
             if entity is None or desc is None:
-                return self._empty_feed(request)
+                # unlike a queue or topic (an empty feed), a missing subscription is a 404: the
+                # Java admin client reads no feed here (getSubscriptionExists)
+                raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
             return self._entry_response(200, self._subscription_entry(request, ns, entity, desc))
         if method == "DELETE":
             await self.m.delete_subscription(ns, topic, sub)
@@ -519,11 +521,11 @@ class AtomApi:
         if method in ("GET", "HEAD"):
             if entity is None or entity.spec.kind != "topic" or \
                     self.m.subscription(entity, sub) is None:
-                return self._empty_feed(request)
+                raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
             rule = next((r for r in self.m.rules(entity, sub) if r.name.lower() == name.lower()),
                         None)
             if rule is None:
-                return self._empty_feed(request)
+                raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}|{name}' was not found.")
             return self._entry_response(200, self._rule_entry(request, ns, entity, sub, rule))
         if method == "DELETE":
             self.m.delete_rule(ns, topic, sub, name)

@@ -1,7 +1,8 @@
 """A local certificate authority and the admin port's server certificate, mkcert style.
 
 The Python and JS admin clients speak HTTPS to the admin port whatever the connection string says,
-so the port answers TLS with a certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by a
+and clients without the emulator flag speak AMQPS (port 5671) or WebSockets over TLS (``wss``),
+so those ports answer TLS with a certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by a
 CA generated on first start into ``<data dir>/tls/`` (``rootCA.pem`` + ``rootCA-key.pem``, and
 ``localhost.pem`` + ``localhost-key.pem``: mkcert's file names). Users trust ``rootCA.pem`` once
 (``sbemu cert`` prints its path). Files are reused across restarts; the server certificate is
@@ -159,13 +160,16 @@ def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple
     return ca_file, cert_file, key_file
 
 
-def server_ssl_context(data_dir: Path) -> ssl.SSLContext:
-    """A server-side TLS context with the admin port's certificate (created when missing)."""
+def server_ssl_context(data_dir: Path, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+    """A server-side TLS context with the local certificate (created when missing).
+
+    ``alpn``: the protocols offered (the admin port's HTTP/1.1; none for AMQPS on 5671)."""
     _, cert_file, key_file = ensure_certificates(data_dir)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
-    ctx.set_alpn_protocols(["http/1.1"])
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
     return ctx
 
 

@@ -30,9 +30,13 @@ from urllib.parse import parse_qs
 from .. import __version__
 from ..config import Config
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
-from ..partitions.broker import DLQ_SUFFIX, SCHEDULED_QUEUE
-from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, Router
+from ..partitions.broker import DLQ_SUFFIX
+from ..partitions.entity import Entity
+from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX
+from ..partitions.router import Router
+from ..partitions.specs import MAIN
 from ..partitions.stats import ServerStats, totals
+from ..partitions.transitions import SCHEDULED_QUEUE
 from . import explorer, metrics
 from .access import COOKIE_NAME, CSRF_HEADER, Access, Principal
 from .atom import empty_feed

@@ -28,8 +28,11 @@ from proton import Message, symbol, timestamp
 
 from ..errors import ArgumentError, MessageSizeExceeded, ServiceBusError
 from ..partitions.broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
+from ..partitions.dispatch import EntityView
+from ..partitions.entity import Entity
+from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX
 from ..partitions.records import IncomingMessage, MessageRecord, MessageState
-from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntityView
+from ..partitions.specs import MAIN
 from .msgsearch import MessageSearch
 
 MAX_PEEK = 100  # messages per explorer page

@@ -41,6 +41,7 @@ __all__ = [
     "json_response",
     "start_admin",
     "text_response",
+    "UpgradedStream",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class Response:
     body: bytes = b""
     headers: list[tuple[str, str]] = field(default_factory=list)  # content-type etc.
     stream: AsyncIterator[bytes] | None = None  # when set: streamed (chunked) after headers
+    # status 101: after the head, the connection is handed to this (a WebSocket, for example)
+    upgrade: Callable[[UpgradedStream], Awaitable[None]] | None = None
 
 
 Handler = Callable[[Request, dict[str, str]], "Response | Awaitable[Response]"]
@@ -175,6 +178,38 @@ class HttpRoutes:
 
 
 # ----------------------------------------------------------------------------------- transports
+class UpgradedStream:
+    """A connection after a 101 answer, for the protocol it switched to: ``leftover`` holds the
+    bytes that followed the request head, ``recv()`` reads more (b"" at the end), ``write()``
+    queues bytes without waiting, ``close()`` ends it."""
+
+    def __init__(self, transport: _Plain | _Tls, leftover: bytes, peer: tuple[str, int] | None):
+        self._transport = transport
+        self.leftover = leftover
+        self.peer = peer
+        self.secure = transport.secure
+
+    async def recv(self) -> bytes:
+        return await self._transport.recv()
+
+    def write(self, data: bytes) -> None:
+        self._transport.write_nowait(data)
+
+    def write_buffer_size(self) -> int:
+        """Bytes written but not yet handed to the socket."""
+        return self._transport.write_buffer_size()
+
+    async def drain(self) -> None:
+        """Wait until the socket took the written bytes (down to asyncio's low-water mark)."""
+        await self._transport.drain()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
 class _Plain:
     secure = False
 
@@ -192,6 +227,21 @@ class _Plain:
     async def send(self, data: bytes) -> None:
         self._writer.write(data)
         await asyncio.wait_for(self._writer.drain(), WRITE_TIMEOUT)
+
+    def write_nowait(self, data: bytes) -> None:
+        self._writer.write(data)
+
+    def write_buffer_size(self) -> int:
+        return self._writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def is_closing(self) -> bool:
+        return self._writer.is_closing()
 
 
 class _Tls:
@@ -252,6 +302,27 @@ class _Tls:
     async def send(self, data: bytes) -> None:
         self._obj.write(data)
         await self._flush()
+
+    def write_nowait(self, data: bytes) -> None:
+        self._obj.write(data)
+        self._writer.write(self._out.read())
+
+    def write_buffer_size(self) -> int:
+        return self._writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+    def close(self) -> None:
+        try:
+            self._obj.unwrap()  # close_notify
+        except ssl.SSLError:
+            pass
+        self._writer.write(self._out.read())
+        self._writer.close()
+
+    def is_closing(self) -> bool:
+        return self._writer.is_closing()
 
 
 # ------------------------------------------------------------------------------------ the server
@@ -317,6 +388,11 @@ async def start_admin(
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT)
             except (OSError, asyncio.TimeoutError, ssl.SSLError):
                 pass
+            except asyncio.CancelledError:
+                # the loop is ending (shutdown) while a connection, such as an upgraded
+                # WebSocket, was still closing: it is closed, so end the task normally, or
+                # asyncio logs the cancellation as an error with a traceback
+                pass
 
     server = await asyncio.start_server(on_connection, host, port, reuse_address=True)
     return AdminServer(server, connections)
@@ -359,6 +435,9 @@ async def _serve(
         if request is None:
             return
         response = await _call(routes, request)
+        if response.status == 101 and response.upgrade is not None:
+            await _switch_protocols(conn, transport, response, writer.get_extra_info("peername"))
+            return
         await _write_response(conn, transport, request, response)
         if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
             return
@@ -471,6 +550,25 @@ async def _call(routes: HttpRoutes, request: Request) -> Response:
     except Exception:
         log.exception("admin route %s %s failed", request.method, request.path)
         return json_response(500, {"error": "internal error"})
+
+
+async def _switch_protocols(
+    conn: h11.Connection, transport: _Plain | _Tls, response: Response, peer: object
+) -> None:
+    """Answer 101 and hand the connection to ``response.upgrade`` until it is done."""
+    assert response.upgrade is not None
+    if conn.their_state is not h11.MIGHT_SWITCH_PROTOCOL:
+        # no Upgrade header (h11 saw none): the route's 101 cannot stand
+        await _write_response(conn, transport, Request("GET", "", {}, {}, b"", "", False),
+                              json_response(400, {"error": "expected an Upgrade request"}))
+        return
+    head = h11.InformationalResponse(
+        status_code=101, headers=response.headers, reason=b"Switching Protocols"
+    )
+    await transport.send(conn.send(head) or b"")
+    leftover, _ = conn.trailing_data
+    address = peer if isinstance(peer, tuple) else None
+    await response.upgrade(UpgradedStream(transport, bytes(leftover), address))
 
 
 def _phrase(status: int) -> bytes:

@@ -36,8 +36,10 @@ from ..errors import (
     ServiceBusError,
 )
 from ..partitions.broker import DLQ_SUFFIX, PartitionBroker
-from ..partitions.forwarding import forward_target
-from ..partitions.router import MAIN, TRANSFER_DLQ_SUFFIX, Entity, EntitySpec, Router
+from ..partitions.entity import Entity
+from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX, forward_target
+from ..partitions.router import Router
+from ..partitions.specs import MAIN, EntitySpec
 from ..partitions.subscriptions import RuleSource
 from .catalog import (
     READ_ONLY,

@@ -41,7 +41,64 @@ from .store import WriteBatch
 if TYPE_CHECKING:
     from ..completions import Done
     from .broker import PartitionBroker
-    from .router import Router
+
+
+class DirtyPartitions:
+    """Which partitions have writes to commit: the turn's to-do list, which GroupCommit takes.
+
+    A partition is marked as it stages a write (staging.py asks through `mark`); a partition
+    whose only writes are lazy (nobody waits for them) waits in `lazy` until its next commit
+    takes them along or flush_lazy() (the server's timer tick) makes it dirty. `wake` asks
+    the server for a turn.
+    """
+
+    __slots__ = ("dirty", "lazy", "_wake")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.dirty: set[PartitionBroker] = set()
+        self.lazy: set[PartitionBroker] = set()  # only lazy writes pending (flush_lazy)
+        self._wake = wake
+
+    def mark(self, broker: PartitionBroker) -> None:
+        """The partition has writes to commit in the next turn."""
+        if broker not in self.dirty:
+            self.dirty.add(broker)
+            self._wake()
+
+    def mark_lazy(self, broker: PartitionBroker) -> None:
+        """The partition has writes nobody waits for: committed with its next commit, or by
+        flush_lazy() at the next timer tick."""
+        if broker not in self.dirty:
+            self.lazy.add(broker)
+
+    def flush_lazy(self) -> None:
+        """Make partitions with lazy writes only dirty: they commit in the next turn."""
+        if self.lazy:
+            self.dirty |= self.lazy
+            self.lazy.clear()
+            self._wake()
+
+    def take(self) -> list[PartitionBroker]:
+        """The partitions with writes to commit (lazy writes of theirs go along)."""
+        dirty, self.dirty = self.dirty, set()
+        if self.lazy:
+            self.lazy -= dirty
+        return list(dirty)
+
+    def forget(self, broker: PartitionBroker) -> None:
+        """A removed partition: nothing of it is committed any more."""
+        self.dirty.discard(broker)
+
+
+class TurnRouter(Protocol):
+    """What the turn uses of the router (router.Router, which imports this module)."""
+
+    @property
+    def to_commit(self) -> DirtyPartitions: ...
+
+    def run_pending(self, now_ms: int) -> None: ...
+
+    def has_pending(self) -> bool: ...
 
 
 # Commits in flight per entity in the server. Every commit's worker thread takes and drops the
@@ -90,7 +147,7 @@ class GroupCommit:
 
     def __init__(
         self,
-        router: Router,
+        router: TurnRouter,
         runner: CommitRunner | None = None,
         max_inflight: int | None = None,
         max_inflight_per_entity: int | None = None,
@@ -118,7 +175,7 @@ class GroupCommit:
     def commit_dirty(self) -> None:
         """Start one commit per dirty partition (the second half of a turn)."""
         queued = self._queued
-        for broker in self.router.take_dirty():
+        for broker in self.router.to_commit.take():
             queued[broker] = None
         jobs = self._jobs()
         if jobs:
@@ -185,7 +242,7 @@ class GroupCommit:
     # ---------------------------------------------------------------- state
     def busy(self, brokers: set[PartitionBroker] | None = None) -> bool:
         """Whether writes are pending or in flight (of these partitions, or of any)."""
-        pending = self.inflight | self.router.dirty | set(self._queued)
+        pending = self.inflight | self.router.to_commit.dirty | set(self._queued)
         return bool(pending if brokers is None else pending & brokers)
 
     def run_until_idle(self, now_ms: int) -> None:
@@ -193,7 +250,7 @@ class GroupCommit:
         assert self.runner is None, "run_until_idle() is for an inline GroupCommit"
         while True:
             self.turn(now_ms)
-            if not self.router.dirty and not self.router.has_pending():
+            if not self.router.to_commit.dirty and not self.router.has_pending():
                 return
 
 

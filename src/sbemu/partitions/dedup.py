@@ -46,7 +46,7 @@ class DuplicateHistory:
         ids = [k for k in keys if k is not None]
         if not ids:
             return messages
-        seen = self.broker.store.dedup_seen(ids, since)
+        seen = self.broker.dedup_seen(ids, since)
         pending = self._pending
         kept: list[IncomingMessage] = []
         admitted: list[bytes] = []

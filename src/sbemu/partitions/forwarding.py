@@ -32,14 +32,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..completions import join_completions
+from ..completions import Done, join_completions
 from ..errors import QuotaExceeded, ServiceBusError
-from .broker import DLQ_SUFFIX, Done, PartitionBroker, Route
+from .broker import DLQ_SUFFIX, PartitionBroker
 from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .status import ReceiverSettings
 from .transfer import ViewOf, incoming_from_record
+from .transitions import Route
 
 MAX_HOPS = 4  # Azure's limit on forwarding hops
 STEP = 2_000  # messages per forwarding step of one source sub-queue (one commit per destination partition)
@@ -146,7 +147,7 @@ class Forwarder:
     # ------------------------------------------------------------ set-up
     def load_markers(self, broker: PartitionBroker) -> None:
         """Read a partition's markers (those of forwards interrupted by a crash)."""
-        found = broker.store.forward_markers()
+        found = broker.forward_markers()
         if found:
             self._markers[broker] = set(found)
 
@@ -220,7 +221,7 @@ class Forwarder:
         entity, broker, queue = src.entity, src.broker, src.queue
         target = forward_target(entity, queue)
         sq = broker.queues.get(queue)
-        if target is None or sq is None or not broker.healthy:
+        if target is None or sq is None or not broker.health.serving:
             return
         if self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower())) is not entity:
             return  # deleted
@@ -248,10 +249,10 @@ class Forwarder:
                 done_markers.append((db, marker))
                 self.transferred += 1
                 continue
-            if not db.healthy:
+            if not db.health.serving:
                 retry.append(rec)
                 continue
-            if not db.accepting:
+            if not db.health.accepting:
                 self._dead_letter(
                     broker, queue, tdlq, rec, now_ms, FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
@@ -266,7 +267,7 @@ class Forwarder:
             )
             incoming.transfer_hops = rec.transfer_hops + 1
             routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
-            if db.quota_error(incoming.size * len(routes)) is not None:
+            if db.health.quota_error(incoming.size * len(routes)) is not None:
                 self._dead_letter(  # checked before its MessageId enters the history
                     broker, queue, tdlq, rec, now_ms, FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
@@ -305,7 +306,7 @@ class Forwarder:
         """Enqueue one group at one destination partition with its markers (one commit)."""
         broker, queue = src.broker, src.queue
         keys = [marker for _, marker, _, _ in items]
-        if db.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
+        if db.health.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
             for rec, _marker, _, _ in items:  # no room: refused before any marker is written
                 self._dead_letter(
                     broker, queue, tdlq, rec, now_ms, FULL_REASON,

@@ -35,8 +35,9 @@ from ..filters import (
     evaluate_rules,
     rule_from_config,
 )
-from .broker import DLQ_SUFFIX, Route
+from .broker import DLQ_SUFFIX
 from .records import IncomingMessage
+from .transitions import Route
 
 DEFAULT_RULE_NAME = "$Default"
 FILTER_EXCEPTION_REASON = "SubscriptionRuleEvaluationException"

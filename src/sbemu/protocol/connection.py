@@ -55,8 +55,10 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
+from ..partitions.dispatch import Delivered, SessionHandle, Taken
+from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Delivered, Entity, SessionHandle, Taken, token_of
+from ..partitions.tokens import token_of
 from . import cbs
 from .channels import EndedChannelFilter
 from .frames import FramePadder
@@ -72,6 +74,7 @@ from .links import (
     SendLink,
     advance,
     session_filter,
+    session_filter_reply,
 )
 from .management import handle_request
 from .messages import dotnet_ticks, encode_delivery, scan_transfer
@@ -553,7 +556,7 @@ class AmqpConnection:
                     self._complete_raw(d, error)
 
             try:
-                state.entity.complete(token_of(key), self.now_ms, done)
+                state.entity.complete(key, self.now_ms, done)
             except ServiceBusError as exc:
                 done(exc)
             return True
@@ -813,8 +816,9 @@ class AmqpConnection:
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         # The reply names the session granted (never null) [contract 4.4].
+        reply = session_filter_reply(link.remote_source.filter, session.session_id)
         link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): session.session_id})
+        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): reply})
         link.properties = {
             symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
         }

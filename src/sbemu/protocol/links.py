@@ -31,10 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proton import Link
+from proton import Described, Link
 
 from ..errors import NotImplementedOperation, ServiceBusError, SessionLockLost
-from ..partitions.router import Delivered, Entity, EntityView, SessionHandle, Taken
+from ..partitions.dispatch import Delivered, EntityView, SessionHandle, Taken
+from ..partitions.entity import Entity
 
 
 class LinkPhase(enum.Enum):
@@ -220,8 +221,11 @@ class LinkMap(dict):
         super().update(*args, **kwargs)
 
 
-def session_filter(data: object) -> tuple[bool, str | None]:
-    """(is a session receiver, requested session id or None for next-available)."""
+SESSION_FILTER = "com.microsoft:session-filter"
+
+
+def _session_filter_value(data: object) -> tuple[bool, object]:
+    """(has a session filter, its value as proton decoded it)."""
     try:
         data.rewind()  # type: ignore[attr-defined]
         data.next()  # type: ignore[attr-defined]
@@ -231,13 +235,46 @@ def session_filter(data: object) -> tuple[bool, str | None]:
     if not isinstance(filters, dict):
         return False, None
     for key, value in filters.items():
-        if str(key) == "com.microsoft:session-filter":
-            if value is None:
-                return True, None
-            if not isinstance(value, str):  # (a proton symbol is a str too)
-                raise NotImplementedOperation(_SESSION_FILTER_TYPE.format(_dotnet_type(value)))
-            return True, str(value)
+        if str(key) == SESSION_FILTER:
+            return True, value
     return False, None
+
+
+# go-amqp (the Go SDK) sends the session filter as a described value (the id or null inside),
+# which the service takes like the plain string of the other SDKs. Its descriptor is the Go
+# SDK's constant 0x00000137000000C (one digit short of Microsoft's 0x00000137:0000000C, which
+# we take as well, like the filter's symbolic name); a value described otherwise is refused
+# like any other type (below).
+SESSION_FILTER_CODES = (0x137000000C, 0x1370000000C)
+
+
+def _is_session_filter(value: object) -> bool:
+    return isinstance(value, Described) and (
+        value.descriptor in SESSION_FILTER_CODES or str(value.descriptor) == SESSION_FILTER
+    )
+
+
+def session_filter(data: object) -> tuple[bool, str | None]:
+    """(is a session receiver, requested session id or None for next-available)."""
+    found, value = _session_filter_value(data)
+    if not found:
+        return False, None
+    if _is_session_filter(value):
+        value = value.value  # type: ignore[attr-defined]
+    if value is None:
+        return True, None
+    if not isinstance(value, str):  # (a proton symbol is a str too)
+        raise NotImplementedOperation(_SESSION_FILTER_TYPE.format(_dotnet_type(value)))
+    return True, str(value)
+
+
+def session_filter_reply(data: object, session_id: str) -> object:
+    """The session filter value of the attach reply, in the form the client sent: a described
+    value for a described filter (go-amqp reads no other filter value), else the plain string."""
+    _found, value = _session_filter_value(data)
+    if _is_session_filter(value):
+        return Described(value.descriptor, session_id)  # type: ignore[attr-defined]
+    return session_id
 
 
 # The service takes a session filter's value as the SessionId string and refuses any other

@@ -1,6 +1,7 @@
 """asyncio adapter: the only module that touches sockets (and reads the clock for them).
 
-Each accepted socket gets an AmqpConnection (sans-IO). We pass it bytes and `now`, write what
+Each accepted socket gets an AmqpConnection (sans-IO): a TCP socket (amqp, or amqps with the
+TLS done by asyncio), or a WebSocket the admin HTTP server upgraded (``serve_websocket``). We pass it bytes and `now`, write what
 it produces, re-arm one timer for proton's heartbeats, and flush again whenever work that
 completed later (a group commit) asks for it through `on_output`.
 """
@@ -13,10 +14,11 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import QuotaExceeded
 from .connection import AmqpConnection, Services
+from .websocket import WebSocketFraming
 
 log = logging.getLogger("sbemu.listener")
 
@@ -94,10 +96,15 @@ class AmqpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._flusher = flusher
         self._quickack: Callable[[], None] | None = None  # set for a TCP socket on Linux
+        self.transport_kind = "amqp"  # amqp, amqps, ws or wss (the dashboard shows it)
         self._writing_paused = False  # asyncio's write buffer is above its high-water mark
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        if transport.get_extra_info("websocket"):
+            self.transport_kind = transport.get_extra_info("websocket")
+        elif transport.get_extra_info("sslcontext") is not None:
+            self.transport_kind = "amqps"
         sock = transport.get_extra_info("socket")
         if _QUICKACK is not None and sock is not None and sock.family in (
             socket.AF_INET, socket.AF_INET6
@@ -213,7 +220,8 @@ class AmqpProtocol(asyncio.Protocol):
         if conn is None or transport is None or transport.is_closing():
             return
         try:
-            out = conn.data_to_send(WRITE_SLICE)
+            # while asyncio's buffer is over its high-water mark, one engine chunk at most
+            out = conn.data_to_send(1 if self._writing_paused else WRITE_SLICE)
         except Exception:
             log.exception("connection %d: failed while writing", conn.id)
             out, conn.closed = b"", True
@@ -276,6 +284,7 @@ class AmqpProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         info = conn.describe()
         info["peer"] = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        info["transport"] = self.transport_kind
         return info
 
     @property
@@ -291,3 +300,120 @@ class AmqpProtocol(asyncio.Protocol):
         conn.close_by_operator(description)
         self._flush()
         self._loop.call_later(grace, self.close)
+
+
+# ------------------------------------------------------------------ AMQP over WebSockets
+class ByteStream(Protocol):
+    """An accepted connection after its HTTP upgrade (sbemu.admin.http.UpgradedStream)."""
+
+    leftover: bytes
+    peer: tuple[str, int] | None
+    secure: bool  # TLS under the WebSocket (wss)
+
+    async def recv(self) -> bytes: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def write_buffer_size(self) -> int: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+# Above this many bytes waiting for the socket, the AMQP side is told to pause writing (as
+# asyncio's transports do at their high-water mark), so a large delivery is framed slice by
+# slice (listener.WRITE_SLICE) as the peer reads, not all at once into the write buffer.
+WS_HIGH_WATER = 256 * 1024
+
+
+class _WebSocketTransport:
+    """What AmqpProtocol uses of an asyncio transport, carried in WebSocket binary messages."""
+
+    def __init__(
+        self, stream: ByteStream, framing: WebSocketFraming, protocol: AmqpProtocol
+    ) -> None:
+        self._stream = stream
+        self._framing = framing
+        self._protocol = protocol
+        self.reading = asyncio.Event()
+        self.reading.set()
+        self._closing = False
+        self._draining: asyncio.Task[None] | None = None
+
+    def write(self, data: bytes) -> None:
+        self._framing.send(data)
+        self._write_out()
+        if self._draining is None and self._stream.write_buffer_size() > WS_HIGH_WATER:
+            self._protocol.pause_writing()
+            self._draining = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self._stream.drain()
+        except (ConnectionError, OSError):
+            return  # the connection is going: the read loop ends it
+        finally:
+            self._draining = None
+        if not self._closing:
+            self._protocol.resume_writing()
+
+    def _write_out(self) -> None:
+        out = self._framing.data_to_send()
+        if out and not self._stream.is_closing():
+            self._stream.write(out)
+
+    def close(self) -> None:
+        """The AMQP side is done: close the WebSocket, then the connection under it."""
+        if self._closing:
+            return
+        self._closing = True
+        self._framing.close()
+        self._write_out()
+        self._stream.close()
+        if self._draining is not None:
+            self._draining.cancel()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._stream.is_closing()
+
+    def pause_reading(self) -> None:
+        self.reading.clear()
+
+    def resume_reading(self) -> None:
+        self.reading.set()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return self._stream.peer
+        if name == "websocket":
+            return "wss" if self._stream.secure else "ws"
+        return default
+
+
+async def serve_websocket(stream: ByteStream, protocol: AmqpProtocol) -> None:
+    """Run one AMQP connection over an upgraded WebSocket until either side ends it: the same
+    AmqpProtocol (and sans-IO AmqpConnection) as TCP, fed the payloads of binary messages."""
+    framing = WebSocketFraming(stream.leftover)
+    transport = _WebSocketTransport(stream, framing, protocol)
+    protocol.connection_made(transport)  # type: ignore[arg-type]  # the transport's duck type
+    data: bytes | None = b""
+    try:
+        while True:
+            received = framing.receive_data(data)
+            transport._write_out()  # pongs and close answers
+            for amqp in received.amqp:
+                protocol.data_received(amqp)
+            if received.closed or data is None:
+                break
+            await transport.reading.wait()
+            if transport.is_closing():
+                break
+            data = await stream.recv() or None
+    except (ConnectionError, OSError) as exc:
+        log.debug("WebSocket connection dropped: %r", exc)
+    finally:
+        protocol.connection_lost(None)
+        transport.close()

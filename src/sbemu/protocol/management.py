@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from proton import UNDESCRIBED as _UNDESCRIBED
 from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
 from ..completions import join_completions
@@ -29,6 +30,7 @@ from . import codec, sections
 from .links import RequestLink
 from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
 from .services import NamespaceInfo, Services
+from .sizes import message_limit
 
 log = logging.getLogger("sbemu.management")
 
@@ -49,7 +51,10 @@ class ManagementHost(Protocol):
 
 
 Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
-UNDESCRIBED = None
+# A plain AMQP array has no descriptor: proton's UNDESCRIBED, not None (None encodes a null
+# descriptor, which proton-j, the Java SDK's codec, reads as an array of described values).
+# proton's stub types the descriptor as data, hence Any.
+UNDESCRIBED: Any = _UNDESCRIBED
 
 
 def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -> None:
@@ -151,7 +156,7 @@ def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
 # ------------------------------------------------------------------------ operations
 def _renew_lock(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     assert state.entity is not None
-    expirations = [state.entity.renew(t, conn.now_ms) for t in _tokens(body)]
+    expirations = [state.entity.renew(t.int, conn.now_ms) for t in _tokens(body)]
     reply(
         200,
         "OK",
@@ -206,17 +211,17 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
     one_done = join_completions(len(tokens), _reply_error(reply))
 
     now_ms = conn.now_ms
-    for token in tokens:
+    for key in [t.int for t in tokens]:  # inside partitions/ a lock is its token's int
         try:
             if status == "completed":
-                entity.complete(token, now_ms, one_done)
+                entity.complete(key, now_ms, one_done)
             elif status == "abandoned":
-                entity.abandon(token, now_ms, overrides, one_done)
+                entity.abandon(key, now_ms, overrides, one_done)
             elif status == "suspended":
                 reason = body.get("deadletter-reason")
                 description = body.get("deadletter-description")
                 entity.dead_letter(
-                    token,
+                    key,
                     now_ms,
                     str(reason) if reason is not None else None,
                     str(description) if description is not None else None,
@@ -224,7 +229,7 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
                     one_done,
                 )
             else:
-                entity.defer(token, now_ms, overrides, one_done)
+                entity.defer(key, now_ms, overrides, one_done)
         except MessageLockLost as exc:
             one_done(exc)
 
@@ -269,12 +274,12 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
         data = item.get("message")
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ArgumentError("Each scheduled message needs an encoded 'message'.")
-        if len(data) > conn.namespace.max_message_size:
+        limit = message_limit(entity, conn.namespace)  # the entity's MaxMessageSizeInKilobytes
+        if len(data) > limit:
             from ..errors import MessageSizeExceeded
 
             raise MessageSizeExceeded(
-                f"The message (size {len(data)} bytes) exceeds the limit of "
-                f"{conn.namespace.max_message_size} bytes."
+                f"The message (size {len(data)} bytes) exceeds the limit of {limit} bytes."
             )
         try:
             scanned = sections.scan_message(bytes(data))

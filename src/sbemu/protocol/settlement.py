@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from proton import Condition, Delivery, symbol
 
 from ..errors import InvalidOperation, MessageLockLost, ServerBusy, ServiceBusError, SessionLockLost
-from ..partitions.router import Entity, SessionHandle
+from ..partitions.dispatch import SessionHandle
+from ..partitions.entity import Entity
 from . import codec
 from .messages import plain_value
 
@@ -120,21 +121,22 @@ def apply_settlement(
 ) -> None:
     """Apply an outcome [contract 5.1]: accepted completes, released unlocks, modified
     abandons (or defers when undeliverable-here), rejected dead-letters."""
+    key = token.int  # inside partitions/ a lock is its token's int
     if outcome == Delivery.ACCEPTED:
-        entity.complete(token, now_ms, done)
+        entity.complete(key, now_ms, done)
     elif outcome == Delivery.RELEASED:
-        entity.release(token, now_ms)
+        entity.release(key, now_ms)
         done(None)
     elif outcome == Delivery.MODIFIED:
         undeliverable, annotations = details or (False, None)
         overrides = encode_overrides(annotations)
         if undeliverable:
-            entity.defer(token, now_ms, overrides, done)
+            entity.defer(key, now_ms, overrides, done)
         else:
-            entity.abandon(token, now_ms, overrides, done)
+            entity.abandon(key, now_ms, overrides, done)
     elif outcome == Delivery.REJECTED:
         reason, description, overrides = dead_letter_details(details)
-        entity.dead_letter(token, now_ms, reason, description, overrides, done)
+        entity.dead_letter(key, now_ms, reason, description, overrides, done)
     else:
         done(InvalidOperation(f"Unsupported delivery outcome {outcome}."))
 

@@ -26,8 +26,8 @@ from proton import Condition, Delivery, Described, ulong
 
 from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
+from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
-from ..partitions.router import Entity
 from .settlement import apply_settlement, condition_from_fields
 
 
@@ -239,7 +239,7 @@ class TransactionCoordinator:
             for entity, messages in txn.sends:
                 entity.check_send(messages)
             for staged in txn.settlements:
-                staged.entity.check_lock(staged.token, now_ms)
+                staged.entity.check_lock(staged.token.int, now_ms)
         except ServiceBusError as exc:
             self._reject(
                 delivery, "amqp:transaction:rollback", f"Commit failed: {exc.description}"

@@ -588,7 +588,7 @@ async function pageConnections(root) {
     table.replaceChildren(
       el("tr", {}, ["Id", "Peer", "Namespace", "SASL / identity", "Opened", "Links", ""].map((h) => el("th", {}, h))),
       ...data.connections.map((c) => el("tr", { "data-connection": c.id },
-        el("td", {}, c.id), el("td", { class: "mono" }, c.peer), el("td", {}, c.namespace),
+        el("td", {}, c.id), el("td", { class: "mono" }, c.peer + (c.transport ? " · " + c.transport : "")), el("td", {}, c.namespace),
         el("td", {}, (c.sasl_mechanism || "none") + (c.identities.length ? " · " + c.identities.join(", ") : "")),
         el("td", {}, fmtTime(c.opened_ms)),
         el("td", {}, c.links.length ? el("table", { class: "links" },

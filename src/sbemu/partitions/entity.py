@@ -1,0 +1,645 @@
+"""A queue or topic and its partitions: the send path, settlement, sessions and deferred
+messages across partitions.
+
+Sends are routed by key [SB partitioning P6, P7] or round-robin [P8]; every send, alone or
+several at once (send_many), goes one way: checked, grouped by partition, staged with one
+enqueue per partition. Lock keys (a lock token's int) carry their partition id, so a
+settlement goes straight to the right partition [P11].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..completions import Done, join_completions
+from ..errors import (
+    EntityNotFound,
+    InvalidOperation,
+    MessageLockLost,
+    MessageNotFound,
+    QuotaExceeded,
+    ServerBusy,
+    ServiceBusError,
+)
+from .broker import SEQUENCE_BITS, PartitionBroker
+from .dedup import DuplicateHistory
+from .dispatch import EntityView
+from .forwarding import forward_target
+from .keys import partition_for_key, partition_key_of
+from .records import IncomingMessage, MessageRecord
+from .specs import MAIN, EntitySpec, base_queue
+from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
+from .subqueue import Lock
+from .subscriptions import Subscriptions, subscription_queue
+from .tokens import partition_of_key
+from .transitions import SCHEDULED_QUEUE, Route
+
+QUEUE_ROUTE = Route(MAIN)
+SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
+
+
+class _SettleOne:
+    """The completion of one send (or one group of sends) of Entity.send_many."""
+
+    __slots__ = ("indices", "settle")
+
+    def __init__(
+        self, settle: Callable[[list[int], Exception | None], None], indices: int | list[int]
+    ) -> None:
+        self.settle = settle
+        self.indices = indices if isinstance(indices, list) else [indices]
+
+    def __call__(self, error: Exception | None) -> None:
+        self.settle(self.indices, error)
+
+
+class Entity:
+    """A queue or topic and its partitions."""
+
+    def __init__(
+        self,
+        spec: EntitySpec,
+        partitions: list[PartitionBroker],
+        subscriptions: Subscriptions | None = None,
+    ) -> None:
+        self.spec = spec
+        self.subscriptions = subscriptions
+        self.name = spec.name
+        self.partitioned = spec.partitioned
+        self.partitions = partitions
+        self.views = {name: EntityView(self, name) for name in spec.subqueues}
+        if MAIN not in self.views:  # a topic: its own address is for senders only
+            self.views[MAIN] = EntityView(self, MAIN)
+        self._round_robin = 0
+        self._keyless_pid: int | None = None
+        # Serves a view again on the next loop pass (set by the router; None: no such pass, a
+        # dispatch serves all the credit at once)
+        self.defer_dispatch: Callable[[EntityView], None] | None = None
+        # The partition key-less sends go to while its batch gathers: (partition, batch number)
+        self._keyless_batch: tuple[int, int] | None = None
+        self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
+        # The admin API's full description of the entity (sbemu.admin.catalog): every property
+        # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
+        self.description: dict[str, Any] = {}
+        # durable duplicate detection, one history per partition (empty: not enabled)
+        self.histories: list[DuplicateHistory] = (
+            [DuplicateHistory(b, spec.duplicate_detection_window_ms) for b in partitions]
+            if spec.requires_duplicate_detection
+            else []
+        )
+        self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
+        self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
+        # subscriptions ('subscriptions/<name>') received from, peeked, updated or given rules
+        # since the idle tracker last looked (a send to the topic does not count for them)
+        self.touched_subs: set[str] = set()
+        self.deleted = False  # removed (AutoDeleteOnIdle): links still holding it get not-found
+
+    def note_access(self, queue: str) -> None:
+        """Note a link attach or a management request on one of the entity's sub-queues for
+        AutoDeleteOnIdle (for a topic's subscription sub-queue: that subscription too)."""
+        self.touched = True
+        if self.subscriptions is not None and queue != MAIN:
+            self.touched_subs.add(base_queue(queue))
+
+    def touch_subscription(self, name: str) -> None:
+        """Note management activity on a subscription (an update, a rule change) for
+        AutoDeleteOnIdle; it counts for the topic too."""
+        self.touched = True
+        self.touched_subs.add(subscription_queue(name))
+
+    # ---------------------------------------------------------------- status
+    def receiver_settings(self, queue: str) -> ReceiverSettings:
+        """The settings of the queue or subscription a sub-queue (or its DLQ) belongs to."""
+        if self.subscriptions is None:
+            s = self.settings
+            return ReceiverSettings(s.status, s.forward_to, s.forward_dead_lettered_messages_to)
+        return self.settings.subscriptions.get(base_queue(queue), ReceiverSettings())
+
+    def check_sendable(self) -> None:
+        """Raise EntityDisabled while the Status forbids sends [Azure: entity suspend]."""
+        self._check_exists()
+        check_send(self.spec.kind, self.name, self.settings.status)
+
+    def check_receive(self, queue: str) -> None:
+        """Raise EntityDisabled while the Status forbids receiving from this sub-queue, and
+        InvalidOperation when it auto-forwards (its messages are moved, not received)."""
+        self._check_exists()
+        if forward_target(self, queue) is not None:
+            raise InvalidOperation(
+                "Cannot create a message receiver on an entity with auto-forwarding enabled "
+                f"('{self.views[queue].address if queue in self.views else self.name}' "
+                f"forwards to '{forward_target(self, queue)}')."
+            )
+        if self.subscriptions is None:
+            check_receive("queue", self.name, self.settings.status, None)
+            return
+        path = f"{self.name}/{base_queue(queue)}"
+        check_receive(
+            "subscription", path, self.receiver_settings(queue).status, self.settings.status
+        )
+
+    def _check_exists(self) -> None:
+        if self.deleted:
+            raise EntityNotFound(f"The messaging entity '{self.name}' could not be found.")
+
+    def may_receive(self, queue: str) -> bool:
+        """Whether receivers of this sub-queue may be served now."""
+        if (
+            self.settings.status is EntityStatus.ACTIVE
+            and not self.settings.subscriptions
+            and not self.deleted
+        ):
+            return True
+        try:
+            self.check_receive(queue)
+        except ServiceBusError:
+            return False
+        return True
+
+    def _settles_freely(self) -> bool:
+        """The common case, without building receiver settings per settlement: an Active
+        entity that forwards nothing (and, for a topic, no subscription with its own Status
+        or forwarding) lets every sub-queue settle [check_receive]."""
+        s = self.settings
+        return (
+            s.status is EntityStatus.ACTIVE
+            and s.forward_to is None
+            and s.forward_dead_lettered_messages_to is None
+            and not s.subscriptions
+        )
+
+    def _check_settle(self, broker: PartitionBroker, key: int) -> PartitionBroker:
+        if self._settles_freely():
+            return broker
+        lock = broker.lock_of(key)
+        if lock is not None:
+            self.check_receive(lock.queue.name)
+        return broker
+
+    @property
+    def scheduled_queue(self) -> str:
+        """The sub-queue holding this entity's scheduled messages."""
+        return MAIN if self.subscriptions is None else SCHEDULED_QUEUE
+
+    # ---------------------------------------------------------------- sending
+    def send(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
+        """Store messages, all-or-nothing per partition; `done` runs after every commit.
+
+        Raises the error that refuses the send; returns the sequence numbers given to the
+        stored messages (duplicates dropped by duplicate detection get none). The one send
+        path (_send) with one send in it.
+        """
+        refused: list[Exception] = []
+        staging = True
+
+        def settle(_indices: list[int], error: Exception | None) -> None:
+            if staging and error is not None:
+                refused.append(error)  # refused before anything was staged: raised below
+            else:
+                done(error)
+
+        numbers = self._send([messages], now_ms, settle)
+        staging = False
+        if refused:
+            raise refused[0]
+        return numbers
+
+    def send_many(
+        self,
+        sends: list[list[IncomingMessage]],
+        now_ms: int,
+        settle: Callable[[list[int], Exception | None], None],
+    ) -> None:
+        """Several sends at once (the transfers of one read on one link): each is checked and
+        answered as its own send, but the sends bound for one partition are staged with one
+        enqueue, so they share its bookkeeping and its commit.
+
+        `settle(indices, error)` runs once per group of sends, after the commit that made them
+        durable (or with the error that refused them), with the indices of its sends in
+        `sends`. Key-less sends of one call share one partition, in turn [P8], as the
+        messages of one batch do; sends with a key go where their key says [P7].
+        """
+        self._send(sends, now_ms, settle)
+
+    def _send(
+        self,
+        sends: list[list[IncomingMessage]],
+        now_ms: int,
+        settle: Callable[[list[int], Exception | None], None],
+    ) -> list[int]:
+        """The one send path: check each send (Status, session ids, keys, the partition's
+        health), group the sends by partition and stage each group with one enqueue. A send
+        whose messages name several partitions, and every send on an entity with duplicate
+        detection (its history admits per send), is staged on its own at once. Returns the
+        sequence numbers given (in staging order)."""
+        self.touched = True
+        try:
+            self.check_sendable()
+        except ServiceBusError as exc:
+            settle(list(range(len(sends))), exc)
+            return []
+        self.accessed_ms = now_ms
+        needs_session = self.spec.requires_session
+        alone = bool(self.histories)  # duplicate detection: every send on its own
+        groups: dict[tuple[int, bool], tuple[list[IncomingMessage], list[int]]] = {}
+        keyless: int | None = None
+        available: set[int] = set()  # partitions checked in this call
+        numbers: list[int] = []
+        for i, msgs in enumerate(sends):
+            try:
+                if needs_session:
+                    self._check_session_ids(msgs)
+                pid = -1 if alone else self._partition_of(msgs)
+                if pid is None:  # key-less: the call's partition in turn
+                    if keyless is None:
+                        keyless = self._keyless_partition()
+                    pid = keyless
+                    key = (pid, True)
+                elif pid < 0:  # keys on several partitions, or a history: a send of its own
+                    numbers.extend(self._send_alone(msgs, now_ms, _SettleOne(settle, i)))
+                    continue
+                else:
+                    key = (pid, False)
+                if pid not in available:
+                    self._check_available(pid)
+                    available.add(pid)
+            except ServiceBusError as exc:
+                settle([i], exc)
+                continue
+            group = groups.get(key)
+            if group is None:
+                groups[key] = (list(msgs), [i])
+            else:
+                group[0].extend(msgs)
+                group[1].append(i)
+        for (pid, is_keyless), (msgs, indices) in groups.items():
+            numbers.extend(
+                self._enqueue(pid, msgs, now_ms, _SettleOne(settle, indices), is_keyless, 0)
+            )
+        return numbers
+
+    def _send_alone(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
+        """Stage one send message by message (its keys may name several partitions; key-less
+        messages share one), through the duplicate history if the entity keeps one; raises
+        what refuses it before anything is staged."""
+        groups = self._route(messages)
+        for pid in groups:
+            self._check_available(pid)
+        if self.histories:
+            for pid, msgs in groups.items():  # a refused MessageId must not enter the history
+                need = sum(
+                    m.size * len(t) for m, t in zip(msgs, self._targets(msgs, now_ms), strict=True)
+                )
+                refused = self.partitions[pid].health.refuse_over_quota(need)
+                if refused is not None:
+                    raise refused
+            groups = {
+                pid: kept
+                for pid, msgs in groups.items()
+                if (kept := self.histories[pid].admit(msgs, now_ms))
+            }
+            if not groups:
+                done(None)
+                return []
+        part_done = join_completions(len(groups), done)
+        numbers: list[int] = []
+        for pid, msgs in groups.items():
+            keyless = pid == self._keyless_pid
+            numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
+        return numbers
+
+    def _check_session_ids(self, messages: list[IncomingMessage]) -> None:
+        for msg in messages:
+            if msg.session_id is None:
+                raise InvalidOperation(
+                    f"The SessionId was not set on a message, and it cannot be sent to the "
+                    f"entity '{self.name}'. Entities that have session support enabled can "
+                    "only receive messages that have the SessionId set to a valid value."
+                )
+
+    def _partition_of(self, messages: list[IncomingMessage]) -> int | None:
+        """The partition one send's messages are pinned to by their keys [P6, P7]: None for
+        key-less messages (round-robin), -1 when they name several partitions."""
+        n = len(self.partitions)
+        dup = self.spec.requires_duplicate_detection
+        pid: int | None = None
+        if n == 1 and len(messages) == 1:
+            msg = messages[0]
+            if msg.session_id is None or msg.partition_key is None:
+                return 0  # no [P6] conflict possible: the one partition
+        for msg in messages:
+            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
+            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
+            if n == 1:
+                continue  # still enforces [P6]'s SessionId/PartitionKey rule
+            at = None if key is None else partition_for_key(key, n)
+            if msg is messages[0]:
+                pid = at
+            elif at != pid:
+                return -1
+        return 0 if n == 1 else pid
+
+    def _enqueue(
+        self,
+        pid: int,
+        msgs: list[IncomingMessage],
+        now_ms: int,
+        done: Done,
+        keyless: bool,
+        attempt: int,
+    ) -> list[int]:
+        """Enqueue on one partition; key-less messages fail over when it turns out full [P8]."""
+        broker = self.partitions[pid]
+
+        def on_done(error: Exception | None) -> None:
+            if error is not None and keyless and (
+                not broker.health.accepting or isinstance(error, QuotaExceeded)
+            ):
+                if attempt + 1 < len(self.partitions):
+                    try:
+                        nxt = self._next_round_robin()
+                        self._check_available(nxt)
+                    except ServiceBusError as exc:
+                        done(exc)
+                        return
+                    self._enqueue(nxt, msgs, now_ms, done, keyless, attempt + 1)
+                    return
+            done(error)
+
+        got = broker.enqueue(msgs, self._targets(msgs, now_ms), now_ms, on_done)
+        return [n for n in got if n is not None]
+
+    def _check_available(self, pid: int) -> None:
+        """A send pinned to a partition fails while it is out of service or full [P7]."""
+        health = self.partitions[pid].health
+        error = health.send_error()
+        if error is None:
+            return
+        if (
+            health.serving
+            and not health.room_low
+            and all(not p.health.accepting for p in self.partitions)
+        ):
+            raise QuotaExceeded(
+                f"Every partition of '{self.name}' is full (MaxSizeInMegabytes reached)."
+            )
+        raise error
+
+    def routes_for(self, msg: IncomingMessage, now_ms: int) -> list[Route]:
+        """Where one message sent here goes (the queue, or the matching subscriptions)."""
+        return self._targets([msg], now_ms)[0]
+
+    def _targets(self, messages: list[IncomingMessage], now_ms: int) -> list[list[Route]]:
+        """Where each message goes: the queue, or the matching subscriptions of a topic (a
+        topic's scheduled message waits in its scheduled sub-queue until it fires)."""
+        subs = self.subscriptions
+        if subs is None:
+            return [[QUEUE_ROUTE]] * len(messages)
+        return [
+            [SCHEDULED_ROUTE]
+            if msg.scheduled_enqueue_time_ms is not None and msg.scheduled_enqueue_time_ms > now_ms
+            else subs.route(msg)
+            for msg in messages
+        ]
+
+    def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
+        """Group messages by partition; key-less messages of one send share one partition."""
+        n = len(self.partitions)
+        self._keyless_pid = None
+        if n == 1:
+            for msg in messages:  # still enforce [P6]'s SessionId/PartitionKey rule
+                partition_key_of(msg.session_id, msg.partition_key, None, False)
+            return {0: messages}
+        dup = self.spec.requires_duplicate_detection
+        groups: dict[int, list[IncomingMessage]] = {}
+        keys: set[str] = set()
+        keyless_pid: int | None = None
+        self._keyless_pid = None
+        for msg in messages:
+            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
+            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
+            if key is None:
+                if keyless_pid is None:
+                    keyless_pid = self._keyless_pid = self._keyless_partition()
+                pid = keyless_pid
+            else:
+                keys.add(key)
+                pid = partition_for_key(key, n)
+            groups.setdefault(pid, []).append(msg)
+        if dup and len(keys) > 1:
+            raise InvalidOperation(
+                "Batching brokered messages with distinct SessionId, PartitionKey, or MessageId "
+                "is not supported for an entity with partitioning and duplicate detection enabled."
+            )
+        return groups
+
+    def _keyless_partition(self) -> int:
+        """[P8] Where key-less sends go: the partitions in turn, one commit's worth each.
+
+        Sends that arrive while the partition chosen last is still gathering its next batch
+        (its commit has not started: the partition is busy committing, or waits for a commit
+        slot of the entity) join that batch; once the batch is handed to the committer the
+        next send takes the next partition. One at a time (a sender waiting for each
+        acknowledgement) that is plain round-robin; a stream of sends fills one commit per
+        partition in turn instead of one small commit per partition per socket read, and
+        each commit's acknowledgements are one contiguous run (one disposition frame)."""
+        last = self._keyless_batch
+        if last is not None:
+            pid, number = last
+            broker = self.partitions[pid]  # (an entity's partitions never change)
+            if broker.batch_number == number and broker.health.serving and broker.health.accepting:
+                return pid
+        pid = self._next_round_robin()
+        self._keyless_batch = (pid, self.partitions[pid].batch_number)
+        return pid
+
+    def _next_round_robin(self) -> int:
+        """[P8] the next partition in turn that is in service and has room."""
+        n = len(self.partitions)
+        for _ in range(n):
+            pid = self._round_robin % n
+            self._round_robin += 1
+            if self.partitions[pid].health.serving and self.partitions[pid].health.accepting:
+                return pid
+        return self._round_robin % n
+
+    # ---------------------------------------------------------------- locks
+    def _broker_for(self, key: int) -> PartitionBroker:
+        self.touched = True
+        self._check_exists()
+        pid = partition_of_key(key)
+        if pid >= len(self.partitions):
+            raise MessageLockLost(
+                "The lock supplied is invalid. Either the lock expired, or the message has "
+                "already been removed from the queue."
+            )
+        broker = self.partitions[pid]
+        if not broker.health.serving:
+            raise ServerBusy(f"Partition {pid} of '{self.name}' is unavailable.")
+        return broker
+
+    def check_lock(self, key: int, now_ms: int) -> None:
+        """Raise the error a settlement would get now (lock lost, partition unavailable)."""
+        broker = self._broker_for(key)
+        lock = broker.lock_of(key)
+        if lock is None or (lock.session is None and lock.until_ms <= now_ms):
+            raise MessageLockLost(
+                "The lock supplied is invalid. Either the lock expired, or the message has "
+                "already been removed from the queue."
+            )
+
+    def check_send(self, messages: list[IncomingMessage]) -> None:
+        """Raise the error a send of these messages would get now (status, keys, availability)."""
+        self.check_sendable()
+        for pid in self._route(messages):
+            self._check_available(pid)
+
+    def complete(
+        self, key: int, now_ms: int, done: Done | None, lazy: bool = False
+    ) -> None:
+        """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
+        be None; see PartitionBroker.complete)."""
+        self._check_settle(self._broker_for(key), key).complete(key, now_ms, done, lazy)
+
+    def complete_lazy(self, keys: list[int], now_ms: int) -> None:
+        """Complete locked messages whose outcome nobody waits for (pre-settled accepts), by
+        their lock tokens' ints, one call per partition: lazy deletions (see
+        PartitionBroker.complete_lazy); a token whose lock is lost, or whose partition is
+        unavailable, is skipped (its message comes back as after a lock expiry)."""
+        if self.deleted:
+            return
+        self.touched = True
+        parts = self.partitions
+        groups: dict[int, list[int]]
+        if len(parts) == 1:
+            groups = {0: keys}  # a token of no partition of ours finds no lock there
+        else:
+            groups = {}
+            for key in keys:
+                pid = key & 0xFFFF  # partition_of_key
+                group = groups.get(pid)
+                if group is None:
+                    groups[pid] = [key]
+                else:
+                    group.append(key)
+        free = self._settles_freely()
+        for pid, group in groups.items():
+            if pid >= len(parts) or not parts[pid].health.serving:
+                continue
+            broker = parts[pid]
+            if not free:
+                group = [k for k in group if self._may_settle(broker, k)]
+            broker.complete_lazy(group, now_ms)
+
+    def _may_settle(self, broker: PartitionBroker, key: int) -> bool:
+        try:
+            self._check_settle(broker, key)
+        except ServiceBusError:
+            return False
+        return True
+
+    def abandon(
+        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+    ) -> None:
+        """Abandon a locked message (delivery count + 1)."""
+        self._check_settle(self._broker_for(key), key).abandon(key, now_ms, overrides, done)
+
+    def defer(
+        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
+    ) -> None:
+        """Defer a locked message."""
+        self._check_settle(self._broker_for(key), key).defer(key, now_ms, overrides, done)
+
+    def dead_letter(
+        self,
+        key: int,
+        now_ms: int,
+        reason: str | None,
+        description: str | None,
+        overrides: dict[str, bytes] | None,
+        done: Done,
+    ) -> None:
+        """Dead-letter a locked message."""
+        self._check_settle(self._broker_for(key), key).dead_letter(key, now_ms, reason, description, overrides, done)
+
+    def release(self, key: int, now_ms: int) -> None:
+        """Unlock without counting a delivery."""
+        try:
+            broker = self._broker_for(key)
+        except MessageLockLost:
+            return
+        broker.release(key, now_ms)
+
+    def renew(self, key: int, now_ms: int) -> int:
+        """Renew a lock; returns the new locked-until (ms)."""
+        return self._check_settle(self._broker_for(key), key).renew(key, now_ms)
+
+    def partition_for_session(self, session_id: str) -> PartitionBroker:
+        """[P6] a session lives on the partition its SessionId hashes to."""
+        n = len(self.partitions)
+        return self.partitions[partition_for_key(session_id, n) if n > 1 else 0]
+
+    def session_owner(self, queue: str, session_id: str, now_ms: int) -> object | None:
+        """Who holds a live lock on a session of sub-queue `queue`, if anyone."""
+        return self.partition_for_session(session_id).session_owner(queue, session_id, now_ms)
+
+    def renew_session(self, queue: str, session_id: str, owner: object, now_ms: int) -> int:
+        """Extend a session lock held by `owner`; returns the new locked-until (Unix ms)."""
+        return self.partition_for_session(session_id).renew_session(
+            queue, session_id, owner, now_ms
+        )
+
+    def get_session_state(self, queue: str, session_id: str) -> bytes | None:
+        """A session's stored state (None if it has none)."""
+        return self.partition_for_session(session_id).get_session_state(queue, session_id)
+
+    def set_session_state(
+        self, queue: str, session_id: str, state: bytes | None, now_ms: int, done: Done
+    ) -> None:
+        """Store (or clear) a session's state durably; `done` runs after the commit."""
+        self.partition_for_session(session_id).set_session_state(
+            queue, session_id, state, now_ms, done
+        )
+
+    def session_ids(self, queue: str, changed_after_ms: int | None) -> list[str]:
+        """Session ids with messages or state over all partitions, sorted."""
+        ids: set[str] = set()
+        for broker in self.partitions:
+            if broker.health.serving:
+                ids.update(broker.session_ids(queue, changed_after_ms))
+        return sorted(ids)
+
+    def partition_of_sequence(self, seq: int) -> PartitionBroker:
+        """The partition that issued a sequence number [P11]."""
+        pid = (seq >> SEQUENCE_BITS) if self.partitioned else 0
+        if pid >= len(self.partitions):
+            raise MessageNotFound(f"No message with sequence number {seq}.")
+        return self.partitions[pid]
+
+    def receive_deferred(
+        self, queue: str, numbers: list[int], now_ms: int, peek_lock: bool
+    ) -> list[tuple[MessageRecord, Lock | None, int | None]]:
+        """Fetch deferred messages by sequence number (all must exist)."""
+        self.check_receive(queue)
+        out = []
+        for seq in numbers:
+            broker = self.partition_of_sequence(seq)
+            rec, lock = broker.take_deferred(queue, seq, now_ms, peek_lock)
+            out.append((rec, lock, broker.partition_id if self.partitioned else None))
+        return out
+
+    def cancel_scheduled(self, numbers: list[int], now_ms: int, done: Done) -> None:
+        """Cancel scheduled messages by sequence number; unknown numbers are an error."""
+        brokers = []
+        for seq in numbers:
+            broker = self.partition_of_sequence(seq)
+            if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms):
+                raise MessageNotFound(f"The scheduled message with sequence number {seq} was not found.")
+            brokers.append(broker)
+        if not brokers:
+            done(None)
+            return
+        one_done = join_completions(len(brokers), done)
+        for broker in brokers:
+            broker.after_commit(one_done)

@@ -1,0 +1,102 @@
+"""How an entity lies on disk: its directory, its manifest, its partition stores.
+
+    <data dir>/<namespace>/<entity>/entity.json        partition count and partitioning [P4]
+    <data dir>/<namespace>/<entity>/partition-NN/       one LMDB store per partition
+    <data dir>/<namespace>/<entity>/rules.json          a topic's runtime subscription rules
+
+Names are lower-cased and percent-quoted. Partitioning can never change on an existing entity
+[SB partitioning P4]: a data directory that holds it otherwise is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..atomicfile import atomic_write
+from .broker import PartitionBroker
+from .specs import MIB, EntitySpec
+from .store import PartitionStore, map_size_for
+
+
+class StorageLayoutError(Exception):
+    """The data directory does not match the configuration (e.g. a changed partition count)."""
+
+
+def entity_dir(data_dir: Path, namespace: str, name: str) -> Path:
+    """Where an entity's partitions, manifest and rules live."""
+    return data_dir / quote(namespace.lower(), safe="") / quote(name.lower(), safe="")
+
+
+def open_partitions(
+    spec: EntitySpec,
+    base: Path,
+    open_broker: Callable[[int, PartitionStore], PartitionBroker],
+    durable: bool = True,
+) -> list[PartitionBroker]:
+    """Check the manifest, then open each partition's store (`durable` False: without fsync,
+    sbemu serve --ephemeral) and hand it to `open_broker` (which makes and loads its
+    broker); a disk that fails half-way: what was opened is closed and the error raised."""
+    check_layout(base, spec)
+    partitions: list[PartitionBroker] = []
+    try:
+        for pid in range(spec.partition_count):
+            store = PartitionStore(
+                str(base / f"partition-{pid:02d}"),
+                map_size=map_size_for(spec.max_size_mb * MIB),
+                durable=durable,
+            )
+            try:
+                partitions.append(open_broker(pid, store))
+            except BaseException:
+                store.close()
+                raise
+    except BaseException:
+        for broker in partitions:  # a disk that fails half-way: close what was opened
+            with contextlib.suppress(Exception):
+                broker.close()
+        raise
+    return partitions
+
+
+def check_layout(base: Path, spec: EntitySpec) -> None:
+    """[SB partitioning P4] partitioning can never change on an existing entity."""
+    manifest = base / "entity.json"
+    wanted = {"partition_count": spec.partition_count, "partitioned": spec.partitioned}
+    if manifest.exists():
+        try:
+            have = json.loads(manifest.read_text())
+        except ValueError:
+            have = _torn_manifest(base, spec, wanted)
+        if have != wanted:
+            raise StorageLayoutError(
+                f"{spec.namespace}/{spec.name}: the data directory holds this entity with "
+                f"{have['partition_count']} partition(s) (partitioned={have['partitioned']}); "
+                f"the configuration asks for {spec.partition_count}. Partitioning cannot be "
+                "changed on an existing entity; use a new data directory or entity name."
+            )
+        return
+    os.makedirs(base, exist_ok=True)
+    # atomically and durably: a plain write can leave an empty file behind a crash or a
+    # disk error (the create is journaled before the data), and then the entity's data
+    # dir would not open again
+    atomic_write(manifest, json.dumps(wanted).encode())
+
+def _torn_manifest(base: Path, spec: EntitySpec, wanted: dict[str, Any]) -> dict[str, Any]:
+    """An entity.json left empty or torn (by an older sbemu's plain write, cut by a crash
+    or a disk error): the partition directories on disk tell the layout. When they match
+    the configuration (or there are none yet) the manifest is written again; otherwise the data dir is refused."""
+    found = {p.name for p in base.glob("partition-*") if p.is_dir()}
+    if not found or found == {f"partition-{pid:02d}" for pid in range(spec.partition_count)}:
+        atomic_write(base / "entity.json", json.dumps(wanted).encode())
+        return wanted
+    raise StorageLayoutError(
+        f"{spec.namespace}/{spec.name}: {base / 'entity.json'} is unreadable and the data "
+        f"directory holds {len(found)} partition directories where the configuration asks "
+        f"for {spec.partition_count}; restore the file or use a new data directory."
+    )

@@ -1,0 +1,198 @@
+"""The writes a partition has staged for its next commit, the overlay that shows them, and
+the counters persisted with them.
+
+Every change goes into one WriteBatch that the group commit (commits.py) takes once per turn
+(take_commit) and writes in one LMDB transaction. Until that transaction lands, the records
+it writes are read from the overlay, not the store: each entry is tagged with the generation
+(the batch number) that writes it, and dropped when that batch lands (or fails: then the
+store is the truth again). The per-state counts and byte counts of the sub-queues go with
+the batch as meta keys, written only when their value changed since the last batch that
+carried them.
+
+Lazy writes [issue: lazy completions]: the log record of a peek-lock delivery, or a
+completion the client settled without waiting for the outcome, need not be durable before
+anything is answered. They ride with the partition's next commit (a send's), or go at the
+next timer tick, instead of each costing a commit of its own (with a send, three commits
+per message at low rates). A batch past LAZY_MAX_WRITES log records commits at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..completions import Done
+from .records import LogEvent, MessageRecord, encode_log_after, encode_message, log_prefix
+from .stats import PartitionStats
+from .store import WriteBatch
+from .subqueue import Overlay, SubQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+LAZY_MAX_WRITES = 512  # log records of lazy writes after which the partition commits anyway
+
+
+class Staging:
+    """One partition's staged writes: the batch, its completions, the overlay, the counters.
+
+    `mark_dirty(owner)` asks for a commit in the next turn; `mark_lazy(owner)` (None: every
+    write is committed at once) for one with the partition's next commit or timer tick.
+    """
+
+    def __init__(
+        self,
+        owner: Any,
+        *,
+        namespace: str,
+        entity: str,
+        partition_id: int,
+        stats: PartitionStats,
+        mark_dirty: Callable[[Any], None],
+        mark_lazy: Callable[[Any], None] | None,
+    ) -> None:
+        self._owner = owner
+        self._mark_dirty = mark_dirty
+        self._mark_lazy = mark_lazy
+        self.namespace = namespace
+        self.entity = entity
+        self.partition_id = partition_id
+        self.stats = stats
+        self.log_bodies = False  # put message bodies in the partition log (serve --log-bodies)
+        self.batch = WriteBatch()
+        self.callbacks: list[Done] = []
+        # Records changed (None: deleted) but not yet committed, by (sub-queue, seq): read
+        # before the store. Tagged with the generation of the batch that writes them.
+        self.overlay: Overlay = {}
+        self.gen = 0
+        self._gen_keys: dict[int, list[tuple[str, int]]] = {}
+        self.taken_gens: list[int] = []  # generations handed to the committer, oldest first
+        self.counts_dirty: set[SubQueue] = set()
+        # The counter values the taken batches write (meta key -> value): take_commit() leaves
+        # out a counter whose value is already on its way to the store, one LMDB put (and GIL
+        # round trip of the commit thread) fewer per unchanged counter. Forgotten with any
+        # uncommitted change (a failed commit, a reload): then every dirty counter is written.
+        self._counts_sent: dict[str, int] = {}
+        self.epoch = 0  # counts the partition's reloads from its store (PartitionBroker._reload)
+        self.next_seq = 1  # the partition's next sequence number (without its base)
+        self.next_offset = 0  # the partition log's next offset
+
+    # ---------------------------------------------------------------- staging
+    def put(self, sq: SubQueue, rec: MessageRecord, lazy: bool = False) -> None:
+        """Write a visible message: seen at once through the overlay, stored at the commit."""
+        seq = rec.sequence_number
+        self.batch.put(sq.name, seq, encode_message(rec))
+        self.remember(sq.name, seq, rec)
+        if seq in sq.buffer:
+            sq.buffer[seq] = rec
+        self.dirty(lazy)
+
+    def delete(self, sq: SubQueue, seq: int, lazy: bool = False) -> None:
+        """Delete a stored message at the commit (gone at once through the overlay)."""
+        self.batch.delete(sq.name, seq)
+        self.remember(sq.name, seq, None)
+        sq.buffer.pop(seq, None)
+        self.dirty(lazy)
+
+    def remember(self, queue: str, seq: int, rec: MessageRecord | None) -> None:
+        """Show a staged record (None: deleted) through the overlay until its batch lands."""
+        key = (queue, seq)
+        gen = self.gen
+        self.overlay[key] = (rec, gen)
+        keys = self._gen_keys.get(gen)
+        if keys is None:
+            keys = self._gen_keys[gen] = []
+        keys.append(key)
+
+    def log_run(
+        self,
+        queue: str,
+        event: LogEvent,
+        recs: Sequence[MessageRecord],
+        now_ms: int,
+        reason: str | None = None,
+        lazy: bool = False,
+    ) -> None:
+        """Log one event for each of `recs` (messages of one sub-queue), in order."""
+        prefix = log_prefix(self.namespace, self.entity, queue, self.partition_id)
+        with_body = self.log_bodies
+        put = self.batch.log.append
+        offset = self.next_offset
+        for rec in recs:
+            put((offset, encode_log_after(prefix, offset, event, rec, now_ms, reason, with_body)))
+            offset += 1
+        self.next_offset = offset
+        self.stats.events[event] += len(recs)
+        self.batch.meta["next_log_offset"] = offset
+        self.dirty(lazy)
+
+    def after_commit(self, done: Done, lazy: bool = False) -> None:
+        """Run `done` once the writes queued so far are committed."""
+        self.callbacks.append(done)
+        self.dirty(lazy)
+
+    def dirty(self, lazy: bool = False) -> None:
+        """Ask for a commit: in the next turn, or (`lazy`: nobody waits for these writes) with
+        the partition's next commit or timer tick, until LAZY_MAX_WRITES log records gather."""
+        mark_lazy = self._mark_lazy
+        if lazy and mark_lazy is not None and len(self.batch.log) < LAZY_MAX_WRITES:
+            mark_lazy(self._owner)
+        else:
+            self._mark_dirty(self._owner)
+
+    # ---------------------------------------------------------------- the commit
+    @property
+    def batch_number(self) -> int:
+        """Which batch the writes staged now go into: it changes each time take_commit() hands
+        the gathered writes to the committer."""
+        return self.gen
+
+    def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
+        """Hand the pending writes and their completions to the committer (None: nothing)."""
+        if self.counts_dirty:
+            meta, sent = self.batch.meta, self._counts_sent
+            for sq in self.counts_dirty:
+                name = sq.name
+                for k, n in zip("adsb", (*sq.counts, max(sq.bytes, 0)), strict=True):
+                    key = f"n:{name}:{k}"
+                    if sent.get(key) != n:
+                        meta[key] = sent[key] = n
+            self.counts_dirty.clear()
+        if not self.batch and not self.callbacks:
+            return None
+        batch, callbacks = self.batch, self.callbacks
+        self.batch, self.callbacks = WriteBatch(), []
+        self.taken_gens.append(self.gen)
+        self.gen += 1
+        return batch, callbacks
+
+    def landed(self) -> set[str] | None:
+        """The oldest taken batch is done: its overlay entries are in the store now (or, if
+        it failed, the store is the truth again). Returns the sub-queues it wrote a record
+        to (None: no batch was in flight)."""
+        if not self.taken_gens:
+            return None
+        gen = self.taken_gens.pop(0)
+        overlay = self.overlay
+        touched: set[str] = set()
+        for key in self._gen_keys.pop(gen, ()):
+            hit = overlay.get(key)
+            if hit is not None and hit[1] == gen:
+                del overlay[key]
+                if hit[0] is not None:
+                    touched.add(key[0])
+        return touched
+
+    def forget_pending(self) -> list[Done]:
+        """Drop the writes gathered since the last taken batch; returns their completions."""
+        pending = self.callbacks
+        self.batch, self.callbacks = WriteBatch(), []
+        self.counts_dirty.clear()
+        self._counts_sent.clear()
+        return pending
+
+    def clear(self) -> None:
+        """Forget the overlay and the batches in flight (the partition reloads its store)."""
+        self.overlay.clear()
+        self._gen_keys.clear()
+        self.taken_gens.clear()

@@ -1,0 +1,454 @@
+"""How a stored message changes: every move of a message between states and sub-queues.
+
+A stored message is ACTIVE (ready or locked), DEFERRED or SCHEDULED (records.MessageState)
+in one sub-queue. Each change below stages its writes (staging.py), keeps the sub-queue's
+counts and byte counts, the partition's stored bytes (health.py) and the timers
+(deadlines.py) in step, logs its event, and puts the message in line where it becomes ready:
+
+- removed: completed, received-and-deleted, expired, purged, forwarded;
+- stored new in a sub-queue: dead-lettered in, activated, fanned out to a subscription;
+- redelivered: a lock ended (abandon, lock expiry): delivery count + 1, dead-lettered at
+  MaxDeliveryCount;
+- expired: dead-lettered or dropped [Azure: TTL];
+- activated: a scheduled message is due and is enqueued anew with a new sequence number [D3]
+  (a topic's is fanned out through its subscriptions' rules then).
+
+The broker (the front) decides when; this module is what happens. `on_ready(sub-queue)` tells
+the router a sub-queue has messages in line; `fan_out(record)` (topics) names the routes of a
+due scheduled message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..completions import Done
+from .deadlines import Deadlines
+from .health import Health
+from .records import (
+    IncomingMessage,
+    LogEvent,
+    MessageRecord,
+    MessageState,
+    encode_log_after,
+    encode_message,
+    log_prefix,
+)
+from .staging import Staging
+from .subqueue import READ_AHEAD, SubQueue, SubQueueReader
+
+MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
+TTL_EXPIRED_REASON = "TTLExpiredException"
+# A topic partition keeps scheduled messages here, not yet copied to any subscription: they
+# are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
+SCHEDULED_QUEUE = "$scheduled"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one copy of an incoming message goes (a topic sends one per matching rule)."""
+
+    queue: str
+    overrides: dict[str, bytes] | None = None  # encoded application-property changes
+    dead_letter_reason: str | None = None  # set when the copy goes straight to a DLQ
+    dead_letter_description: str | None = None
+
+
+def merge_overrides(rec: MessageRecord, overrides: dict[str, bytes] | None) -> None:
+    """Apply property changes (abandon/defer/dead-letter) on top of earlier ones."""
+    if overrides:
+        merged = dict(rec.property_overrides or {})
+        merged.update(overrides)
+        rec.property_overrides = merged
+
+
+def restamp(sq: SubQueue, rec: MessageRecord, seq: int, now_ms: int) -> MessageRecord:
+    """A copy of a stored message enqueued anew in `sq`: new sequence number, active,
+    delivery count 0, TTL capped by the sub-queue's default and counted from now."""
+    new = rec.copy()
+    new.sequence_number = seq
+    new.enqueued_time_ms = now_ms
+    new.state = MessageState.ACTIVE
+    new.delivery_count = 0
+    new.scheduled_enqueue_time_ms = None
+    new.dead_letter_reason = new.dead_letter_description = new.dead_letter_source = None
+    ttl = rec.ttl_ms
+    default = sq.settings.default_ttl_ms
+    if default is not None and (ttl is None or ttl == 0 or ttl > default):
+        ttl = default
+    new.ttl_ms = ttl
+    new.expires_at_ms = (now_ms + ttl) if ttl is not None else None
+    return new
+
+
+class Transitions:
+    """The changes of one partition's stored messages (see the module comment)."""
+
+    def __init__(
+        self,
+        queues: dict[str, SubQueue],
+        staging: Staging,
+        deadlines: Deadlines,
+        health: Health,
+        reader: SubQueueReader,
+        sequence_base: int,
+    ) -> None:
+        self.queues = queues
+        self.staging = staging
+        self.deadlines = deadlines
+        self.health = health
+        self.reader = reader
+        self.sequence_base = sequence_base  # the partition id in the top bits [P11]
+        self.on_ready: Callable[[str], None] = lambda queue: None
+        self.fan_out: Callable[[MessageRecord], list[Route]] | None = None
+
+    # ---------------------------------------------------------------- the bookkeeping
+    def count(self, sq: SubQueue, state: MessageState, delta: int, nbytes: int = 0) -> None:
+        """Adjust a sub-queue's count of one state (and its byte count); persisted with the
+        next commit."""
+        sq.counts[state] += delta
+        sq.bytes += nbytes
+        self.health.add_stored(nbytes)
+        self.staging.counts_dirty.add(sq)
+
+    def remove(self, sq: SubQueue, rec: MessageRecord, lazy: bool = False) -> None:
+        """Delete a stored message from its sub-queue (and its timer)."""
+        self.staging.delete(sq, rec.sequence_number, lazy)
+        self.deadlines.remove(sq, rec)
+        self.count(sq, rec.state, -1, -rec.size)
+        sq.removed(rec)
+
+    def store_new(self, target: SubQueue, rec: MessageRecord, timer: bool) -> None:
+        """Stage an active message new to `target` (moved, activated, fanned out)."""
+        self.staging.put(target, rec)
+        self.count(target, MessageState.ACTIVE, 1, rec.size)
+        if timer:
+            self.deadlines.add(target, rec)
+        if target.settings.requires_session:
+            target.count_session(rec, 1)
+
+    def log(
+        self,
+        sq: SubQueue,
+        event: LogEvent,
+        rec: MessageRecord,
+        now_ms: int,
+        reason: str | None = None,
+        lazy: bool = False,
+    ) -> None:
+        """Log one event of one message (see Staging.log_run)."""
+        self.staging.log_run(sq.name, event, (rec,), now_ms, reason, lazy)
+
+    def next_sequence(self) -> int:
+        """Draw the next sequence number (persisted with the staged batch)."""
+        staging = self.staging
+        seq = self.sequence_base | staging.next_seq
+        staging.next_seq += 1
+        staging.batch.meta["next_sequence"] = staging.next_seq
+        return seq
+
+    # ---------------------------------------------------------------- new messages
+    def enqueue(
+        self,
+        messages: list[IncomingMessage],
+        routes: list[list[Route]],
+        now_ms: int,
+        done: Done,
+    ) -> list[int | None]:
+        """Stage each message in the sub-queues its routes name (see PartitionBroker.enqueue);
+        in line once the commit lands."""
+        staged: list[tuple[SubQueue, MessageRecord]] = []
+        numbers: list[int | None] = []
+        base = self.sequence_base
+        # The hot path of every send: what _put, _count, deadlines.add and _log do per
+        # message, done once per call where it can be (counts, counters, log prefixes).
+        staging, queues, new_record = self.staging, self.queues, self.new_record
+        batch = staging.batch
+        add_deadline = self.deadlines.add
+        put_op, put_log = batch.ops.append, batch.log.append
+        events, with_body = staging.stats.events, staging.log_bodies
+        added: dict[tuple[SubQueue, MessageState], list[int]] = {}
+        prefixes: dict[str, bytes] = {}
+        derived: int | None = None  # the first expiry of the default-TTL messages staged
+        next_seq, offset = staging.next_seq, staging.next_offset
+        active = MessageState.ACTIVE
+        for msg, targets in zip(messages, routes, strict=True):
+            if not targets:
+                numbers.append(None)
+                continue
+            seq = base | next_seq
+            next_seq += 1
+            numbers.append(seq)
+            used: set[str] | None = None
+            for route in targets:
+                name = route.queue
+                sq = queues[name]
+                copy_seq = seq
+                if used is None:
+                    used = {name}
+                elif name in used:
+                    copy_seq = base | next_seq
+                    next_seq += 1
+                else:
+                    used.add(name)
+                rec = new_record(sq, msg, copy_seq, now_ms)
+                if route.overrides:
+                    rec.property_overrides = dict(route.overrides)
+                if route.dead_letter_reason is not None:
+                    rec.dead_letter_reason = route.dead_letter_reason
+                    rec.dead_letter_description = route.dead_letter_description
+                put_op((0, name, copy_seq, encode_message(rec)))
+                state = rec.state
+                acc = added.get((sq, state))
+                if acc is None:
+                    added[(sq, state)] = [1, rec.size]
+                else:
+                    acc[0] += 1
+                    acc[1] += rec.size
+                at = rec.expires_at_ms
+                if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
+                    if derived is None or at < derived:  # derived expiry: no timer stored
+                        derived = at
+                else:
+                    add_deadline(sq, rec)
+                prefix = prefixes.get(name)
+                if prefix is None:
+                    prefix = prefixes[name] = log_prefix(
+                        staging.namespace, staging.entity, name, staging.partition_id
+                    )
+                event = LogEvent.SCHEDULED if state == MessageState.SCHEDULED else LogEvent.ENQUEUED
+                events[event] += 1
+                put_log((offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body)))
+                offset += 1
+                if route.dead_letter_reason is not None:
+                    events[LogEvent.DEADLETTERED] += 1
+                    put_log((offset, encode_log_after(
+                        prefix, offset, LogEvent.DEADLETTERED, rec, now_ms,
+                        route.dead_letter_reason, with_body,
+                    )))  # fmt: skip
+                    offset += 1
+                staged.append((sq, rec))
+        staging.next_seq, staging.next_offset = next_seq, offset
+        batch.meta["next_sequence"] = next_seq
+        if staged:
+            batch.meta["next_log_offset"] = offset
+        for (sq, state), (count, size) in added.items():
+            self.count(sq, state, count, size)
+        if derived is not None:
+            self.deadlines.derived(derived)
+        staging.dirty()
+        epoch = staging.epoch
+
+        def on_commit(error: Exception | None) -> None:
+            if error is None:
+                staging.stats.incoming += len(messages)
+                touched: set[str] = set()
+                for sq, rec in staged:
+                    if sq.settings.requires_session:
+                        sq.count_session(rec, 1)
+                        if rec.state == MessageState.ACTIVE:
+                            sq.make_ready(rec)
+                    elif (
+                        not sq.more
+                        and rec.state == MessageState.ACTIVE
+                        and len(sq.buffer) < READ_AHEAD
+                        and rec.sequence_number >= sq.scan_from
+                    ):
+                        # The scan had reached the end of the store and the new message is
+                        # the next one: it joins the read-ahead as it is, without a read
+                        # transaction and a decode of what was just written (a receiver
+                        # keeping up gets each message straight from its commit).
+                        sq.buffer[rec.sequence_number] = rec
+                        sq.scan_from = rec.sequence_number + 1
+                    else:
+                        sq.more = True  # the store now holds it past the scan
+                    touched.add(sq.name)
+                for name in touched:
+                    self.on_ready(name)
+            elif staging.epoch == epoch:  # (after a reload the counts come from the store)
+                for sq, rec in staged:
+                    self.count(sq, rec.state, -1, -rec.size)
+            done(error)
+
+        staging.after_commit(on_commit)
+        return numbers
+
+    @staticmethod
+    def new_record(
+        sq: SubQueue, msg: IncomingMessage, seq: int, now_ms: int
+    ) -> MessageRecord:
+        # The effective TTL is the smaller of the message's and the entity's default.
+        ttl = msg.ttl_ms
+        default = sq.settings.default_ttl_ms
+        if default is not None and (ttl is None or ttl == 0 or ttl > default):
+            ttl = default
+        scheduled = msg.scheduled_enqueue_time_ms
+        state = MessageState.ACTIVE
+        if scheduled is not None and scheduled > now_ms:
+            state = MessageState.SCHEDULED
+        else:
+            scheduled = None
+        start = scheduled if scheduled is not None else now_ms
+        return MessageRecord(  # positional (one call per message): the fields in their order
+            seq, now_ms, state, 0, msg.message_id, msg.session_id, msg.partition_key, ttl,
+            (start + ttl) if ttl is not None else None, msg.durable, msg.priority,
+            msg.annotation_count, msg.annotations, msg.tail, msg.size, scheduled,
+            None, None, None, None,  # dead-letter reason, description, source; overrides
+            msg.original_sequence_number, msg.properties_span, msg.body_span, msg.transfer_hops,
+        )
+
+    # ---------------------------------------------------------------- the moves
+    def consume(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """Receive-and-delete: the message is consumed when put on the wire [contract 4.2]."""
+        self.remove(sq, rec)
+        self.log(sq, LogEvent.DELIVERED, rec, now_ms)
+        self.log(sq, LogEvent.COMPLETED, rec, now_ms)
+
+    def expire(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A message outlived its TTL: dead-letter it or drop it."""
+        sq.unready(rec)
+        if sq.settings.dead_letter_on_expiration and sq.settings.dead_letter_queue:
+            self.move_to_dlq(
+                sq, rec, now_ms, TTL_EXPIRED_REASON, "The message expired and was dead lettered."
+            )
+        else:
+            self.remove(sq, rec)
+            self.log(sq, LogEvent.EXPIRED, rec, now_ms)
+
+    def move_to_dlq(
+        self,
+        sq: SubQueue,
+        rec: MessageRecord,
+        now_ms: int,
+        reason: str | None,
+        description: str | None,
+        overrides: dict[str, bytes] | None = None,
+    ) -> None:
+        """Move a message to its sub-queue's dead-letter queue."""
+        assert sq.settings.dead_letter_queue is not None
+        dlq = self.queues[sq.settings.dead_letter_queue]
+        sq.unready(rec)
+        self.remove(sq, rec)
+        moved = rec.copy()
+        moved.state = MessageState.ACTIVE
+        moved.dead_letter_reason = reason
+        moved.dead_letter_description = description
+        moved.dead_letter_source = None
+        merge_overrides(moved, overrides)
+        self.store_new(dlq, moved, timer=False)
+        dlq.make_ready(moved)
+        self.log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
+        self.on_ready(dlq.name)
+
+    def redeliver(
+        self,
+        sq: SubQueue,
+        rec: MessageRecord,
+        now_ms: int,
+        overrides: dict[str, bytes] | None,
+        event: LogEvent,
+    ) -> None:
+        """A lock ended without a settlement that removes the message: delivery count + 1,
+        back in line (a deferred message stays deferred), or dead-lettered at the limit."""
+        rec.delivery_count += 1
+        merge_overrides(rec, overrides)
+        limit = sq.settings.max_delivery_count
+        if rec.state == MessageState.DEFERRED:
+            # A deferred message stays deferred when its lock ends [Azure: deferral].
+            self.staging.put(sq, rec)
+            self.log(sq, event, rec, now_ms)
+            return
+        if limit is not None and rec.delivery_count >= limit and sq.settings.dead_letter_queue:
+            self.log(sq, event, rec, now_ms)
+            self.move_to_dlq(
+                sq,
+                rec,
+                now_ms,
+                MAX_DELIVERY_COUNT_REASON,
+                f"Message could not be consumed after {limit} delivery attempts.",
+            )
+            return
+        self.staging.put(sq, rec)
+        self.log(sq, event, rec, now_ms)
+        sq.make_ready(rec)
+        self.on_ready(sq.name)
+
+    def forward_out(
+        self,
+        sq: SubQueue,
+        rec: MessageRecord,
+        now_ms: int,
+        to_queue: str | None,
+        reason: str | None,
+        description: str | None,
+    ) -> None:
+        """A message left a forwarding sub-queue: removed (forwarded), or moved to `to_queue`
+        (the transfer dead-letter queue) with a dead-letter reason."""
+        sq.unready(rec)
+        self.remove(sq, rec)
+        if to_queue is None:
+            self.log(sq, LogEvent.COMPLETED, rec, now_ms, reason)
+            return
+        target = self.queues[to_queue]
+        moved = rec.copy()
+        moved.state = MessageState.ACTIVE
+        moved.dead_letter_reason = reason
+        moved.dead_letter_description = description
+        self.store_new(target, moved, timer=False)
+        target.make_ready(moved)
+        self.log(sq, LogEvent.DEADLETTERED, rec, now_ms, reason)
+        self.on_ready(to_queue)
+
+    def activate(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A scheduled message is due: it is enqueued anew with a new sequence number [D3]."""
+        if sq.name == SCHEDULED_QUEUE and self.fan_out is not None:
+            self._fan_out(sq, rec, now_ms)
+            return
+        self.remove(sq, rec)
+        new = rec.copy()
+        new.sequence_number = self.next_sequence()
+        new.state = MessageState.ACTIVE
+        new.enqueued_time_ms = now_ms
+        new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
+        self.store_new(sq, new, timer=True)
+        self.log(sq, LogEvent.ACTIVATED, new, now_ms)
+        sq.make_ready(new)
+        self.on_ready(sq.name)
+
+    def _fan_out(self, sq: SubQueue, rec: MessageRecord, now_ms: int) -> None:
+        """A topic's scheduled message is due: copy it to the subscriptions whose rules match
+        now, each copy enqueued anew (one new sequence number shared by the copies), in the
+        same transaction that removes it from the scheduled sub-queue."""
+        assert self.fan_out is not None
+        self.remove(sq, rec)
+        self.log(sq, LogEvent.ACTIVATED, rec, now_ms)
+        routes = self.fan_out(rec)
+        if not routes:
+            return
+        staging = self.staging
+        base = self.sequence_base
+        seq = base | staging.next_seq
+        staging.next_seq += 1
+        used: set[str] = set()
+        for route in routes:
+            target = self.queues.get(route.queue)
+            if target is None:
+                continue
+            copy_seq = seq
+            if route.queue in used:
+                copy_seq = base | staging.next_seq
+                staging.next_seq += 1
+            used.add(route.queue)
+            new = restamp(target, rec, copy_seq, now_ms)
+            new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
+            if route.overrides:
+                merge_overrides(new, route.overrides)
+            if route.dead_letter_reason is not None:
+                new.dead_letter_reason = route.dead_letter_reason
+                new.dead_letter_description = route.dead_letter_description
+            self.store_new(target, new, timer=True)
+            self.log(target, LogEvent.ENQUEUED, new, now_ms)
+            target.make_ready(new)
+            self.on_ready(target.name)
+        staging.batch.meta["next_sequence"] = staging.next_seq

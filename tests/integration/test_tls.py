@@ -1,0 +1,206 @@
+"""AMQPS (--tls-port): connection strings without UseDevelopmentEmulator, with the local CA trusted.
+
+The Python SDK connects to port 5671 whatever the Endpoint's port says (it strips it when the
+emulator flag is absent), so these tests point it at the ephemeral TLS port with
+``custom_endpoint_address`` and ``transport_type=TransportType.Amqp``; the default port itself
+is tested in tests/integration/test_default_ports.py. Trust comes from ``connection_verify``
+(a CA file) or ``ssl_context`` (an ``ssl.create_default_context()``, which reads
+``SSL_CERT_FILE``; the SDK's own default is certifi's bundle, which ignores that variable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
+from azure.servicebus.exceptions import (
+    ServiceBusAuthenticationError,
+    ServiceBusAuthorizationError,
+    ServiceBusConnectionError,
+)
+
+from conftest import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerProcess
+
+# The last azure-servicebus release before UseDevelopmentEmulator support (added in 7.14.0):
+# code written against it must reach sbemu with the CA trusted. It strips the Endpoint's port
+# and takes any custom_endpoint_address as a WebSocket address (whatever transport_type says),
+# so on a test port it speaks wss (websocket-client is its optional WebSocket dependency);
+# AMQPS on the default port 5671 is tested in test_default_ports.py.
+OLD_SDK = ("azure-servicebus==7.13.0", "websocket-client==1.9.0", "azure-core==1.41.0",
+           "isodate==0.7.2", "typing-extensions==4.16.0")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def tls_client(server: ServerProcess, **kwargs: Any) -> ServiceBusClient:
+    """A client as production code builds it (no emulator flag), aimed at the TLS port."""
+    kwargs.setdefault("connection_verify", str(server.ca_file))
+    return ServiceBusClient.from_connection_string(
+        kwargs.pop("conn_str", server.tls_conn_str()),
+        custom_endpoint_address=f"sb://localhost:{server.tls_port}",
+        transport_type=TransportType.Amqp,
+        retry_total=0,
+        **kwargs,
+    )
+
+
+def round_trip(client: ServiceBusClient, queue: str, body: str) -> None:
+    """Send one message, receive it, complete it; the queue is empty afterwards."""
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage(body))
+    with client.get_queue_receiver(queue, max_wait_time=10) as receiver:
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+        assert [str(m) for m in got] == [body]
+        receiver.complete_message(got[0])
+        assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+@pytest.mark.parametrize("queue", ["q1", "pq"])
+def test_connection_verify_with_the_ca_file(server: ServerProcess, queue: str) -> None:
+    with tls_client(server) as client:
+        round_trip(client, queue, f"over amqps to {queue}")
+
+
+def test_ssl_cert_file_through_a_default_context(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+    context = ssl.create_default_context()  # what OpenSSL's SSL_CERT_FILE feeds
+    with tls_client(server, connection_verify=None, ssl_context=context) as client:
+        round_trip(client, "q1", "trusted through SSL_CERT_FILE")
+
+
+def test_async_client_over_amqps(server: ServerProcess) -> None:
+    from azure.servicebus.aio import ServiceBusClient as AsyncClient
+
+    async def run() -> list[str]:
+        client = AsyncClient.from_connection_string(
+            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.tls_port}",
+            transport_type=TransportType.Amqp, connection_verify=str(server.ca_file),
+        )
+        async with client:
+            async with client.get_queue_sender("q1") as sender:
+                await sender.send_messages(ServiceBusMessage("async amqps"))
+            async with client.get_queue_receiver("q1") as receiver:
+                got = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
+                for message in got:
+                    await receiver.complete_message(message)
+                return [str(m) for m in got]
+
+    assert asyncio.run(run()) == ["async amqps"]
+
+
+def test_a_client_without_the_ca_refuses_the_server(server: ServerProcess) -> None:
+    """The SDK's own default trust (certifi's bundle) does not know the local CA: its TLS
+    verification fails the connection, before any AMQP is spoken."""
+    with tls_client(server, connection_verify=None) as client:
+        with pytest.raises((ServiceBusConnectionError, ServiceBusAuthenticationError)) as info:
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("never sent"))
+    assert "CERTIFICATE_VERIFY_FAILED" in repr(info.value) + repr(info.value.__cause__)
+    with tls_client(server) as client:  # the server is unharmed
+        round_trip(client, "q1", "after a refused client")
+
+
+def refused_by_cbs(error: BaseException) -> str:
+    """The $cbs verdict behind an SDK error. With a custom_endpoint_address the Python SDK
+    maps every authentication failure to ServiceBusConnectionError ("for uamqp parity"), so
+    the class alone does not say it; the CBS status in the error's context does."""
+    assert isinstance(error, (ServiceBusAuthenticationError, ServiceBusConnectionError)), error
+    return repr(error.__context__)
+
+
+def test_a_wrong_key_is_refused_over_amqps(server: ServerProcess) -> None:
+    bad = server.tls_conn_str(KEY_NAME, KEY + "x")
+    with tls_client(server, conn_str=bad) as client:
+        with pytest.raises(ServiceBusConnectionError) as info:
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("refused"))
+    assert "Status code: 401" in refused_by_cbs(info.value)
+
+
+def test_send_only_key_cannot_receive_over_amqps(server: ServerProcess) -> None:
+    send_only = server.tls_conn_str(SEND_ONLY_KEY_NAME, SEND_ONLY_KEY)
+    with tls_client(server, conn_str=send_only) as client:
+        with client.get_queue_sender("lockq") as sender:
+            sender.send_messages(ServiceBusMessage("send-only key"))
+        with pytest.raises(ServiceBusAuthorizationError, match="'Listen' claim"):
+            with client.get_queue_receiver("lockq", max_wait_time=2) as receiver:
+                receiver.receive_messages(max_message_count=1, max_wait_time=2)
+    with tls_client(server) as client:
+        with client.get_queue_receiver("lockq", max_wait_time=10) as receiver:
+            got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            assert [str(m) for m in got] == ["send-only key"]
+            receiver.complete_message(got[0])
+
+
+def test_plain_amqp_on_the_tls_port_gets_no_amqp(server: ServerProcess) -> None:
+    """An AMQP header sent in the clear to the TLS port is not taken for a TLS handshake."""
+    with socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as sock:
+        sock.sendall(b"AMQP\x00\x01\x00\x00")
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+    assert not data.startswith(b"AMQP")
+
+
+# ---------------------------------------------------------------------- an SDK before the flag
+def old_sdk_python() -> Path:
+    """A virtual environment with azure-servicebus 7.13.0 from PyPI (made once, kept in .venv)."""
+    import fcntl
+
+    home = ROOT / ".venv" / "old-sdk" / OLD_SDK[0].replace("==", "-")
+    python = home / "bin" / "python"
+    stamp = home / ".installed"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time (xdist workers)
+        if not stamp.exists() or stamp.read_text() != " ".join(OLD_SDK):
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
+            result = subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                 *OLD_SDK],
+                capture_output=True, text=True, timeout=600,
+            )
+            if result.returncode != 0:
+                pytest.fail(f"pip install {' '.join(OLD_SDK)} failed:\n{result.stderr[-2000:]}")
+            stamp.write_text(" ".join(OLD_SDK))
+    return python
+
+
+OLD_SDK_SCRIPT = """
+import sys
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType, __version__
+conn_str, port, ca = sys.argv[1:4]
+client = ServiceBusClient.from_connection_string(
+    conn_str, custom_endpoint_address=f"sb://localhost:{port}",
+    transport_type=TransportType.AmqpOverWebsocket, connection_verify=ca, retry_total=0)
+with client:
+    with client.get_queue_sender("q1") as sender:
+        sender.send_messages(ServiceBusMessage("from " + __version__))
+    with client.get_queue_receiver("q1", max_wait_time=10) as receiver:
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+        for message in got:
+            receiver.complete_message(message)
+print("received:", [str(m) for m in got])
+"""
+
+
+def test_an_sdk_older_than_the_emulator_flag(server: ServerProcess) -> None:
+    python = old_sdk_python()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SSL_CERT_FILE")}
+    result = subprocess.run(
+        [str(python), "-c", OLD_SDK_SCRIPT, server.tls_conn_str(), str(server.admin_port),
+         str(server.ca_file)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "received: ['from 7.13.0']"

@@ -1,0 +1,241 @@
+"""AMQP over WebSockets (/$servicebus/websocket, AMQPWSB10): ws and wss on the admin port and on
+the WebSocket port (--ws-port 0 here), driven by the Python SDK's AmqpOverWebsocket transport
+(sync: websocket-client; async: aiohttp) and, byte by byte, by websocket-client itself.
+
+The SDK's WebSocket transport goes to port 443 unless ``custom_endpoint_address`` names another
+(test_default_ports.py covers 443 itself); with the emulator flag it speaks plain ``ws``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import socket
+import ssl
+import urllib.request
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
+from azure.servicebus.exceptions import ServiceBusConnectionError
+from test_tls import refused_by_cbs
+from websocket import ABNF, WebSocketBadStatusException, create_connection
+
+from conftest import DEFAULT_QUEUES, KEY, KEY_NAME, ServerProcess, queue_def
+
+SBEMU_QUEUES = [*DEFAULT_QUEUES, queue_def("sessq", RequiresSession=True)]
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+
+
+def ws_client(server: ServerProcess, port: int, **kwargs: Any) -> ServiceBusClient:
+    """A client without the emulator flag over wss to ``port`` (trusting the local CA)."""
+    return ServiceBusClient.from_connection_string(
+        kwargs.pop("conn_str", server.tls_conn_str()),
+        custom_endpoint_address=f"sb://localhost:{port}",
+        transport_type=TransportType.AmqpOverWebsocket,
+        connection_verify=str(server.ca_file),
+        retry_total=0,
+        **kwargs,
+    )
+
+
+def round_trip(client: ServiceBusClient, queue: str, body: str | bytes) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage(body))
+    with client.get_queue_receiver(queue, max_wait_time=10) as receiver:
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+        assert len(got) == 1
+        assert b"".join(got[0].body) == (body.encode() if isinstance(body, str) else body)
+        receiver.complete_message(got[0])
+        assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+@pytest.mark.parametrize("queue", ["q1", "pq"])
+def test_wss_on_the_admin_port(server: ServerProcess, queue: str) -> None:
+    with ws_client(server, server.admin_port) as client:
+        round_trip(client, queue, f"wss admin port {queue}")
+
+
+def test_wss_on_the_websocket_port(server: ServerProcess) -> None:
+    with ws_client(server, server.ws_port) as client:
+        round_trip(client, "q1", "wss websocket port")
+
+
+def test_plain_ws_with_the_emulator_flag(server: ServerProcess) -> None:
+    """UseDevelopmentEmulator=true: the SDK speaks ws:// (no TLS) to the custom endpoint."""
+    client = ServiceBusClient.from_connection_string(
+        server.conn_str, custom_endpoint_address=f"sb://localhost:{server.admin_port}",
+        transport_type=TransportType.AmqpOverWebsocket, retry_total=0,
+    )
+    with client:
+        round_trip(client, "q1", "plain ws")
+
+
+def test_a_large_message_spans_websocket_frames(server: ServerProcess) -> None:
+    body = bytes(range(256)) * 800  # 200 KB: many AMQP transfer frames and WebSocket messages
+    with ws_client(server, server.ws_port) as client:
+        round_trip(client, "q1", body)
+
+
+def test_sessions_scheduling_and_deferral_over_wss(server: ServerProcess) -> None:
+    with ws_client(server, server.admin_port) as client:
+        with client.get_queue_sender("sessq") as sender:
+            sender.send_messages([ServiceBusMessage(f"s{i}", session_id="ws-session")
+                                  for i in range(3)])
+        with client.get_queue_receiver("sessq", session_id="ws-session",
+                                       max_wait_time=10) as receiver:
+            receiver.session.set_state(b"over websockets")
+            got = receiver.receive_messages(max_message_count=3, max_wait_time=10)
+            assert [str(m) for m in got] == ["s0", "s1", "s2"]
+            receiver.defer_message(got[0])
+            for message in got[1:]:
+                receiver.complete_message(message)
+            (deferred,) = receiver.receive_deferred_messages([got[0].sequence_number])
+            receiver.complete_message(deferred)
+            assert receiver.session.get_state() == b"over websockets"
+        with client.get_queue_sender("q1") as sender:
+            when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+            (seq,) = sender.schedule_messages(ServiceBusMessage("later"), when)
+            sender.cancel_scheduled_messages(seq)
+        with client.get_queue_receiver("q1", max_wait_time=1) as receiver:
+            assert receiver.peek_messages(max_message_count=5) == []
+
+
+def test_async_client_over_wss(server: ServerProcess) -> None:
+    from azure.servicebus.aio import ServiceBusClient as AsyncClient
+
+    async def run() -> list[str]:
+        client = AsyncClient.from_connection_string(
+            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.admin_port}",
+            transport_type=TransportType.AmqpOverWebsocket, connection_verify=str(server.ca_file),
+        )
+        async with client:
+            async with client.get_queue_sender("pq") as sender:
+                await sender.send_messages(ServiceBusMessage("async wss"))
+            async with client.get_queue_receiver("pq") as receiver:
+                got = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
+                for message in got:
+                    await receiver.complete_message(message)
+                return [str(m) for m in got]
+
+    assert asyncio.run(run()) == ["async wss"]
+
+
+def test_a_wrong_key_is_refused_over_websockets(server: ServerProcess) -> None:
+    with ws_client(server, server.admin_port, conn_str=server.tls_conn_str(KEY_NAME, KEY + "x")) as client:
+        with pytest.raises(ServiceBusConnectionError) as info:
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("refused"))
+    assert "Status code: 401" in refused_by_cbs(info.value)
+
+
+# ------------------------------------------------------------------------- the wire, directly
+def raw(server: ServerProcess, port: int | None = None, **kwargs: Any) -> Any:
+    kwargs.setdefault("subprotocols", ["AMQPWSB10"])
+    return create_connection(
+        f"ws://127.0.0.1:{port or server.admin_port}/$servicebus/websocket", timeout=10, **kwargs
+    )
+
+
+def test_amqp_bytes_in_binary_messages(server: ServerProcess) -> None:
+    ws = raw(server)
+    try:
+        assert ws.getheaders()["sec-websocket-protocol"] == "AMQPWSB10"
+        ws.send_binary(SASL_HEADER[:3])  # a header split over two messages is still a header
+        ws.send_binary(SASL_HEADER[3:])
+        data = b""
+        while len(data) < 8:
+            data += ws.recv()
+        assert data[:8] == SASL_HEADER  # the server's SASL header, then its mechanisms
+    finally:
+        ws.close()
+
+
+def test_wss_handshake_on_the_websocket_port(server: ServerProcess) -> None:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    ws = create_connection(
+        f"wss://localhost:{server.ws_port}/$servicebus/websocket", timeout=10,
+        subprotocols=["AMQPWSB10"], sslopt={"context": context},
+    )
+    try:
+        ws.send_binary(AMQP_HEADER)
+        assert ws.recv()[:8] in (AMQP_HEADER, SASL_HEADER)
+    finally:
+        ws.close()
+
+
+def test_a_text_message_closes_with_1003(server: ServerProcess) -> None:
+    ws = raw(server)
+    try:
+        ws.send("AMQP as text")
+        opcode, frame = ws.recv_data_frame(control_frame=True)
+        assert opcode == ABNF.OPCODE_CLOSE
+        assert int.from_bytes(frame.data[:2], "big") == 1003
+    finally:
+        ws.close()
+
+
+def test_ping_is_answered_with_pong(server: ServerProcess) -> None:
+    ws = raw(server)
+    try:
+        ws.ping(b"are you there")
+        opcode, frame = ws.recv_data_frame(control_frame=True)
+        assert (opcode, frame.data) == (ABNF.OPCODE_PONG, b"are you there")
+    finally:
+        ws.close()
+
+
+def test_without_the_subprotocol_the_upgrade_is_refused(server: ServerProcess) -> None:
+    with pytest.raises(WebSocketBadStatusException) as info:
+        raw(server, subprotocols=["mqtt"])
+    assert info.value.status_code == 400
+
+
+def test_a_plain_get_on_the_path_is_426(server: ServerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", server.admin_port), timeout=10) as sock:
+        sock.sendall(b"GET /$servicebus/websocket HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        head = sock.recv(4096).decode("latin-1")
+    assert head.startswith("HTTP/1.1 426 "), head
+    assert "upgrade: websocket" in head.lower()
+
+
+def test_the_dashboard_names_each_connections_transport(server: ServerProcess) -> None:
+    clients = [
+        ws_client(server, server.admin_port),  # wss
+        ServiceBusClient.from_connection_string(server.conn_str),  # amqp
+        ServiceBusClient.from_connection_string(  # amqps
+            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.tls_port}",
+            transport_type=TransportType.Amqp, connection_verify=str(server.ca_file),
+        ),
+    ]
+    with contextlib.ExitStack() as stack:
+        for client in clients:
+            stack.enter_context(stack.enter_context(client).get_queue_sender("q1"))
+        url = f"http://127.0.0.1:{server.admin_port}/api/connections"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            seen = {c["transport"] for c in json.load(resp)["connections"]}
+    assert {"wss", "amqp", "amqps"} <= seen, seen
+
+
+def test_sigterm_with_open_websocket_and_amqps_connections_stops_cleanly(
+    own_server: ServerProcess,
+) -> None:
+    ws = raw(own_server)
+    tls = ssl.create_default_context(cafile=str(own_server.ca_file)).wrap_socket(
+        socket.create_connection(("127.0.0.1", own_server.tls_port), timeout=10),
+        server_hostname="localhost",
+    )
+    try:
+        ws.send_binary(SASL_HEADER)
+        assert ws.recv()[:8] == SASL_HEADER
+        tls.sendall(SASL_HEADER)
+        assert tls.recv(8) == SASL_HEADER
+        assert own_server.stop() == 0
+    finally:
+        ws.close()
+        tls.close()
+    log = own_server.stderr_text()
+    assert "Traceback" not in log and "ERROR" not in log, log

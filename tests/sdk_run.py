@@ -1,0 +1,140 @@
+"""Run one command against a real sbemu: ``python tests/sdk_run.py [--server-log F] -- CMD ...``.
+
+The Java and Go suites (``make test-java``, ``make test-go``) are not pytest: this starts
+``python -m sbemu serve`` on free loopback ports (sbemu.testing.SbemuProcess, a temporary data
+dir and a Config.json with send-only, listen-only and no-manage keys beside the root key),
+hands the server's addresses to CMD in the environment, and stops the server after it:
+
+- ``SBEMU_CONNECTION_STRING``: AMQP with ``UseDevelopmentEmulator=true`` (plain TCP);
+- ``SBEMU_ADMIN_CONNECTION_STRING``: the admin port without the flag, so the admin clients speak
+  HTTPS to it (the admin port tells TLS from HTTP by the first byte);
+- ``SBEMU_CA_FILE`` (sbemu's local CA), ``SSL_CERT_FILE`` (a bundle of the usual CAs plus it, for
+  Go's crypto/x509), ``SBEMU_TRUSTSTORE`` / ``SBEMU_TRUSTSTORE_PASSWORD`` (a PKCS12 trust store
+  made by ``keytool`` from the CA, for Java's ``javax.net.ssl.trustStore``);
+- ``SERVICEBUS_*``: the variables the Go module's own live tests read.
+
+The exit status is CMD's, or 1 when the server logged a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from sbemu.admin.certs import write_ca_bundle
+from sbemu.testing import SbemuProcess
+
+NAMESPACE = "sbemulatorns"
+KEYS = {  # key name -> (key, rights)
+    "RootManageSharedAccessKey": ("SAS_KEY_VALUE", ["Manage", "Send", "Listen"]),
+    "nomanage": ("NO_MANAGE_KEY_VALUE", ["Send", "Listen"]),
+    "sendonly": ("SEND_ONLY_KEY_VALUE", ["Send"]),
+    "listenonly": ("LISTEN_ONLY_KEY_VALUE", ["Listen"]),
+}
+TRUSTSTORE_PASSWORD = "changeit"
+
+
+def config() -> dict[str, object]:
+    return {"UserConfig": {
+        "Namespaces": [{
+            "Name": NAMESPACE,
+            "SharedAccessPolicies": [
+                {"KeyName": name, "Key": key, "Rights": rights}
+                for name, (key, rights) in KEYS.items()
+            ],
+            # the queues the Go module's live tests expect to exist (its test-resources.bicep)
+            "Queues": [
+                {"Name": "testQueue", "Properties": {}},
+                {"Name": "testQueueWithSessions", "Properties": {"RequiresSession": True}},
+            ],
+            "Topics": [],
+        }],
+        "Logging": {"Type": "Console"},
+    }}
+
+
+def with_key(conn: str, key_name: str) -> str:
+    """The same connection string signed with another of KEYS."""
+    conn = re.sub(r"SharedAccessKeyName=[^;]*", f"SharedAccessKeyName={key_name}", conn)
+    return re.sub(r"SharedAccessKey=[^;]*", f"SharedAccessKey={KEYS[key_name][0]}", conn)
+
+
+def make_truststore(ca_file: Path, folder: Path) -> Path:
+    """A PKCS12 trust store holding sbemu's CA (the command docs/clients.md shows)."""
+    store = folder / "sbemu-truststore.p12"
+    subprocess.run(
+        ["keytool", "-importcert", "-noprompt", "-alias", "sbemu-ca", "-file", str(ca_file),
+         "-keystore", str(store), "-storetype", "PKCS12", "-storepass", TRUSTSTORE_PASSWORD],
+        check=True, capture_output=True,
+    )
+    return store
+
+
+def environment(server_conn: str, admin_port: int, ca_file: Path, folder: Path) -> dict[str, str]:
+    admin_conn = re.sub(r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{admin_port}",
+                        server_conn)
+    admin_conn = re.sub(r";?UseDevelopmentEmulator=true", "", admin_conn)
+    env = {
+        "SBEMU_CONNECTION_STRING": server_conn,
+        "SBEMU_ADMIN_CONNECTION_STRING": admin_conn,
+        "SBEMU_CA_FILE": str(ca_file),
+        "SSL_CERT_FILE": str(write_ca_bundle(ca_file, folder / "ca-bundle.pem")[0]),
+        "SERVICEBUS_CONNECTION_STRING": server_conn,
+        "SERVICEBUS_CONNECTION_STRING_PREMIUM": server_conn,
+        "SERVICEBUS_CONNECTION_STRING_NO_MANAGE": with_key(server_conn, "nomanage"),
+        "SERVICEBUS_CONNECTION_STRING_SEND_ONLY": with_key(server_conn, "sendonly"),
+        "SERVICEBUS_CONNECTION_STRING_LISTEN_ONLY": with_key(server_conn, "listenonly"),
+        # the host the Go live tests' token-credential clients would use (those are listed as
+        # not applicable: no emulator issues Azure AD tokens)
+        "SERVICEBUS_ENDPOINT": f"localhost:{admin_port}",
+        "SERVICEBUS_ENDPOINT_PREMIUM": f"localhost:{admin_port}",
+    }
+    if shutil.which("keytool"):
+        env["SBEMU_TRUSTSTORE"] = str(make_truststore(ca_file, folder))
+        env["SBEMU_TRUSTSTORE_PASSWORD"] = TRUSTSTORE_PASSWORD
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cwd", default=None, help="directory CMD runs in")
+    parser.add_argument("--server-log", default=None,
+                        help="write the server's output here (at debug level) for diagnosis")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        parser.error("no command")
+    folder = Path(tempfile.mkdtemp(prefix="sbemu-sdk-"))
+    config_path = folder / "config.json"
+    config_path.write_text(json.dumps(config()))
+    server = SbemuProcess(config=config_path, data_dir=folder / "data",
+                          log_level="debug" if args.server_log else "warning",
+                          stderr=folder / "server.stderr")
+    try:
+        ready = server.start()
+        env = {**os.environ, **environment(ready.connection_string, ready.admin_port,
+                                           ready.ca_file, folder)}
+        rc = subprocess.run(cmd, cwd=args.cwd, env=env, check=False).returncode
+    finally:
+        server.stop()
+        log = server.stderr_text(all_starts=True)
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+    if args.server_log:
+        Path(args.server_log).write_text(log)
+    if "Traceback" in log:
+        print("sbemu logged a traceback:\n" + log[-6000:], file=sys.stderr)
+        return rc or 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

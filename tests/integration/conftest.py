@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from sbemu.admin.access import is_loopback
-from sbemu.testing import SbemuProcess, StartError
+from sbemu.testing import Ready, SbemuProcess, StartError
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
@@ -133,6 +133,7 @@ class ServerProcess:
         self.host = "127.0.0.1"
         self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
         self._launcher: SbemuProcess | None = None
+        self.ready: Ready | None = None  # the last start's ready document
 
     @property
     def proc(self) -> subprocess.Popen[str] | None:
@@ -156,6 +157,7 @@ class ServerProcess:
             ready = self._launcher.start(START_TIMEOUT)
         except StartError as exc:
             raise ServerError(str(exc)) from None
+        self.ready = ready
         self.port, self.admin_port, self.conn_str = (
             ready.amqp_port, ready.admin_port, ready.connection_string,
         )  # fmt: skip

@@ -6,15 +6,11 @@ tests/js/namespaces.test.mjs."""
 from __future__ import annotations
 
 import json
-import queue as queue_mod
-import re
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
 from integration_support import ServerProcess, make_config, queue_def
-
-NS_LINE = re.compile(r"namespace (\S+) on amqp://[^ ]+:(\d+): (Endpoint=\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +31,10 @@ def two_namespaces(tmp_path_factory):
     (tmp / "config.json").write_text(json.dumps(config))
     server = ServerProcess(tmp / "config.json", tmp / "data", tmp).start()
     try:
-        line = ""
-        while not NS_LINE.search(line):
-            line = server._lines.get(timeout=10) or ""
-        match = NS_LINE.search(line)
-        assert match and match.group(1) == "otherns"
-        yield server, match.group(3)
-    except queue_mod.Empty:
-        pytest.fail("no 'namespace otherns on ...' ready line")
+        assert server.ready is not None
+        (other,) = [ns for ns in server.ready.namespaces if ns["name"] == "otherns"]
+        assert other["amqp_port"] != server.port  # served on its own AmqpPort
+        yield server, other["connection_string"]
     finally:
         server.stop()
 

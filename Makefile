@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,16 @@ disk-tools-check:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs >/dev/null) \
 	    || echo "WARNING: could not install e2fsprogs; the disk-fault tests will be skipped"; \
 	else echo "WARNING: mkfs.ext4/e2fsck not found; the disk-fault tests will be skipped"; fi
+
+# The admin-port access test (tests/security/test_admin_policy.py) reaches the server from a
+# network namespace (`ip netns`, iproute2): installed when missing and we are root, else it skips.
+netns-check:
+	@if command -v ip >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "ip not found: installing iproute2 for the admin-port access test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null) \
+	    || echo "WARNING: could not install iproute2; the network-namespace test will be skipped"; \
+	else echo "WARNING: ip (iproute2) not found; the network-namespace test will be skipped"; fi
 
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
@@ -141,12 +151,25 @@ go-deps: go-check
 test-go: install go-deps
 	@if command -v go >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
-	  $(PY) tests/sdk_run.py -- $(PY) tests/go/live.py; \
+	  $(PY) tests/sdk_run.py --azure-ports -- $(PY) tests/go/live.py; \
 	else echo "SKIPPED: Go SDK tests (tests/go): no Go on this machine"; fi
 
 # The Java and Go suites one after the other (both compile: CPU-heavy on two cores).
 test-sdks:
 	@rc=0; $(MAKE) --no-print-directory test-java || rc=1; $(MAKE) --no-print-directory test-go || rc=1; exit $$rc
+
+# The azure-servicebus sdist's own live tests, unchanged, against sbemu (docs/sdk-suite.md): the
+# sdist pinned in tests/sdk_suite/sdist.txt is fetched into .venv/sdk-suite/ (pip checks its
+# hash); SDK_SUITE_WORKERS pytest-xdist workers (the tests mostly sleep). It needs ports 5671 and
+# 443 of 127.0.0.1 (the SDK's tests name no port). Prints pass / fail / not-applicable counts;
+# results for compat-table in .venv/sdk-suite/results/.
+SDK_SUITE_WORKERS ?= 12
+test-sdk-suite: install netns-check
+	SDK_SUITE_WORKERS=$(SDK_SUITE_WORKERS) tests/sdk_suite/run.sh
+
+# docs/compatibility.md from the last test-sdk-suite run.
+compat-table: install
+	$(PY) tests/sdk_suite/compat_table.py
 
 run: $(RUN_STAMP)
 	@$(VENV)/bin/sbemu serve $(ARGS)
@@ -154,15 +177,17 @@ run: $(RUN_STAMP)
 # make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
 # The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
 # TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
-# the JS suite and the Java and Go suites alongside (their output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with
-# its JVMs and standalone cluster, headless Chromium) run after that, in one process, so they
-# do not starve for CPU next to the rest. TEST_WORKERS=0: everything in one process.
+# the JS suite, the Java and Go suites and the azure-servicebus sdist's suite alongside (their
+# output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with its JVMs and standalone
+# cluster, headless Chromium) run after that, in one process, so they do not starve for CPU next
+# to the rest. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check disk-tools-check js-deps lint docs
-	@js_log=$$(mktemp); sdk_log=$$(mktemp); \
+test: install install-spark chromium-check disk-tools-check netns-check js-deps lint docs
+	@js_log=$$(mktemp); sdk_log=$$(mktemp); suite_log=$$(mktemp); \
 	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
 	$(MAKE) --no-print-directory test-sdks >"$$sdk_log" 2>&1 & sdk=$$!; \
+	$(MAKE) --no-print-directory test-sdk-suite >"$$suite_log" 2>&1 & suite=$$!; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
 	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
@@ -172,8 +197,12 @@ test: install install-spark chromium-check disk-tools-check js-deps lint docs
 	wait $$sdk; sdk_rc=$$?; \
 	echo "---- Java and Go SDK suites (tests/java, tests/go, ran alongside pytest) ----"; \
 	cat "$$sdk_log"; rm -f "$$sdk_log"; \
-	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ]; then \
-	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc"; \
+	wait $$suite; suite_rc=$$?; \
+	echo "---- azure-servicebus sdist's own suite (tests/sdk_suite, ran alongside pytest) ----"; \
+	cat "$$suite_log"; rm -f "$$suite_log"; \
+	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ] \
+	  || [ $$suite_rc -ne 0 ]; then \
+	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc, azure-servicebus suite exit $$suite_rc"; \
 	  exit 1; fi
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
@@ -187,6 +216,18 @@ lint: install
 
 bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)
+
+# Where the server's CPU goes per message (send, receive, settle; protocol, broker, commit,
+# loop), in CPU us and callgrind instruction counts (docs/performance.md). ARGS="--queue benchp".
+bench-profile: install valgrind-check
+	$(PY) bench/hotpath.py $(ARGS)
+
+valgrind-check:
+	@if command -v valgrind >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 \
+	  && test -f /usr/include/valgrind/callgrind.h; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind gcc >/dev/null); \
+	else echo "bench-profile needs valgrind and a C compiler (apt-get install valgrind gcc)"; exit 1; fi
 
 # rhea (npm, pinned by bench/node/package-lock.json) for the latency phase and bench-compare.
 bench-node:

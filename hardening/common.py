@@ -69,9 +69,22 @@ class Server(SbemuProcess):
         return self.stderr_text(all_starts=True)[-tail:]
 
     def tracebacks(self) -> list[str]:
-        """Server log lines that show a traceback or an internal error."""
-        return [ln for ln in self.stderr_text(all_starts=True).splitlines()
-                if "Traceback" in ln or "unexpected error" in ln or "Internal error" in ln]
+        """Server log lines that show a traceback or an internal error; a traceback comes
+        with its frames and its exception line, so a failing check shows the cause."""
+        out: list[str] = []
+        lines = self.stderr_text(all_starts=True).splitlines()
+        for i, ln in enumerate(lines):
+            if "unexpected error" in ln or "Internal error" in ln:
+                out.append(ln)
+            elif "Traceback" in ln:
+                frames = []
+                for follow in lines[i + 1:i + 60]:
+                    if not follow.startswith((" ", "\t")):
+                        frames.append(follow)  # the exception line ends the traceback
+                        break
+                    frames.append(follow)
+                out.append("\n".join([ln, *frames]))
+        return out
 
     def stop(self, timeout: float = 20.0) -> int:  # type: ignore[override]
         """SIGTERM and wait; the exit code (0 when never started); RuntimeError if it hangs."""

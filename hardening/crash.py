@@ -258,7 +258,7 @@ def verify(server: Server, ledger: Ledger) -> list[str]:
 
 def verify_logs(data_dir: Path, acked: dict[str, str], completed: set[tuple[str, str]],
                 ledger: Ledger | None = None) -> list[str]:
-    from sbemu.partitions import logreader as reporting
+    from sbemu.logs import reader as reporting
     from sbemu.partitions.records import decode_log
 
     problems: list[str] = []
@@ -318,8 +318,8 @@ def export_and_count(data_dir: Path, export_dir: Path, acked: dict[str, str],
         import pyarrow.parquet as pq
     except ImportError:
         return [], 0
-    from sbemu.export import export_logs
-    from sbemu.partitions.logreader import close_all
+    from sbemu.logs.export import export_logs
+    from sbemu.logs.reader import close_all
 
     export_logs(data_dir, export_dir)
     close_all()  # (py-lmdb opens a path once per process: the stores are read directly next)

@@ -82,7 +82,7 @@ def run_report(
     stderr: TextIO | None = None,
 ) -> int:
     """Run the reporting job and print a summary per entity; with `html`, also write
-    OUT/report.html (sbemu.reporthtml; after every batch with events under --follow).
+    OUT/report.html (sbemu.reports.html; after every batch with events under --follow).
     Returns an exit code."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -97,7 +97,7 @@ def run_report(
     if reason:
         print(f"sbemu: cannot run the Spark job: {reason}", file=stderr)
         return 2
-    from sbemu.reporthtml import write_html
+    from sbemu.reports.html import write_html
     from sparkjobs import report as job  # pyspark is imported from here on
     from sparkjobs.session import build_session
 

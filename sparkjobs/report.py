@@ -6,7 +6,7 @@ Layout of OUT:
                              (LMDB source); events/batch-<id>/ per micro-batch (segments)
     traffic_by_minute/, deadletter_reasons/, latency/, partition_skew/, sessions/
                              aggregate tables (Parquet), partitioned by namespace/entity(/date);
-                             see sbemu.reporttables
+                             see sbemu.reports.tables
     _state/                  what the tables are derived from (latency histograms, messages
                              per partition, totals)
     _checkpoints/events/     the streaming checkpoint (offsets, commits)
@@ -15,7 +15,7 @@ Layout of OUT:
 Each micro-batch (``foreachBatch``) has its events written (LMDB source: by the tasks that
 decode them, with pyarrow, format ``sbemu_event_files``, so they never cross the JVM;
 segments: by Spark), reduces only them (its own Parquet files, in the driver, with Arrow) to
-small deltas, and merges those into the files they touch (sbemu.reporttables), so a batch
+small deltas, and merges those into the files they touch (sbemu.reports.tables), so a batch
 costs what its events cost, whatever the history. All events count, however late they arrive
 (there is no watermark: a late event's minute file is simply rewritten).
 
@@ -52,9 +52,10 @@ from pyspark.sql.types import (
 )
 
 from sbemu.atomicfile import atomic_write
-from sbemu.logevents import event_arrow_schema
-from sbemu.partitions import logreader, retention
-from sbemu.reporttables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
+from sbemu.logs import reader as logreader
+from sbemu.logs import retention
+from sbemu.logs.events import event_arrow_schema
+from sbemu.reports.tables import COLUMNS, DELTA_COLUMNS, TableStore, batch_deltas, summary_rows
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
 
 SOURCES = ("lmdb", "segments")
@@ -114,7 +115,7 @@ def events_stream(
     """The event stream of a data directory (LMDB logs) or of an export directory (segments).
 
     `reader_name` (LMDB): register committed offsets under it, so retention keeps what this
-    stream has not read yet (sbemu.partitions.retention). `events_dir` (LMDB): the tasks
+    stream has not read yet (sbemu.logs.retention). `events_dir` (LMDB): the tasks
     write the events into Parquet files there themselves and the stream's rows name those
     files (format ``sbemu_event_files``, EVENT_FILES_SCHEMA) instead of carrying the events.
     """
@@ -184,7 +185,7 @@ _SPARK_TYPES = {
 
 
 def table_schema(name: str) -> StructType:
-    """The Spark schema of a reporting table (sbemu.reporttables.COLUMNS)."""
+    """The Spark schema of a reporting table (sbemu.reports.tables.COLUMNS)."""
     return StructType([StructField(c, _SPARK_TYPES[k]) for c, k in COLUMNS[name]])
 
 

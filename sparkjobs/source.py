@@ -14,7 +14,7 @@ Options:
                           (Trigger.AvailableNow honours it too: several batches)
   maxRecordsPerPartition  split a partition's range into Spark tasks of at most N [100000]
   startingOffsets         "earliest" (default: where each log starts), "latest", or JSON
-  readerName              register as this retention reader (sbemu.partitions.retention):
+  readerName              register as this retention reader (sbemu.logs.retention):
                           each commit(end) records `end` per partition so the server does not
                           trim what this query has not read; `sbemu report` sets
                           report-<hash of --out>. Unset: nothing is registered.
@@ -23,11 +23,11 @@ A range whose records were trimmed away (the server's size cap passed this reade
 error (logreader.LogTrimmed), never skipped.
 
 The LMDB environments are opened lazily, inside read() (executors) and in the planner
-process, read-only with the lock file (see sbemu.partitions.logreader). Trigger.AvailableNow is supported
+process, read-only with the lock file (see sbemu.logs.reader). Trigger.AvailableNow is supported
 (SupportsTriggerAvailableNow): the target is the end of every log when the query starts.
 
 `segments_stream()` / `segments_batch()` read the Parquet segments written by
-``sbemu export-logs`` (sbemu.partitions.segments) with Spark's file source and map them to the
+``sbemu export-logs`` (sbemu.logs.segments) with Spark's file source and map them to the
 same schema.
 """
 
@@ -64,11 +64,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sbemu import logevents
 from sbemu.atomicfile import atomic_write
-from sbemu.partitions import logreader
-from sbemu.partitions.retention import register_reader
-from sbemu.partitions.segments import SEGMENT_SUFFIX, SEGMENT_VERSION
+from sbemu.logs import events as logevents
+from sbemu.logs import reader as logreader
+from sbemu.logs.retention import register_reader
+from sbemu.logs.segments import SEGMENT_SUFFIX, SEGMENT_VERSION
 
 EVENTS_SCHEMA = StructType(
     [
@@ -95,7 +95,7 @@ EVENTS_SCHEMA = StructType(
 )
 assert tuple(EVENTS_SCHEMA.fieldNames()) == logevents.EVENT_COLUMNS
 
-# A segment file's columns (sbemu.partitions.segments.SEGMENT_FIELDS): the log record's keys,
+# A segment file's columns (sbemu.logs.segments.SEGMENT_FIELDS): the log record's keys,
 # "properties" decoded to a map, "body" as payload bytes, and the segment format version.
 SEGMENT_SCHEMA = StructType(
     [

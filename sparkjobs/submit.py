@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(result)
     if args.html:
-        from sbemu.reporthtml import write_html
+        from sbemu.reports.html import write_html
 
         print(f"report: {write_html(args.out)}")
     return 0

@@ -11,7 +11,12 @@ hands the server's addresses to CMD in the environment, and stops the server aft
 - ``SBEMU_CA_FILE`` (sbemu's local CA), ``SSL_CERT_FILE`` (a bundle of the usual CAs plus it, for
   Go's crypto/x509), ``SBEMU_TRUSTSTORE`` / ``SBEMU_TRUSTSTORE_PASSWORD`` (a PKCS12 trust store
   made by ``keytool`` from the CA, for Java's ``javax.net.ssl.trustStore``);
+- ``SBEMU_TLS_PORT`` (AMQPS), ``SBEMU_WS_PORT`` (AMQP over WebSockets, ws and wss);
 - ``SERVICEBUS_*``: the variables the Go module's own live tests read.
+
+``--azure-ports`` runs all that in a network namespace of its own with Azure's ports (AMQPS on
+5671, the admin API and WebSockets on 443), where ``SERVICEBUS_*`` hold Azure's connection
+string form (``Endpoint=sb://localhost/``, no emulator flag).
 
 The exit status is CMD's, or 1 when the server logged a traceback.
 """
@@ -29,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from sbemu.admin.certs import write_ca_bundle
-from sbemu.testing import SbemuProcess
+from sbemu.testing import Ready, SbemuProcess
 
 NAMESPACE = "sbemulatorns"
 KEYS = {  # key name -> (key, rights)
@@ -77,29 +82,65 @@ def make_truststore(ca_file: Path, folder: Path) -> Path:
     return store
 
 
-def environment(server_conn: str, admin_port: int, ca_file: Path, folder: Path) -> dict[str, str]:
+def azure_form(conn: str) -> str:
+    """The connection string as Azure has it: Endpoint=sb://localhost/, no port, no flag."""
+    conn = re.sub(r"Endpoint=sb://[^;]+", "Endpoint=sb://localhost/", conn)
+    return re.sub(r";?UseDevelopmentEmulator=true", "", conn)
+
+
+def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]:
+    server_conn, admin_port = ready.connection_string, ready.admin_port
     admin_conn = re.sub(r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{admin_port}",
                         server_conn)
     admin_conn = re.sub(r";?UseDevelopmentEmulator=true", "", admin_conn)
+    # the Go module's live tests: with Azure's ports (AMQPS on 5671, HTTPS on 443) the
+    # connection string is Azure's own, which every test may derive others from (a SAS-token
+    # connection string drops the emulator flag and speaks TLS to the endpoint)
+    live_conn = azure_form(server_conn) if azure_ports else server_conn
     env = {
         "SBEMU_CONNECTION_STRING": server_conn,
         "SBEMU_ADMIN_CONNECTION_STRING": admin_conn,
-        "SBEMU_CA_FILE": str(ca_file),
-        "SSL_CERT_FILE": str(write_ca_bundle(ca_file, folder / "ca-bundle.pem")[0]),
-        "SERVICEBUS_CONNECTION_STRING": server_conn,
-        "SERVICEBUS_CONNECTION_STRING_PREMIUM": server_conn,
-        "SERVICEBUS_CONNECTION_STRING_NO_MANAGE": with_key(server_conn, "nomanage"),
-        "SERVICEBUS_CONNECTION_STRING_SEND_ONLY": with_key(server_conn, "sendonly"),
-        "SERVICEBUS_CONNECTION_STRING_LISTEN_ONLY": with_key(server_conn, "listenonly"),
+        "SBEMU_CA_FILE": str(ready.ca_file),
+        "SSL_CERT_FILE": str(write_ca_bundle(ready.ca_file, folder / "ca-bundle.pem")[0]),
+        "SERVICEBUS_CONNECTION_STRING": live_conn,
+        "SERVICEBUS_CONNECTION_STRING_PREMIUM": live_conn,
+        "SERVICEBUS_CONNECTION_STRING_NO_MANAGE": with_key(live_conn, "nomanage"),
+        "SERVICEBUS_CONNECTION_STRING_SEND_ONLY": with_key(live_conn, "sendonly"),
+        "SERVICEBUS_CONNECTION_STRING_LISTEN_ONLY": with_key(live_conn, "listenonly"),
         # the host the Go live tests' token-credential clients would use (those are listed as
         # not applicable: no emulator issues Azure AD tokens)
-        "SERVICEBUS_ENDPOINT": f"localhost:{admin_port}",
-        "SERVICEBUS_ENDPOINT_PREMIUM": f"localhost:{admin_port}",
+        "SERVICEBUS_ENDPOINT": "localhost" if azure_ports else f"localhost:{admin_port}",
+        "SERVICEBUS_ENDPOINT_PREMIUM": "localhost" if azure_ports else f"localhost:{admin_port}",
     }
+    if ready.tls_port is not None:
+        env["SBEMU_TLS_PORT"] = str(ready.tls_port)
+    if ready.ws_port is not None:
+        env["SBEMU_WS_PORT"] = str(ready.ws_port)
     if shutil.which("keytool"):
-        env["SBEMU_TRUSTSTORE"] = str(make_truststore(ca_file, folder))
+        env["SBEMU_TRUSTSTORE"] = str(make_truststore(ready.ca_file, folder))
         env["SBEMU_TRUSTSTORE_PASSWORD"] = TRUSTSTORE_PASSWORD
     return env
+
+
+# Azure's ports need a loopback where nothing else listens: a network namespace of our own.
+AZURE_PORTS = ("--tls-port", "5671", "--admin-port", "443", "--ws-port", "off")
+_IN_NETNS = "SBEMU_SDK_RUN_NETNS"
+
+
+def netns_unavailable() -> str | None:
+    """Why this process cannot make a network namespace of its own, or None."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        return "needs root with unshare and ip"
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False)
+    return None if probe.returncode == 0 else probe.stderr.decode(errors="replace").strip()
+
+
+def in_own_netns(argv: list[str]) -> int:
+    """Run this script again inside a new network namespace (loopback only, lo brought up)."""
+    env = {**os.environ, _IN_NETNS: "1"}
+    script = 'ip link set lo up && exec "$@"'
+    return subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", sys.executable,
+                           __file__, *argv], env=env, check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,21 +148,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", default=None, help="directory CMD runs in")
     parser.add_argument("--server-log", default=None,
                         help="write the server's output here (at debug level) for diagnosis")
+    parser.add_argument("--azure-ports", action="store_true",
+                        help="serve AMQPS on 5671 and the admin API (HTTPS) on 443, as Azure "
+                        "does, in a network namespace of its own (root); SERVICEBUS_* then hold "
+                        "Azure's connection string form (Endpoint=sb://localhost/, no flag)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("no command")
+    if args.azure_ports and os.environ.get(_IN_NETNS) != "1":
+        why = netns_unavailable()
+        if why is not None:
+            print(f"sdk_run: --azure-ports {why}; serving on free ports instead", file=sys.stderr)
+            args.azure_ports = False
+        else:
+            return in_own_netns(argv)
     folder = Path(tempfile.mkdtemp(prefix="sbemu-sdk-"))
     config_path = folder / "config.json"
     config_path.write_text(json.dumps(config()))
     server = SbemuProcess(config=config_path, data_dir=folder / "data",
                           log_level="debug" if args.server_log else "warning",
-                          stderr=folder / "server.stderr")
+                          stderr=folder / "server.stderr",
+                          args=AZURE_PORTS if args.azure_ports else ())
     try:
         ready = server.start()
-        env = {**os.environ, **environment(ready.connection_string, ready.admin_port,
-                                           ready.ca_file, folder)}
+        env = {**os.environ, **environment(ready, folder, args.azure_ports)}
         rc = subprocess.run(cmd, cwd=args.cwd, env=env, check=False).returncode
     finally:
         server.stop()

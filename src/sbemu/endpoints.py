@@ -22,11 +22,15 @@ import asyncio
 import logging
 import os
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .admin.http import AdminServer, HttpRoutes, Request, Response, json_response, start_admin
+from .admin.access import Access
+from .admin.http import AdminServer, Request, Response, json_response, start_admin
+from .admin.policy import AMQP, AccessPolicy
+from .admin.routes import HttpRoutes
 from .protocol.listener import AmqpProtocol, ByteStream, serve_websocket
 from .protocol.websocket import PATH, HandshakeRefused, accept_headers
 
@@ -105,8 +109,10 @@ async def start_websocket_port(
     host: str, port: ListenPort, handler: Callable[..., Any], context: ssl.SSLContext
 ) -> tuple[AdminServer | None, str | None]:
     """Listen for ws and wss on a port of its own (only the WebSocket path is served there)."""
-    routes = HttpRoutes()
-    routes.add("GET", PATH, handler)
+    # one route, whose rule is "AMQP authenticates itself" (SAS in $cbs, as over TCP): the
+    # same policy as the admin port's (sbemu.admin.policy), with nothing else to decide here
+    routes = HttpRoutes(AccessPolicy(host, [], Access(host, []), time.time))
+    routes.add("GET", PATH, handler, rule=AMQP)
     try:
         server = await start_admin(host, port.number, routes, ssl_context=context)
     except OSError as exc:

@@ -17,6 +17,7 @@ import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import quote_plus, unquote, unquote_plus
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "covers",
     "make_sas_token",
     "normalize_entity_path",
+    "token_key_name",
     "verify_sas_token",
 ]
 
@@ -119,8 +121,30 @@ def verify_sas_token(token: str, keys: Mapping[str, str], now: float) -> SasGran
     if not hmac.compare_digest(expected, presented):
         raise TokenError(401, f"invalid SAS signature for key {key_name!r}")
     if expires_at <= now:
-        raise TokenError(401, f"SAS token expired at {expires_at}")
-    return SasGrant(key_name, normalize_entity_path(unquote_plus(raw_sr)), float(expires_at))
+        # Azure's words, which the Go SDK's tests look for
+        when = datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        raise TokenError(401, f"ExpiredToken: The token is expired. Expiration time: '{when}'")
+    return SasGrant(key_name, token_scope(unquote_plus(raw_sr)), float(expires_at))
+
+
+def token_scope(resource: str) -> str:
+    """The entity path a token's ``sr`` grants ('' = the namespace). An ``sr`` is a URI; one
+    without a scheme starts with the host, as the Go SDK signs a namespace's connection string
+    (``sr=<namespace FQDN>``, CreateConnectionStringWithSAS), which Azure takes for the namespace."""
+    if "://" not in resource:
+        resource = "sb://" + resource
+    return normalize_entity_path(resource)
+
+
+_SKN = re.compile(r"(?:^|[&\s])skn=([^&]{0,200})")
+
+
+def token_key_name(token: object) -> str | None:
+    """The key name a token says it was signed with (for logging a rejected token), or None."""
+    if not isinstance(token, str) or not token.startswith(SAS_PREFIX):
+        return None
+    match = _SKN.search(token[len(SAS_PREFIX) :])
+    return unquote_plus(match.group(1)) if match else None
 
 
 def make_sas_token(resource: str, key_name: str, key: str, expiry: int) -> str:

@@ -26,6 +26,8 @@ from . import __version__, endpoints
 from .clock import Clock, TestClock
 from .config import Config, NamespaceConfig, QueueConfig, TopicConfig
 from .endpoints import EndpointError, ListenPort
+from .heap import HeapTrimmer, libc_malloc_trim
+from .logs.retention import plan_trim, registered_readers
 from .partitions.broker import PartitionBroker
 from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import SAVE_INTERVAL_MS as IDLE_SAVE_INTERVAL_MS
@@ -33,7 +35,6 @@ from .partitions.idle import load_idle_times, save_idle_times
 from .partitions.layout import StorageLayoutError
 from .partitions.lockfile import sweep_lock_files
 from .partitions.records import IncomingMessage, MessageRecord
-from .partitions.retention import plan_trim, registered_readers
 from .partitions.router import Router
 from .partitions.specs import entity_settings, queue_spec, topic_spec
 from .partitions.store import TRIM_LIMIT, StoreError
@@ -47,7 +48,6 @@ from .protocol.views import encode_property, encode_symbol
 
 if TYPE_CHECKING:
     from .admin.dashboard import Dashboard
-    from .admin.http import HttpRoutes
 
 log = logging.getLogger("sbemu.server")
 
@@ -146,6 +146,7 @@ class Server:
         self._amqp_server: asyncio.Server | None = None
         self.namespace_servers: dict[str, asyncio.Server] = {}
         self._admin_server: Any = None  # sbemu.admin.http.AdminServer
+        self.routes: Any = None  # sbemu.admin.routes.HttpRoutes, set by start()
         self._connections: set[AmqpProtocol] = set()
         self._turn_scheduled = False
         self._commits: GroupCommit | None = None  # the commit turn, set by start()
@@ -158,6 +159,8 @@ class Server:
         self.services: Services | None = None  # what AMQP connections share (stats included)
         self.dashboard: Dashboard | None = None
         self._closed = False  # stores closed and commit pool shut down: turns do nothing
+        # freed connection buffers go back to the system after a burst of closes (heap.py)
+        self._heap = HeapTrimmer(libc_malloc_trim())
         # AMQPS and the WebSocket port (sbemu.endpoints): None = not asked; the bound port
         # numbers once started (None when a default port could not be bound: see `unserved`)
         self._tls_listen, self._ws_listen = tls_port, ws_port
@@ -248,8 +251,9 @@ class Server:
         except (OSError, ValueError) as exc:
             raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
         try:
+            self.routes = self.admin_routes()  # listed by tests and the docs (docs/security.md)
             self._admin_server = await start_admin(
-                self.host, self.admin_port, self.admin_routes(), ssl_context=ssl_context
+                self.host, self.admin_port, self.routes, ssl_context=ssl_context
             )
         except OSError as exc:
             self._amqp_server.close()
@@ -462,6 +466,8 @@ class Server:
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
         self._save_idle_times(now_ms)
+        if self._heap.due(len(self._connections), self._loop.time()) and self._executor:
+            self._loop.run_in_executor(self._executor, self._heap.run)
         self._wake()
         if not self.keep_logs and now_ms >= self._retention_due_ms and self._retention is None:
             self._retention_due_ms = now_ms + RETENTION_INTERVAL_MS
@@ -490,26 +496,6 @@ class Server:
         else:
             loop.call_soon_threadsafe(sweep)
 
-    def _add_test_clock(self, routes: HttpRoutes) -> None:
-        """POST /test-clock/advance/<seconds>: only when the server runs on a TestClock
-        (SBEMU_TEST_CLOCK=1, loopback only), for tests that would otherwise sleep."""
-        from .admin.http import json_response
-
-        clock = self.clock
-        if not isinstance(clock, TestClock):
-            return
-
-        def advance(request: Any, params: dict[str, str]) -> Any:
-            text = params.get("rest", "").strip("/")
-            try:
-                now = clock.advance(float(text))
-            except ValueError as exc:
-                return json_response(400, {"error": f"expected /test-clock/advance/<seconds>: {exc}"})
-            log.info("test clock advanced by %s s (offset now %.3f s)", text, clock.offset)
-            return json_response(200, {"now_ms": int(now * 1000), "offset_s": clock.offset})
-
-        routes.add("POST", "/test-clock/advance", advance, prefix=True)
-
     # ------------------------------------------------------------------ log retention
     def _start_retention(self) -> None:
         """Trim the partition logs in a worker thread (one pass at a time)."""
@@ -526,7 +512,7 @@ class Server:
         future.add_done_callback(done)
 
     def trim_logs(self, brokers: list[PartitionBroker]) -> None:
-        """One retention pass (see sbemu.partitions.retention); runs off the event loop."""
+        """One retention pass (see sbemu.logs.retention); runs off the event loop."""
         cap = self.log_retention_records
         for broker in brokers:
             store = broker.store
@@ -558,30 +544,34 @@ class Server:
 
     # ------------------------------------------------------------------ admin routes
     def admin_routes(self) -> Any:
-        """The admin port's route table (sbemu.admin.http.HttpRoutes)."""
-        from .admin.http import HttpRoutes, json_response
+        """The admin port's route table (sbemu.admin.routes.HttpRoutes): every route with its
+        rule, decided by one access policy (sbemu.admin.policy)."""
+        from .admin.access import Access
+        from .admin.atom import add_atom_routes
+        from .admin.dashboard import Dashboard
+        from .admin.operator import add_operator_routes
+        from .admin.policy import AMQP, AccessPolicy, NamespaceKeys
+        from .admin.routes import HttpRoutes
 
-        routes = HttpRoutes()
-
-        def legacy(fn: Any) -> Any:
-            def handler(request: Any, params: dict[str, str]) -> Any:
-                status, body = fn(params["rest"]) if "rest" in params else fn()
-                return json_response(status, body)
-
-            return handler
-
-        routes.add("GET", "/health", legacy(self._health))
+        namespaces = self.config.namespaces
+        manage = [(p.key_name, p.key) for ns in namespaces for p in ns.sas_policies
+                  if "Manage" in p.rights]
+        access = Access(self.host, manage)
+        keys = [
+            NamespaceKeys(
+                ns.name,
+                {p.key_name: p.key for p in ns.sas_policies},
+                {p.key_name: frozenset(p.rights) for p in ns.sas_policies},
+            )
+            for ns in namespaces
+        ]
+        routes = HttpRoutes(AccessPolicy(self.host, keys, access, self.clock))
+        add_operator_routes(routes, self)
         if self._websocket_handler is not None:  # AMQP over WebSockets (sbemu.endpoints)
-            routes.add("GET", endpoints.PATH, self._websocket_handler)
-        routes.add("GET", "/partitions", legacy(self._partitions))
-        routes.add("POST", "/partitions", legacy(self._partition_command), prefix=True)
-        routes.add("POST", "/entities", legacy(self._status_command), prefix=True)
-        self._add_dashboard(routes)
-        from .admin.atom import add_atom_routes, add_purge_routes
-
-        add_purge_routes(routes, self.management)
+            routes.add("GET", endpoints.PATH, self._websocket_handler, rule=AMQP)
+        self.dashboard = Dashboard(self, access, WIRE_CODEC)
+        self.dashboard.register(routes)
         add_atom_routes(routes, self.management)
-        self._add_test_clock(routes)
         return routes
 
     # ------------------------------------------------------------------ runtime entities
@@ -688,120 +678,3 @@ class Server:
             save_idle_times(self.data_dir, times, True)
         except OSError as exc:
             log.warning("cannot save the AutoDeleteOnIdle times: %s", exc)
-
-    def _status_command(self, rest: str) -> tuple[int, dict[str, Any]]:
-        """POST /entities/<namespace>/<queue|topic>[/subscriptions/<sub>]/status/<Status>: the
-        same change as an admin API update of Status (persisted, applied to open links)."""
-        from urllib.parse import unquote
-
-        from .config import ENTITY_STATUSES
-        from .errors import ServiceBusError
-
-        assert self.management is not None
-        parts = [unquote(p) for p in rest.strip("/").split("/")]
-        if len(parts) < 4 or parts[-2].lower() != "status":
-            return 400, {
-                "error": "expected /entities/<namespace>/<entity>[/subscriptions/<name>]"
-                "/status/<Active|Disabled|SendDisabled|ReceiveDisabled>"
-            }
-        namespace, path, value = parts[0], parts[1:-2], parts[-1]
-        entity = self.management.entity(namespace, path[0])
-        sub_name = path[2] if len(path) == 3 and path[1].lower() == "subscriptions" else None
-        if entity is None or (len(path) != 1 and sub_name is None):
-            return 404, {"error": f"no entity {'/'.join(path)!r} in namespace {namespace!r}"}
-        kind = "subscription" if sub_name else entity.spec.kind
-        allowed = {a.lower(): a for a in ENTITY_STATUSES[kind]}
-        if value.lower() not in allowed:
-            return 400, {"error": f"{value!r} is not a {kind} status: use {', '.join(allowed.values())}"}
-        status = allowed[value.lower()]
-        try:
-            if sub_name is not None:
-                sub = self.management.subscription(entity, sub_name)
-                if sub is None:
-                    return 404, {"error": f"no subscription {sub_name!r} on {entity.name!r}"}
-                self.management.update_subscription(
-                    namespace, entity.name, sub_name, dict(sub) | {"status": status}
-                )
-            else:
-                current = {k: v for k, v in entity.description.items() if k != "subscriptions"}
-                self.management.update_entity(
-                    namespace, kind, entity.name, current | {"status": status}
-                )
-        except ServiceBusError as exc:
-            return exc.status_code, {"error": exc.description}
-        except (OSError, StoreError) as exc:  # the data dir cannot be written: nothing changed
-            log.warning("status of %s/%s not changed: the data dir cannot be written: %s",
-                        namespace, "/".join(path), exc)
-            return 503, {"error": f"the change cannot be stored now ({exc}); retry later"}
-        log.warning("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
-        return 200, {"namespace": namespace, "entity": "/".join(path), "status": status}
-
-    # ------------------------------------------------------------------ operator commands
-    def _partitions(self) -> tuple[int, dict[str, Any]]:
-        assert self.router is not None
-        return 200, {
-            "entities": [self.router.partition_status(e) for e in self.router.entities.values()]
-        }
-
-    def _partition_command(self, rest: str) -> tuple[int, dict[str, Any]]:
-        """POST /partitions/<namespace>/<entity>/<n>/(offline|online)."""
-        from urllib.parse import unquote
-
-        from .errors import ServiceBusError
-
-        assert self.router is not None
-        parts = [unquote(p) for p in rest.strip("/").split("/")]
-        if len(parts) < 4 or parts[-1] not in ("offline", "online") or not parts[-2].isdigit():
-            return 400, {
-                "error": "expected /partitions/<namespace>/<entity>/<partition>/(offline|online)"
-            }
-        namespace, entity = parts[0], "/".join(parts[1:-2])
-        try:
-            status = self.router.set_partition_online(
-                namespace, entity, int(parts[-2]), parts[-1] == "online"
-            )
-        except ServiceBusError as exc:
-            return exc.status_code, {"error": exc.description}
-        log.warning("partition %s of %s/%s is now %s", parts[-2], namespace, entity, parts[-1])
-        self._wake()
-        return 200, status
-
-    # ------------------------------------------------------------------ dashboard
-    def _add_dashboard(self, routes: HttpRoutes) -> None:
-        """The web dashboard, its JSON/SSE API and /metrics on the admin port (sbemu.admin)."""
-        from .admin.access import Access
-        from .admin.dashboard import Dashboard
-
-        manage = [
-            (p.key_name, p.key)
-            for ns in self.config.namespaces
-            for p in ns.sas_policies
-            if "Manage" in p.rights
-        ]
-        self.dashboard = Dashboard(self, Access(self.host, manage), WIRE_CODEC)
-        self.dashboard.register(routes)
-
-    # ------------------------------------------------------------------ health
-    def _health(self) -> tuple[int, dict[str, Any]]:
-        router = self.router
-        entities = []
-        if router is not None:
-            for (ns, _), entity in router.entities.items():
-                healthy = all(p.healthy for p in entity.partitions)
-                entities.append(
-                    {
-                        "namespace": ns,
-                        "name": entity.name,
-                        "kind": entity.spec.kind,
-                        "partitions": len(entity.partitions),
-                        "status": "Available" if healthy else "Limited",
-                    }
-                )
-        return 200, {
-            "status": "healthy",
-            "version": __version__,
-            "uptime_seconds": round(time.time() - self.started_at, 3),
-            "connections": len(self._connections),
-            "namespaces": [ns.name for ns in self.config.namespaces],
-            "entities": entities,
-        }

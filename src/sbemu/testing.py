@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -121,6 +122,7 @@ class SbemuProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.ready: Ready | None = None
         self.output: list[str] = []  # every stdout line of every start
+        self._output_changed = threading.Condition()
         self.starts = 0
         self._stderr_from = 0  # where this start's stderr begins in stderr_path
 
@@ -156,7 +158,7 @@ class SbemuProcess:
             )  # fmt: skip
         lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(
-            target=_pump, args=(self.proc.stdout, lines, self.output), daemon=True
+            target=self._pump, args=(self.proc.stdout, lines), daemon=True
         ).start()
         deadline = time.monotonic() + timeout
         while True:
@@ -171,6 +173,30 @@ class SbemuProcess:
             if self.ready_path.exists():  # written before the first ready line
                 self.ready = Ready.parse(json.loads(self.ready_path.read_text()))
                 return self.ready
+
+    def _pump(self, stream: IO[str] | None, lines: queue.Queue[str | None]) -> None:
+        """Read the server's stdout for its whole life (it never blocks on a full pipe)."""
+        assert stream is not None
+        for line in stream:
+            with self._output_changed:
+                self.output.append(line.rstrip("\n"))
+                self._output_changed.notify_all()
+            lines.put(line)
+        lines.put(None)
+
+    def wait_for_output(self, pattern: str, timeout: float = START_TIMEOUT) -> re.Match[str]:
+        """The first stdout line (of any start) that matches the regular expression
+        ``pattern``, waiting up to ``timeout`` s for it to be printed; TimeoutError if none."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._output_changed:
+            while True:
+                for line in self.output:
+                    if match := regex.search(line):
+                        return match
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._output_changed.wait(left):
+                    raise TimeoutError(f"no stdout line matching {pattern!r} in {timeout}s")
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
         """SIGTERM and wait; returns the exit code (None if never started). A process that
@@ -227,10 +253,3 @@ class SbemuProcess:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def _pump(stream: IO[str] | None, lines: queue.Queue[str | None], keep: list[str]) -> None:
-    """Read the server's stdout for its whole life (it never blocks on a full pipe)."""
-    assert stream is not None
-    for line in stream:
-        keep.append(line.rstrip("\n"))
-        lines.put(line)
-    lines.put(None)

@@ -21,7 +21,16 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusError
-from hardening.common import NAMESPACE, SdkProbe, Server, drain_ids, make_config, queue_def
+from hardening.common import (
+    KEY,
+    KEY_NAME,
+    NAMESPACE,
+    SdkProbe,
+    Server,
+    drain_ids,
+    make_config,
+    queue_def,
+)
 from hardening.diskfaults import LoopFs, available
 
 from sbemu.partitions.keys import partition_for_key
@@ -216,12 +225,18 @@ def _admin(srv: Server, ca: Path) -> Any:
 
 
 def _post(srv: Server, path: str) -> int:
-    """POST on the admin port over plain HTTP (loopback); returns the status code."""
+    """POST on the admin port over plain HTTP (loopback) with a Manage SAS token, as a real
+    client sends it; returns the status code."""
     import http.client
 
+    from sbemu.sas import make_sas_token
+
+    token = make_sas_token(
+        f"sb://localhost:{srv.admin_port}/", KEY_NAME, KEY, int(time.time()) + 3600
+    )
     conn = http.client.HTTPConnection("127.0.0.1", srv.admin_port, timeout=10)
     try:
-        conn.request("POST", path)
+        conn.request("POST", path, headers={"Authorization": token})
         return conn.getresponse().status
     finally:
         conn.close()

@@ -29,6 +29,7 @@ GUARDS = {
     "AZURE_TOKEN_CREDENTIALS": "AzureCLICredential",
     "HTTPS_PROXY": "http://127.0.0.1:9",
     "HTTP_PROXY": "http://127.0.0.1:9",
+    "GOPROXY": "off",  # everything was downloaded by `make go-deps`; nothing is fetched here
 }
 
 

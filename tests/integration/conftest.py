@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,7 +134,17 @@ class ServerProcess:
         self.host = "127.0.0.1"
         self.test_clock = True  # SBEMU_TEST_CLOCK=1: advance_clock() works
         self._launcher: SbemuProcess | None = None
-        self.ready: Ready | None = None  # the last start's ready document
+
+    @property
+    def ready(self) -> Ready:
+        """The ready document of the running server (sbemu.ready)."""
+        assert self._launcher is not None and self._launcher.ready is not None
+        return self._launcher.ready
+
+    def wait_for_output(self, pattern: str) -> re.Match[str]:
+        """The first stdout line matching ``pattern`` (sbemu.testing), waiting for it."""
+        assert self._launcher is not None
+        return self._launcher.wait_for_output(pattern, START_TIMEOUT)
 
     @property
     def proc(self) -> subprocess.Popen[str] | None:
@@ -157,7 +168,6 @@ class ServerProcess:
             ready = self._launcher.start(START_TIMEOUT)
         except StartError as exc:
             raise ServerError(str(exc)) from None
-        self.ready = ready
         self.port, self.admin_port, self.conn_str = (
             ready.amqp_port, ready.admin_port, ready.connection_string,
         )  # fmt: skip
@@ -192,6 +202,15 @@ class ServerProcess:
                 raise ServerError(f"SIGTERM exit code {rc}; stderr={self.stderr_text()!r}")
         return self.start()
 
+    def admin_headers(self) -> dict[str, str]:
+        """What a real client sends to the admin port's state-changing routes: a SAS token of
+        a Manage key for the namespace (docs/security.md). Valid for a week of server time, so
+        tests that advance the server's clock keep it."""
+        token = make_sas_token(
+            f"sb://localhost:{self.admin_port}/", KEY_NAME, KEY, int(time.time()) + 7 * 86400
+        )
+        return {"Authorization": token}
+
     def advance_clock(self, seconds: float) -> int:
         """Move the server's clock ``seconds`` forward (its TestClock, SBEMU_TEST_CLOCK=1): locks,
         time-to-live, schedules and idle deletion come due as if that time had passed; the
@@ -205,6 +224,7 @@ class ServerProcess:
             f"http://{self.host}:{self.admin_port}/test-clock/advance/{seconds}",
             data=b"",
             method="POST",
+            headers=self.admin_headers(),
         )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return int(json.loads(resp.read())["now_ms"])

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,9 +51,10 @@ def sb(sbemu_server: SbemuServer) -> Iterator[ServiceBusClient]:
 
 
 def post(server: SbemuServer, path: str) -> dict:
-    req = urllib.request.Request(f"{server.admin_url}{path}", data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+    """A signed POST (a SAS token of the Manage key), as a real client sends it."""
+    status, body = server.request("POST", path, b"")
+    assert status == 200, (status, body)
+    return json.loads(body)
 
 
 def unique(prefix: str) -> str:
@@ -406,3 +406,22 @@ def test_missing_subscription_and_rule_are_404_a_missing_queue_an_empty_feed(
         assert b"<Error><Code>404</Code>" in body and b"was not found" in body, body
     status, body = sbemu_server.request("GET", f"{topic}/Subscriptions/s1/Rules/$Default")
     assert status == 200 and b"<entry" in body
+
+
+def test_topic_runtime_counts_its_scheduled_messages(
+    admin: ServiceBusAdministrationClient, sb: ServiceBusClient, sbemu_entities: EntityFactory
+) -> None:
+    # a topic's scheduled message waits in the topic until it fires: Azure's
+    # TopicRuntimeProperties count it (ScheduledMessageCount) and its bytes (SizeInBytes), as the
+    # Go SDK's live test TestAdminClient_TopicAndSubscriptionRuntimeProperties checks
+    for partitioned in (False, True):
+        topic = sbemu_entities.topic(subscriptions=("s1",), enable_partitioning=partitioned)
+        with sb.get_topic_sender(topic) as sender:
+            sender.schedule_messages(
+                ServiceBusMessage("later"),
+                dt.datetime.now(dt.UTC) + dt.timedelta(hours=2),
+            )
+        runtime = admin.get_topic_runtime_properties(topic)
+        assert runtime.scheduled_message_count == 1
+        assert runtime.size_in_bytes > 0
+        assert admin.get_subscription_runtime_properties(topic, "s1").active_message_count == 0

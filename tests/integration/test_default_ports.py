@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_tls import old_sdk_python
+from tls_support import old_sdk_python
 
 HERE = Path(__file__).resolve().parent
 JS = HERE.parent / "js"

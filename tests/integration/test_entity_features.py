@@ -174,7 +174,7 @@ def test_cancel_unknown_sequence_is_a_clean_error(client: ServiceBusClient, enti
 
 def set_status(server: ServerProcess, path: str, status: str) -> None:
     url = f"http://127.0.0.1:{server.admin_port}/entities/{NAMESPACE}/{path}/status/{status}"
-    request = urllib.request.Request(url, data=b"", method="POST")
+    request = urllib.request.Request(url, data=b"", method="POST", headers=server.admin_headers())
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
 
@@ -545,7 +545,11 @@ def test_kill_during_steady_forwarding_loses_and_duplicates_nothing(
     try:
         offline = f"/partitions/{NAMESPACE}/crash-dst/{CRASH_OFFLINE_PARTITION}/offline"
         urllib.request.urlopen(
-            urllib.request.Request(f"http://127.0.0.1:{server.admin_port}{offline}", method="POST"),
+            urllib.request.Request(
+                f"http://127.0.0.1:{server.admin_port}{offline}",
+                method="POST",
+                headers=server.admin_headers(),
+            ),
             timeout=10,
         ).close()
         sender = threading.Thread(target=send_until, args=(CRASH_TOTAL, stop))

@@ -6,11 +6,14 @@ tests/js/namespaces.test.mjs."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
 from integration_support import ServerProcess, make_config, queue_def
+
+NS_LINE = re.compile(r"namespace (\S+) on amqp://[^ ]+:(\d+): (Endpoint=\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +34,12 @@ def two_namespaces(tmp_path_factory):
     (tmp / "config.json").write_text(json.dumps(config))
     server = ServerProcess(tmp / "config.json", tmp / "data", tmp).start()
     try:
-        assert server.ready is not None
-        (other,) = [ns for ns in server.ready.namespaces if ns["name"] == "otherns"]
-        assert other["amqp_port"] != server.port  # served on its own AmqpPort
-        yield server, other["connection_string"]
+        # the namespace's own port, from the ready document (its ready line says the same)
+        (entry,) = [ns for ns in server.ready.namespaces if ns["name"] == "otherns"]
+        assert entry["amqp_port"] != server.port
+        match = server.wait_for_output(NS_LINE.pattern)
+        assert match.group(3) == entry["connection_string"]
+        yield server, entry["connection_string"]
     finally:
         server.stop()
 

@@ -94,7 +94,10 @@ def cli_ok(server: Any, *args: str) -> Any:
 
 def http(server: Any, method: str, path: str) -> tuple[int, Any]:
     request = urllib.request.Request(
-        admin_url(server) + path, data=b"" if method == "POST" else None, method=method
+        admin_url(server) + path,
+        data=b"" if method == "POST" else None,
+        method=method,
+        headers=server.admin_headers() if method == "POST" else {},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:

@@ -26,7 +26,10 @@ SBEMU_QUEUES = [queue_def("clock-ttl", ttl="PT10S", dead_letter_on_expiration=Tr
 
 def _post(server: ServerProcess, path: str) -> tuple[int, dict]:
     req = urllib.request.Request(
-        f"http://{server.host}:{server.admin_port}{path}", data=b"", method="POST"
+        f"http://{server.host}:{server.admin_port}{path}",
+        data=b"",
+        method="POST",
+        headers=server.admin_headers(),
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:

@@ -15,8 +15,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,18 +24,8 @@ from azure.servicebus.exceptions import (
     ServiceBusAuthorizationError,
     ServiceBusConnectionError,
 )
-
-from conftest import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerProcess
-
-# The last azure-servicebus release before UseDevelopmentEmulator support (added in 7.14.0):
-# code written against it must reach sbemu with the CA trusted. It strips the Endpoint's port
-# and takes any custom_endpoint_address as a WebSocket address (whatever transport_type says),
-# so on a test port it speaks wss (websocket-client is its optional WebSocket dependency);
-# AMQPS on the default port 5671 is tested in test_default_ports.py.
-OLD_SDK = ("azure-servicebus==7.13.0", "websocket-client==1.9.0", "azure-core==1.41.0",
-           "isodate==0.7.2", "typing-extensions==4.16.0")
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+from integration_support import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerProcess
+from tls_support import old_sdk_python, refused_by_cbs
 
 
 def tls_client(server: ServerProcess, **kwargs: Any) -> ServiceBusClient:
@@ -78,6 +66,19 @@ def test_ssl_cert_file_through_a_default_context(
         round_trip(client, "q1", "trusted through SSL_CERT_FILE")
 
 
+def test_ssl_cert_file_alone_is_not_read_by_the_sdk(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What docs/clients.md says: without connection_verify or ssl_context the SDK verifies
+    against certifi's bundle, so SSL_CERT_FILE by itself does not make it trust the CA."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+    with tls_client(server, connection_verify=None) as client:
+        with pytest.raises((ServiceBusConnectionError, ServiceBusAuthenticationError)) as info:
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("never sent"))
+    assert "CERTIFICATE_VERIFY_FAILED" in repr(info.value) + repr(info.value.__cause__)
+
+
 def test_async_client_over_amqps(server: ServerProcess) -> None:
     from azure.servicebus.aio import ServiceBusClient as AsyncClient
 
@@ -108,14 +109,6 @@ def test_a_client_without_the_ca_refuses_the_server(server: ServerProcess) -> No
     assert "CERTIFICATE_VERIFY_FAILED" in repr(info.value) + repr(info.value.__cause__)
     with tls_client(server) as client:  # the server is unharmed
         round_trip(client, "q1", "after a refused client")
-
-
-def refused_by_cbs(error: BaseException) -> str:
-    """The $cbs verdict behind an SDK error. With a custom_endpoint_address the Python SDK
-    maps every authentication failure to ServiceBusConnectionError ("for uamqp parity"), so
-    the class alone does not say it; the CBS status in the error's context does."""
-    assert isinstance(error, (ServiceBusAuthenticationError, ServiceBusConnectionError)), error
-    return repr(error.__context__)
 
 
 def test_a_wrong_key_is_refused_over_amqps(server: ServerProcess) -> None:
@@ -153,29 +146,6 @@ def test_plain_amqp_on_the_tls_port_gets_no_amqp(server: ServerProcess) -> None:
 
 
 # ---------------------------------------------------------------------- an SDK before the flag
-def old_sdk_python() -> Path:
-    """A virtual environment with azure-servicebus 7.13.0 from PyPI (made once, kept in .venv)."""
-    import fcntl
-
-    home = ROOT / ".venv" / "old-sdk" / OLD_SDK[0].replace("==", "-")
-    python = home / "bin" / "python"
-    stamp = home / ".installed"
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time (xdist workers)
-        if not stamp.exists() or stamp.read_text() != " ".join(OLD_SDK):
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
-            result = subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                 *OLD_SDK],
-                capture_output=True, text=True, timeout=600,
-            )
-            if result.returncode != 0:
-                pytest.fail(f"pip install {' '.join(OLD_SDK)} failed:\n{result.stderr[-2000:]}")
-            stamp.write_text(" ".join(OLD_SDK))
-    return python
-
-
 OLD_SDK_SCRIPT = """
 import sys
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType, __version__

@@ -540,7 +540,10 @@ def test_commit_failing_on_an_expired_lock_keeps_none_of_the_transaction(server,
 
 def _admin_post(server: Any, path: str) -> dict:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{server.admin_port}{path}", data=b"", method="POST"
+        f"http://127.0.0.1:{server.admin_port}{path}",
+        data=b"",
+        method="POST",
+        headers=server.admin_headers(),
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())

@@ -12,18 +12,26 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import os
 import socket
 import ssl
+import time
 import urllib.request
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
-from azure.servicebus.exceptions import ServiceBusConnectionError
-from test_tls import refused_by_cbs
+from azure.servicebus.exceptions import ServiceBusConnectionError, ServiceBusError
+from integration_support import (
+    DEFAULT_QUEUES,
+    KEY,
+    KEY_NAME,
+    ServerProcess,
+    make_config,
+    queue_def,
+)
+from tls_support import refused_by_cbs
 from websocket import ABNF, WebSocketBadStatusException, create_connection
-
-from conftest import DEFAULT_QUEUES, KEY, KEY_NAME, ServerProcess, queue_def
 
 SBEMU_QUEUES = [*DEFAULT_QUEUES, queue_def("sessq", RequiresSession=True)]
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -239,3 +247,70 @@ def test_sigterm_with_open_websocket_and_amqps_connections_stops_cleanly(
         tls.close()
     log = own_server.stderr_text()
     assert "Traceback" not in log and "ERROR" not in log, log
+
+
+# ------------------------------------------------------------------ the same limits as TCP
+@pytest.fixture()
+def limited(tmp_path: Any) -> Any:
+    """A server allowing 2 connections, each 2 s to reach its AMQP open (sbemu.protocol.limits)."""
+    from sbemu.testing import SbemuProcess
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(make_config([queue_def("q1")])))
+    env = {**os.environ, "SBEMU_MAX_CONNECTIONS": "2", "SBEMU_HANDSHAKE_TIMEOUT": "2"}
+    process = SbemuProcess(config=config, data_dir=tmp_path / "data", env=env,
+                           stderr=tmp_path / "server.stderr")
+    try:
+        yield process.start()
+    finally:
+        process.cleanup()
+
+
+def test_a_silent_websocket_is_closed_after_the_handshake_timeout(limited: Any) -> None:
+    ws = create_connection(f"ws://127.0.0.1:{limited.admin_port}/$servicebus/websocket",
+                           timeout=15, subprotocols=["AMQPWSB10"])
+    try:
+        started = time.monotonic()
+        opcode, _ = ws.recv_data_frame(control_frame=True)  # nothing sent: the server gives up
+        assert opcode == ABNF.OPCODE_CLOSE
+        assert 1.5 < time.monotonic() - started < 12
+    finally:
+        ws.close()
+
+
+def test_websocket_connections_count_against_the_connection_cap(limited: Any) -> None:
+    key = "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE"
+    ca = str(limited.ca_file)
+
+    def client() -> ServiceBusClient:
+        return ServiceBusClient.from_connection_string(
+            f"Endpoint=sb://localhost/;{key}", connection_verify=ca, retry_total=0,
+            transport_type=TransportType.AmqpOverWebsocket,
+            custom_endpoint_address=f"sb://localhost:{limited.admin_port}",
+        )
+
+    with contextlib.ExitStack() as stack:
+        for _ in range(2):  # the cap: two open connections (one over wss, one over ws is alike)
+            stack.enter_context(stack.enter_context(client()).get_queue_sender("q1"))
+        with pytest.raises(ServiceBusError) as info:
+            with client() as third, third.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("over the cap"))
+    assert "maximum number of connections" in str(info.value) + repr(info.value.__context__)
+
+
+def test_wss_through_an_http_proxy(server: ServerProcess) -> None:
+    """Why many users need WebSockets: only an HTTP proxy leads out. The SDK's http_proxy sends
+    CONNECT to the proxy (proxy.py here, a real one) and speaks wss through the tunnel; once the
+    proxy is gone the same client cannot connect (it never went around it)."""
+    import proxy
+
+    flags = ["--hostname", "127.0.0.1", "--port", "0", "--num-acceptors", "1",
+             "--num-workers", "1", "--log-level", "WARNING"]
+    with proxy.Proxy(flags) as running:
+        tunnel = {"proxy_hostname": "127.0.0.1", "proxy_port": running.flags.port}
+        with ws_client(server, server.admin_port, http_proxy=tunnel) as client:
+            round_trip(client, "q1", "through a proxy")
+    with ws_client(server, server.admin_port, http_proxy=tunnel) as client:
+        with pytest.raises(ServiceBusConnectionError):
+            with client.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage("no proxy, no way"))

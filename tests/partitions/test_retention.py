@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
-from sbemu.partitions.retention import (
+from sbemu.logs.retention import (
     plan_trim,
     reader_name,
     register_reader,
     registered_readers,
 )
+from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
 from sbemu.partitions.store import PartitionStore, WriteBatch, key_of
 from sbemu.server import Server
 

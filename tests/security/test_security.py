@@ -135,3 +135,87 @@ def test_renewed_token_keeps_the_link(server):
         sender.send(Message(body="after the first token expired"), timeout=5)
     finally:
         conn.close()
+
+
+def _wait_for(server, text: str, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = server.stderr_path.read_text(errors="replace")
+        if text in log:
+            return log
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not in the server's log: {server.stderr()[-2000:]}")
+
+
+def test_rejected_token_and_plain_key_are_logged_with_key_name_reason_and_peer(server):
+    """An SDK shows only amqp:client-error / unauthorized: the server's log says why."""
+    conn = _anon(server)
+    try:
+        assert put_token(conn, "sb://localhost/secq", token(server, "secq", key="WRONG")) == 401
+    finally:
+        conn.close()
+    log = _wait_for(server, "$cbs put-token: invalid SAS signature")
+    line = next(ln for ln in log.splitlines() if "$cbs put-token: invalid SAS signature" in ln)
+    assert "WARNING" in line and f"'{KEY_NAME}'" in line and "from 127.0.0.1:" in line
+    from proton import ConnectionException
+    from proton.utils import BlockingConnection
+
+    with pytest.raises(ConnectionException):
+        BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
+                           allowed_mechs="PLAIN", user="listenonly", password="NOT_IT")
+    line = next(ln for ln in _wait_for(server, "SASL PLAIN: wrong key").splitlines()
+                if "SASL PLAIN: wrong key" in ln)
+    assert "'listenonly'" in line and "from 127.0.0.1:" in line
+
+
+def test_rejections_are_rate_limited(server):
+    """A client retrying a wrong key in a loop does not flood the log."""
+    conn = _anon(server)
+    bad = token(server, "secq", key_name="flooder", key="WRONG")
+    try:
+        for _ in range(40):
+            assert put_token(conn, "sb://localhost/secq", bad) == 401
+    finally:
+        conn.close()
+    log = server.stderr_path.read_text(errors="replace")
+    # at most 10 lines a minute (this module's earlier refusals share the budget; the exact
+    # counting is tests/unit/test_admin_policy.py's): 40 refusals did not make 40 lines
+    assert log.count("'flooder'") <= 10
+    assert log.count("rejected credentials from") <= 20
+
+
+def test_a_message_nesting_too_deep_is_refused_at_send_and_the_queue_stays_readable(server):
+    """Issue 24: a message whose application properties nested 10,000 deep was accepted, and the
+    explorer's view of its queue failed from then on. Now it is refused at send with
+    com.microsoft:argument-error (the limit is 32 levels: sbemu.protocol.nesting)."""
+    import json
+    import urllib.request
+
+    from proton import Delivery
+    from proton.utils import BlockingConnection
+
+    def nested(depth: int) -> dict:
+        value: dict = {"leaf": 1}
+        for _ in range(depth - 1):
+            value = {"k": value}
+        return value
+
+    conn = BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
+                              allowed_mechs="PLAIN", user=KEY_NAME, password=KEY)
+    try:
+        sender = conn.create_sender("otherq")
+        deep = Message(body=b"deep", properties={"p": nested(40)})
+        delivery = sender.send(deep, error_states=[])
+        assert delivery.remote_state == Delivery.REJECTED, delivery.remote_state
+        condition = delivery.remote.condition
+        assert condition is not None and condition.name == "com.microsoft:argument-error"
+        assert "nests more than 32 levels" in condition.description
+        ok = sender.send(Message(body=b"fine", properties={"p": nested(20)}), error_states=[])
+        assert ok.remote_state == Delivery.ACCEPTED
+    finally:
+        conn.close()
+    url = (f"http://127.0.0.1:{server.admin_port}/api/messages?ns=sbemulatorns&entity=otherq"
+           "&state=active")
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        page = json.loads(resp.read())
+    assert [m["body"]["text"] for m in page["messages"]] == ["fine"], page

@@ -122,15 +122,15 @@ class Entity:
         return out
 
     def complete(self, pid: int, lock, now: int) -> None:
-        self.brokers[pid].complete(lock.token, now, lambda e: None)
+        self.brokers[pid].complete(lock.key, now, lambda e: None)
         self.commit(pid)
 
     def abandon(self, pid: int, lock, now: int) -> None:
-        self.brokers[pid].abandon(lock.token, now, None, lambda e: None)
+        self.brokers[pid].abandon(lock.key, now, None, lambda e: None)
         self.commit(pid)
 
     def dead_letter(self, pid: int, lock, now: int, reason: str | None) -> None:
-        self.brokers[pid].dead_letter(lock.token, now, reason, "test", None, lambda e: None)
+        self.brokers[pid].dead_letter(lock.key, now, reason, "test", None, lambda e: None)
         self.commit(pid)
 
     def tick(self, pid: int, now: int) -> None:
@@ -256,8 +256,8 @@ def traffic_run2(data_dir: str) -> None:
 
 
 def all_records(data_dir: str) -> list[dict]:
-    """Every log record under a data directory (read through sbemu.partitions.logreader)."""
-    from sbemu.partitions import logreader as reporting
+    """Every log record under a data directory (read through sbemu.logs.reader)."""
+    from sbemu.logs import reader as reporting
     from sbemu.partitions.records import decode_log
 
     out = []
@@ -334,7 +334,7 @@ def spark_tables(spark, out: str) -> dict[str, set]:
     """The Parquet tables of a report directory, in reference_tables() form."""
     from sparkjobs.report import read_table
 
-    from sbemu.reporttables import TABLES
+    from sbemu.reports.tables import TABLES
 
     result = {}
     for name in TABLES:

@@ -21,8 +21,8 @@ import pytest
 from spark_traffic import all_records, reference_tables, spark_tables
 from test_spark_server import Server, receive
 
-from sbemu.export import export_logs
-from sbemu.partitions import logreader
+from sbemu.logs import reader as logreader
+from sbemu.logs.export import export_logs
 
 pytestmark = pytest.mark.cluster
 

@@ -25,8 +25,8 @@ from spark_traffic import (
     ts,
 )
 
-from sbemu.logevents import EVENT_COLUMNS
-from sbemu.partitions import logreader
+from sbemu.logs import reader as logreader
+from sbemu.logs.events import EVENT_COLUMNS
 
 
 def table(spark, out, name):

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from spark_traffic import NS, bulk_logs, entity_dir
 
-from sbemu.export import export_logs
-from sbemu.partitions import logreader
-from sbemu.partitions.retention import reader_name, registered_readers
-from sbemu.partitions.segments import SEGMENT_RE
+from sbemu.logs import reader as logreader
+from sbemu.logs.export import export_logs
+from sbemu.logs.retention import reader_name, registered_readers
+from sbemu.logs.segments import SEGMENT_RE
 from sbemu.partitions.store import PartitionStore
 from sbemu.server import Server
 

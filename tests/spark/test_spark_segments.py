@@ -19,10 +19,10 @@ from spark_traffic import (
 )
 
 from sbemu.cli import main as sbemu_main
-from sbemu.export import export_logs
-from sbemu.partitions import logreader
+from sbemu.logs import reader as logreader
+from sbemu.logs.export import export_logs
+from sbemu.logs.segments import SEGMENT_VERSION
 from sbemu.partitions.records import decode_log
-from sbemu.partitions.segments import SEGMENT_VERSION
 
 
 def segment_files(root):

@@ -11,8 +11,8 @@ import time
 
 from spark_traffic import all_records, reference_tables, spark_tables
 
-from sbemu.export import export_logs
-from sbemu.partitions import logreader
+from sbemu.logs import reader as logreader
+from sbemu.logs.export import export_logs
 from sbemu.testing import SbemuProcess
 
 NS = "sbemulatorns"

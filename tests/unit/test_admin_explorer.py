@@ -172,3 +172,34 @@ def test_resubmit_and_purge(router: Router) -> None:
         broker.store = type(broker.store)(broker.store.path, map_size=1 << 20)
     remaining = sum(len(v) for b in entity.partitions for v in b.store.load().queues.values())
     assert remaining == 1
+
+
+def test_a_stored_message_too_deep_to_decode_does_not_break_the_page(
+    router: Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24: a message whose properties nest hundreds of levels deep (accepted before sbemu
+    refused them at send) made every explorer page of its queue fail. It is shown as
+    undecodable now."""
+    from sbemu.protocol import sections
+    from sbemu.protocol.codec import enc_described, enc_map, enc_string
+
+    value = enc_map([(enc_string("k"), enc_string("v"))])
+    for _ in range(600):  # deeper still is refused as malformed by the scan itself
+        value = enc_map([(enc_string("k"), value)])
+    deep = (enc_described(0x74, enc_map([(enc_string("p"), value)]))
+            + enc_described(0x75, b"\xa0\x04deep"))
+    entity = router.entities[("ns", "orders")]
+    send(router, {"body": "before"})
+    with monkeypatch.context() as patch:  # as an older sbemu stored it: no depth check
+        patch.setattr(sections, "within_depth", lambda *args: True)
+        errors: list[Exception | None] = []
+        explorer.send_bytes(WIRE_CODEC, entity, deep, 4 * MAX, NOW, errors.append)
+        pump(router)
+        assert errors == [None]
+    send(router, {"body": "after"})
+    page = explorer.peek(WIRE_CODEC, entity, None, "active", 0, 10, NOW)
+    bodies = sorted(m["body"].get("text", "") for m in page["messages"])
+    assert len(page["messages"]) == 3
+    assert "after" in bodies and "before" in bodies
+    (bad,) = [m for m in page["messages"] if "error" in m]
+    assert "cannot be decoded" in bad["error"]

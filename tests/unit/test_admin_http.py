@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from sbemu.admin import HttpRoutes, Request, Response, json_response, start_admin
+from sbemu.admin.access import Access
 from sbemu.admin.certs import ca_path, ensure_certificates, server_ssl_context
+from sbemu.admin.policy import PUBLIC, AccessPolicy
 
 
 def healthy(request: Request, params: dict[str, str]) -> Response:
@@ -52,17 +55,24 @@ def stream(request: Request, params: dict[str, str]) -> Response:
     return Response(200, headers=[("Content-Type", "text/event-stream")], stream=ticks())
 
 
+def public_routes() -> HttpRoutes:
+    """A table under the real access policy whose routes are all PUBLIC: these tests are about
+    HTTP itself (tests/security checks the rules)."""
+    access = Access("127.0.0.1", [])
+    return HttpRoutes(AccessPolicy("127.0.0.1", [], access, time.time))
+
+
 def make_routes() -> HttpRoutes:
-    routes = HttpRoutes()
-    routes.add("GET", "/health", healthy)
-    routes.add("GET", "/unhealthy", unhealthy)
-    routes.add("GET", "/broken", broken)
-    routes.add("GET", "/events", stream)
-    routes.add("PUT", "/api/entities/{ns}/{entity}", echo)
-    routes.add("GET", "/api/entities/{ns}/special", echo)
-    routes.add("GET", "/api/entities/{ns}/{entity}", echo)
-    routes.add("GET", "/", echo, prefix=True)
-    routes.add("PUT", "/", echo, prefix=True)
+    routes = public_routes()
+    routes.add("GET", "/health", healthy, rule=PUBLIC)
+    routes.add("GET", "/unhealthy", unhealthy, rule=PUBLIC)
+    routes.add("GET", "/broken", broken, rule=PUBLIC)
+    routes.add("GET", "/events", stream, rule=PUBLIC)
+    routes.add("PUT", "/api/entities/{ns}/{entity}", echo, rule=PUBLIC)
+    routes.add("GET", "/api/entities/{ns}/special", echo, rule=PUBLIC)
+    routes.add("GET", "/api/entities/{ns}/{entity}", echo, rule=PUBLIC)
+    routes.add("GET", "/", echo, rule=PUBLIC, prefix=True)
+    routes.add("PUT", "/", echo, rule=PUBLIC, prefix=True)
     return routes
 
 
@@ -123,8 +133,8 @@ async def test_query_string_is_ignored_and_http10_works(port: int) -> None:
 
 
 async def test_unknown_path_is_404_json() -> None:
-    routes = HttpRoutes()
-    routes.add("GET", "/health", healthy)
+    routes = public_routes()
+    routes.add("GET", "/health", healthy, rule=PUBLIC)
     server = await start_admin("127.0.0.1", 0, routes)
     try:
         port = server.sockets[0].getsockname()[1]

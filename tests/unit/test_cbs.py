@@ -173,6 +173,29 @@ def test_expired():
     assert verify_sas_token(token, KEYS, EXPIRY - 0.5).expires_at == EXPIRY
 
 
+def test_expired_in_azures_words():
+    # the Go SDK's live tests look for Azure's description of an expired token
+    token = make_sas_token("sb://h/q1", KEY_NAME, KEY, 1_700_000_000)
+    description = _err(token, now=1_700_000_001).description
+    assert description == (
+        "ExpiredToken: The token is expired. Expiration time: '2023-11-14 22:13:20Z'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sr", "scope"),
+    [
+        ("localhost", ""),  # Go's CreateConnectionStringWithSAS: sr = the namespace FQDN
+        ("myns.servicebus.windows.net", ""),
+        ("localhost:5671/q1", "q1"),
+        ("sb://localhost/q1", "q1"),
+    ],
+)
+def test_an_sr_without_a_scheme_starts_with_the_host(sr, scope):
+    token = make_sas_token(sr, KEY_NAME, KEY, EXPIRY)
+    assert verify_sas_token(token, KEYS, NOW).scope == scope
+
+
 def test_tampered_sr_and_se():
     f = fields(make_sas_token("sb://h/q1", KEY_NAME, KEY, EXPIRY))
     g = dict(f, sr=urllib.parse.quote_plus("sb://h/q2"))

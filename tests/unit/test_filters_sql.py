@@ -13,6 +13,7 @@ from sbemu.filters import (
     FilterSyntaxError,
     MessageView,
     SqlFilter,
+    SqlRuleAction,
     TrueFilter,
 )
 
@@ -691,3 +692,34 @@ def test_matches_is_fast():
     n = 20_000
     best = min(timeit.repeat(lambda: f.matches(msg), number=n, repeat=5)) / n
     assert best < 20e-6  # a few microseconds at most, even on a loaded CI machine
+
+
+# ---------------------------------------------------------------- bounded nesting (issue 24)
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "(" * 300 + "a = 1" + ")" * 300,  # a RecursionError in the parser before
+        "NOT " * 5000 + "a = 1",
+        "-" * 5000 + "a > 1",
+        "a" + " + a" * 1000 + " > 0",  # compiled fine, overflowed the stack when evaluated
+        " OR ".join(f"a = {i}" for i in range(300)),
+    ],
+    ids=["parentheses", "not", "signs", "arithmetic-chain", "or-chain"],
+)
+def test_too_deep_expressions_are_syntax_errors(expression: str) -> None:
+    with pytest.raises(FilterSyntaxError) as info:
+        SqlFilter(expression)
+    assert "nests more than" in str(info.value) or "too deep" in str(info.value)
+    with pytest.raises(FilterSyntaxError):
+        SqlRuleAction("SET b = " + expression)
+
+
+def test_nesting_within_the_bounds_compiles_and_evaluates() -> None:
+    from sbemu.filters.sql import MAX_EXPRESSION_DEPTH, MAX_NESTING
+
+    msg = MessageView(user={"a": 1})
+    assert SqlFilter("(" * MAX_NESTING + "a = 1" + ")" * MAX_NESTING).evaluate(msg) is True
+    chain = " OR ".join(f"a = {i}" for i in range(MAX_EXPRESSION_DEPTH // 2 - 1))
+    assert SqlFilter(chain).evaluate(msg) is True
+    # constants fold: a long constant sum is one value, not a deep tree
+    assert SqlFilter("1" + " + 1" * 5000 + " = 5001").evaluate(msg) is True

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgpack
 import pytest
 
-from sbemu import logevents
+from sbemu.logs import events as logevents
 
 pa = pytest.importorskip("pyarrow")
 

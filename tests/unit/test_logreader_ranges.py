@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from sbemu.partitions import logreader
+from sbemu.logs import reader as logreader
 from sbemu.partitions.store import PartitionStore, WriteBatch
 
 

@@ -3,13 +3,13 @@
 from sbemu.admin.http import (
     AdminServer,
     Handler,
-    HttpRoutes,
     Request,
     Response,
     json_response,
     start_admin,
     text_response,
 )
+from sbemu.admin.routes import HttpRoutes
 
 __all__ = [
     "AdminServer",

@@ -1,11 +1,9 @@
-"""Who may use the dashboard and /metrics, and the CSRF token every POST carries.
+"""The dashboard's login sessions and the CSRF token its POSTs carry.
 
-On a loopback address nobody logs in (like Microsoft's emulator, the machine's user is trusted),
-but the Host header must name a loopback host (a DNS-rebinding page cannot reach us) and every
-POST carries the CSRF token, which only a page served by us can read. Bound to any other
-address, the dashboard asks for a SAS key of the namespace with the Manage right: the login form
-sets a signed, HttpOnly, SameSite=Strict session cookie; /metrics also takes HTTP Basic
-(key name / key, what Prometheus' `basic_auth` sends) or a SharedAccessSignature token.
+Bound beyond loopback, the dashboard asks for a SAS key of a namespace with the Manage right:
+the login form sets a signed, HttpOnly, SameSite=Strict session cookie; the CSRF token is bound
+to that session (on loopback, to the empty session), and only a page served by us can read it.
+Which request needs what is decided in one place, sbemu.admin.policy.
 
 Pure: the caller passes `now` (Unix seconds) in; the signing secret is random per process, so a
 restart logs everybody out.
@@ -17,12 +15,12 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from ..sas import SAS_PREFIX, TokenError, verify_sas_token
+from ..rejections import RejectionLog
 
 COOKIE_NAME = "sbemu_session"
 CSRF_HEADER = "x-csrf-token"
@@ -68,6 +66,8 @@ class Access:
         for name, key in pairs:
             self._keys.setdefault(name, []).append(key)
         self._secret = secret if secret is not None else os.urandom(32)
+        # refused credentials of this admin port, logged rate-limited (the policy, the login form)
+        self.rejections = RejectionLog("admin", logging.getLogger("sbemu.admin.access"))
 
     # ------------------------------------------------------------------ keys
     def check_key(self, key_name: str, key: str) -> bool:
@@ -108,55 +108,15 @@ class Access:
         return token is not None and hmac.compare_digest(self.csrf_token(principal), token)
 
     # ------------------------------------------------------------------ requests
-    def principal(self, headers: Mapping[str, str], now: float) -> Principal | None:
-        """Who made a request (None: not logged in where a login is required)."""
-        if not self.login_required:
-            return Principal("", "")
+    def session(self, headers: Mapping[str, str], now: float) -> Principal | None:
+        """The principal of a request's valid session cookie, else None (the access policy,
+        sbemu.admin.policy, decides when one is needed)."""
         cookie = cookies(headers.get("cookie", "")).get(COOKIE_NAME)
         if cookie is not None:
             name = self.session_key_name(cookie, now)
             if name is not None:
                 return Principal(name, cookie)
         return None
-
-    def scraper(self, headers: Mapping[str, str], now: float) -> bool:
-        """/metrics: a session, HTTP Basic with a Manage key, or a SAS token."""
-        if self.principal(headers, now) is not None:
-            return True
-        auth = headers.get("authorization", "")
-        if auth[:6].lower() == "basic ":
-            try:
-                user, _, password = base64.b64decode(auth[6:].strip()).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                return False
-            return self.check_key(user, password)
-        if auth.startswith(SAS_PREFIX):
-            for i in range(max((len(v) for v in self._keys.values()), default=0)):
-                keys = {name: v[i] for name, v in self._keys.items() if len(v) > i}
-                try:
-                    verify_sas_token(auth, keys, now)
-                except TokenError:
-                    continue
-                return True
-        return False
-
-    def host_allowed(self, headers: Mapping[str, str]) -> bool:
-        """On loopback, the Host header must name a loopback host (DNS-rebinding guard)."""
-        if self.login_required:
-            return True
-        host = headers.get("host", "")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if host.startswith("[") and "]" in host:
-            name = host[: host.index("]") + 1]
-        return is_loopback(name.lower())
-
-    @staticmethod
-    def same_origin(headers: Mapping[str, str]) -> bool:
-        """A POST a browser sent from a page of ours: its Origin (when sent) names our Host."""
-        origin = headers.get("origin")
-        if origin is None:
-            return True  # not a browser (curl, scripts): the CSRF token still applies
-        return urlsplit(origin).netloc.lower() == headers.get("host", "").lower()
 
     def cookie_header(self, session: str, secure: bool) -> str:
         """Set-Cookie value for a new session."""

@@ -12,9 +12,8 @@ partition [P17, P18]; a partitioned entity reports MaxSizeInMegabytes x partitio
 Like Azure: a GET of a missing entity answers 200 with an empty feed (the SDKs turn it into
 not-found), errors are ``<Error><Code>..</Code><Detail>..</Detail></Error>`` with 400, 401,
 403 (quota), 404, 409 or 503 (a partition is out of service). Every request needs a SAS token
-in ``Authorization`` (verified like ``$cbs`` tokens: sbemu.protocol.cbs); writes need Manage.
-
-Also here: ``POST /purge/<namespace>[/<entity>]`` (test convenience, see Management.purge).
+in ``Authorization`` (verified like ``$cbs`` tokens, by the admin port's access policy:
+sbemu.admin.policy); writes need Manage.
 """
 
 from __future__ import annotations
@@ -34,13 +33,16 @@ from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.entity import Entity
 from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
-from ..sas import TokenError, covers, normalize_entity_path, verify_sas_token
-from .http import HttpRoutes, Request, Response, json_response
+from ..sas import normalize_entity_path
+from .bounded import BodyError, xml_document
+from .http import Request, Response
 from .keyvalues import key_values_xml, read_key_values
 from .management import Management
-from .notfound import for_api_clients
+from .notfound import browser_not_found, for_api_clients
+from .policy import Need, Resource, Rule
+from .routes import HttpRoutes
 
-__all__ = ["add_atom_routes", "add_purge_routes", "empty_feed"]
+__all__ = ["add_atom_routes", "empty_feed"]
 
 log = logging.getLogger("sbemu.admin")
 
@@ -194,8 +196,7 @@ class AtomApi:
 
     async def _guarded(self, request: Request) -> Response:
         ns = self.m.namespace(_host(request))
-        try:
-            self._authorize(request, ns)
+        try:  # authorised by the route's rule (sbemu.admin.policy) before this runs
             return await self._route(request, ns.name)
         except AtomError as exc:
             return self._error(request, ns.name, exc.status, exc.detail)
@@ -223,29 +224,17 @@ class AtomApi:
         body = f"<Error><Code>{status}</Code><Detail>{escape(text)}</Detail></Error>"
         return Response(status, body.encode(), [("Content-Type", "application/xml; charset=utf-8")])
 
-    def _authorize(self, request: Request, ns: Any) -> None:
-        token = request.headers.get("authorization")
-        if not token:
-            raise AtomError(401, "MissingToken: The authorization header was not found.")
-        keys = {p.key_name: p.key for p in ns.sas_policies}
-        try:
-            grant = verify_sas_token(token, keys, self.clock())
-        except TokenError as exc:
-            kind = "ExpiredToken" if "expired" in exc.description else "InvalidSignature"
-            raise AtomError(401, f"{kind}: {exc.description}.") from None
-        path = normalize_entity_path(request.path)
-        # The JS client signs the whole request URL (query included) as the audience.
-        scope = grant.scope.split("?", 1)[0].rstrip("/")
-        if not covers(scope, path):
-            raise AtomError(
-                401, f"InvalidAudience: The token audience does not cover '{request.path}'."
-            )
-        rights = {p.key_name: p.rights for p in ns.sas_policies}.get(grant.key_name, frozenset())
-        if request.method not in ("GET", "HEAD") and "Manage" not in rights:
-            raise AtomError(
-                401,
-                "Unauthorized access. 'Manage' claim(s) are required to perform this operation.",
-            )
+    def resource(self, request: Request, params: dict[str, str]) -> Resource:
+        """What a token must cover: the entity path in the namespace the Host names."""
+        return Resource(self.m.namespace(_host(request)).name, normalize_entity_path(request.path))
+
+    def refusal(self, request: Request, status: int, detail: str) -> Response:
+        """A request the access policy refused, as an Atom error (a browser's request for a
+        path that names nothing: a plain 404, admin/notfound.py)."""
+        plain = browser_not_found(request, lambda r: _names_resource(self.m, r))
+        if plain is not None:
+            return plain
+        return self._error(request, self.m.namespace(_host(request)).name, status, detail)
 
     def _base(self, request: Request) -> str:
         return f"https://{request.headers.get('host', 'localhost')}"
@@ -588,10 +577,10 @@ def _parse_body(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(description element, given properties, extras: default_rule / rule element)."""
     if not body:
         raise AtomError(400, "The request body is empty: expected an Atom entry.")
-    try:
-        root = ET.fromstring(body)
-    except ET.ParseError as exc:
-        raise AtomError(400, f"The request body is not valid XML: {exc}.") from None
+    try:  # defusedxml, depth-bounded (sbemu.admin.bounded)
+        root = xml_document(body)
+    except BodyError as exc:
+        raise AtomError(400, f"The request body was refused: {exc}.") from None
     content = root.find(f"{{{ATOM}}}content") if _local(root.tag) == "entry" else None
     if content is None or len(content) == 0:
         raise AtomError(400, "The request body must be an Atom entry with a description.")
@@ -715,15 +704,17 @@ def _rule_xml(rule: RuleSource) -> str:
 # ------------------------------------------------------------------ wiring
 def add_atom_routes(routes: HttpRoutes, management: Management) -> None:
     """The management API: everything not claimed by a more specific route (a browser's
-    request for a path that names nothing gets a plain 404: admin/notfound.py)."""
-    api = AtomApi(management)
+    request for a path that names nothing gets a plain 404: admin/notfound.py). Every request
+    needs a SAS token whose audience covers the path; writes need Manage (as Azure)."""
+    api = AtomApi(management, management.clock)
+    rule = Rule(Need.SAS, audience="the path", locate=api.resource, refuse=api.refusal)
     handler = for_api_clients(api.handle, lambda request: _names_resource(management, request))
     for method in ("GET", "HEAD", "PUT", "DELETE"):
-        routes.add(method, "/", handler, prefix=True)
+        routes.add(method, "/", handler, rule=rule, prefix=True)
     # The root itself (an empty entity name): GET is the dashboard's page unless it carries
     # an api-version (sbemu.admin.dashboard answers it with empty_feed); writes are ours.
     for method in ("PUT", "DELETE"):
-        routes.add(method, "/", api.handle)
+        routes.add(method, "/", api.handle, rule=rule)
 
 
 def _names_resource(management: Management, request: Request) -> bool:
@@ -735,36 +726,3 @@ def _names_resource(management: Management, request: Request) -> bool:
     ns = management.namespace(_host(request)).name
     return any(management.entity(ns, "/".join(parts[:i])) is not None
                for i in range(1, len(parts) + 1))
-
-
-def add_purge_routes(routes: HttpRoutes, management: Management) -> None:
-    """``POST /purge/<namespace>[/<entity path>]``: purge messages (JSON answer)."""
-    api = AtomApi(management)
-
-    async def purge(request: Request, params: dict[str, str]) -> Response:
-        parts = [p for p in params.get("rest", "").split("/") if p]
-        if not parts:
-            return json_response(400, {"error": "expected /purge/<namespace>[/<entity>]"})
-        if not _loopback(request.peer):
-            ns = management.namespace(parts[0])
-            try:
-                api._authorize(request, ns)
-            except AtomError as exc:
-                return json_response(exc.status, {"error": exc.detail})
-        entity = "/".join(parts[1:]) or None
-        try:
-            counts = await management.purge(parts[0], entity)
-        except ServiceBusError as exc:
-            return json_response(exc.status_code, {"error": exc.description})
-        return json_response(
-            200,
-            {"namespace": parts[0], "entity": entity, "purged": counts,
-             "total": sum(counts.values())},
-        )
-
-    routes.add("POST", "/purge", purge, prefix=True)
-
-
-def _loopback(peer: str) -> bool:
-    host = peer.rsplit(":", 1)[0].strip("[]")
-    return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")

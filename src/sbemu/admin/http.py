@@ -1,7 +1,7 @@
 """The admin port's HTTP/1.1 server: h11 (sans-IO) parsing, keep-alive, bodies, TLS on the same port.
 
 What belongs here: the admin side's only socket code. It reads requests defensively, hands each
-to a route from :class:`HttpRoutes` as a :class:`Request`, and writes the :class:`Response`
+to the route table (sbemu.admin.routes) as a :class:`Request`, and writes the :class:`Response`
 (``Content-Length`` bodies, or a chunked ``stream`` such as server-sent events). What does not:
 the routes themselves (server, Atom API, dashboard), which never see sockets.
 
@@ -28,14 +28,15 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 
 __all__ = [
     "AdminServer",
+    "Dispatcher",
     "Handler",
-    "HttpRoutes",
     "Request",
     "Response",
     "json_response",
@@ -68,6 +69,9 @@ class Request:
     body: bytes
     peer: str  # "127.0.0.1:54321"
     secure: bool  # came over TLS
+    # who made it and how they proved it (sbemu.admin.policy.Grant), set by the route table
+    # after the access policy allowed it
+    grant: Any = None
 
 
 @dataclass
@@ -92,89 +96,11 @@ def text_response(status: int, text: str, content_type: str = "text/plain; chars
     return Response(status, text.encode(), [("Content-Type", content_type)])
 
 
-# ---------------------------------------------------------------------------------------- routes
-@dataclass
-class _Route:
-    method: str
-    segments: tuple[str, ...]
-    handler: Handler
-    prefix: bool
+class Dispatcher(Protocol):
+    """What the listener serves: sbemu.admin.routes.HttpRoutes (the route table, which applies
+    the access policy before any handler runs)."""
 
-    def match(self, parts: list[str]) -> dict[str, str] | None:
-        segs = self.segments
-        if len(parts) < len(segs) or (not self.prefix and len(parts) != len(segs)):
-            return None
-        params: dict[str, str] = {}
-        for seg, part in zip(segs, parts, strict=False):
-            if seg.startswith("{") and seg.endswith("}"):
-                if not part:
-                    return None
-                params[seg[1:-1]] = part
-            elif seg != part:
-                return None
-        if self.prefix:
-            params["rest"] = "/".join(parts[len(segs) :])
-        return params
-
-    def rank(self) -> tuple[int, int, int]:
-        """Sort key: non-prefix before prefix, then more literal segments, then longer."""
-        literals = sum(1 for s in self.segments if not s.startswith("{"))
-        return (1 if self.prefix else 0, -literals, -len(self.segments))
-
-
-def _split(path: str) -> list[str]:
-    stripped = path.strip("/")
-    return stripped.split("/") if stripped else []
-
-
-class HttpRoutes:
-    """A route table: method + pattern -> handler(request, params)."""
-
-    def __init__(self) -> None:
-        self._routes: list[_Route] = []
-
-    def add(self, method: str, pattern: str, handler: Handler, *, prefix: bool = False) -> None:
-        """pattern: "/api/entities/{ns}/{entity}"; {name} matches one segment; prefix=True matches
-        the pattern and anything under it (params["rest"] holds the remainder)."""
-        self._routes.append(_Route(method.upper(), tuple(_split(pattern)), handler, prefix))
-        self._routes.sort(key=_Route.rank)
-
-    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | None | list[str]:
-        """The handler and params; None when no pattern matches; the allowed methods on 405."""
-        parts = _split(path)
-        best: tuple[tuple[str, ...], bool] | None = None
-        allowed: list[str] = []
-        # The most specific matching pattern owns the path: a method it lacks is a 405, never a
-        # fall-through to a broader prefix route (GET /api/purge must not reach the Atom API).
-        for want in (method, "GET") if method == "HEAD" else (method,):
-            for route in self._routes:
-                params = route.match(parts)
-                if params is None:
-                    continue
-                if best is None:
-                    best = (route.segments, route.prefix)
-                if (route.segments, route.prefix) != best:
-                    continue
-                if route.method == want:
-                    return route.handler, params
-                if route.method not in allowed:
-                    allowed.append(route.method)
-        return allowed or None
-
-    def dispatch(self, request: Request) -> Response | Awaitable[Response]:
-        found = self.find(request.method, request.path)
-        if found is None:
-            return json_response(404, {"error": "not found", "path": request.path})
-        if isinstance(found, list):
-            if "GET" in found and "HEAD" not in found:
-                found.append("HEAD")
-            resp = json_response(
-                405, {"error": f"method {request.method} not allowed", "allow": found}
-            )
-            resp.headers.append(("Allow", ", ".join(found)))
-            return resp
-        handler, params = found
-        return handler(request, params)
+    def dispatch(self, request: Request) -> Response | Awaitable[Response]: ...
 
 
 # ----------------------------------------------------------------------------------- transports
@@ -356,7 +282,7 @@ class AdminServer:
 async def start_admin(
     host: str,
     port: int,
-    routes: HttpRoutes,
+    routes: Dispatcher,
     *,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ssl_context: ssl.SSLContext | None = None,
@@ -401,7 +327,7 @@ async def start_admin(
 async def _serve(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    routes: HttpRoutes,
+    routes: Dispatcher,
     request_timeout: float,
     ssl_context: ssl.SSLContext | None,
     max_body: int,
@@ -541,7 +467,7 @@ async def _read_request_now(
     )
 
 
-async def _call(routes: HttpRoutes, request: Request) -> Response:
+async def _call(routes: Dispatcher, request: Request) -> Response:
     try:
         result = routes.dispatch(request)
         if inspect.isawaitable(result):

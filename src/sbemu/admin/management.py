@@ -41,6 +41,7 @@ from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX, forward_target
 from ..partitions.router import Router
 from ..partitions.specs import MAIN, EntitySpec
 from ..partitions.subscriptions import RuleSource
+from ..partitions.transitions import SCHEDULED_QUEUE
 from .catalog import (
     READ_ONLY,
     Catalog,
@@ -265,6 +266,11 @@ class Management:
                         dc = broker.counts(queue + suffix)
                         total[key] += dc["active"] + dc["deferred"] + dc["scheduled"]
                         total["size"] += _size_of(broker, queue + suffix)
+            if entity.spec.kind == "topic" and prefix == MAIN and SCHEDULED_QUEUE in broker.queues:
+                # a topic's scheduled messages wait in the topic until they fire: Azure counts
+                # them (and their bytes) in the topic's ScheduledMessageCount and SizeInBytes
+                total["scheduled"] += broker.counts(SCHEDULED_QUEUE)["scheduled"]
+                total["size"] += _size_of(broker, SCHEDULED_QUEUE)
         return total
 
     @staticmethod

@@ -292,6 +292,12 @@ def _equal(a: object, b: object) -> bool:
     return _compare(operator.eq, a, b)
 
 
+# Bounds that keep parsing and evaluation off Python's recursion limit (an expression beyond them
+# is a FilterSyntaxError, a 400 from the admin API, never a RecursionError): parentheses, NOT and
+# unary signs nest at most MAX_NESTING levels; the compiled tree is at most MAX_EXPRESSION_DEPTH
+# operations deep (a chain `a=1 OR a=2 OR ...` counts one level per operator; use IN).
+MAX_NESTING = 32
+MAX_EXPRESSION_DEPTH = 200
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -593,7 +599,7 @@ Fn = Callable[[MessageView], object]
 class _E:
     """A compiled (sub-)expression: closure, whether it is a predicate, constant value, origin."""
 
-    __slots__ = ("fn", "pred", "const", "pos", "prop")
+    __slots__ = ("fn", "pred", "const", "pos", "prop", "depth")
 
     def __init__(
         self,
@@ -609,6 +615,7 @@ class _E:
         self.const = const
         self.pos = pos
         self.prop = prop  # ('user', name, _) or ('sys', name, known)
+        self.depth = 1  # levels of the expression tree below and including this node
 
 
 def _const(value: object, pos: int, pred: bool = False) -> _E:
@@ -884,6 +891,7 @@ class _Parser:
         self.src = src
         self.toks = _tokenize(src)
         self.i = 0
+        self.nesting = -1  # parentheses, NOT and unary signs open around the current token
         self.params: dict[str, object] = {}
         for k, v in (parameters or {}).items():
             key = k if k.startswith("@") else "@" + k
@@ -897,6 +905,25 @@ class _Parser:
             return FilterSyntaxError(reason, tok.pos, tok.text, self.src)
         near = next((t.text for t in self.toks if t.pos == pos), self.src[pos : pos + 20])
         return FilterSyntaxError(reason, pos, near, self.src)
+
+    def deep(self, node: _E, *operands: _E | None) -> _E:
+        """``node`` over ``operands``: its tree depth, refused beyond MAX_EXPRESSION_DEPTH
+        (evaluating a deeper tree would overflow the stack)."""
+        if node.const is not _NC:  # folded into a constant: nothing below it is evaluated
+            return node
+        node.depth = 1 + max((o.depth for o in operands if o is not None), default=0)
+        if node.depth > MAX_EXPRESSION_DEPTH:
+            raise self.fail(
+                f"the expression is too deep (more than {MAX_EXPRESSION_DEPTH} nested operations)",
+                node.pos,
+            )
+        return node
+
+    def enter(self) -> None:
+        """One more level of parentheses, NOT or sign; refused beyond MAX_NESTING."""
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise self.fail(f"the expression nests more than {MAX_NESTING} levels deep")
 
     def peek(self, ahead: int = 0) -> _Tok:
         return self.toks[min(self.i + ahead, len(self.toks) - 1)]
@@ -958,11 +985,13 @@ class _Parser:
         return self.as_pred(self.or_())
 
     def or_(self) -> _E:
+        self.enter()
         left = self.and_()
         while self.at_kw("OR"):
             t = self.next()
             right = self.and_()
-            left = _build_or(self.as_pred(left), self.as_pred(right), t.pos)
+            left = self.deep(_build_or(self.as_pred(left), self.as_pred(right), t.pos), left, right)
+        self.nesting -= 1
         return left
 
     def and_(self) -> _E:
@@ -970,13 +999,18 @@ class _Parser:
         while self.at_kw("AND"):
             t = self.next()
             right = self.not_()
-            left = _build_and(self.as_pred(left), self.as_pred(right), t.pos)
+            left = self.deep(
+                _build_and(self.as_pred(left), self.as_pred(right), t.pos), left, right
+            )
         return left
 
     def not_(self) -> _E:
         if self.at_kw("NOT"):
             t = self.next()
-            return _build_not(self.as_pred(self.not_()), t.pos)
+            self.enter()
+            inner = self.not_()
+            self.nesting -= 1
+            return self.deep(_build_not(self.as_pred(inner), t.pos), inner)
         return self.comparison()
 
     def comparison(self) -> _E:
@@ -990,7 +1024,8 @@ class _Parser:
         t = self.peek()
         if t.kind == _OP and t.value in _CMP:
             self.next()
-            return _build_cmp(t.value, left, self.additive(), t.pos)
+            right = self.additive()
+            return self.deep(_build_cmp(t.value, left, right, t.pos), left, right)
         if t.kw == "IS":
             self.next()
             negate = self.at_kw("NOT")
@@ -999,7 +1034,7 @@ class _Parser:
             if not self.at_kw("NULL"):
                 raise self.fail("expected NULL")
             self.next()
-            return _build_is_null(left, negate, t.pos)
+            return self.deep(_build_is_null(left, negate, t.pos), left)
         negate = False
         if t.kw == "NOT":
             if self.peek(1).kw not in ("IN", "LIKE"):
@@ -1018,7 +1053,7 @@ class _Parser:
                 self.next()
                 items.append(self.additive())
             self.expect_op(")")
-            return _build_in(left, items, negate, t.pos)
+            return self.deep(_build_in(left, items, negate, t.pos), left, *items)
         if t.kw == "LIKE":
             self.next()
             pattern = self.additive()
@@ -1026,21 +1061,26 @@ class _Parser:
             if self.at_kw("ESCAPE"):
                 self.next()
                 escape = self.additive()
-            return _build_like(left, pattern, escape, negate, t.pos, self.fail)
+            node = _build_like(left, pattern, escape, negate, t.pos, self.fail)
+            return self.deep(node, left, pattern, escape)
         return left
 
     def additive(self) -> _E:
         left = self.multiplicative()
         while self.at_op("+", "-"):
             t = self.next()
-            left = _build_arith(t.value, left, self.multiplicative(), t.pos)  # type: ignore[arg-type]
+            right = self.multiplicative()
+            node = _build_arith(t.value, left, right, t.pos)  # type: ignore[arg-type]
+            left = self.deep(node, left, right)
         return left
 
     def multiplicative(self) -> _E:
         left = self.unary()
         while self.at_op("*", "/", "%"):
             t = self.next()
-            left = _build_arith(t.value, left, self.unary(), t.pos)  # type: ignore[arg-type]
+            right = self.unary()
+            node = _build_arith(t.value, left, right, t.pos)  # type: ignore[arg-type]
+            left = self.deep(node, left, right)
         return left
 
     def unary(self) -> _E:
@@ -1053,14 +1093,16 @@ class _Parser:
                 if isinstance(value, int) and value < _INT64_MIN:
                     raise self.fail("integer constant out of the Int64 range", nxt.pos)
                 return _const(value, t.pos)
+            self.enter()
             operand = self.unary()
+            self.nesting -= 1
             fn = operand.fn
             impl = _negate if t.value == "-" else _plus
 
             def f(m: MessageView) -> object:
                 return impl(fn(m))
 
-            return _folded(f, t.pos, (operand,))
+            return self.deep(_folded(f, t.pos, (operand,)), operand)
         return self.primary()
 
     def primary(self) -> _E:
@@ -1127,7 +1169,7 @@ class _Parser:
                     return _const(None, name_tok.pos)
                 if not isinstance(n, str):
                     raise self.fail(f"{name_tok.text}() needs a string name", arg.pos)
-                return _E(lambda m: _lookup_by_name(m, n), name_tok.pos)
+                return self.deep(_E(lambda m: _lookup_by_name(m, n), name_tok.pos), arg)
             af = arg.fn
 
             def prop(m: MessageView) -> object:
@@ -1140,7 +1182,7 @@ class _Parser:
                     )
                 return _lookup_by_name(m, n)
 
-            return _E(prop, name_tok.pos)
+            return self.deep(_E(prop, name_tok.pos), arg)
         raise self.fail(f"unknown function '{name_tok.text}'", name_tok.pos)
 
     def property_ref(self, what: str) -> tuple[str, str, bool]:

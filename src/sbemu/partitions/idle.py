@@ -1,6 +1,6 @@
 """AutoDeleteOnIdle: a queue, topic or subscription idle for its window is deleted with its
 data [Azure: AutoDeleteOnIdle, minimum 5 minutes; shorter windows only through the emulator's
-SbemuTestAutoDeleteOnIdle extension, see config.py].
+SbemuTestAutoDeleteOnIdle extension, see config/entities.py].
 
 What counts as activity follows Azure's idleness table ("Message expiration", section
 Idleness):

@@ -8,6 +8,12 @@ commit confirming a send or a settlement) calls `on_output` so the adapter flush
 Links are ours to track: proton engine objects never carry partition state (house style); the
 `_links` map holds one small object per link, keyed by the proton link.
 
+AmqpConnection is assembled from parts that each own one thing (mixins, each naming what it
+uses of the connection under TYPE_CHECKING), as aioquic keeps loss recovery out of its
+connection: attach.py (link attach and detach), incoming.py (flow, transfers in and their
+settlement), requestlinks.py (request/reply links: $cbs put-token, $management). This module
+keeps the state machine: the IO surface, the event loop and its fast paths, deliveries out.
+
 What this module does not own lives beside it: links.py (per-link state and the one link
 lifecycle table), messages.py (transfers in, deliveries encoded out), settlement.py
 (outcomes and AMQP errors), cbs.py / management.py / transactions.py (the `$cbs`,
@@ -39,60 +45,46 @@ from proton import (
     Delivery,
     Event,
     Link,
-    Message,
-    Terminus,
     Transport,
-    symbol,
 )
 
 from ..errors import (
     EntityNotFound,
-    InvalidOperation,
     MalformedInput,
-    MessageSizeExceeded,
-    OperationTimeout,
-    QuotaExceeded,
     ServiceBusError,
     Unauthorized,
 )
-from ..partitions.dispatch import Delivered, SessionHandle, Taken
+from ..partitions.dispatch import Delivered, Taken
 from ..partitions.entity import Entity
 from ..partitions.records import IncomingMessage
 from ..partitions.tokens import token_of
 from . import cbs
+from .attach import LinkAttach
 from .channels import EndedChannelFilter
 from .frames import FramePadder
+from .incoming import SENDER_CREDIT, IncomingTransfers
 from .links import (
-    CoordinatorLink,
     LinkMap,
     LinkPhase,
     LinkState,
     LinkStateError,
     ReceiveLink,
-    ReplyLink,
-    RequestLink,
     SendLink,
-    advance,
-    session_filter,
-    session_filter_reply,
 )
-from .management import handle_request
-from .messages import dotnet_ticks, encode_delivery, scan_transfer
+from .messages import encode_delivery, scan_transfer
 from .outgoing import delivery_bytes
+from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
 from .settlement import error_condition, settle_delivery, storage_error
-from .sizes import BATCH_SIZE_PROPERTY, batch_limit, message_limit
 from .transactions import (
     TRANSACTIONAL_STATE,
     TransactionCoordinator,
-    transactional_outcome,
 )
 
 log = logging.getLogger("sbemu.connection")
 
 MAX_FRAME_SIZE = 262_144
-SENDER_CREDIT = 1000
 SESSION_CAPACITY = 1 << 30
 
 # proton's C event types, for the raw event loop (AmqpConnection._process).
@@ -143,7 +135,7 @@ class _Acknowledge:
             self.conn._settle_many([deliveries[i] for i in indices], error)
 
 
-class AmqpConnection:
+class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
     """One client connection."""
 
     _ids = itertools.count(1)
@@ -152,7 +144,8 @@ class AmqpConnection:
         self.services = services
         self.id = next(self._ids)
         self.now = now
-        self._sasl = SaslServer(services.check_plain)
+        self._sasl = SaslServer(self._check_plain)
+        self.peer = "?"  # "addr:port", set by the listener (logged with refused credentials)
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._collector: Collector | None = None
@@ -204,7 +197,9 @@ class AmqpConnection:
             if self._sasl.state != SaslState.DONE:
                 return
             self._start_amqp()
-            data = self._sasl.remainder
+            # handed over once: kept, it would hold the connection's first AMQP bytes (up to a
+            # frame) for the connection's life (issue 24's memory growth)
+            data, self._sasl.remainder = self._sasl.remainder, b""
             if not data:
                 return
         self._push(data)
@@ -334,6 +329,13 @@ class AmqpConnection:
             self._transport.close_head()
             self._transport.unbind()
             self._transport = None
+        # Let go of the engine now: its deliveries' buffers (up to 100 MB a message on
+        # Premium) would otherwise wait for the cyclic garbage collector, which counts objects,
+        # not bytes, and so may leave several hundred MB held after a few large messages.
+        if self._collector is not None:  # its pending events hold the C connection's objects
+            self._collector.release()
+            self._collector = None
+        self._conn = None
 
     def detach_entity(self, entity: Entity, queue_prefix: str | None) -> int:
         """The entity (or, with a prefix, one subscription of it) was deleted: detach every
@@ -503,10 +505,11 @@ class AmqpConnection:
             data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
             del buf  # not held beside its copy while the message is stored (up to 100 MB)
             lib.pn_incref(d)  # held until the commit settles it
-            try:
+            entity, tier = state.entity, self.namespace.max_message_size
+            try:  # sizes.message_limit / batch_limit, inline on the hot path
                 messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
+                    data, entity.spec.max_message_size or tier, entity.subscriptions is not None,
+                    tier,
                 )
             except ServiceBusError as exc:
                 self._settle_many([d], exc)
@@ -669,331 +672,6 @@ class AmqpConnection:
             self._conn.condition = self.condition_for(exc)
             self._conn.close()
 
-    # ------------------------------------------------------------------ attach
-    def _on_link_remote_open(self, link: Link) -> None:
-        self._remote_links += 1
-        limit = self.services.limits.max_links_per_connection
-        if self._remote_links > limit:
-            exc = QuotaExceeded(
-                f"Cannot attach more than {limit} links on one connection "
-                "(SBEMU_MAX_LINKS_PER_CONNECTION)."
-            )
-            if self._remote_links > 2 * limit and self._conn is not None:
-                # The peer ignores the refusals and keeps attaching: drop the connection.
-                self._conn.condition = error_condition(exc)
-                self._conn.close()
-                return
-            self._refuse(link, exc)
-            return
-        if link.remote_target.type == Terminus.COORDINATOR:
-            link.source.copy(link.remote_source)
-            link.target.copy(link.remote_target)
-            link.rcv_settle_mode = Link.RCV_FIRST
-            coordinator = CoordinatorLink(link)
-            advance(coordinator, LinkPhase.ATTACHED)
-            self._links[link] = coordinator
-            link.open()
-            link.flow(SENDER_CREDIT)
-            return
-        address = (
-            link.remote_target.address if link.is_receiver else link.remote_source.address
-        ) or ""
-        path = cbs.normalize_entity_path(address)
-        try:
-            if path == "$cbs":
-                state: LinkState = (
-                    RequestLink(link, "$cbs") if link.is_receiver else ReplyLink(link, "$cbs")
-                )
-            elif address.lower().rstrip("/").endswith("$management"):
-                entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize_link(link, path, ("Manage", "Listen", "Send"))
-                state = (
-                    RequestLink(link, path, entity, view)
-                    if link.is_receiver
-                    else ReplyLink(link, path)
-                )
-            elif link.is_receiver:
-                entity, view = self.services.router.lookup(self.namespace.name, path)
-                if view.queue != "main":
-                    raise InvalidOperation(
-                        f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
-                    )
-                self._authorize_link(link, path, ("Send",))
-                entity.check_sendable()
-                state = SendLink(link, entity, path)
-            else:
-                entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize_link(link, path, ("Listen",))
-                if not view.receivable:
-                    raise InvalidOperation(
-                        f"Cannot receive from topic '{path}': receive from one of its "
-                        "subscriptions ('<topic>/Subscriptions/<name>')."
-                    )
-                entity.check_receive(view.queue)
-                is_session, session_id = session_filter(link.remote_source.filter)
-                peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
-                state = ReceiveLink(self, link, entity, view, peek_lock)
-                if view.requires_session != is_session:
-                    raise InvalidOperation(
-                        f"It is not possible for an entity that requires sessions to create a "
-                        f"non-sessionful message receiver ('{path}')."
-                        if view.requires_session
-                        else f"The entity '{path}' does not require sessions; a session "
-                        "receiver cannot be created on it."
-                    )
-                if is_session:
-                    self._attach_session_receiver(link, state, session_id)
-                    return
-        except ServiceBusError as exc:
-            self._refuse(link, exc)
-            return
-        # Echo the client's termini as given [contract 3.1, 4.4].
-        link.source.copy(link.remote_source)
-        link.target.copy(link.remote_target)
-        if link.is_receiver:
-            link.snd_settle_mode = link.remote_snd_settle_mode
-            link.rcv_settle_mode = Link.RCV_FIRST
-            link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
-            if isinstance(state, SendLink):  # the SDKs size their batches from it
-                link.properties = {
-                    symbol(BATCH_SIZE_PROPERTY): batch_limit(state.entity, self.namespace)
-                }
-        else:
-            link.snd_settle_mode = link.remote_snd_settle_mode
-            link.rcv_settle_mode = link.remote_rcv_settle_mode
-            link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
-        advance(state, LinkPhase.ATTACHED)
-        self._links[link] = state
-        link.open()
-        if link.is_receiver:
-            link.flow(SENDER_CREDIT)
-        if isinstance(state, ReceiveLink):
-            state.view.attach(state)
-
-    def _attach_session_receiver(
-        self, link: Link, state: ReceiveLink, session_id: str | None
-    ) -> None:
-        """Accept a named session, or wait (up to com.microsoft:timeout) for any free one."""
-        accepted = state.view.accept_session(session_id, state, self.now_ms)
-        if accepted is not None:
-            self._open_session_link(link, state, accepted)
-            return
-        props = link.remote_properties or {}
-        timeout = next((v for k, v in props.items() if str(k) == "com.microsoft:timeout"), None)
-        wait_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else 60_000
-        advance(state, LinkPhase.WAITING)
-        self._links[link] = state
-
-        def on_session(result: SessionHandle | None) -> None:
-            if state.phase is _DETACHED:
-                if result is not None:
-                    result.release(self.now_ms)
-                return
-            self._links.pop(link, None)
-            try:
-                if result is None:
-                    advance(state, LinkPhase.DETACHED)
-                    self._refuse(
-                        link,
-                        OperationTimeout(
-                            "The operation did not complete within the allotted timeout: no "
-                            "session with messages became available."
-                        ),
-                    )
-                else:
-                    self._open_session_link(link, state, result)
-            except LinkStateError as exc:  # called by the router: never raise into it
-                log.warning("connection %d: %s", self.id, exc.description)
-                self._refuse(link, exc)
-            self.on_output()
-
-        state.view.wait_for_session(state, self.now_ms + wait_ms, on_session)
-
-    def _open_session_link(
-        self, link: Link, state: ReceiveLink, session: SessionHandle
-    ) -> None:
-        state.session = session
-        link.source.copy(link.remote_source)
-        link.target.copy(link.remote_target)
-        # The reply names the session granted (never null) [contract 4.4].
-        reply = session_filter_reply(link.remote_source.filter, session.session_id)
-        link.source.filter.clear()
-        link.source.filter.put_dict({symbol("com.microsoft:session-filter"): reply})
-        link.properties = {
-            symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
-        }
-        link.snd_settle_mode = link.remote_snd_settle_mode
-        link.rcv_settle_mode = link.remote_rcv_settle_mode
-        link.max_message_size = message_limit(state.entity, self.namespace)
-        advance(state, LinkPhase.ATTACHED)
-        self._links[link] = state
-        link.open()
-        state.view.attach(state)
-        state.view.dispatch(self.now_ms)
-
-    def _authorize_link(self, link: Link, path: str, rights: tuple[str, ...]) -> None:
-        """Authorise an attach; a token-authorised link is watched until its token expires."""
-        self._grants.authorize_link(link, path, rights, self.namespace.rights, self.now)
-
-    def _refuse(self, link: Link, exc: ServiceBusError) -> None:
-        """[contract 3.1, 8] attach with null source and target, then detach(closed, error)."""
-        link.source.type = Terminus.UNSPECIFIED
-        link.target.type = Terminus.UNSPECIFIED
-        link.open()
-        link.condition = self.condition_for(exc)
-        link.close()
-
-    def close_link(self, link: Link, exc: ServiceBusError) -> None:
-        self._forget_link(link)
-        link.condition = self.condition_for(exc)
-        link.close()
-
-    def _on_link_remote_close(self, link: Link) -> None:
-        self._forget_link(link)
-        link.close()
-
-    def _forget_link(self, link: Link) -> None:
-        self._grants.forget(link)
-        state = self._links.pop(link, None)
-        if state is None:
-            return
-        if isinstance(state, ReceiveLink):
-            self._end_receiver(state)
-            return
-        advance(state, LinkPhase.DETACHED)
-        if isinstance(state, CoordinatorLink):
-            self.transactions.rollback_all()  # [AMQP 4.4] open transactions roll back
-
-    def _end_receiver(self, state: ReceiveLink) -> None:
-        """A receiver went away: stop serving it; a session it held is released."""
-        was_waiting = state.phase is _WAITING
-        advance(state, LinkPhase.DETACHED)
-        state.view.detach(state)
-        if was_waiting:
-            state.view.cancel_wait(state)
-        if state.session is not None:
-            state.session.release(self.now_ms)
-
-    # ------------------------------------------------------------------ flow
-    def _on_link_flow(self, link: Link) -> None:
-        state = self._links.get(link)
-        if isinstance(state, ReceiveLink):
-            if state.phase is _WAITING:
-                return
-            state.view.dispatch(self.now_ms)
-            if link.drain_mode:
-                # [AMQP 2.6.7] drain: use up what we can, then give back the rest of the credit.
-                link.drained()
-        elif isinstance(state, ReplyLink):
-            self._flush_replies(state)
-        elif isinstance(state, SendLink | RequestLink):
-            self._top_up_credit(link)
-
-    @staticmethod
-    def _top_up_credit(link: Link) -> None:
-        if link.credit < SENDER_CREDIT // 2:
-            link.flow(SENDER_CREDIT - link.credit)
-
-    # ------------------------------------------------------------------ deliveries in
-    def _on_delivery(self, link: Link, delivery: Delivery) -> None:
-        state = self._links.get(link)
-        if state is None:
-            if link.is_receiver and delivery.readable and not delivery.partial:
-                link.recv(delivery.pending)
-                link.advance()
-            delivery.settle()
-            return
-        if isinstance(state, ReceiveLink):
-            self._on_disposition(state, delivery)
-            return
-        if isinstance(state, ReplyLink):
-            if delivery.settled:
-                delivery.settle()
-            return
-        if delivery.aborted:
-            delivery.settle()
-            return
-        if delivery.partial:
-            limit = message_limit(getattr(state, "entity", None), self.namespace)
-            if isinstance(state, SendLink) and delivery.pending > limit + 64 * 1024:
-                # A message far beyond the limit: do not buffer it; close the link.
-                self.close_link(
-                    link,
-                    MessageSizeExceeded(
-                        f"The received message exceeds the maximum message size of {limit} bytes."
-                    ),
-                )
-            return
-        data = link.recv(delivery.pending) or b""  # an empty transfer payload comes back as None
-        link.advance()
-        self._top_up_credit(link)
-        if isinstance(state, CoordinatorLink):
-            control = Message()
-            try:
-                control.decode(data)
-            except Exception:
-                control.body = None
-            self.transactions.on_control(delivery, control.body)
-            return
-        if isinstance(state, SendLink):
-            self._on_message(state, delivery, data)
-        else:
-            self._on_request(state, delivery, data)
-
-    def _on_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
-        if delivery.remote_state == TRANSACTIONAL_STATE:
-            self._on_transactional_message(state, delivery, data)
-            return
-        try:
-            messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
-                )
-            state.entity.send(
-                messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
-            )
-        except ServiceBusError as exc:
-            self._settle_incoming(delivery, exc)
-
-    def _on_transactional_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
-        """A send inside a transaction: staged, answered transactional-state{accepted}."""
-        data_fields = list(delivery.remote.data or []) + [None]
-        txn = None
-        try:
-            txn = self.transactions.transaction(data_fields[0])
-            messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(state.entity, self.namespace),
-                )
-            if state.entity.spec.requires_session:
-                for msg in messages:
-                    if msg.session_id is None:
-                        raise InvalidOperation(
-                            "A transactional message to a session-enabled entity must have a "
-                            "SessionId [P16]."
-                        )
-            self.transactions.stage_send(txn, state.entity, messages)
-        except ServiceBusError as exc:
-            if txn is not None:
-                self.transactions.fail(txn, exc.description)
-            self._settle_incoming(delivery, exc)
-            return
-        delivery.local.data = transactional_outcome(txn.txn_id, Delivery.ACCEPTED)
-        delivery.update(TRANSACTIONAL_STATE)
-        delivery.settle()
-        self.on_output()
-
-    def _settle_incoming(self, delivery: Delivery, error: Exception | None) -> None:
-        if error is None:
-            delivery.update(Delivery.ACCEPTED)
-        else:
-            if not isinstance(error, ServiceBusError):
-                error = storage_error(error)
-            delivery.local.condition = self.condition_for(error)
-            delivery.update(Delivery.REJECTED)
-        delivery.settle()
-        self.on_output()
-
     # ------------------------------------------------------------------ deliveries out
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
@@ -1040,79 +718,6 @@ class AmqpConnection:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:
             settle_delivery(self, state.entity, token, delivery, outcome, state.session)
-
-    # ------------------------------------------------------------------ requests
-    def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
-        if not delivery.settled:
-            delivery.update(Delivery.ACCEPTED)
-        delivery.settle()
-        request = Message()
-        try:
-            request.decode(data)
-        except Exception as exc:
-            log.info("connection %d: undecodable request on %s: %s", self.id, state.node, exc)
-            return
-        if state.node == "$cbs":
-            self._on_put_token(state, request)
-        else:
-            handle_request(self, state, request)
-
-    def _on_put_token(self, state: RequestLink, request: Message) -> None:
-        props: dict[Any, Any] = request.properties or {}
-        ns, services = self.namespace.name, self.services
-        status, description, grant = cbs.put_token(
-            props,
-            request.body,
-            self.namespace.keys,
-            self.now,
-            entity_of=lambda path: services.entity_name(ns, path),
-            rules_of=lambda entity: services.entity_rules(ns, entity),
-        )
-        if grant is not None:
-            self._grants.add(grant, self.now)
-        from proton import int32
-
-        response = Message(
-            correlation_id=request.id,
-            properties={"status-code": int32(status), "status-description": description},
-            body=None,
-        )
-        self.send_reply(state, request, response)
-
-    def send_reply(self, state: RequestLink, request: Message, response: Message) -> None:
-        """Route a response to the client's reply link in this connection [contract 6.1]."""
-        reply = self._find_reply_link(state, request.reply_to)
-        if reply is None:
-            log.info("connection %d: no reply link for %s", self.id, state.node)
-            return
-        reply.pending.append(response.encode())
-        self._flush_replies(reply)
-        self.on_output()
-
-    def _find_reply_link(self, state: RequestLink, reply_to: str | None) -> ReplyLink | None:
-        candidates = [s for s in self._links.values() if isinstance(s, ReplyLink)]
-        if reply_to:
-            matches = [s for s in candidates if (s.link.remote_target.address or "") == reply_to]
-            if len(matches) == 1:
-                return matches[0]
-            if matches:
-                candidates = matches
-        same_node = [s for s in candidates if s.node == state.node]
-        same_session = [s for s in same_node if s.link.session == state.link.session]
-        for group in (same_session, same_node):
-            if group:
-                return group[0]
-        return None
-
-    def _flush_replies(self, reply: ReplyLink) -> None:
-        link = reply.link
-        while reply.pending and link.credit > 0:
-            data = reply.pending.popleft()
-            tag = next(self._tag_counter).to_bytes(8, "big")
-            delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
-            link.send(data)
-            link.advance()
-            delivery.settle()
 
     # ------------------------------------------------------------------ operator view
     def condition_for(self, exc: ServiceBusError) -> Condition:

@@ -117,6 +117,9 @@ class AmqpProtocol(asyncio.Protocol):
             self._quickack = quickack
         self._conn = AmqpConnection(self._services, self._clock())
         self._conn.on_output = self._request_flush
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self._conn.peer = f"{peer[0]}:{peer[1]}"
         limits = self._services.limits
         if len(self._registry) >= limits.max_connections:
             # [limits.py] over the cap: finish the handshake, then close(resource-limit-exceeded)
@@ -327,6 +330,10 @@ class ByteStream(Protocol):
 # asyncio's transports do at their high-water mark), so a large delivery is framed slice by
 # slice (listener.WRITE_SLICE) as the peer reads, not all at once into the write buffer.
 WS_HIGH_WATER = 256 * 1024
+# Seconds a closing WebSocket waits for the peer's close frame before the socket is dropped.
+# Closing the socket at once, right after the AMQP close, could reset the connection before the
+# peer read that close (a client then reports a socket error instead of the server's reason).
+WS_CLOSE_GRACE = 5.0
 
 
 class _WebSocketTransport:
@@ -342,6 +349,7 @@ class _WebSocketTransport:
         self.reading.set()
         self._closing = False
         self._draining: asyncio.Task[None] | None = None
+        self._drop: asyncio.TimerHandle | None = None
 
     def write(self, data: bytes) -> None:
         self._framing.send(data)
@@ -366,15 +374,25 @@ class _WebSocketTransport:
             self._stream.write(out)
 
     def close(self) -> None:
-        """The AMQP side is done: close the WebSocket, then the connection under it."""
+        """The AMQP side is done: send the WebSocket close; the socket goes when the peer
+        answers it (serve_websocket's loop ends) or after WS_CLOSE_GRACE [RFC 6455 7.1.1]."""
         if self._closing:
             return
         self._closing = True
         self._framing.close()
         self._write_out()
-        self._stream.close()
         if self._draining is not None:
             self._draining.cancel()
+        self.reading.set()  # keep reading for the peer's close frame, paused or not
+        self._drop = asyncio.get_running_loop().call_later(WS_CLOSE_GRACE, self.abort)
+
+    def abort(self) -> None:
+        """Drop the socket now."""
+        self._closing = True
+        if self._drop is not None:
+            self._drop.cancel()
+            self._drop = None
+        self._stream.close()
 
     def is_closing(self) -> bool:
         return self._closing or self._stream.is_closing()
@@ -404,16 +422,16 @@ async def serve_websocket(stream: ByteStream, protocol: AmqpProtocol) -> None:
         while True:
             received = framing.receive_data(data)
             transport._write_out()  # pongs and close answers
-            for amqp in received.amqp:
-                protocol.data_received(amqp)
+            if not transport.is_closing():  # after our close, only the peer's close matters
+                for amqp in received.amqp:
+                    protocol.data_received(amqp)
             if received.closed or data is None:
                 break
             await transport.reading.wait()
-            if transport.is_closing():
-                break
             data = await stream.recv() or None
     except (ConnectionError, OSError) as exc:
         log.debug("WebSocket connection dropped: %r", exc)
     finally:
         protocol.connection_lost(None)
-        transport.close()
+        transport.close()  # the WebSocket close, if the peer's came first
+        transport.abort()

@@ -8,7 +8,7 @@ and encode_delivery run once per message; they never fully decode one.
 
 from __future__ import annotations
 
-from ..errors import ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
+from ..errors import ArgumentError, ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
 from ..filters import MessageView
 from ..partitions.records import IncomingMessage, MessageRecord
 from . import codec, sections
@@ -188,11 +188,13 @@ def scan_transfer(
                 )
             try:
                 return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
-            except sections.PropertyValueError:
+            except (sections.SectionTooDeep, sections.PropertyValueError):
                 raise  # a batch whose message cannot be stored is refused whole
             except sections.SectionError:
                 pass  # not an envelope after all: a message whose body looks like one
         return [to_incoming(sections.scan_message(data), for_topic)]
+    except sections.SectionTooDeep as exc:
+        raise ArgumentError(f"The message was refused: {exc} (sbemu's limit).") from exc
     except sections.PropertyValueError as exc:  # well formed, but not storable as Azure does
         raise ArgumentOutOfRange(f"The message was refused: {exc}") from exc
     except sections.SectionError as exc:

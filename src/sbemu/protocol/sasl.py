@@ -127,6 +127,10 @@ class SaslServer:
             "amqp:sasl-init:list",
         ):
             raise SaslError("expected sasl-init")
+        # [AMQP 5.3.3.2] sasl-init is a list; a described value of any other shape (fuzzing
+        # found a float) is the peer breaking the protocol, not an internal error.
+        if value.value is not None and not isinstance(value.value, list):
+            raise SaslError("sasl-init is not a list")
         fields = list(value.value or []) + [None, None, None]
         mechanism = str(fields[0]) if fields[0] is not None else ""
         response = fields[1] if isinstance(fields[1], bytes | bytearray) else b""

@@ -4,12 +4,14 @@ limits) and the router. Shared by the connection, `$management` and the server's
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import EntityNotFound
 from ..partitions.router import Router, resolve_view_name
 from ..partitions.stats import ServerStats
+from ..rejections import RejectionLog
 from ..sasrules import SasRule, parse_authorization_rules
 from .limits import Limits
 
@@ -33,6 +35,10 @@ class Services:
     default_namespace: str
     stats: ServerStats = field(default_factory=ServerStats)  # connections and errors
     limits: Limits = field(default_factory=Limits)
+    # refused SASL PLAIN keys and $cbs tokens, logged rate-limited (docs/security.md)
+    rejections: RejectionLog = field(
+        default_factory=lambda: RejectionLog("AMQP", logging.getLogger("sbemu.protocol.auth"))
+    )
 
     def entity_rules(self, namespace: str, name: str) -> Sequence[SasRule]:
         """A queue's or topic's own SAS rules: the admin API's authorization_rules, kept in

@@ -40,6 +40,7 @@ def message_limit(entity: _Entity | None, namespace: _Namespace) -> int:
     return own or namespace.max_message_size
 
 
-def batch_limit(entity: _Entity | None, namespace: _Namespace) -> int:
-    """The largest batch transfer (bytes): the tier's, never above the entity's message limit."""
-    return min(namespace.max_message_size, message_limit(entity, namespace))
+def batch_limit(namespace: _Namespace) -> int:
+    """The largest batch transfer (bytes): the tier's (an entity's own message limit is never
+    below it: 256 KB on Standard, at least 1 MB on Premium)."""
+    return namespace.max_message_size

@@ -37,7 +37,7 @@ final class Sbemu {
     private Sbemu() {
     }
 
-    private static String require(String name) {
+    static String require(String name) {
         String value = System.getenv(name);
         if (value == null || value.isEmpty()) {
             throw new IllegalStateException(name + " is not set: run the suite with `make test-java`");

@@ -1,7 +1,7 @@
 """Partition-log records as report events: the event columns and the decoding they need.
 
 Shared by the Spark data source (sparkjobs/source.py, in its executors) and the segment
-exporter (sbemu.export). Decodes the message's application properties and body with the AMQP
+exporter (sbemu.logs.export). Decodes the message's application properties and body with the AMQP
 codec (sbemu.protocol.codec), which is why this sits above both partitions/ and protocol/.
 """
 

@@ -25,7 +25,7 @@ Reading a live store safely (the server keeps writing while we read):
 - read transactions are kept short (one per chunk) so the writer can reuse pages;
 - stale reader slots of killed processes are cleared with ``reader_check()`` on open.
 
-Retention (see sbemu.partitions.retention): when the server trimmed a log past a reader, the
+Retention (see sbemu.logs.retention): when the server trimmed a log past a reader, the
 store's meta ``log_trimmed_below`` is above that reader's offset and reading raises
 `LogTrimmed` (never a silent skip).
 """

@@ -1,13 +1,13 @@
 """``sbemu export-logs``: copy the partition logs into immutable segment files (no Spark).
 
-The format is `sbemu.partitions.segments` (Parquet, versioned); the logs are read with
-`sbemu.partitions.logreader`. The exporter resumes after the highest offset already exported
+The format is `sbemu.logs.segments` (Parquet, versioned); the logs are read with
+`sbemu.logs.reader`. The exporter resumes after the highest offset already exported
 (the file names are its only state) and takes a lock (``<to>/.export.lock``) so only one runs
 per directory. Full segments hold ``segment_records`` records; the tail of a log is written as a
 shorter segment (one-shot runs: at the end; with ``--follow``: once it has waited
 ``flush_interval`` seconds), so ranges are contiguous but not necessarily aligned.
 
-Retention (see sbemu.partitions.retention): after each segment the exporter registers, per
+Retention (see sbemu.logs.retention): after each segment the exporter registers, per
 partition, the next offset it needs under ``export-<hash of --to>``, so the server keeps what
 it has not exported; a log trimmed past it (the server's size cap) raises `LogTrimmed`.
 Segments are never deleted.
@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from sbemu.atomicfile import atomic_write
-from sbemu.logevents import decode_body, decode_log_table, decode_properties, decode_sparse
-from sbemu.partitions.logreader import (
+from sbemu.logs.events import decode_body, decode_log_table, decode_properties, decode_sparse
+from sbemu.logs.reader import (
     close_all,
     discover_partitions,
     iter_log,
     log_end,
     log_start,
 )
-from sbemu.partitions.retention import reader_name, register_reader
-from sbemu.partitions.segments import (
+from sbemu.logs.retention import reader_name, register_reader
+from sbemu.logs.segments import (
     SEGMENT_FIELDS,
     SEGMENT_RE,
     exported_end,
@@ -47,7 +47,7 @@ _RECORD_KEYS = tuple(name for name, _kind in SEGMENT_FIELDS if name != "segment_
 
 def segment_columns(values: list[bytes]) -> dict[str, Any]:
     """Raw log values as segment columns (pyarrow arrays): the record's keys, "properties"
-    decoded to a {name: text} map, "body" as payload bytes (sbemu.logevents). Vectorised:
+    decoded to a {name: text} map, "body" as payload bytes (sbemu.logs.events). Vectorised:
     one msgpack call per record, the columns built by Arrow; refuses unknown record versions."""
     import pyarrow as pa
 

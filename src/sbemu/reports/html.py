@@ -1,6 +1,6 @@
 """``sbemu report --html``: one self-contained HTML page of charts over the reporting tables.
 
-Reads the tables of an OUT directory (sbemu.reporttables, pyarrow; no Spark) and writes
+Reads the tables of an OUT directory (sbemu.reports.tables, pyarrow; no Spark) and writes
 ``OUT/report.html``: inline CSS and inline SVG drawn here, no script, no CDN, no external
 file, so it opens offline and can be mailed or archived as is. Charts:
 
@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sbemu.atomicfile import atomic_write
-from sbemu.reporttables import read_rows, summary_rows
+from sbemu.reports.tables import read_rows, summary_rows
 
 __all__ = ["REPORT_NAME", "latest_report", "render", "write_html"]
 

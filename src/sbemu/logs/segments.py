@@ -1,6 +1,6 @@
 """The segment file format: partition-log records as immutable Parquet files (no Spark).
 
-Written by ``sbemu export-logs`` (sbemu.export) for clusters that cannot read the LMDB files,
+Written by ``sbemu export-logs`` (sbemu.logs.export) for clusters that cannot read the LMDB files,
 read by Spark's file source (sparkjobs/source.py)::
 
     <to>/<ns dir>/<entity dir>/entity.json                           copy of the layout manifest
@@ -8,8 +8,8 @@ read by Spark's file source (sparkjobs/source.py)::
 
 One row per log record, with the columns of `records.py`'s log schema (`SEGMENT_FIELDS`, same
 names, same order) plus ``segment_version``; "properties" is already decoded into a
-``{name: text}`` map (sbemu.logevents.decode_properties) and "body" holds the payload bytes
-(sbemu.logevents.decode_body). Columnar (Parquet, zstd) so a cluster reads only the columns a
+``{name: text}`` map (sbemu.logs.events.decode_properties) and "body" holds the payload bytes
+(sbemu.logs.events.decode_body). Columnar (Parquet, zstd) so a cluster reads only the columns a
 table needs; the format's version is `SEGMENT_VERSION`, in the ``segment_version`` column of
 every row (readers refuse other versions; Spark sees no file metadata) and in the file's
 key-value metadata ``sbemu.segment_version``. Version 1 was JSON lines (``.jsonl``).

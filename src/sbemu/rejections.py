@@ -1,0 +1,66 @@
+"""Rejected credentials, logged at warning level and rate-limited (shared by `$cbs`/SASL and the
+admin port, so neither imports the other).
+
+An SDK shows a refused token as a bare ``amqp:client-error`` or ``401``; the operator finds why
+in sbemu's output: one warning line per rejection with the key name, the reason and the peer.
+A client retrying a wrong key in a tight loop must not flood the log, so each source logs at
+most ``burst`` lines per ``window`` seconds; what was held back is counted and reported in one
+line when the next window opens.
+
+Pure apart from logging: the caller passes ``now`` (Unix seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+
+__all__ = ["RejectionLog"]
+
+BURST = 10  # lines per window
+WINDOW = 60.0  # seconds
+
+
+class RejectionLog:
+    """Rate-limited warnings about refused credentials for one source ("AMQP", "admin")."""
+
+    def __init__(
+        self,
+        source: str,
+        logger: logging.Logger,
+        *,
+        burst: int = BURST,
+        window: float = WINDOW,
+    ) -> None:
+        self.source = source
+        self._log = logger
+        self.burst = burst
+        self.window = window
+        self._window_start = float("-inf")
+        self._logged = 0
+        self.suppressed = 0  # held back in the current window
+
+    def rejected(self, key_name: str | None, reason: str, peer: str, now: float) -> bool:
+        """Log one rejection (True) unless this window's burst is spent (False, counted)."""
+        if now - self._window_start >= self.window:
+            if self.suppressed:
+                self._log.warning(
+                    "%s: %d more rejected credentials were not logged in the last %.0f s",
+                    self.source, self.suppressed, self.window,
+                )
+            self._window_start, self._logged, self.suppressed = now, 0, 0
+        if self._logged >= self.burst:
+            self.suppressed += 1
+            return False
+        self._logged += 1
+        self._log.warning(
+            "%s: rejected credentials from %s (key name %s): %s",
+            self.source, _short(peer or "?", 60), _short(repr(key_name), 80) if key_name else "none",
+            _short(reason),
+        )
+        return True
+
+
+def _short(text: str, limit: int = 300) -> str:
+    """A reason as one bounded line (a token or key name can be megabytes of anything)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

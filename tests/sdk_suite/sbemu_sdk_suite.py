@@ -1,0 +1,109 @@
+"""pytest plugin for the azure-servicebus sdist's live tests against sbemu (``-p sbemu_sdk_suite``).
+
+- The controller starts the shared sbemu (``servers.start_shared``) before the xdist workers
+  start, and hands its coordinates to them in the environment.
+- ``test_proxy`` (the sdist's conftest asks for it) is a no-op: nothing is recorded.
+- Tests listed in ``not_applicable.txt`` are deselected and counted as *not applicable* with
+  their reason (written to ``--sdk-suite-na-json`` for the compatibility table); every other
+  test runs, and a failing one fails.
+- The terminal summary ends with one line: passed / failed / errors / not applicable of total.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import servers
+
+HERE = Path(__file__).resolve().parent
+NOT_APPLICABLE = HERE / "not_applicable.txt"
+
+
+def load_not_applicable(path: Path = NOT_APPLICABLE) -> list[tuple[str, str]]:
+    """``(node id pattern, reason)`` pairs: one ``PATTERN  # reason`` a line, fnmatch patterns."""
+    entries = []
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        pattern, _, reason = line.partition("#")
+        if not reason.strip():
+            raise pytest.UsageError(f"{path}: no reason for {pattern.strip()!r}")
+        entries.append((pattern.strip(), reason.strip()))
+    return entries
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sdk-suite-na-json", default=None,
+                     help="write the not-applicable tests and their reasons to this JSON file")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config._sdk_na = {}  # type: ignore[attr-defined]
+    config._sdk_servers = []  # type: ignore[attr-defined]
+    if not _is_worker(config):
+        target, processes = servers.start_shared()
+        config._sdk_servers = processes  # type: ignore[attr-defined]
+        servers.publish(target)
+    servers.trust_ca(servers.target().ca_bundle)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    servers.stop_all(getattr(config, "_sdk_servers", []))
+
+
+@pytest.fixture(scope="session")
+def test_proxy() -> Iterator[None]:
+    """Azure's recording proxy: not used, every test runs live against sbemu."""
+    yield
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m: count only what the run selected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    entries = load_not_applicable()
+    keep, dropped = [], []
+    for item in items:
+        reason = next((r for p, r in entries if fnmatch.fnmatchcase(item.nodeid, p)), None)
+        if reason is None:
+            keep.append(item)
+        else:
+            dropped.append(item)
+            config._sdk_na[item.nodeid] = reason  # type: ignore[attr-defined]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    # every xdist worker collects the whole suite: any of them can tell the controller
+    _na_file().write_text(json.dumps(config._sdk_na, indent=1, sort_keys=True))  # type: ignore[attr-defined]
+
+
+def _na_file() -> Path:
+    return Path(servers.target().data_root) / "not-applicable.json"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    stats = terminalreporter.stats
+    counts = Counter({key: len(stats.get(key, [])) for key in ("passed", "failed", "error",
+                                                                  "skipped", "xfailed", "xpassed")})
+    not_applicable = json.loads(_na_file().read_text()) if _na_file().exists() else {}
+    path = config.getoption("--sdk-suite-na-json")
+    if path:
+        Path(path).write_text(json.dumps(not_applicable, indent=1, sort_keys=True))
+    na = len(not_applicable)
+    total = sum(counts.values()) + na
+    terminalreporter.write_sep("=", "azure-servicebus live tests against sbemu")
+    for nodeid, reason in sorted(not_applicable.items()):
+        terminalreporter.write_line(f"NOT APPLICABLE {nodeid}: {reason}")
+    terminalreporter.write_line(
+        f"sdk-suite: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['error']} errors, {counts['skipped']} skipped and {counts['xfailed']} xfailed "
+        f"/ {counts['xpassed']} xpassed by the suite's own marks, {na} not applicable, of {total}")

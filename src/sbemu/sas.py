@@ -44,6 +44,7 @@ class SasGrant:
     key_name: str
     scope: str  # normalised entity path prefix; '' = the whole namespace
     expires_at: float  # unix seconds
+    rights: frozenset[str] | None = None  # an entity rule's rights; None: the namespace key's
 
 
 class TokenError(Exception):

@@ -22,7 +22,7 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusAuthenticationError
 from azure.servicebus.management import (
     CorrelationRuleFilter,
     ServiceBusAdministrationClient,
@@ -103,7 +103,7 @@ def test_partitioned_queue_lifecycle(
     with pytest.raises(ResourceNotFoundError):
         admin.get_queue(name)
     assert name not in [q.name for q in admin.list_queues()]
-    with pytest.raises(MessagingEntityNotFoundError):
+    with pytest.raises(ServiceBusAuthenticationError):  # $cbs: 404 (issue 23 item 8)
         with sb.get_queue_sender(name) as sender:
             sender.send_messages(ServiceBusMessage("gone"))
     assert not (sbemu_server.data_dir / NS / name).exists()  # partitions' data removed

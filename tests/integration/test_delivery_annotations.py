@@ -29,6 +29,8 @@ def test_lock_token_in_delivery_annotations(server: ServerProcess) -> None:
             (m,) = receive_n(receiver, 1, timeout=10)
             assert m.raw_amqp_message.delivery_annotations == {}
             assert m.raw_amqp_message.footer is None
+            assert m.lock_token is None
+            assert not m._delivery_tag  # settled: an empty tag (the SDK suite's backcompat tests)
 
 
 def test_sender_delivery_annotations_and_footer_reach_the_receiver(server: ServerProcess) -> None:

@@ -621,7 +621,8 @@ def test_kill_during_steady_forwarding_loses_and_duplicates_nothing(
 def test_auto_delete_on_idle(tmp_path: Path) -> None:
     """An entity idle for its window is deleted with its data; an open receiver keeps one
     alive; AutoDeleteOnIdle below Azure's 5 minutes is refused without the test extension."""
-    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+    # (a token put for a deleted entity is refused on $cbs, as Azure does: issue 23 item 8)
+    from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
     queues = [
         queue_def("idle-q", SbemuTestAutoDeleteOnIdle="PT5S"),
@@ -647,10 +648,10 @@ def test_auto_delete_on_idle(tmp_path: Path) -> None:
             assert not (data / "idle-q").exists()
             assert not (data / "idle-t").exists()
             assert (data / "idle-busy").exists() and (data / "idle-never").exists()
-            with pytest.raises(MessagingEntityNotFoundError):
+            with pytest.raises(ServiceBusAuthenticationError):
                 with c.get_queue_sender("idle-q") as sender:
                     sender.send_messages(ServiceBusMessage("too late"))
-            with pytest.raises(MessagingEntityNotFoundError):
+            with pytest.raises(ServiceBusAuthenticationError):
                 with c.get_topic_sender("idle-t") as sender:
                     sender.send_messages(ServiceBusMessage("too late"))
         assert "Traceback" not in server.stderr_text()
@@ -668,7 +669,7 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
     subscription's receives keep its topic alive. Through the admin API AutoDeleteOnIdle is
     Azure's: at least 5 minutes."""
     from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+    from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
     short = {"SbemuTestAutoDeleteOnIdle": "PT3S"}
     idle = {"SbemuTestAutoDeleteOnIdle": "PT6S"}  # kept alive by activity (below)
@@ -724,7 +725,7 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
             names = {s.name for s in admin.list_subscriptions("idle-st")}
             assert names == {"kept", "ruled", "updated", "never"}
             assert [s.name for s in admin.list_subscriptions("idle-st2")] == ["r"]
-            with pytest.raises(MessagingEntityNotFoundError):
+            with pytest.raises(ServiceBusAuthenticationError):  # $cbs: 404 (issue 23 item 8)
                 with c.get_subscription_receiver("idle-st", "gone", max_wait_time=1) as rx:
                     rx.receive_messages(max_message_count=1, max_wait_time=1)
             # deleted with its data: a new subscription of the same name starts empty

@@ -64,15 +64,28 @@ def _receive_one(client: ServiceBusClient, queue: str) -> list:
 
 
 def test_send_to_unknown_entity_raises_not_found(server):
+    # Azure refuses the token put for an entity that does not exist (404 on $cbs), which the
+    # SDK raises as ServiceBusAuthenticationError (its test_sb_client_bad_entity) [issue 23]
     t0 = time.monotonic()
-    with pytest.raises(MessagingEntityNotFoundError):
+    with pytest.raises(ServiceBusAuthenticationError):
         _send_one(_client(server.conn_str), "nope")
     assert time.monotonic() - t0 < 10, "not-found must not be retried until a timeout"
 
 
 def test_receive_from_unknown_entity_raises_not_found(server):
-    with pytest.raises(MessagingEntityNotFoundError):
+    with pytest.raises(ServiceBusAuthenticationError):
         _receive_one(_client(server.conn_str), "nope-either")
+
+
+def test_attach_to_unknown_entity_without_a_token_is_refused_not_found(server):
+    """A client authenticated by SASL PLAIN puts no token: its attach is refused with
+    amqp:not-found, which the SDKs read as entity not found."""
+    conn = proton_connect(server)
+    try:
+        with pytest.raises(Exception, match="amqp:not-found"):
+            conn.create_sender("nope-plain")
+    finally:
+        conn.close()
 
 
 # ------------------------------------------------------------------------------- SAS

@@ -387,7 +387,7 @@ def test_build_message_decodes_in_proton_with_typed_stamps():
     assert m.body == b"payload"
     # header is the full 5-field list with smallulong descriptors on every section
     assert out.startswith(b"\x00\x53\x70\xc0")
-    assert decode(out)[0].value == [True, 7, 30_000, False, 2]
+    assert decode(out)[0].value == [True, 7, 30_000, None, 2]  # first-acquirer null
     assert all(sec[:2] == b"\x00\x53" for _, sec in sections_of(out))
     assert out.endswith(s.tail)
 
@@ -403,8 +403,9 @@ def test_build_header_wire_types():
         stamps=[],
         tail=b"",
     )
-    # durable=false, priority null, ttl null, first-acquirer false, delivery-count uint
-    assert out == b"\x00\x53\x70\xc0\x0a\x05\x42\x40\x40\x42\x70\x00\x00\x01\x2c"
+    # durable null (not durable), priority null, ttl null, first-acquirer null, delivery-count
+    # uint: the service leaves durable false and first-acquirer null [issue 23]
+    assert out == b"\x00\x53\x70\xc0\x0a\x05\x40\x40\x40\x40\x70\x00\x00\x01\x2c"
     d = proton.Data()
     d.decode(out)
     d.rewind()
@@ -417,10 +418,10 @@ def test_build_header_wire_types():
     while d.next():
         types.append(d.type())
     assert types == [
-        proton.Data.BOOL,
         proton.Data.NULL,
         proton.Data.NULL,
-        proton.Data.BOOL,
+        proton.Data.NULL,
+        proton.Data.NULL,
         proton.Data.UINT,
     ]
     # no annotations and no stamps: no message-annotations section at all

@@ -7,7 +7,8 @@ itself lives in sbemu/sas.py, shared with the admin HTTP API.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import Unauthorized
@@ -20,6 +21,7 @@ from ..sas import (
     normalize_entity_path,
     verify_sas_token,
 )
+from ..sasrules import SasRule
 
 __all__ = [
     "SAS_PREFIX",
@@ -34,33 +36,75 @@ __all__ = [
 ]
 
 
+# Azure's answer for a token put for an entity that does not exist (the SDKs raise it as an
+# authentication error; JS and .NET read "could not be found" as MessagingEntityNotFound).
+ENTITY_NOT_FOUND = (
+    "The messaging entity '{}' could not be found. To know more visit "
+    "https://aka.ms/sbResourceMgrExceptions."
+)
+
+
 def put_token(
-    properties: Mapping[Any, Any], token: object, keys: Mapping[str, str], now: float
+    properties: Mapping[Any, Any],
+    token: object,
+    keys: Mapping[str, str],
+    now: float,
+    entity_of: Callable[[str], str | None] | None = None,
+    rules_of: Callable[[str], Sequence[SasRule]] | None = None,
 ) -> tuple[int, str, SasGrant | None]:
     """Answer one `$cbs` request: (status code, status description, the grant if accepted).
 
     `properties` are the request's application properties (operation, name = audience);
-    `token` its body; `now` Unix seconds.
+    `token` its body; `now` Unix seconds. With `entity_of` (an entity path -> the queue or
+    topic it names, None when none) an audience naming no entity is refused with 404, as
+    Azure refuses it; `rules_of` (queue or topic -> its own SAS rules) lets a token signed
+    with one of them through for that entity only.
     """
     operation = properties.get("operation")
     if operation != "put-token":
         return 400, f"Unsupported $cbs operation {operation!r}.", None
     if not isinstance(token, str) or not token.startswith(SAS_PREFIX):
         return 401, "Only SharedAccessSignature tokens are accepted.", None
+    audience = properties.get("name")
+    wanted = normalize_entity_path(audience) if isinstance(audience, str) else None
+    entity = None
+    if wanted and entity_of is not None:
+        entity = entity_of(wanted)
+        if entity is None:
+            return 404, ENTITY_NOT_FOUND.format(audience), None
+    grant: SasGrant | None
     try:
         grant = verify_sas_token(token, keys, now)
     except TokenError as exc:
-        return exc.status_code, exc.description, None
-    audience = properties.get("name")
-    if isinstance(audience, str):
-        wanted = normalize_entity_path(audience)
-        if not covers(grant.scope, wanted):
-            return (
-                401,
-                f"The token's resource '{grant.scope}' does not cover the audience '{wanted}'.",
-                None,
-            )
+        grant = _entity_grant(token, entity, rules_of, now) if entity is not None else None
+        if grant is None:
+            return exc.status_code, exc.description, None
+    if wanted is not None and not covers(grant.scope, wanted):
+        return (
+            401,
+            f"The token's resource '{grant.scope}' does not cover the audience '{wanted}'.",
+            None,
+        )
     return 202, "Accepted", grant
+
+
+def _entity_grant(
+    token: str,
+    entity: str,
+    rules_of: Callable[[str], Sequence[SasRule]] | None,
+    now: float,
+) -> SasGrant | None:
+    """The grant of a token signed with one of `entity`'s own rules (primary or secondary
+    key): scoped to that entity whatever its resource says, with that rule's rights."""
+    for rule in rules_of(entity) if rules_of is not None else ():
+        for key in rule.keys:
+            try:
+                grant = verify_sas_token(token, {rule.key_name: key}, now)
+            except TokenError:
+                continue
+            scope = entity if covers(grant.scope, entity) else grant.scope
+            return dataclasses.replace(grant, scope=scope, rights=rule.rights)
+    return None
 
 
 class Grants:
@@ -93,7 +137,9 @@ class Grants:
         best: float | None = None
         for grant in self.tokens:
             if grant.expires_at > now and covers(grant.scope, path):
-                held = key_rights.get(grant.key_name, frozenset())
+                held = grant.rights
+                if held is None:
+                    held = key_rights.get(grant.key_name, frozenset())
                 if "Manage" in held or any(r in held for r in rights):
                     best = max(best or 0.0, grant.expires_at)
         if best is not None:

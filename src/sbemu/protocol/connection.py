@@ -715,10 +715,11 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                 lib.pn_link_advance(link)
                 unsettled[tag] = key
             else:
-                # no lock: the delivery-annotations the service sends are the sender's or {}
+                # no lock: the delivery-annotations the service sends are the sender's or {},
+                # and the delivery tag is empty (a settled delivery needs no unique tag
+                # [AMQP 2.6.12]; the SDK suite expects delivery_tag None here) [issue 23]
                 data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
-                tag = next(self._tag_counter).to_bytes(8, "big")
-                delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+                delivery = lib.pn_delivery(link, (0, _NULL))
                 lib.pn_link_send(link, data, len(data))
                 lib.pn_link_advance(link)
                 lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]

@@ -156,12 +156,15 @@ def build_message(
     # contract §1.6: full 5-field header list with explicit values, never list0.
     hdr = b"".join(
         (
-            _TRUE if durable else _FALSE,
+            # durable only when the sender said so, first-acquirer never: the service leaves
+            # both null (pyamqp re-encodes a received message by its fields, and the SDK suite
+            # counts the bytes) [issue 23]
+            _TRUE if durable else _NULL,
             _NULL if priority is None else bytes((0x50, priority)),
             # header.ttl is a uint [AMQP 1.0 3.2.1]; a TTL beyond it cannot be
             # expressed and is effectively unbounded, so it travels as null.
             _NULL if ttl_ms is None or ttl_ms > _UINT_MAX else enc_uint(ttl_ms),
-            _FALSE,  # first-acquirer
+            _NULL,  # first-acquirer
             enc_uint(delivery_count),
         )
     )

@@ -70,8 +70,14 @@ class RequestLinks:
 
     def _on_put_token(self, state: RequestLink, request: Message) -> None:
         props: dict[Any, Any] = request.properties or {}
+        ns, services = self.namespace.name, self.services
         status, description, grant = cbs.put_token(
-            props, request.body, self.namespace.keys, self.now
+            props,
+            request.body,
+            self.namespace.keys,
+            self.now,
+            entity_of=lambda path: services.entity_name(ns, path),
+            rules_of=lambda entity: services.entity_rules(ns, entity),
         )
         if grant is not None:
             self._grants.add(grant, self.now)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..partitions.router import Router
+from ..errors import EntityNotFound
+from ..partitions.router import Router, resolve_view_name
 from ..partitions.stats import ServerStats
 from ..rejections import RejectionLog
+from ..sasrules import SasRule, parse_authorization_rules
 from .limits import Limits
 
 
@@ -36,6 +39,26 @@ class Services:
     rejections: RejectionLog = field(
         default_factory=lambda: RejectionLog("AMQP", logging.getLogger("sbemu.protocol.auth"))
     )
+
+    def entity_rules(self, namespace: str, name: str) -> Sequence[SasRule]:
+        """A queue's or topic's own SAS rules: the admin API's authorization_rules, kept in
+        the entity's description (sbemu.admin.catalog)."""
+        entity = self.router.entities.get((namespace.lower(), name.lower()))
+        raw = entity.description.get("authorization_rules") if entity is not None else None
+        return parse_authorization_rules(raw) if isinstance(raw, str) else ()
+
+    def entity_name(self, namespace: str, path: str) -> str | None:
+        """The queue or topic a normalised entity path names (a subscription's topic, a
+        dead-letter queue's entity), None when there is none; unlike Router.lookup it does
+        not count as access to the entity."""
+        ns = namespace.lower()
+        router = self.router
+        try:
+            name, sub = resolve_view_name([n for (s, n) in router.entities if s == ns], path)
+        except EntityNotFound:
+            return None
+        entity = router.entities.get((ns, name))
+        return name if entity is not None and sub in entity.views else None
 
     def namespace_for(self, hostname: str | None) -> NamespaceInfo:
         """Pick the namespace a client addresses: by host name (first label), else the default."""

@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -148,7 +148,7 @@ go-deps: go-check
 	  cd "$$(go list -m -f '{{.Dir}}' github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus)" && \
 	  go mod download && go test -count=1 -run '^$$' . ./admin >/dev/null; fi
 
-test-go: install go-deps
+test-go: install go-deps netns-check
 	@if command -v go >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py --cwd tests/go -- go test -count=1 ./... && \
 	  $(PY) tests/sdk_run.py --azure-ports -- $(PY) tests/go/live.py; \
@@ -216,6 +216,18 @@ lint: install
 
 bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)
+
+# Where the server's CPU goes per message (send, receive, settle; protocol, broker, commit,
+# loop), in CPU us and callgrind instruction counts (docs/performance.md). ARGS="--queue benchp".
+bench-profile: install valgrind-check
+	$(PY) bench/hotpath.py $(ARGS)
+
+valgrind-check:
+	@if command -v valgrind >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 \
+	  && test -f /usr/include/valgrind/callgrind.h; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind gcc >/dev/null); \
+	else echo "bench-profile needs valgrind and a C compiler (apt-get install valgrind gcc)"; exit 1; fi
 
 # rhea (npm, pinned by bench/node/package-lock.json) for the latency phase and bench-compare.
 bench-node:

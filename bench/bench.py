@@ -150,6 +150,12 @@ class Server(SbemuProcess):
     def url(self) -> str:
         return f"amqp://127.0.0.1:{self.port}"
 
+    def cpu_seconds(self) -> float:
+        """The server's CPU time so far (user + system, all its threads), in seconds."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mb(self) -> float:
         """The server's resident memory (VmRSS), in MiB."""
         assert self.proc is not None
@@ -179,7 +185,10 @@ def _du_mb(path: Path) -> float:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
+            try:  # lstat: a store's lock.mdb is a link to a reader table on tmpfs
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:  # removed while we walk (a store closing)
+                continue
     return total / (1024 * 1024)
 
 
@@ -731,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             results.extend(_topic_phase(server.conn_str, args.topic_count, args.size))
     finally:
+        cpu = server.cpu_seconds() if server.proc is not None and server.proc.poll() is None else 0
         rc = server.stop()
         if rc not in (0, None):
             print(f"bench: server exited with {rc} on SIGTERM", file=sys.stderr)
@@ -738,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(_table(results))
+    print(f"server CPU time, all phases: {cpu:.2f} s")
     for r in results:
         if r.client == "latency" and r.latency is not None:
             p50, p99, worst = r.latency

@@ -16,7 +16,12 @@ hands the server's addresses to CMD in the environment, and stops the server aft
 
 ``--azure-ports`` runs all that in a network namespace of its own with Azure's ports (AMQPS on
 5671, the admin API and WebSockets on 443), where ``SERVICEBUS_*`` hold Azure's connection
-string form (``Endpoint=sb://localhost/``, no emulator flag).
+string form (``Endpoint=sb://localhost/``, no emulator flag) and ``SBEMU_AZURE_PORTS=1``.
+Without a namespace (not root, or no unshare/ip) ``SERVICEBUS_*`` hold the emulator form of
+the plain AMQP port; a connection string a test derives from it (a SAS-token one drops the
+emulator flag and speaks TLS to that port) and an admin client built from it (HTTPS on that
+port) cannot work there, so tests/go/live.py skips those tests by name
+(tests/go/needs-azure-ports.txt).
 
 The exit status is CMD's, or 1 when the server logged a traceback.
 """
@@ -93,9 +98,11 @@ def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]
     admin_conn = re.sub(r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{admin_port}",
                         server_conn)
     admin_conn = re.sub(r";?UseDevelopmentEmulator=true", "", admin_conn)
-    # the Go module's live tests: with Azure's ports (AMQPS on 5671, HTTPS on 443) the
-    # connection string is Azure's own, which every test may derive others from (a SAS-token
-    # connection string drops the emulator flag and speaks TLS to the endpoint)
+    # the Go module's live tests derive connection strings from these: a SAS-token one drops
+    # the emulator flag and speaks TLS to the endpoint's host:port (AMQP, and HTTPS for the
+    # admin client). With Azure's ports (AMQPS on 5671, HTTPS on 443) the string is Azure's
+    # own and they work as against Azure; on free ports TLS would meet the plain AMQP port
+    # (connlost; "first record does not look like a TLS handshake"): live.py skips them
     live_conn = azure_form(server_conn) if azure_ports else server_conn
     env = {
         "SBEMU_CONNECTION_STRING": server_conn,
@@ -111,6 +118,7 @@ def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]
         # not applicable: no emulator issues Azure AD tokens)
         "SERVICEBUS_ENDPOINT": "localhost" if azure_ports else f"localhost:{admin_port}",
         "SERVICEBUS_ENDPOINT_PREMIUM": "localhost" if azure_ports else f"localhost:{admin_port}",
+        "SBEMU_AZURE_PORTS": "1" if azure_ports else "0",
     }
     if ready.tls_port is not None:
         env["SBEMU_TLS_PORT"] = str(ready.tls_port)

@@ -6,6 +6,12 @@ the ``SERVICEBUS_*`` variables tests/sdk_run.py sets. The tests no emulator can 
 in not-applicable.txt beside this file, one a line with the reason, and skipped by name
 (``go test -skip``); every other test runs and a failure fails the run.
 
+The tests listed in needs-azure-ports.txt build an admin client from the connection string,
+which calls HTTPS on the endpoint's own host:port: they need Azure's ports (AMQPS on 5671, HTTPS
+on 443 of one host), which tests/sdk_run.py --azure-ports serves in a network namespace of its
+own (SBEMU_AZURE_PORTS=1). Where it cannot (not root, no unshare or ip) they are skipped by name,
+and the run says so.
+
 Two guards keep the listed tests off the network should one ever be reached:
 ``AZURE_TOKEN_CREDENTIALS=AzureCLICredential`` (DefaultAzureCredential tries only the Azure CLI,
 absent here: no managed-identity probe) and ``HTTPS_PROXY``/``HTTP_PROXY`` on a closed loopback
@@ -59,14 +65,21 @@ def main() -> int:
         capture_output=True, text=True,
     ).stdout.strip()
     skips = not_applicable(HERE / "not-applicable.txt")
+    no_ports = {name: [] for name in PACKAGES}
+    if os.environ.get("SBEMU_AZURE_PORTS") != "1":
+        no_ports = not_applicable(HERE / "needs-azure-ports.txt")
     env = {**os.environ, **GUARDS}
     rc = 0
     for package, path in PACKAGES.items():
         cmd = ["go", "test", "-count=1", "-timeout", "10m", path]
-        if skips[package]:
-            cmd += ["-skip", skip_pattern(skips[package])]
+        if skips[package] or no_ports[package]:
+            cmd += ["-skip", skip_pattern(skips[package] + no_ports[package])]
         print(f"---- {MODULE} ({package}): {len(skips[package])} not applicable, skipped by name",
               flush=True)
+        if no_ports[package]:
+            print(f"SKIPPED: {', '.join(no_ports[package])}: need Azure's ports (AMQPS 5671 and "
+                  "HTTPS 443 on one host); tests/sdk_run.py --azure-ports makes them in a network "
+                  "namespace, which needs root with unshare and ip", flush=True)
         rc |= subprocess.run(cmd, cwd=module_dir, env=env, check=False).returncode
     return rc
 

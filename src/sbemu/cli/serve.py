@@ -384,6 +384,9 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
+    from sbemu.gcpolicy import tune_for_serving
+
+    tune_for_serving()  # after start-up: what the server holds for good is frozen
     # The stop signals are caught from here on: a launcher may send SIGTERM the moment it sees
     # the ready file or the first ready line, and the server must then stop cleanly.
     with _stop_signals() as stop:

@@ -25,6 +25,7 @@ from ..errors import (
 )
 from ..partitions.dispatch import Delivered, SessionHandle, Taken
 from . import cbs
+from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
 from .links import (
     CoordinatorLink,
@@ -57,6 +58,7 @@ class LinkAttach:
 
     if TYPE_CHECKING:  # what it uses of AmqpConnection
         _conn: Connection | None
+        _detach_hold: DetachHold
         _grants: cbs.Grants
         _links: dict[Link, LinkState]
         _remote_links: int
@@ -254,8 +256,19 @@ class LinkAttach:
         link.close()
 
     def _on_link_remote_close(self, link: Link) -> None:
+        state = self._links.get(link)
         self._forget_link(link)
+        if state is not None and self._detach_hold.hold(
+            link, self.now, lambda s: s is state, link.close
+        ):
+            return  # answered by _release_detaches once its outcomes in flight are answered
         link.close()
+
+    def _release_detaches(self) -> None:
+        """Send the held detach, end and close replies whose links' outcomes are all answered
+        (protocol/detaching.py)."""
+        for answer in self._detach_hold.release(self.now):
+            answer()
 
     def _forget_link(self, link: Link) -> None:
         self._grants.forget(link)

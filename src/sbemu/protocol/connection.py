@@ -61,6 +61,7 @@ from ..partitions.tokens import token_of
 from . import cbs
 from .attach import LinkAttach
 from .channels import EndedChannelFilter
+from .detaching import DetachHold
 from .frames import FramePadder
 from .incoming import SENDER_CREDIT, IncomingTransfers
 from .links import (
@@ -175,6 +176,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
         # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
         self._lazy_completes: dict[ReceiveLink, list[int]] = {}
+        self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -255,6 +257,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         if transport is not None:
             if self._completed:
                 self._settle_completed()
+            self._release_detaches()  # after the outcomes: their dispositions go out first
             self._process()
             timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             pieces: list[bytes | memoryview] = []  # padded frames, views of the chunks read
@@ -294,9 +297,9 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         if self._transport is None or self.closed:
             return None
         deadline = self._transport.tick(self.now) or None
-        expiry = self._grants.next_expiry()
-        if expiry is not None:
-            deadline = expiry if deadline is None else min(deadline, expiry)
+        for other in (self._grants.next_expiry(), self._detach_hold.next_deadline()):
+            if other is not None:
+                deadline = other if deadline is None else min(deadline, other)
         return deadline
 
     def handle_timer(self, now: float) -> None:
@@ -305,6 +308,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         if self._transport is not None and not self.closed:
             self._transport.tick(now)
             self._expire_tokens(now)
+            self._release_detaches()
             self._process()
 
     def _expire_tokens(self, now: float) -> None:
@@ -330,6 +334,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                 self._end_receiver(state)
         self.transactions.rollback_all()
         self._links.clear()
+        self._detach_hold.clear()
         if self._completed:
             self._settle_completed()  # nobody will read them: just let go of the deliveries
         if self._transport is not None:
@@ -557,8 +562,11 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             self._accepts += 1
             order = self._accepts
             lib.pn_incref(d)
+            hold = self._detach_hold
+            hold.started(state)
 
             def done(error: Exception | None) -> None:
+                hold.answered(state)
                 if error is None and not self.closed:
                     if not self._completed:
                         self.on_output()  # one flush request per batch: the flush empties it
@@ -635,7 +643,10 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         elif t == Event.SESSION_REMOTE_CLOSE:
             session = event.session
             assert session is not None
-            session.close()
+            if not self._detach_hold.hold(
+                session, self.now, lambda s: s.link.session == session, session.close
+            ):
+                session.close()
         elif t == Event.CONNECTION_REMOTE_OPEN:
             conn = event.connection
             assert conn is not None
@@ -654,7 +665,8 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         elif t == Event.CONNECTION_REMOTE_CLOSE:
             conn = event.connection
             assert conn is not None
-            conn.close()
+            if not self._detach_hold.hold(conn, self.now, lambda s: True, conn.close):
+                conn.close()
         elif t == Event.TRANSPORT_ERROR:
             transport = event.transport
             assert transport is not None
@@ -724,7 +736,11 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         if outcome == TRANSACTIONAL_STATE:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:
-            settle_delivery(self, state.entity, token, delivery, outcome, state.session)
+            self._detach_hold.started(state)
+            settle_delivery(
+                self, state.entity, token, delivery, outcome, state.session,
+                answered=lambda: self._detach_hold.answered(state),
+            )
 
     # ------------------------------------------------------------------ operator view
     def condition_for(self, exc: ServiceBusError) -> Condition:

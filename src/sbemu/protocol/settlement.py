@@ -63,6 +63,7 @@ def settle_delivery(
     delivery: Delivery,
     outcome: Any,
     session: SessionHandle | None = None,
+    answered: Callable[[], None] | None = None,
 ) -> None:
     """A client's outcome on a delivered (peek-locked) message, outside a transaction: apply
     it, then answer an unsettled disposition with the same outcome, or rejected with the
@@ -70,10 +71,14 @@ def settle_delivery(
 
     `session`: the link is a session receiver's. Its messages are locked by the session's
     lock, so once that is gone a lost message lock is the session's: session-lock-lost, as
-    Azure answers (SDKs: SessionLockLost), not message-lock-lost."""
+    Azure answers (SDKs: SessionLockLost), not message-lock-lost.
+
+    `answered`: called once the outcome is answered (a held detach may then go out)."""
     needs_reply = not delivery.settled
 
     def done(error: Exception | None) -> None:
+        if answered is not None:
+            answered()
         if needs_reply:
             if error is None:
                 # [contract 5.2] echo the requested outcome type with no error.

@@ -63,3 +63,7 @@ def test_the_open_is_rewritten_however_it_is_split_and_the_header_is_never_held(
     assert unlimited.feed(plain) == plain and unlimited.done and unlimited.peer_max_frame == 0
     other = PeerOpenFilter()
     assert other.feed(b"GET / HTTP") == b"GET / HTTP" and other.done  # proton answers that
+    broken = PeerOpenFilter()
+    broken.feed(header)
+    bad = frame_bytes(OPEN, [codec.enc_string("c"), b"\x40", b"\x70\x00"])  # a cut-off uint
+    assert broken.feed(bad) == bad and broken.done  # passed on: proton closes with its error

@@ -12,6 +12,8 @@ dropped after it, so the input path costs nothing more. The peer's own limit is 
 
 from __future__ import annotations
 
+import struct
+
 from .codec import _decode, _skip, enc_list, enc_uint
 from .frames import PAD_HEADROOM
 
@@ -62,7 +64,7 @@ class PeerOpenFilter:
         self.done = True
         try:
             frame = self._lowered(bytes(buf[:size]), doff)
-        except (IndexError, ValueError, TypeError):
+        except (IndexError, ValueError, TypeError, struct.error, RecursionError):
             frame = None  # malformed: proton reports it properly
         if frame is None:
             return head + buf

@@ -797,6 +797,8 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
 def raw_tag(delivery: Delivery) -> bytes:
     """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
     tag = _lib.pn_delivery_tag(delivery._impl)
+    if tag.size == 0:  # an empty tag has no buffer at all (start is NULL): found by fuzzing
+        return b""
     return bytes(_ffi.unpack(tag.start, tag.size))
 
 

@@ -737,10 +737,14 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         if outcome == TRANSACTIONAL_STATE:
             self.transactions.on_disposition(state.entity, token, delivery)
         else:
-            self._detach_hold.started(state)
+            # Only an unsettled outcome is answered, so only it may hold a detach: one the client
+            # settled itself (proton's reject(), release()) may be committed lazily, later.
+            answered = None
+            if not delivery.settled:
+                self._detach_hold.started(state)
+                answered = lambda: self._detach_hold.answered(state)  # noqa: E731
             settle_delivery(
-                self, state.entity, token, delivery, outcome, state.session,
-                answered=lambda: self._detach_hold.answered(state),
+                self, state.entity, token, delivery, outcome, state.session, answered=answered
             )
 
     # ------------------------------------------------------------------ operator view

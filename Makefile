@@ -210,7 +210,8 @@ docs: install
 	$(VENV)/bin/mkdocs build --strict --quiet
 
 lint: install
-	$(VENV)/bin/ruff check src tests sparkjobs
+	$(VENV)/bin/ruff check src tests sparkjobs bench hardening
+	$(VENV)/bin/ruff format --check src tests sparkjobs bench hardening
 	$(VENV)/bin/mypy src
 	$(VENV)/bin/lint-imports
 

@@ -215,7 +215,9 @@ def _backlog(count: int, size: int, queues: list[str], keep: bool) -> int:
             print(f"  {q}: listening {restarted:.2f} s after spawn, RSS {rss_restart:.0f} MiB; "
                   "draining ...", flush=True)  # fmt: skip
             # Expect what was acknowledged (a full store refuses sends with a clear error).
-            drain = _proton_phase(server.url, q, fill.sent_ok or count, size, f"b-{q}", part="receive")
+            drain = _proton_phase(
+                server.url, q, fill.sent_ok or count, size, f"b-{q}", part="receive"
+            )
             rss_drained = server.rss_mb()
             print(f"  {q}: drained {drain.received} at {drain.receive_rate:.0f} msg/s "
                   f"({drain.duplicates} dup, {drain.leftover} left), RSS {rss_drained:.0f} MiB",
@@ -319,7 +321,9 @@ def _proton_phase(
             progress = self.handler.progress()
             if count >= PROGRESS_FROM and time.monotonic() - self.shown >= PROGRESS_EVERY:
                 self.shown = time.monotonic()  # a long backlog run says how far it is
-                print(f"    {address}: {progress}/{count} at {time.strftime('%H:%M:%S')}", flush=True)
+                print(
+                    f"    {address}: {progress}/{count} at {time.strftime('%H:%M:%S')}", flush=True
+                )
             if progress != self.last:
                 self.last, self.since = progress, time.monotonic()
             elif time.monotonic() - self.since > IDLE_TIMEOUT:

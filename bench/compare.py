@@ -306,7 +306,9 @@ def spread(values: list[float]) -> str:
 
 
 def print_summary(
-    targets: dict, rates: dict[str, dict[str, list[float]]], latencies: dict[str, list[dict]],
+    targets: dict,
+    rates: dict[str, dict[str, list[float]]],
+    latencies: dict[str, list[dict]],
     args: argparse.Namespace,
 ) -> None:
     """Medians of the rounds, spreads, ratios to each peer, partitioned/plain, latency."""

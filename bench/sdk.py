@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     steps: dict[str, dict[str, list[float]]] = {"durable": {}, "ephemeral": {}}
     for rnd in range(args.rounds):
-        for mode in (("durable", "ephemeral") if rnd % 2 == 0 else ("ephemeral", "durable")):
+        for mode in ("durable", "ephemeral") if rnd % 2 == 0 else ("ephemeral", "durable"):
             fixture_round_trip(mode == "ephemeral", steps[mode])
         print(f"  fixture round {rnd + 1}: durable {steps['durable']['total'][-1]:.0f} ms, "
               f"ephemeral {steps['ephemeral']['total'][-1]:.0f} ms", flush=True)  # fmt: skip

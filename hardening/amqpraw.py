@@ -34,8 +34,9 @@ KEY_NAME = "RootManageSharedAccessKey"
 KEY = "SAS_KEY_VALUE"
 
 
-def frame(code: int, fields: list[bytes], *, channel: int = 0, ftype: int = 0,
-          payload: bytes = b"") -> bytes:
+def frame(
+    code: int, fields: list[bytes], *, channel: int = 0, ftype: int = 0, payload: bytes = b""
+) -> bytes:
     """One frame: an encoded performative (pre-encoded fields) plus an optional payload."""
     body = codec.enc_described(code, codec.enc_list(fields)) + payload
     return FRAME.pack(8 + len(body), 2, ftype, channel) + body
@@ -51,13 +52,23 @@ def sasl_plain(user: str = KEY_NAME, password: str = KEY, host: str = "localhost
 
 
 def sasl_anonymous() -> bytes:
-    return frame(SASL_INIT, [codec.enc_symbol("ANONYMOUS"), codec.enc_null(),
-                             codec.enc_string("localhost")], ftype=1)
+    return frame(
+        SASL_INIT,
+        [codec.enc_symbol("ANONYMOUS"), codec.enc_null(), codec.enc_string("localhost")],
+        ftype=1,
+    )
 
 
 def open_frame(container: str = "fuzz", max_frame: int = 65536) -> bytes:
-    return frame(OPEN, [codec.enc_string(container), codec.enc_string("localhost"),
-                        codec.enc_uint(max_frame), codec.enc_ushort(255)])
+    return frame(
+        OPEN,
+        [
+            codec.enc_string(container),
+            codec.enc_string("localhost"),
+            codec.enc_uint(max_frame),
+            codec.enc_ushort(255),
+        ],
+    )
 
 
 def begin_frame(channel: int = 0, remote_channel: int | None = None) -> bytes:
@@ -76,12 +87,20 @@ def begin_frame(channel: int = 0, remote_channel: int | None = None) -> bytes:
 
 def terminus(code: int, address: str | None) -> bytes:
     return codec.enc_described(
-        code, codec.enc_list([codec.enc_string(address) if address is not None else codec.enc_null()])
+        code,
+        codec.enc_list([codec.enc_string(address) if address is not None else codec.enc_null()]),
     )
 
 
-def attach_frame(name: str, handle: int, role_receiver: bool, address: str | None,
-                 *, channel: int = 0, reply_address: str | None = None) -> bytes:
+def attach_frame(
+    name: str,
+    handle: int,
+    role_receiver: bool,
+    address: str | None,
+    *,
+    channel: int = 0,
+    reply_address: str | None = None,
+) -> bytes:
     """role_receiver=True: the client receives (source = address)."""
     if role_receiver:
         source, target = terminus(SOURCE, address), terminus(TARGET, reply_address)
@@ -102,17 +121,35 @@ def attach_frame(name: str, handle: int, role_receiver: bool, address: str | Non
     )
 
 
-def flow_frame(handle: int | None, credit: int = 100, *, delivery_count: int = 0,
-               channel: int = 0, drain: bool = False) -> bytes:
+def flow_frame(
+    handle: int | None,
+    credit: int = 100,
+    *,
+    delivery_count: int = 0,
+    channel: int = 0,
+    drain: bool = False,
+) -> bytes:
     fields = [codec.enc_uint(0), codec.enc_uint(5000), codec.enc_uint(0), codec.enc_uint(5000)]
     if handle is not None:
-        fields += [codec.enc_uint(handle), codec.enc_uint(delivery_count), codec.enc_uint(credit),
-                   codec.enc_uint(0), codec.enc_bool(drain)]
+        fields += [
+            codec.enc_uint(handle),
+            codec.enc_uint(delivery_count),
+            codec.enc_uint(credit),
+            codec.enc_uint(0),
+            codec.enc_bool(drain),
+        ]
     return frame(FLOW, fields, channel=channel)
 
 
-def transfer_frame(handle: int, delivery_id: int, payload: bytes, *, channel: int = 0,
-                   settled: bool = False, tag: bytes | None = None) -> bytes:
+def transfer_frame(
+    handle: int,
+    delivery_id: int,
+    payload: bytes,
+    *,
+    channel: int = 0,
+    settled: bool = False,
+    tag: bytes | None = None,
+) -> bytes:
     return frame(
         TRANSFER,
         [
@@ -127,8 +164,9 @@ def transfer_frame(handle: int, delivery_id: int, payload: bytes, *, channel: in
     )
 
 
-def disposition_frame(first: int, last: int | None = None, *, role_receiver: bool = True,
-                      channel: int = 0) -> bytes:
+def disposition_frame(
+    first: int, last: int | None = None, *, role_receiver: bool = True, channel: int = 0
+) -> bytes:
     return frame(
         DISPOSITION,
         [
@@ -156,8 +194,9 @@ def close_frame() -> bytes:
 
 def message_payload(body: bytes = b"fuzz", message_id: str | None = None) -> bytes:
     """A minimal encoded message: properties(message-id) + data section."""
-    props = codec.enc_described(0x73, codec.enc_list(
-        [codec.enc_string(message_id or str(uuid.uuid4()))]))
+    props = codec.enc_described(
+        0x73, codec.enc_list([codec.enc_string(message_id or str(uuid.uuid4()))])
+    )
     return props + codec.enc_described(0x75, codec.enc_binary(body))
 
 
@@ -201,8 +240,8 @@ def parse(buf: bytes) -> tuple[list[Frame], list[bytes], bool]:
     headers: list[bytes] = []
     pos, n = 0, len(buf)
     while pos < n:
-        if buf[pos:pos + 4] == b"AMQP":
-            headers.append(buf[pos:pos + 8])
+        if buf[pos : pos + 4] == b"AMQP":
+            headers.append(buf[pos : pos + 8])
             pos += 8
             continue
         if n - pos < 8:
@@ -210,7 +249,7 @@ def parse(buf: bytes) -> tuple[list[Frame], list[bytes], bool]:
         size, doff, ftype, channel = FRAME.unpack_from(buf, pos)
         if size < 8 or n - pos < size:
             return frames, headers, False
-        body = buf[pos + doff * 4: pos + size]
+        body = buf[pos + doff * 4 : pos + size]
         pos += size
         if not body:
             continue  # heartbeat

@@ -26,8 +26,11 @@ def queue_def(name: str, **props: Any) -> dict[str, Any]:
     return {"Name": name, "Properties": base}
 
 
-def make_config(queues: list[dict[str, Any]], topics: list[dict[str, Any]] | None = None,
-                policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def make_config(
+    queues: list[dict[str, Any]],
+    topics: list[dict[str, Any]] | None = None,
+    policies: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     ns: dict[str, Any] = {
         "Name": NAMESPACE,
         "Queues": [queue_def(PROBE_QUEUE, LockDuration="PT1M")] + queues,
@@ -41,8 +44,13 @@ def make_config(queues: list[dict[str, Any]], topics: list[dict[str, Any]] | Non
 class Server(SbemuProcess):
     """``python -m sbemu serve`` (sbemu.testing) on ephemeral ports, stderr kept in a file."""
 
-    def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str] | None = None,
-                 log_level: str = "warning") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        config: dict[str, Any],
+        env: dict[str, str] | None = None,
+        log_level: str = "warning",
+    ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "config.json"
@@ -61,8 +69,10 @@ class Server(SbemuProcess):
 
     @property
     def conn_str(self) -> str:
-        return (f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={KEY_NAME};"
-                f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;")
+        return (
+            f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={KEY_NAME};"
+            f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;"
+        )
 
     def stderr(self, tail: int = 4000) -> str:
         """The end of the server's stderr, every start's."""
@@ -78,7 +88,7 @@ class Server(SbemuProcess):
                 out.append(ln)
             elif "Traceback" in ln:
                 frames = []
-                for follow in lines[i + 1:i + 60]:
+                for follow in lines[i + 1 : i + 60]:
                     if not follow.startswith((" ", "\t")):
                         frames.append(follow)  # the exception line ends the traceback
                         break
@@ -131,8 +141,9 @@ def fd_count(pid: int) -> int:
 DRAIN_TIMEOUT_S = 120.0  # a drain not over by then is a finding, not something to wait out
 
 
-def drain_ids(conn_str: str, queue_name: str, wait: float = 3.0,
-              timeout: float = DRAIN_TIMEOUT_S) -> list[str]:
+def drain_ids(
+    conn_str: str, queue_name: str, wait: float = 3.0, timeout: float = DRAIN_TIMEOUT_S
+) -> list[str]:
     """Receive-and-delete everything in a queue (until `wait` seconds bring nothing more);
     the MessageIds, in the order received.
 
@@ -148,13 +159,17 @@ def drain_ids(conn_str: str, queue_name: str, wait: float = 3.0,
 
     def run() -> None:
         try:
-            with ServiceBusClient.from_connection_string(conn_str) as client, \
-                    client.get_queue_receiver(
-                        queue_name, max_wait_time=wait,
-                        receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as rcv:
+            with (
+                ServiceBusClient.from_connection_string(conn_str) as client,
+                client.get_queue_receiver(
+                    queue_name,
+                    max_wait_time=wait,
+                    receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                ) as rcv,
+            ):
                 while not stop.is_set() and (
-                        batch := rcv.receive_messages(max_message_count=100,
-                                                      max_wait_time=wait)):
+                    batch := rcv.receive_messages(max_message_count=100, max_wait_time=wait)
+                ):
                     ids.extend(str(m.message_id) for m in batch)
         except BaseException as exc:  # raised on the caller's thread
             failure.append(exc)
@@ -168,7 +183,8 @@ def drain_ids(conn_str: str, queue_name: str, wait: float = 3.0,
         raise AssertionError(
             f"draining {queue_name!r} did not end within {timeout:.0f} s: {len(got)} messages "
             f"received, {len(set(got))} distinct (a receive that never returned, or messages "
-            f"that keep coming back); the last: {got[-5:]}")
+            f"that keep coming back); the last: {got[-5:]}"
+        )
     if failure:
         raise failure[0]
     return ids
@@ -194,9 +210,11 @@ class SdkProbe(threading.Thread):
         from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
         try:
-            with ServiceBusClient.from_connection_string(self.conn_str, retry_total=2) as client, \
-                    client.get_queue_sender(self.queue_name) as sender, \
-                    client.get_queue_receiver(self.queue_name, max_wait_time=10) as receiver:
+            with (
+                ServiceBusClient.from_connection_string(self.conn_str, retry_total=2) as client,
+                client.get_queue_sender(self.queue_name) as sender,
+                client.get_queue_receiver(self.queue_name, max_wait_time=10) as receiver,
+            ):
                 while not self._stop_event.is_set():
                     marker = str(uuid.uuid4())
                     t0 = time.monotonic()

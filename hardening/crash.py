@@ -54,16 +54,25 @@ TOPIC, SUBS = "ct", ["s1", "s2"]
 
 def crash_config() -> dict[str, Any]:
     return make_config(
-        [queue_def("cq", MaxDeliveryCount=100),
-         queue_def("cpq", MaxDeliveryCount=100, EnablePartitioning=True),
-         queue_def("csq", MaxDeliveryCount=100, RequiresSession=True),
-         queue_def(TX_QUEUE), queue_def(TX_SOURCE, MaxDeliveryCount=100),
-         queue_def(CHAIN[0], ForwardTo=CHAIN[1]),
-         queue_def(CHAIN[1], ForwardTo=CHAIN[2], EnablePartitioning=True),
-         queue_def(CHAIN[2], MaxDeliveryCount=100)],
-        topics=[{"Name": TOPIC, "Properties": {"EnablePartitioning": True},
-                 "Subscriptions": [{"Name": s, "Properties": {"MaxDeliveryCount": 100}}
-                                   for s in SUBS]}],
+        [
+            queue_def("cq", MaxDeliveryCount=100),
+            queue_def("cpq", MaxDeliveryCount=100, EnablePartitioning=True),
+            queue_def("csq", MaxDeliveryCount=100, RequiresSession=True),
+            queue_def(TX_QUEUE),
+            queue_def(TX_SOURCE, MaxDeliveryCount=100),
+            queue_def(CHAIN[0], ForwardTo=CHAIN[1]),
+            queue_def(CHAIN[1], ForwardTo=CHAIN[2], EnablePartitioning=True),
+            queue_def(CHAIN[2], MaxDeliveryCount=100),
+        ],
+        topics=[
+            {
+                "Name": TOPIC,
+                "Properties": {"EnablePartitioning": True},
+                "Subscriptions": [
+                    {"Name": s, "Properties": {"MaxDeliveryCount": 100}} for s in SUBS
+                ],
+            }
+        ],
     )
 
 
@@ -113,8 +122,8 @@ def _sender(conn_str: str, ledger: Ledger, stop: threading.Event, rng: random.Ra
                     batch.append(ServiceBusMessage(f"crash-{mid}", **kw))
                 if rng.random() < 0.15 and entity != "csq":
                     when = __import__("datetime").datetime.now(
-                        __import__("datetime").timezone.utc) + \
-                        __import__("datetime").timedelta(seconds=rng.uniform(0.2, 2))
+                        __import__("datetime").timezone.utc
+                    ) + __import__("datetime").timedelta(seconds=rng.uniform(0.2, 2))
                     senders[entity].schedule_messages(batch, when)
                     kind = "scheduled"
                 else:
@@ -128,19 +137,22 @@ def _sender(conn_str: str, ledger: Ledger, stop: threading.Event, rng: random.Ra
         return
 
 
-def _receiver(conn_str: str, view: str, ledger: Ledger, stop: threading.Event,
-              rng: random.Random) -> None:
+def _receiver(
+    conn_str: str, view: str, ledger: Ledger, stop: threading.Event, rng: random.Random
+) -> None:
     from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient
 
     try:
         with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
             while not stop.is_set():
                 if view == "csq":
-                    rcv = client.get_queue_receiver("csq", session_id=NEXT_AVAILABLE_SESSION,
-                                                    max_wait_time=1)
+                    rcv = client.get_queue_receiver(
+                        "csq", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
+                    )
                 elif view.startswith(TOPIC):
-                    rcv = client.get_subscription_receiver(TOPIC, view.rsplit("/", 1)[1],
-                                                           max_wait_time=1)
+                    rcv = client.get_subscription_receiver(
+                        TOPIC, view.rsplit("/", 1)[1], max_wait_time=1
+                    )
                 else:
                     rcv = client.get_queue_receiver(view, max_wait_time=1)
                 with rcv:
@@ -153,8 +165,9 @@ def _receiver(conn_str: str, view: str, ledger: Ledger, stop: threading.Event,
                         for msg in msgs:
                             key = (view, str(msg.message_id))
                             with ledger.lock:
-                                ledger.max_delivery[key] = max(ledger.max_delivery.get(key, 0),
-                                                               msg.delivery_count or 0)
+                                ledger.max_delivery[key] = max(
+                                    ledger.max_delivery.get(key, 0), msg.delivery_count or 0
+                                )
                             r = rng.random()
                             if r < 0.6:
                                 with ledger.lock:
@@ -256,8 +269,12 @@ def verify(server: Server, ledger: Ledger) -> list[str]:
     return problems
 
 
-def verify_logs(data_dir: Path, acked: dict[str, str], completed: set[tuple[str, str]],
-                ledger: Ledger | None = None) -> list[str]:
+def verify_logs(
+    data_dir: Path,
+    acked: dict[str, str],
+    completed: set[tuple[str, str]],
+    ledger: Ledger | None = None,
+) -> list[str]:
     from sbemu.logs import reader as reporting
     from sbemu.partitions.records import decode_log
 
@@ -279,7 +296,9 @@ def verify_logs(data_dir: Path, acked: dict[str, str], completed: set[tuple[str,
                 entity = d["entity"]
                 queue = d["queue"]
                 view = entity if queue == "main" else f"{entity}/{queue}"
-                if d["event"] in ("enqueued", "scheduled") and not queue.endswith("deadletterqueue"):
+                if d["event"] in ("enqueued", "scheduled") and not queue.endswith(
+                    "deadletterqueue"
+                ):
                     enq[(view, str(mid))] += 1
                 elif d["event"] == "completed":
                     done.add((view, str(mid)))
@@ -307,8 +326,9 @@ def verify_logs(data_dir: Path, acked: dict[str, str], completed: set[tuple[str,
     return problems
 
 
-def export_and_count(data_dir: Path, export_dir: Path, acked: dict[str, str],
-                     ledger: Ledger) -> tuple[list[str], int]:
+def export_and_count(
+    data_dir: Path, export_dir: Path, acked: dict[str, str], ledger: Ledger
+) -> tuple[list[str], int]:
     """Spark's count-once: export the partition logs (the exporter resumes where its last
     pass stopped, across the kills) and count the exported records as the Spark jobs would:
     each partition's offsets once and contiguous, every acknowledged send enqueued once per
@@ -329,13 +349,18 @@ def export_and_count(data_dir: Path, export_dir: Path, acked: dict[str, str],
     for part_dir in sorted({p.parent for p in export_dir.rglob("*.parquet")}):
         offsets: list[int] = []
         for seg in sorted(part_dir.glob("*.parquet")):
-            cols = pq.read_table(seg, columns=["offset", "entity", "queue", "event",
-                                               "message_id"]).to_pydict()
+            cols = pq.read_table(
+                seg, columns=["offset", "entity", "queue", "event", "message_id"]
+            ).to_pydict()
             offsets += cols["offset"]
-            for entity, queue, event, mid in zip(cols["entity"], cols["queue"], cols["event"],
-                                                 cols["message_id"], strict=True):
-                if mid is not None and event in ("enqueued", "scheduled") \
-                        and not queue.endswith("deadletterqueue"):
+            for entity, queue, event, mid in zip(
+                cols["entity"], cols["queue"], cols["event"], cols["message_id"], strict=True
+            ):
+                if (
+                    mid is not None
+                    and event in ("enqueued", "scheduled")
+                    and not queue.endswith("deadletterqueue")
+                ):
                     view = entity if queue == "main" else f"{entity}/{queue}"
                     enq[(view, mid)] += 1
         records += len(offsets)
@@ -348,13 +373,17 @@ def export_and_count(data_dir: Path, export_dir: Path, acked: dict[str, str],
                 problems.append(f"export: {(view, mid)} counted {enq.get((view, mid), 0)} times")
     with ledger.lock:
         never = set(ledger.tx_never)
-    problems += [f"export: {mid} of an uncommitted transaction counted"
-                 for mid in never if enq.get((TX_QUEUE, mid))]
+    problems += [
+        f"export: {mid} of an uncommitted transaction counted"
+        for mid in never
+        if enq.get((TX_QUEUE, mid))
+    ]
     return problems, records
 
 
-def run(workdir: Path, kills: int, seed: int = 15, log: Any = print,
-        sigterm: bool = False) -> dict[str, Any]:
+def run(
+    workdir: Path, kills: int, seed: int = 15, log: Any = print, sigterm: bool = False
+) -> dict[str, Any]:
     """`kills` rounds of load then kill -9 (or SIGTERM with `sigterm`: the drain must exit 0
     within a few seconds) and a check of the invariants after each restart."""
     rng = random.Random(seed)
@@ -372,14 +401,29 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print,
             server.start()
             stop = threading.Event()
             views = ["cq", "cpq", "csq", f"{TOPIC}/subscriptions/s1", f"{TOPIC}/subscriptions/s2"]
-            threads = [threading.Thread(daemon=True, target=_sender, args=(server.conn_str, ledger, stop,
-                                                              random.Random(rng.random())))
-                       for _ in range(2)]
-            threads += [threading.Thread(daemon=True, target=_receiver, args=(server.conn_str, v, ledger, stop,
-                                                                 random.Random(rng.random())))
-                        for v in views + [CHAIN[-1]]]
-            threads.append(threading.Thread(daemon=True, target=run_transactions, args=(
-                server.port, ledger, stop, random.Random(rng.random()))))
+            threads = [
+                threading.Thread(
+                    daemon=True,
+                    target=_sender,
+                    args=(server.conn_str, ledger, stop, random.Random(rng.random())),
+                )
+                for _ in range(2)
+            ]
+            threads += [
+                threading.Thread(
+                    daemon=True,
+                    target=_receiver,
+                    args=(server.conn_str, v, ledger, stop, random.Random(rng.random())),
+                )
+                for v in views + [CHAIN[-1]]
+            ]
+            threads.append(
+                threading.Thread(
+                    daemon=True,
+                    target=run_transactions,
+                    args=(server.port, ledger, stop, random.Random(rng.random())),
+                )
+            )
             for t in threads:
                 t.start()
             time.sleep(rng.uniform(0.5, 3.0))
@@ -419,27 +463,37 @@ def run(workdir: Path, kills: int, seed: int = 15, log: Any = print,
             server.stop()
             with ledger.lock:
                 acked_now = dict(ledger.acked)
-            found_export, exported = export_and_count(server.data_dir, export_dir, acked_now,
-                                                      ledger)
+            found_export, exported = export_and_count(
+                server.data_dir, export_dir, acked_now, ledger
+            )
             found += found_export
             timing = f"(join {t1 - t_kill:.1f} s, start {t2 - t1:.1f} s, verify {t3 - t2:.1f} s)"
             problems += [f"kill {round_no}: {p}" for p in found]
             for p in found[:10]:
                 log(f"crash:   kill {round_no}: {p}")
-            log(f"crash: kill {round_no}/{kills}: acked {len(ledger.acked)}, "
-                f"completed {len(ledger.completed)}, problems {len(found)} {timing}")
+            log(
+                f"crash: kill {round_no}/{kills}: acked {len(ledger.acked)}, "
+                f"completed {len(ledger.completed)}, problems {len(found)} {timing}"
+            )
             if len(problems) > 50:
                 break
     finally:
         server.kill()
     tracebacks = server.tracebacks()
-    return {"kills": done, "acked": len(ledger.acked), "completed": len(ledger.completed),
-            "dead_lettered": len(ledger.dead_lettered), "ops": dict(ledger.ops),
-            "exported_records": exported,
-            "forwarded_acked": sum(1 for e in ledger.acked.values() if e == CHAIN[0]),
-            "tx_in_doubt": len(ledger.tx_doubt),
-            "problems": problems, "tracebacks": tracebacks,
-            "seconds": time.monotonic() - t0, "sigterm_exit_seconds": stop_times}
+    return {
+        "kills": done,
+        "acked": len(ledger.acked),
+        "completed": len(ledger.completed),
+        "dead_lettered": len(ledger.dead_lettered),
+        "ops": dict(ledger.ops),
+        "exported_records": exported,
+        "forwarded_acked": sum(1 for e in ledger.acked.values() if e == CHAIN[0]),
+        "tx_in_doubt": len(ledger.tx_doubt),
+        "problems": problems,
+        "tracebacks": tracebacks,
+        "seconds": time.monotonic() - t0,
+        "sigterm_exit_seconds": stop_times,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,19 +507,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.sigterm:
         print(f"crash: SIGTERM under load: exit took max {max(r['sigterm_exit_seconds']):.2f} s")
     how = "SIGTERM" if args.sigterm else "kill -9"
-    print(f"crash: {r['kills']} {how} points in {r['seconds']:.0f} s; acknowledged sends "
-          f"{r['acked']}, confirmed completions {r['completed']}, dead-letters "
-          f"{r['dead_lettered']}; operations {r['ops']}")
-    print(f"crash: forwarding chain cfa -> cfb -> cfc: {r['forwarded_acked']} acknowledged sends "
-          f"checked in the stores at every kill; transactions: {r['ops'].get('tx committed', 0)} "
-          f"committed, {r['ops'].get('tx aborted', 0)} aborted, {r['tx_in_doubt']} cut by a kill "
-          f"mid-discharge; exported log records counted once: {r['exported_records']}")
+    print(
+        f"crash: {r['kills']} {how} points in {r['seconds']:.0f} s; acknowledged sends "
+        f"{r['acked']}, confirmed completions {r['completed']}, dead-letters "
+        f"{r['dead_lettered']}; operations {r['ops']}"
+    )
+    print(
+        f"crash: forwarding chain cfa -> cfb -> cfc: {r['forwarded_acked']} acknowledged sends "
+        f"checked in the stores at every kill; transactions: {r['ops'].get('tx committed', 0)} "
+        f"committed, {r['ops'].get('tx aborted', 0)} aborted, {r['tx_in_doubt']} cut by a kill "
+        f"mid-discharge; exported log records counted once: {r['exported_records']}"
+    )
     lost = sum(1 for p in r["problems"] if "lost" in p)
-    dup = sum(1 for p in r["problems"] if "copies" in p or "places" in p or "counted" in p
-              or "records" in p)
+    dup = sum(
+        1
+        for p in r["problems"]
+        if "copies" in p or "places" in p or "counted" in p or "records" in p
+    )
     print(f"crash: duplicated {dup}")
-    print(f"crash: lost {lost}, invariant violations {len(r['problems'])}, "
-          f"tracebacks {len(r['tracebacks'])}")
+    print(
+        f"crash: lost {lost}, invariant violations {len(r['problems'])}, "
+        f"tracebacks {len(r['tracebacks'])}"
+    )
     for p in r["problems"][:50]:
         print("  -", p)
     return 1 if r["problems"] or r["tracebacks"] else 0

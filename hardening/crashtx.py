@@ -61,8 +61,9 @@ def run_transactions(port: int, ledger: Any, stop: threading.Event, rng: Any) ->
 
         def on_start(self, event: Any) -> None:
             c = event.container
-            self.conn = c.connect(f"amqp://{KEY_NAME}:{KEY}@127.0.0.1:{port}",
-                                  allowed_mechs="PLAIN")
+            self.conn = c.connect(
+                f"amqp://{KEY_NAME}:{KEY}@127.0.0.1:{port}", allowed_mechs="PLAIN"
+            )
             self.sender = c.create_sender(self.conn, TX_QUEUE)
             self.receiver = c.create_receiver(self.conn, TX_SOURCE)
             self._next(event)
@@ -116,8 +117,11 @@ def run_transactions(port: int, ledger: Any, stop: threading.Event, rng: Any) ->
             self.phase = "discharging"
             commit = rng.random() < 0.8
             with ledger.lock:
-                ledger.tx_open = (list(self.sent), [(TX_SOURCE, m) for m in self.accepted],
-                                  "commit" if commit else "abort")
+                ledger.tx_open = (
+                    list(self.sent),
+                    [(TX_SOURCE, m) for m in self.accepted],
+                    "commit" if commit else "abort",
+                )
             if commit:
                 self.txn.commit()
             else:
@@ -197,8 +201,9 @@ def verify_transactions(present: dict[tuple[str, str], Any], ledger: Any) -> lis
     return problems
 
 
-def verify_forwarding_at_rest(data_dir: Path, acked: dict[str, str],
-                              settled: set[tuple[str, str]]) -> list[str]:
+def verify_forwarding_at_rest(
+    data_dir: Path, acked: dict[str, str], settled: set[tuple[str, str]]
+) -> list[str]:
     """Read the chain's stores of a killed server: each acknowledged message sent to `cfa`
     is in exactly one place (see the module docstring). `settled`: (view, id) completed or
     possibly completed at the end of the chain."""
@@ -220,8 +225,10 @@ def verify_forwarding_at_rest(data_dir: Path, acked: dict[str, str],
                     for raw in raws:
                         rec = decode_message(raw)
                         mid = str(rec.message_id)
-                        key = f"{NAMESPACE}/{name}/{pid}/{queue}/".encode() + \
-                            rec.sequence_number.to_bytes(8, "big")
+                        key = (
+                            f"{NAMESPACE}/{name}/{pid}/{queue}/".encode()
+                            + rec.sequence_number.to_bytes(8, "big")
+                        )
                         sources.append((key, mid))
             finally:
                 store.close()

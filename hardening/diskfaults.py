@@ -51,8 +51,9 @@ def available() -> str | None:
 class LoopFs:
     """A small ext4 image (a sparse file in `workdir`) mounted at `mountpoint`."""
 
-    def __init__(self, workdir: Path, mountpoint: Path, size_mb: int = 96,
-                 backing_mb: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, mountpoint: Path, size_mb: int = 96, backing_mb: int | None = None
+    ) -> None:
         # backing_mb: the image lives on a tmpfs of that size, a thin-provisioned device:
         # once the filesystem has written that much, the device fails writes with EIO (the
         # kernel then aborts the journal and turns the filesystem read-only)
@@ -69,8 +70,9 @@ class LoopFs:
         """Create the filesystem (first time) and mount it."""
         if self.backing is not None and not os.path.ismount(self.backing):
             self.backing.mkdir(parents=True, exist_ok=True)
-            _run("mount", "-t", "tmpfs", "-o", f"size={self.backing_mb}m", "tmpfs",
-                 str(self.backing))
+            _run(
+                "mount", "-t", "tmpfs", "-o", f"size={self.backing_mb}m", "tmpfs", str(self.backing)
+            )
         if not self.image.exists():
             self.image.parent.mkdir(parents=True, exist_ok=True)
             with open(self.image, "wb") as f:
@@ -79,8 +81,9 @@ class LoopFs:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self.device = _run("losetup", "--find", "--show", str(self.image)).stdout.strip()
         try:
-            _run("mount", "-t", "ext4", "-o", "errors=remount-ro", self.device,
-                 str(self.mountpoint))
+            _run(
+                "mount", "-t", "ext4", "-o", "errors=remount-ro", self.device, str(self.mountpoint)
+            )
         except subprocess.CalledProcessError:
             _run("losetup", "-d", self.device, check=False)
             self.device = None

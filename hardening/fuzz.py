@@ -33,22 +33,49 @@ from .common import SdkProbe, Server, make_config, queue_def, rss_kb
 FUZZ_QUEUE = "fuzzq"
 CASE_TIMEOUT = 10.0  # seconds for the server to end a connection after our EOF
 OPERATIONS = [
-    "com.microsoft:renew-lock", "com.microsoft:peek-message", "com.microsoft:update-disposition",
-    "com.microsoft:receive-by-sequence-number", "com.microsoft:schedule-message",
-    "com.microsoft:cancel-scheduled-message", "com.microsoft:get-message-sessions",
-    "com.microsoft:renew-session-lock", "com.microsoft:get-session-state",
-    "com.microsoft:set-session-state", "com.microsoft:add-rule", "com.microsoft:remove-rule",
-    "com.microsoft:enumerate-rules", "put-token", "",
+    "com.microsoft:renew-lock",
+    "com.microsoft:peek-message",
+    "com.microsoft:update-disposition",
+    "com.microsoft:receive-by-sequence-number",
+    "com.microsoft:schedule-message",
+    "com.microsoft:cancel-scheduled-message",
+    "com.microsoft:get-message-sessions",
+    "com.microsoft:renew-session-lock",
+    "com.microsoft:get-session-state",
+    "com.microsoft:set-session-state",
+    "com.microsoft:add-rule",
+    "com.microsoft:remove-rule",
+    "com.microsoft:enumerate-rules",
+    "put-token",
+    "",
 ]
-KEYS = ["lock-tokens", "sequence-numbers", "from-sequence-number", "message-count",
-        "session-id", "session-state", "disposition-status", "deadletter-reason", "messages",
-        "rule-name", "rule-description", "top", "skip", "receiver-settle-mode", "last-updated-time",
-        "associated-link-name", "server-timeout", "properties-to-modify"]
+KEYS = [
+    "lock-tokens",
+    "sequence-numbers",
+    "from-sequence-number",
+    "message-count",
+    "session-id",
+    "session-state",
+    "disposition-status",
+    "deadletter-reason",
+    "messages",
+    "rule-name",
+    "rule-description",
+    "top",
+    "skip",
+    "receiver-settle-mode",
+    "last-updated-time",
+    "associated-link-name",
+    "server-timeout",
+    "properties-to-modify",
+]
 
 
 def fuzz_config() -> dict[str, Any]:
-    return make_config([queue_def(FUZZ_QUEUE), queue_def("fuzzsq", RequiresSession=True)],
-                       topics=[{"Name": "fuzzt", "Subscriptions": [{"Name": "s1"}]}])
+    return make_config(
+        [queue_def(FUZZ_QUEUE), queue_def("fuzzsq", RequiresSession=True)],
+        topics=[{"Name": "fuzzt", "Subscriptions": [{"Name": "s1"}]}],
+    )
 
 
 # ------------------------------------------------------------------------------ one case
@@ -56,8 +83,14 @@ class Finding(AssertionError):
     """The server broke a promise on one case."""
 
 
-def run_case(port: int, data: bytes | list[bytes], *, half_close: bool = True,
-             timeout: float = CASE_TIMEOUT, step_wait: float = 0.3) -> tuple[bytes, bool]:
+def run_case(
+    port: int,
+    data: bytes | list[bytes],
+    *,
+    half_close: bool = True,
+    timeout: float = CASE_TIMEOUT,
+    step_wait: float = 0.3,
+) -> tuple[bytes, bool]:
     """Write `data` (a list: chunk by chunk, each after the server answered the one before,
     as a real client waits for begin and attach), half-close, read to EOF; returns
     (server bytes, EOF seen in time)."""
@@ -116,7 +149,9 @@ def check_output(out: bytes, eof: bool, what: str) -> list[raw.Frame]:
         raise Finding(f"{what}: the server did not end the connection within {CASE_TIMEOUT}s")
     frames, _headers, ok = raw.parse(out)
     if not ok:
-        raise Finding(f"{what}: the server wrote bytes that are not whole AMQP frames: {out[-64:]!r}")
+        raise Finding(
+            f"{what}: the server wrote bytes that are not whole AMQP frames: {out[-64:]!r}"
+        )
     for f in frames:
         err = f.error()
         if err == "amqp:internal-error":
@@ -141,7 +176,10 @@ def valid_conversation() -> list[bytes]:
         + raw.attach_frame("s", 0, False, FUZZ_QUEUE)
         + raw.attach_frame("r", 1, True, FUZZ_QUEUE),
         raw.transfer_frame(0, 0, raw.message_payload(b"fuzz-valid")) + raw.flow_frame(1, 10),
-        raw.disposition_frame(0) + raw.detach_frame(0) + raw.detach_frame(1) + raw.end_frame()
+        raw.disposition_frame(0)
+        + raw.detach_frame(0)
+        + raw.detach_frame(1)
+        + raw.end_frame()
         + raw.close_frame(),
     ]
 
@@ -169,15 +207,18 @@ def deep_list(depth: int) -> bytes:
 def mutated(draw: st.DrawFn) -> list[bytes]:
     data = bytearray(BASE)
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(
-            ["flip", "size", "truncate", "insert", "delete", "descriptor", "nest"]))
+        kind = draw(
+            st.sampled_from(["flip", "size", "truncate", "insert", "delete", "descriptor", "nest"])
+        )
         pos = draw(st.integers(0, len(data) - 1))
         if kind == "flip":
             data[pos] ^= 1 << draw(st.integers(0, 7))
         elif kind == "size":
-            value = draw(st.sampled_from([0, 1, 7, 8, 9, 255, 65536, 0x7FFFFFFF, 0xFFFFFFFF])
-                         | st.integers(0, 0xFFFFFFFF))
-            data[pos:pos + 4] = value.to_bytes(4, "big")
+            value = draw(
+                st.sampled_from([0, 1, 7, 8, 9, 255, 65536, 0x7FFFFFFF, 0xFFFFFFFF])
+                | st.integers(0, 0xFFFFFFFF)
+            )
+            data[pos : pos + 4] = value.to_bytes(4, "big")
         elif kind == "truncate":
             del data[pos:]
             if not data:
@@ -185,7 +226,7 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
         elif kind == "insert":
             data[pos:pos] = draw(st.binary(min_size=1, max_size=64))
         elif kind == "delete":
-            del data[pos:pos + draw(st.integers(1, 32))]
+            del data[pos : pos + draw(st.integers(1, 32))]
             if not data:
                 data += b"A"
         elif kind == "descriptor":
@@ -196,8 +237,10 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
         else:  # deep nesting inside a frame: grow the frame's declared size to match
             depth = draw(st.sampled_from([50, 500, 5000, 20000]))
             blob = deep_list(depth)
-            frame = raw.frame(raw.ATTACH, [codec.enc_string("deep"), codec.enc_uint(7),
-                                           codec.enc_bool(False), blob])
+            frame = raw.frame(
+                raw.ATTACH,
+                [codec.enc_string("deep"), codec.enc_uint(7), codec.enc_bool(False), blob],
+            )
             data[pos:pos] = frame
     return split_steps(bytes(data))
 
@@ -212,19 +255,41 @@ def _perf(draw: st.DrawFn) -> bytes:
     if which == "begin":
         return raw.begin_frame(channel, draw(st.none() | st.integers(0, 3)))
     if which == "attach":
-        addr = draw(st.sampled_from([FUZZ_QUEUE, "fuzzsq", "fuzzt", "fuzzt/subscriptions/s1",
-                                     "$cbs", f"{FUZZ_QUEUE}/$management", "nope", "../../etc",
-                                     "", "fuzzq/$deadletterqueue"]))
+        addr = draw(
+            st.sampled_from(
+                [
+                    FUZZ_QUEUE,
+                    "fuzzsq",
+                    "fuzzt",
+                    "fuzzt/subscriptions/s1",
+                    "$cbs",
+                    f"{FUZZ_QUEUE}/$management",
+                    "nope",
+                    "../../etc",
+                    "",
+                    "fuzzq/$deadletterqueue",
+                ]
+            )
+        )
         return raw.attach_frame(f"l{handle}", handle, draw(st.booleans()), addr, channel=channel)
     if which == "flow":
-        return raw.flow_frame(draw(st.none() | st.just(handle)), draw(st.integers(0, 2**32 - 1)),
-                              channel=channel, drain=draw(st.booleans()))
+        return raw.flow_frame(
+            draw(st.none() | st.just(handle)),
+            draw(st.integers(0, 2**32 - 1)),
+            channel=channel,
+            drain=draw(st.booleans()),
+        )
     if which == "transfer":
-        return raw.transfer_frame(handle, did, raw.message_payload(), channel=channel,
-                                  settled=draw(st.booleans()))
+        return raw.transfer_frame(
+            handle, did, raw.message_payload(), channel=channel, settled=draw(st.booleans())
+        )
     if which == "disposition":
-        return raw.disposition_frame(did, draw(st.none() | st.integers(0, 2**32 - 1)),
-                                     role_receiver=draw(st.booleans()), channel=channel)
+        return raw.disposition_frame(
+            did,
+            draw(st.none() | st.integers(0, 2**32 - 1)),
+            role_receiver=draw(st.booleans()),
+            channel=channel,
+        )
     if which == "detach":
         return raw.detach_frame(handle, channel=channel, closed=draw(st.booleans()))
     if which == "end":
@@ -234,8 +299,15 @@ def _perf(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def out_of_order(draw: st.DrawFn) -> list[bytes]:
-    start = draw(st.sampled_from([raw.SASL_HEADER + raw.sasl_plain() + raw.AMQP_HEADER,
-                                  raw.AMQP_HEADER + raw.open_frame(), raw.handshake("plain")]))
+    start = draw(
+        st.sampled_from(
+            [
+                raw.SASL_HEADER + raw.sasl_plain() + raw.AMQP_HEADER,
+                raw.AMQP_HEADER + raw.open_frame(),
+                raw.handshake("plain"),
+            ]
+        )
+    )
     steps = [start]
     for _ in range(draw(st.integers(1, 4))):
         steps.append(b"".join(_perf(draw) for _ in range(draw(st.integers(1, 4)))))
@@ -250,18 +322,35 @@ def random_bytes(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def sasl_then_garbage(draw: st.DrawFn) -> bytes:
-    mech = draw(st.sampled_from([raw.sasl_plain(), raw.sasl_anonymous(),
-                                 raw.sasl_plain(password="wrong"),
-                                 raw.frame(raw.SASL_INIT, [codec.enc_symbol("GSSAPI")], ftype=1)]))
+    mech = draw(
+        st.sampled_from(
+            [
+                raw.sasl_plain(),
+                raw.sasl_anonymous(),
+                raw.sasl_plain(password="wrong"),
+                raw.frame(raw.SASL_INIT, [codec.enc_symbol("GSSAPI")], ftype=1),
+            ]
+        )
+    )
     tail = draw(st.sampled_from([b"", raw.AMQP_HEADER, raw.SASL_HEADER]))
     return raw.SASL_HEADER + mech + tail + draw(st.binary(min_size=0, max_size=512))
 
 
 # management requests: proton-encoded messages with random properties and bodies
-_scalar = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20)
-           | st.binary(max_size=20) | st.floats(allow_nan=False) | st.uuids())
-_value = st.recursive(_scalar, lambda c: st.lists(c, max_size=4)
-                      | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
+_scalar = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+    | st.floats(allow_nan=False)
+    | st.uuids()
+)
+_value = st.recursive(
+    _scalar,
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -279,13 +368,22 @@ def management_requests(draw: st.DrawFn) -> tuple[list[bytes], int]:
     data = bytearray()
     count = draw(st.integers(1, 4))
     for i in range(count):
-        body: Any = draw(st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), _value,
-                                         max_size=5) | _value)
+        body: Any = draw(
+            st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), _value, max_size=5)
+            | _value
+        )
         if draw(st.integers(0, 9)) == 0:
             body = {"sequence-numbers": deep_list_py(draw(st.sampled_from([100, 900, 3000])))}
         props = {"operation": draw(st.sampled_from(OPERATIONS) | st.text(max_size=30))}
-        props.update(draw(st.dictionaries(st.sampled_from(["server-timeout", "associated-link-name",
-                                                           "name", "type"]), _value, max_size=2)))
+        props.update(
+            draw(
+                st.dictionaries(
+                    st.sampled_from(["server-timeout", "associated-link-name", "name", "type"]),
+                    _value,
+                    max_size=2,
+                )
+            )
+        )
         msg = Message(id=i + 1, reply_to=reply, properties=props, body=body)
         try:
             payload = msg.encode()
@@ -321,8 +419,9 @@ def check_management(port: int, data: list[bytes], count: int) -> None:
             if status == 500:
                 raise Finding(f"management answered {status}: {props!r}")
             answered += 1
-    closed_with_error = any(f.code in (raw.DETACH, raw.CLOSE, raw.END) and f.error()
-                            for f in frames)
+    closed_with_error = any(
+        f.code in (raw.DETACH, raw.CLOSE, raw.END) and f.error() for f in frames
+    )
     if answered < count and not closed_with_error:
         # Requests on an attached link must all get an answer before our close is processed
         # (those that wait for a commit may be cut by our close: only count the ones answered).
@@ -348,15 +447,17 @@ class Report:
 
     def lines(self) -> list[str]:
         total = sum(self.cases.values())
-        out = [f"fuzz: {total} cases in {self.seconds:.0f} s: "
-               + ", ".join(f"{k} {v}" for k, v in sorted(self.cases.items())),
-               f"fuzz: management requests answered with a status: {STATS['management-answers']}",
-               f"fuzz: server RSS before {self.rss_before_kb // 1024} MiB, peak "
-               f"{self.rss_peak_kb // 1024} MiB, after {self.rss_after_kb // 1024} MiB",
-               f"fuzz: SDK client round trips during the run: {self.probe_rounds}, errors: "
-               f"{len(self.probe_errors)}",
-               f"fuzz: tracebacks in the server log: {len(self.tracebacks)}",
-               f"fuzz: findings: {len(self.findings)}"]
+        out = [
+            f"fuzz: {total} cases in {self.seconds:.0f} s: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(self.cases.items())),
+            f"fuzz: management requests answered with a status: {STATS['management-answers']}",
+            f"fuzz: server RSS before {self.rss_before_kb // 1024} MiB, peak "
+            f"{self.rss_peak_kb // 1024} MiB, after {self.rss_after_kb // 1024} MiB",
+            f"fuzz: SDK client round trips during the run: {self.probe_rounds}, errors: "
+            f"{len(self.probe_errors)}",
+            f"fuzz: tracebacks in the server log: {len(self.tracebacks)}",
+            f"fuzz: findings: {len(self.findings)}",
+        ]
         out += [f"  - {f}" for f in self.findings]
         out += [f"  probe: {e}" for e in self.probe_errors]
         out += [f"  log: {t}" for t in self.tracebacks[:20]]
@@ -371,6 +472,7 @@ def categories(port: int, report: Report) -> dict[str, Any]:
             report.cases[name] += 1
             out, eof = run_case(port, data)
             check_output(out, eof, name)
+
         return check
 
     def mgmt_check(req: tuple[bytes, int]) -> None:
@@ -389,15 +491,22 @@ def categories(port: int, report: Report) -> dict[str, Any]:
 def run_category(strategy: Any, check: Any, examples: int, seed: int | None) -> str | None:
     """Run one category; returns the (shrunk) failure text or None."""
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is None,
-              suppress_health_check=list(HealthCheck),
-              phases=[Phase.generate, Phase.shrink], print_blob=True)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=seed is None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink],
+        print_blob=True,
+    )
     @given(strategy)
     def prop(case: Any) -> None:
         check(case)
 
     if seed is not None:
         from hypothesis import seed as hseed
+
         prop = hseed(seed)(prop)
     try:
         prop()
@@ -415,11 +524,17 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc} {' '.join(notes)[:1500]}"
 
 
-def fuzz(server: Server, cases: int, seed: int | None = None,
-         weights: dict[str, float] | None = None) -> Report:
+def fuzz(
+    server: Server, cases: int, seed: int | None = None, weights: dict[str, float] | None = None
+) -> Report:
     """Run about `cases` cases spread over the categories against a running server."""
-    weights = weights or {"random-bytes": 0.25, "mutated-frames": 0.3, "out-of-order": 0.2,
-                          "sasl-then-garbage": 0.1, "management": 0.15}
+    weights = weights or {
+        "random-bytes": 0.25,
+        "mutated-frames": 0.3,
+        "out-of-order": 0.2,
+        "sasl-then-garbage": 0.1,
+        "management": 0.15,
+    }
     report = Report()
     probe = SdkProbe(server.conn_str)
     probe.start()
@@ -466,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=".hardening/fuzz")
     args = parser.parse_args(argv)
     import shutil
+
     shutil.rmtree(args.workdir, ignore_errors=True)
     server = Server(Path(args.workdir), fuzz_config()).start()
     try:

@@ -61,9 +61,11 @@ def run(connections: int, workdir: Path, log: Any = print) -> dict[str, Any]:
         r0 = probe.rounds
         served = probe.wait_rounds(r0 + 3, timeout=60)
         out["probe_served_while_held"] = served
-        log(f"load: {len(held)} connections open in {out['open_seconds']:.1f} s; server counts "
+        log(
+            f"load: {len(held)} connections open in {out['open_seconds']:.1f} s; server counts "
             f"{out['connections']}; heap {out['heap_before_mib']:.1f} -> "
-            f"{out['heap_peak_mib']:.1f} MiB; SDK client served: {served}")
+            f"{out['heap_peak_mib']:.1f} MiB; SDK client served: {served}"
+        )
         for s in held:
             s.close()
         deadline = time.monotonic() + 30
@@ -79,8 +81,10 @@ def run(connections: int, workdir: Path, log: Any = print) -> dict[str, Any]:
         while srv.health()["connections"] > 5 and time.monotonic() < deadline:
             time.sleep(0.2)
         out["heap_after_second_round_mib"] = _heap_mib(srv.pid)
-        log(f"load: heap after closing them {out['heap_after_mib']:.1f} MiB; after a second "
-            f"round of {connections} {out['heap_after_second_round_mib']:.1f} MiB")
+        log(
+            f"load: heap after closing them {out['heap_after_mib']:.1f} MiB; after a second "
+            f"round of {connections} {out['heap_after_second_round_mib']:.1f} MiB"
+        )
 
         # links: the default limit on one connection, then refusals
         s = _open_conn(srv.port)
@@ -88,16 +92,21 @@ def run(connections: int, workdir: Path, log: Any = print) -> dict[str, Any]:
         s.sendall(b"".join(raw.attach_frame(f"l{i}", i, True, "loadq") for i in range(limit + 10)))
         buf, frames = b"", []
         deadline = time.monotonic() + 30
-        while len([f for f in frames if f.code == raw.ATTACH]) < limit + 10 and \
-                time.monotonic() < deadline:
+        while (
+            len([f for f in frames if f.code == raw.ATTACH]) < limit + 10
+            and time.monotonic() < deadline
+        ):
             s.settimeout(max(0.1, deadline - time.monotonic()))
             chunk = s.recv(1 << 20)
             if not chunk:
                 break
             buf += chunk
             frames = raw.parse(buf)[0]
-        refused = [f for f in frames if f.code == raw.DETACH
-                   and f.error() == "amqp:resource-limit-exceeded"]
+        refused = [
+            f
+            for f in frames
+            if f.code == raw.DETACH and f.error() == "amqp:resource-limit-exceeded"
+        ]
         out["links_attached"] = len([f for f in frames if f.code == raw.ATTACH]) - len(refused)
         out["links_refused"] = len(refused)
         s.close()
@@ -119,10 +128,12 @@ def run(connections: int, workdir: Path, log: Any = print) -> dict[str, Any]:
             s.close()
         out["stuck_handshakes_closed"] = closed
         out["stuck_close_seconds"] = time.monotonic() - t0
-        log(f"load: links on one connection: {out['links_attached']} attached, "
+        log(
+            f"load: links on one connection: {out['links_attached']} attached, "
             f"{out['links_refused']} refused (resource-limit-exceeded); stuck SASL handshakes "
             f"closed {closed}/200 within {out['stuck_close_seconds']:.1f} s; heap after "
-            f"{out['heap_after_mib']:.1f} MiB, fds {out['fds_after']}")
+            f"{out['heap_after_mib']:.1f} MiB, fds {out['fds_after']}"
+        )
     finally:
         probe.stop()
         out["probe_errors"] = probe.errors
@@ -138,8 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     r = run(args.connections, Path(args.workdir))
     print(f"load: probe errors {len(r['probe_errors'])}, tracebacks {len(r['tracebacks'])}")
-    ok = (not r["probe_errors"] and not r["tracebacks"] and r["probe_served_while_held"]
-          and r["links_refused"] == 10 and r["stuck_handshakes_closed"] == 200)
+    ok = (
+        not r["probe_errors"]
+        and not r["tracebacks"]
+        and r["probe_served_while_held"]
+        and r["links_refused"] == 10
+        and r["stuck_handshakes_closed"] == 200
+    )
     return 0 if ok else 1
 
 

@@ -85,8 +85,14 @@ def loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "benchns",
-             entity: str = "bench.queue") -> int:
+def generate(
+    data_dir: str,
+    events: int,
+    partitions: int,
+    *,
+    namespace: str = "benchns",
+    entity: str = "bench.queue",
+) -> int:
     """Write `events` log records spread evenly over `partitions`; returns how many."""
     base = os.path.join(data_dir, namespace, entity)
     os.makedirs(base, exist_ok=True)
@@ -96,7 +102,8 @@ def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "b
     for pid in range(partitions):
         target = events // partitions + (1 if pid < events % partitions else 0)
         store = PartitionStore(
-            os.path.join(base, f"partition-{pid:02d}"), map_size=max(64 << 20, target * 600),
+            os.path.join(base, f"partition-{pid:02d}"),
+            map_size=max(64 << 20, target * 600),
             durable=False,
         )
         batch, offset, seq = WriteBatch(), 0, 0
@@ -104,22 +111,52 @@ def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "b
             seq += 1
             now = T0 + seq * 3
             rec = MessageRecord(
-                sequence_number=(pid << 48) | seq, enqueued_time_ms=now,
-                state=MessageState.ACTIVE, delivery_count=0, message_id=f"msg-{pid}-{seq}",
+                sequence_number=(pid << 48) | seq,
+                enqueued_time_ms=now,
+                state=MessageState.ACTIVE,
+                delivery_count=0,
+                message_id=f"msg-{pid}-{seq}",
                 session_id=f"session-{seq % 100}" if seq % 3 == 0 else None,
-                partition_key=None, ttl_ms=None, expires_at_ms=None, durable=True, priority=None,
-                annotation_count=0, annotations=b"", tail=b"", size=200 + seq % 300,
+                partition_key=None,
+                ttl_ms=None,
+                expires_at_ms=None,
+                durable=True,
+                priority=None,
+                annotation_count=0,
+                annotations=b"",
+                tail=b"",
+                size=200 + seq % 300,
             )
-            last = (LogEvent.DEADLETTERED if seq % 50 == 0 else
-                    LogEvent.ABANDONED if seq % 20 == 0 else LogEvent.COMPLETED)
-            for event, at in ((LogEvent.ENQUEUED, now), (LogEvent.DELIVERED, now + 2),
-                              (last, now + 5 + seq % 200)):
+            last = (
+                LogEvent.DEADLETTERED
+                if seq % 50 == 0
+                else LogEvent.ABANDONED
+                if seq % 20 == 0
+                else LogEvent.COMPLETED
+            )
+            for event, at in (
+                (LogEvent.ENQUEUED, now),
+                (LogEvent.DELIVERED, now + 2),
+                (last, now + 5 + seq % 200),
+            ):
                 if offset >= target:
                     break
-                batch.log.append((offset, encode_log(
-                    namespace=namespace, entity=entity, queue="main", partition=pid,
-                    offset=offset, event=event, record=rec, event_ms=at,
-                    reason="bench" if event == LogEvent.DEADLETTERED else None)))
+                batch.log.append(
+                    (
+                        offset,
+                        encode_log(
+                            namespace=namespace,
+                            entity=entity,
+                            queue="main",
+                            partition=pid,
+                            offset=offset,
+                            event=event,
+                            record=rec,
+                            event_ms=at,
+                            reason="bench" if event == LogEvent.DEADLETTERED else None,
+                        ),
+                    )
+                )
                 offset += 1
             if len(batch.log) >= 20_000:
                 batch.meta["next_log_offset"] = offset
@@ -133,8 +170,9 @@ def generate(data_dir: str, events: int, partitions: int, *, namespace: str = "b
     return written
 
 
-def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: int,
-                verbose: bool) -> None:
+def _throughput(
+    spark: Any, work: str, events: int, partitions: int, per_batch: int, verbose: bool
+) -> None:
     from sparkjobs import report
 
     data, out = os.path.join(work, "data"), os.path.join(work, "reports")
@@ -142,8 +180,11 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
     shutil.rmtree(out, ignore_errors=True)
     t = time.monotonic()
     n = generate(data, events, partitions)
-    print(f"generated {n:,} log records in {partitions} partition(s) "
-          f"in {time.monotonic() - t:.1f}s ({work})", flush=True)
+    print(
+        f"generated {n:,} log records in {partitions} partition(s) "
+        f"in {time.monotonic() - t:.1f}s ({work})",
+        flush=True,
+    )
     cpu0, load0 = process_cpu(), loadavg()
     last = [cpu0]
 
@@ -155,27 +196,36 @@ def _throughput(spark: Any, work: str, events: int, partitions: int, per_batch: 
         last[0] = now
         print(f"{line}; CPU-s since the last line: {spent}", flush=True)
 
-    result = report.run(spark, source="lmdb", path=data, out=out,
-                        max_records_per_batch=per_batch, log=log)
+    result = report.run(
+        spark, source="lmdb", path=data, out=out, max_records_per_batch=per_batch, log=log
+    )
     cpu = cpu_delta(cpu0, process_cpu())
     assert result.total_events == n, (result.total_events, n)
     total = result.stream_seconds + result.tables_seconds
     times = result.batch_seconds
-    print(f"report  {n:>12,} events in {total:7.1f}s = {n / total:>10,.0f} events/s end to end "
-          f"({result.batches} batches of <= {per_batch:,}); load average {load0} -> {loadavg()}")
+    print(
+        f"report  {n:>12,} events in {total:7.1f}s = {n / total:>10,.0f} events/s end to end "
+        f"({result.batches} batches of <= {per_batch:,}); load average {load0} -> {loadavg()}"
+    )
     busy = sum(cpu.values())
     split = ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in cpu.items() if v > 0.005)
-    print(f"cpu     {busy:.1f} CPU-s = {busy / n * 1e6:.1f} us/event ({split} us/event); "
-          f"{n / busy:,.0f} events per CPU-second")
-    print(f"batch   first {times[0]:.2f}s, last {times[-1]:.2f}s (last/first "
-          f"{times[-1] / times[0]:.2f}); median {statistics.median(times):.2f}s, "
-          f"max {max(times):.2f}s")
+    print(
+        f"cpu     {busy:.1f} CPU-s = {busy / n * 1e6:.1f} us/event ({split} us/event); "
+        f"{n / busy:,.0f} events per CPU-second"
+    )
+    print(
+        f"batch   first {times[0]:.2f}s, last {times[-1]:.2f}s (last/first "
+        f"{times[-1] / times[0]:.2f}); median {statistics.median(times):.2f}s, "
+        f"max {max(times):.2f}s"
+    )
     if len(times) >= 4:
         k = max(2, len(times) // 10)
         head, tail = times[1 : 1 + k], times[-k:]
-        print(f"batch   after warm-up: first {k} median {statistics.median(head):.2f}s, "
-              f"last {k} median {statistics.median(tail):.2f}s "
-              f"(ratio {statistics.median(tail) / statistics.median(head):.2f})")
+        print(
+            f"batch   after warm-up: first {k} median {statistics.median(head):.2f}s, "
+            f"last {k} median {statistics.median(tail):.2f}s "
+            f"(ratio {statistics.median(tail) / statistics.median(head):.2f})"
+        )
 
 
 def _start_server(work: str) -> tuple[Any, int]:
@@ -189,8 +239,9 @@ def _start_server(work: str) -> tuple[Any, int]:
         raise SystemExit(f"bench: the server did not start: {exc}") from None
 
 
-def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
-                   stop: threading.Event) -> None:
+def _proton_sender(
+    port: int, rate: int, seconds: float, sent_at: list[float], stop: threading.Event
+) -> None:
     """Send `rate` msg/s to queue.1 for `seconds` (python-qpid-proton); record send times."""
     from proton import Message
     from proton.handlers import MessagingHandler
@@ -210,8 +261,12 @@ def _proton_sender(port: int, rate: int, seconds: float, sent_at: list[float],
 
         def on_start(self, event: Any) -> None:
             conn = event.container.connect(
-                f"amqp://127.0.0.1:{port}", user="RootManageSharedAccessKey",
-                password="SAS_KEY_VALUE", sasl_enabled=True, allowed_mechs="PLAIN")
+                f"amqp://127.0.0.1:{port}",
+                user="RootManageSharedAccessKey",
+                password="SAS_KEY_VALUE",
+                sasl_enabled=True,
+                allowed_mechs="PLAIN",
+            )
             self.sender = event.container.create_sender(conn, "queue.1")
             self.t0 = time.monotonic()
             event.container.schedule(tick, self)
@@ -263,10 +318,21 @@ def _lag(spark: Any, work: str, seconds: float, rate: int, verbose: bool = False
         seen[0] = n
 
     sender = threading.Thread(target=_proton_sender, args=(port, rate, seconds, sent_at, stop))
-    job = threading.Thread(target=lambda: report.run(
-        spark, source="lmdb", path=os.path.join(work, "lagdata"), out=os.path.join(work, "lagout"),
-        follow=True, interval_seconds=1.0, on_tables=on_tables, should_stop=stop.is_set,
-        log=lambda line: print(f"{time.time() - t0:6.1f}s {line}", flush=True) if verbose else None))
+    job = threading.Thread(
+        target=lambda: report.run(
+            spark,
+            source="lmdb",
+            path=os.path.join(work, "lagdata"),
+            out=os.path.join(work, "lagout"),
+            follow=True,
+            interval_seconds=1.0,
+            on_tables=on_tables,
+            should_stop=stop.is_set,
+            log=lambda line: (
+                print(f"{time.time() - t0:6.1f}s {line}", flush=True) if verbose else None
+            ),
+        )
+    )
     try:
         job.start()
         sender.start()
@@ -281,23 +347,34 @@ def _lag(spark: Any, work: str, seconds: float, rate: int, verbose: bool = False
     warm = [lag for at, lag in lags if at > 15]
     print(f"lag     load average {loadavg()}")
     if verbose:
-        print("lag     per batch (s since start, lag s): "
-              + ", ".join(f"({at:.1f}, {lag:.2f})" for at, lag in lags))
+        print(
+            "lag     per batch (s since start, lag s): "
+            + ", ".join(f"({at:.1f}, {lag:.2f})" for at, lag in lags)
+        )
     steady = [lag for _at, lag in lags[2:]]  # after the warm-up batch and the catch-up one
     if steady:
-        print(f"lag     once Spark is warm (from the third batch with events on): median "
-              f"{statistics.median(steady):.2f}s, p90 "
-              f"{sorted(steady)[int(0.9 * (len(steady) - 1))]:.2f}s, max {max(steady):.2f}s "
-              f"({len(steady)} batches)")
-    print(f"lag     {len(sent_at):,} messages at {len(sent_at) / seconds:,.0f} msg/s for "
-          f"{seconds:.0f}s; {seen[0]:,} in traffic_by_minute; lag to traffic_by_minute after "
-          f"warm-up: median {statistics.median(warm):.2f}s, max {max(warm):.2f}s "
-          f"({len(warm)} batches)" if warm else "lag     no batch after the warm-up")
+        print(
+            f"lag     once Spark is warm (from the third batch with events on): median "
+            f"{statistics.median(steady):.2f}s, p90 "
+            f"{sorted(steady)[int(0.9 * (len(steady) - 1))]:.2f}s, max {max(steady):.2f}s "
+            f"({len(steady)} batches)"
+        )
+    print(
+        f"lag     {len(sent_at):,} messages at {len(sent_at) / seconds:,.0f} msg/s for "
+        f"{seconds:.0f}s; {seen[0]:,} in traffic_by_minute; lag to traffic_by_minute after "
+        f"warm-up: median {statistics.median(warm):.2f}s, max {max(warm):.2f}s "
+        f"({len(warm)} batches)"
+        if warm
+        else "lag     no batch after the warm-up"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sparkjobs.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m sparkjobs.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--events", type=int, default=1_000_000, help="0: skip the throughput run")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--master", default="local[2]")
@@ -316,13 +393,16 @@ def main(argv: list[str] | None = None) -> int:
     work = args.keep or tempfile.mkdtemp(prefix="sbemu-bench-")
     t = time.monotonic()
     spark = build_session(args.master, app_name="sbemu-bench")
-    print(f"spark started in {time.monotonic() - t:.1f}s "
-          f"({spark.sparkContext.master}, {spark.sparkContext.defaultParallelism} cores)",
-          flush=True)
+    print(
+        f"spark started in {time.monotonic() - t:.1f}s "
+        f"({spark.sparkContext.master}, {spark.sparkContext.defaultParallelism} cores)",
+        flush=True,
+    )
     try:
         if args.events > 0:
-            _throughput(spark, work, args.events, args.partitions, args.max_records_per_batch,
-                        args.verbose)
+            _throughput(
+                spark, work, args.events, args.partitions, args.max_records_per_batch, args.verbose
+            )
         if args.lag_seconds > 0:
             _lag(spark, work, args.lag_seconds, args.rate, args.verbose)
     finally:

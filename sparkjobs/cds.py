@@ -57,12 +57,17 @@ def build(force: bool = False) -> Path | None:
     try:
         child = subprocess.run(
             [sys.executable, "-c", "from sparkjobs.cds import _workload; _workload()"],
-            env=env, check=True, stdout=subprocess.PIPE, text=True,
+            env=env,
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         # the JVM outlives its Python driver for the dump: wait until it has exited
         jvm = child.stdout.strip().splitlines()[-1:] or [""]
         deadline = time.monotonic() + 900
-        while jvm[0].isdigit() and os.path.exists(f"/proc/{jvm[0]}") and time.monotonic() < deadline:
+        while (
+            jvm[0].isdigit() and os.path.exists(f"/proc/{jvm[0]}") and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
         if not tmp.is_file() or tmp.stat().st_size == 0:
             return None

@@ -165,7 +165,7 @@ def read_events(spark: SparkSession, out: str) -> DataFrame:
     if not any(
         f.endswith(".parquet") and not f.startswith((".", "_"))
         for d, _s, files in os.walk(paths.events)
-        if "/." not in d[len(paths.events):]
+        if "/." not in d[len(paths.events) :]
         for f in files
     ):
         return spark.createDataFrame([], EVENTS_SCHEMA)

@@ -72,7 +72,12 @@ def cds_java_options() -> list[str]:
     if path is None or not path.is_file():
         return []
     # an archive this JVM cannot use (it says why on the cds log) is skipped silently
-    return [f"-XX:SharedArchiveFile={path}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    return [
+        f"-XX:SharedArchiveFile={path}",
+        "-Xshare:auto",
+        "-Xlog:cds=off",
+        "-Xlog:cds+dynamic=off",
+    ]
 
 
 def prepare_environment() -> None:
@@ -130,9 +135,7 @@ def build_session(
     if master.startswith("local"):
         # the JVM hands its PYTHONPATH on to the Python processes it starts (after
         # pyspark.zip): the hook there imports pyspark from the package (pythonpath/)
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(STARTUP_HOOK_DIR), saved) if p
-        )
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(STARTUP_HOOK_DIR), saved) if p)
     try:
         spark = builder.getOrCreate()
     finally:  # only the JVM needs it

@@ -354,7 +354,9 @@ EVENT_FILE_SUFFIX = ".parquet"
 def event_file_path(events_dir: str, key: str, start: int, end: int) -> str:
     """Where the events of log range [start, end) of partition `key` go:
     ``<events_dir>/<ns dir>/<entity dir>/partition-NN/<start:020>-<end - 1:020>.parquet``."""
-    return os.path.join(events_dir, *key.split("/"), f"{start:020d}-{end - 1:020d}{EVENT_FILE_SUFFIX}")
+    return os.path.join(
+        events_dir, *key.split("/"), f"{start:020d}-{end - 1:020d}{EVENT_FILE_SUFFIX}"
+    )
 
 
 def write_event_file(events_dir: str, rng: LogRange) -> tuple[str, int]:
@@ -480,7 +482,8 @@ def segments_stream(
 ) -> DataFrame:
     """The event stream of an export directory (each segment file read exactly once)."""
     reader = spark.readStream.schema(SEGMENT_SCHEMA).option(
-        "maxFileAge", "3650d"  # segments are never too old to count
+        "maxFileAge",
+        "3650d",  # segments are never too old to count
     )
     if max_files_per_batch:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_batch))

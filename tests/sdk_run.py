@@ -52,22 +52,26 @@ TRUSTSTORE_PASSWORD = "changeit"
 
 
 def config() -> dict[str, object]:
-    return {"UserConfig": {
-        "Namespaces": [{
-            "Name": NAMESPACE,
-            "SharedAccessPolicies": [
-                {"KeyName": name, "Key": key, "Rights": rights}
-                for name, (key, rights) in KEYS.items()
+    return {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": NAMESPACE,
+                    "SharedAccessPolicies": [
+                        {"KeyName": name, "Key": key, "Rights": rights}
+                        for name, (key, rights) in KEYS.items()
+                    ],
+                    # the queues the Go module's live tests expect to exist (its test-resources.bicep)
+                    "Queues": [
+                        {"Name": "testQueue", "Properties": {}},
+                        {"Name": "testQueueWithSessions", "Properties": {"RequiresSession": True}},
+                    ],
+                    "Topics": [],
+                }
             ],
-            # the queues the Go module's live tests expect to exist (its test-resources.bicep)
-            "Queues": [
-                {"Name": "testQueue", "Properties": {}},
-                {"Name": "testQueueWithSessions", "Properties": {"RequiresSession": True}},
-            ],
-            "Topics": [],
-        }],
-        "Logging": {"Type": "Console"},
-    }}
+            "Logging": {"Type": "Console"},
+        }
+    }
 
 
 def with_key(conn: str, key_name: str) -> str:
@@ -80,9 +84,23 @@ def make_truststore(ca_file: Path, folder: Path) -> Path:
     """A PKCS12 trust store holding sbemu's CA (the command docs/clients.md shows)."""
     store = folder / "sbemu-truststore.p12"
     subprocess.run(
-        ["keytool", "-importcert", "-noprompt", "-alias", "sbemu-ca", "-file", str(ca_file),
-         "-keystore", str(store), "-storetype", "PKCS12", "-storepass", TRUSTSTORE_PASSWORD],
-        check=True, capture_output=True,
+        [
+            "keytool",
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            "sbemu-ca",
+            "-file",
+            str(ca_file),
+            "-keystore",
+            str(store),
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            TRUSTSTORE_PASSWORD,
+        ],
+        check=True,
+        capture_output=True,
     )
     return store
 
@@ -95,8 +113,9 @@ def azure_form(conn: str) -> str:
 
 def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]:
     server_conn, admin_port = ready.connection_string, ready.admin_port
-    admin_conn = re.sub(r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{admin_port}",
-                        server_conn)
+    admin_conn = re.sub(
+        r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{admin_port}", server_conn
+    )
     admin_conn = re.sub(r";?UseDevelopmentEmulator=true", "", admin_conn)
     # the Go module's live tests derive connection strings from these: a SAS-token one drops
     # the emulator flag and speaks TLS to the endpoint's host:port (AMQP, and HTTPS for the
@@ -147,19 +166,28 @@ def in_own_netns(argv: list[str]) -> int:
     """Run this script again inside a new network namespace (loopback only, lo brought up)."""
     env = {**os.environ, _IN_NETNS: "1"}
     script = 'ip link set lo up && exec "$@"'
-    return subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", sys.executable,
-                           __file__, *argv], env=env, check=False).returncode
+    return subprocess.run(
+        ["unshare", "--net", "sh", "-c", script, "sh", sys.executable, __file__, *argv],
+        env=env,
+        check=False,
+    ).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cwd", default=None, help="directory CMD runs in")
-    parser.add_argument("--server-log", default=None,
-                        help="write the server's output here (at debug level) for diagnosis")
-    parser.add_argument("--azure-ports", action="store_true",
-                        help="serve AMQPS on 5671 and the admin API (HTTPS) on 443, as Azure "
-                        "does, in a network namespace of its own (root); SERVICEBUS_* then hold "
-                        "Azure's connection string form (Endpoint=sb://localhost/, no flag)")
+    parser.add_argument(
+        "--server-log",
+        default=None,
+        help="write the server's output here (at debug level) for diagnosis",
+    )
+    parser.add_argument(
+        "--azure-ports",
+        action="store_true",
+        help="serve AMQPS on 5671 and the admin API (HTTPS) on 443, as Azure "
+        "does, in a network namespace of its own (root); SERVICEBUS_* then hold "
+        "Azure's connection string form (Endpoint=sb://localhost/, no flag)",
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
@@ -176,10 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="sbemu-sdk-"))
     config_path = folder / "config.json"
     config_path.write_text(json.dumps(config()))
-    server = SbemuProcess(config=config_path, data_dir=folder / "data",
-                          log_level="debug" if args.server_log else "warning",
-                          stderr=folder / "server.stderr",
-                          args=AZURE_PORTS if args.azure_ports else ())
+    server = SbemuProcess(
+        config=config_path,
+        data_dir=folder / "data",
+        log_level="debug" if args.server_log else "warning",
+        stderr=folder / "server.stderr",
+        args=AZURE_PORTS if args.azure_ports else (),
+    )
     try:
         ready = server.start()
         env = {**os.environ, **environment(ready, folder, args.azure_ports)}

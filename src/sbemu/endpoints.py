@@ -34,8 +34,14 @@ from .admin.routes import HttpRoutes
 from .protocol.listener import AmqpProtocol, ByteStream, serve_websocket
 from .protocol.websocket import PATH, HandshakeRefused, accept_headers
 
-__all__ = ["PATH", "EndpointError", "ListenPort", "start_amqps", "start_websocket_port",
-           "websocket_handler"]
+__all__ = [
+    "PATH",
+    "EndpointError",
+    "ListenPort",
+    "start_amqps",
+    "start_websocket_port",
+    "websocket_handler",
+]
 
 log = logging.getLogger("sbemu.endpoints")
 
@@ -96,8 +102,12 @@ async def start_amqps(
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(
-            new_protocol, host, port.number, ssl=context,
-            ssl_handshake_timeout=handshake_timeout, reuse_address=True,
+            new_protocol,
+            host,
+            port.number,
+            ssl=context,
+            ssl_handshake_timeout=handshake_timeout,
+            reuse_address=True,
         )
     except OSError as exc:
         hint = "serving without AMQPS (--tls-port P or 0 picks another port, off hides this)"
@@ -116,7 +126,9 @@ async def start_websocket_port(
     try:
         server = await start_admin(host, port.number, routes, ssl_context=context)
     except OSError as exc:
-        hint = ("serving WebSockets on the admin port only (--ws-port P or 0 picks another "
-                "port, off hides this)")
+        hint = (
+            "serving WebSockets on the admin port only (--ws-port P or 0 picks another "
+            "port, off hides this)"
+        )
         return None, _unbound("WebSockets", host, port, exc, hint)
     return server, None

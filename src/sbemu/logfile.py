@@ -36,7 +36,11 @@ class ResilientFileHandler(logging.handlers.RotatingFileHandler):
     """A rotating log file that survives its disk failing (see the module comment)."""
 
     def __init__(
-        self, path: Path, *, max_bytes: int, backup_count: int,
+        self,
+        path: Path,
+        *,
+        max_bytes: int,
+        backup_count: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(path, maxBytes=max_bytes, backupCount=backup_count, encoding="utf-8")
@@ -59,9 +63,13 @@ class ResilientFileHandler(logging.handlers.RotatingFileHandler):
             return
         dropped, self.dropped, self.failed_at = self.dropped, 0, None
         note = logging.LogRecord(
-            "sbemu.logfile", logging.WARNING, __file__, 0,
+            "sbemu.logfile",
+            logging.WARNING,
+            __file__,
+            0,
             "the log file could not be written for a while: %d record(s) were dropped",
-            (dropped,), None,
+            (dropped,),
+            None,
         )
         super().emit(note)
 
@@ -77,7 +85,8 @@ class ResilientFileHandler(logging.handlers.RotatingFileHandler):
                 print(
                     f"sbemu: cannot write the log file {self.baseFilename}: {error}; log "
                     f"records are dropped and the file is tried again every {RETRY_S:g} s",
-                    file=sys.stderr, flush=True,
+                    file=sys.stderr,
+                    flush=True,
                 )
         self.failed_at = self._clock()
         stream, self.stream = self.stream, None
@@ -105,8 +114,7 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
         records = self.queue
         if isinstance(records, queue.Queue):
             with records.all_tasks_done:
-                records.all_tasks_done.wait_for(lambda: records.unfinished_tasks == 0,
-                                                FLUSH_WAIT_S)
+                records.all_tasks_done.wait_for(lambda: records.unfinished_tasks == 0, FLUSH_WAIT_S)
 
 
 def attach_file_log(path: Path, formatter: logging.Formatter) -> logging.Handler:

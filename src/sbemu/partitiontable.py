@@ -41,8 +41,12 @@ def entity_table(body: dict[str, Any]) -> str:
         parts = e.get("partitions", [])
         trouble = [t for t in (_trouble(p) for p in parts) if t]
         rows.append(
-            (f"{e['namespace']}/{e['entity']}", e.get("status", "?"), str(len(parts)),
-             ", ".join(trouble) or "-")
+            (
+                f"{e['namespace']}/{e['entity']}",
+                e.get("status", "?"),
+                str(len(parts)),
+                ", ".join(trouble) or "-",
+            )
         )
     if not rows:
         return "no entities"

@@ -69,8 +69,13 @@ class SbemuServer:
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.admin_port}"
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
         """One signed admin API request over plain HTTP; (status, body)."""
         from sbemu.sas import make_sas_token
 
@@ -78,9 +83,14 @@ class SbemuServer:
             f"sb://localhost:{self.admin_port}/", self.key_name, self.key, int(time.time()) + 3600
         )
         req = urllib.request.Request(
-            f"{self.admin_url}/{path.lstrip('/')}", data=body, method=method,
-            headers={"Authorization": token, "Content-Type": "application/atom+xml",
-                     **(headers or {})},
+            f"{self.admin_url}/{path.lstrip('/')}",
+            data=body,
+            method=method,
+            headers={
+                "Authorization": token,
+                "Content-Type": "application/atom+xml",
+                **(headers or {}),
+            },
         )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
@@ -204,8 +214,9 @@ class EntityFactory:
         self.created.append(name)
         return name
 
-    def topic(self, name: str | None = None, subscriptions: tuple[str, ...] = ("s1",),
-              **props: Any) -> str:
+    def topic(
+        self, name: str | None = None, subscriptions: tuple[str, ...] = ("s1",), **props: Any
+    ) -> str:
         """Create a topic and its subscriptions; returns the topic's name."""
         name = name or self._name()
         self._put(name, "TopicDescription", props)
@@ -227,7 +238,9 @@ class EntityFactory:
 
 
 @pytest.fixture
-def sbemu_entities(sbemu_server: SbemuServer, request: pytest.FixtureRequest) -> Iterator[EntityFactory]:
+def sbemu_entities(
+    sbemu_server: SbemuServer, request: pytest.FixtureRequest
+) -> Iterator[EntityFactory]:
     """Per test: create fresh entities by name-less calls; all deleted after the test."""
     factory = EntityFactory(sbemu_server, request.node.name)
     try:

@@ -86,8 +86,7 @@ def tls_connection_string(config: Config, tls_port: int) -> str:
     policy = config.namespaces[0].sas_policies[0]
     endpoint = "sb://localhost/" if tls_port == DEFAULT_TLS_PORT else f"sb://localhost:{tls_port}/"
     return (
-        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};"
-        f"SharedAccessKey={policy.key};"
+        f"Endpoint={endpoint};SharedAccessKeyName={policy.key_name};SharedAccessKey={policy.key};"
     )
 
 

@@ -45,7 +45,9 @@ class RejectionLog:
             if self.suppressed:
                 self._log.warning(
                     "%s: %d more rejected credentials were not logged in the last %.0f s",
-                    self.source, self.suppressed, self.window,
+                    self.source,
+                    self.suppressed,
+                    self.window,
                 )
             self._window_start, self._logged, self.suppressed = now, 0, 0
         if self._logged >= self.burst:
@@ -54,7 +56,9 @@ class RejectionLog:
         self._logged += 1
         self._log.warning(
             "%s: rejected credentials from %s (key name %s): %s",
-            self.source, _short(peer or "?", 60), _short(repr(key_name), 80) if key_name else "none",
+            self.source,
+            _short(peer or "?", 60),
+            _short(repr(key_name), 80) if key_name else "none",
             _short(reason),
         )
         return True

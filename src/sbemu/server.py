@@ -273,8 +273,10 @@ class Server:
         from .admin.certs import server_ssl_context
 
         try:
-            for listen, start in ((self._tls_listen, self._start_amqps),
-                                  (self._ws_listen, self._start_ws_port)):
+            for listen, start in (
+                (self._tls_listen, self._start_amqps),
+                (self._ws_listen, self._start_ws_port),
+            ):
                 if listen is not None:
                     await start(listen, server_ssl_context)
         except EndpointError as exc:
@@ -287,7 +289,10 @@ class Server:
     async def _start_amqps(self, listen: ListenPort, make_context: Any) -> None:
         assert self.services is not None
         server, why = await endpoints.start_amqps(
-            self.host, listen, self._new_protocol, make_context(self.data_dir, alpn=()),
+            self.host,
+            listen,
+            self._new_protocol,
+            make_context(self.data_dir, alpn=()),
             self.services.limits.handshake_timeout,
         )
         if server is None:
@@ -363,8 +368,12 @@ class Server:
             self._timer.cancel()
         if self.dashboard is not None:
             self.dashboard.stop()
-        for server in (self._amqp_server, self._admin_server, *self.namespace_servers.values(),
-                       *self._extra_servers):
+        for server in (
+            self._amqp_server,
+            self._admin_server,
+            *self.namespace_servers.values(),
+            *self._extra_servers,
+        ):
             if server is not None:
                 server.close()
         for proto in list(self._connections):
@@ -383,8 +392,10 @@ class Server:
                     if self._loop.time() >= give_up:
                         # A partition whose store keeps failing (a disk gone read-only) cannot
                         # commit what it holds; none of it was acknowledged, so stop anyway.
-                        log.error("stopping with writes a failing store could not commit "
-                                  "(none of them was acknowledged)")
+                        log.error(
+                            "stopping with writes a failing store could not commit "
+                            "(none of them was acknowledged)"
+                        )
                         break
                     self._turn()
                     if commits.busy() and not commits.inflight:  # nothing could start: retry
@@ -430,9 +441,7 @@ class Server:
         commits = GroupCommit(
             self.router, max_inflight=COMMIT_THREADS, max_inflight_per_entity=COMMITS_PER_ENTITY
         )
-        threads = CommitThreads(
-            COMMIT_THREADS, self._loop.call_soon_threadsafe, self._committed
-        )
+        threads = CommitThreads(COMMIT_THREADS, self._loop.call_soon_threadsafe, self._committed)
         commits.runner = threads
         commits.on_error = self._commit_failed
         commits.on_idle = self._idle.set
@@ -532,14 +541,21 @@ class Server:
                             "partition %s/%d: log retention (--log-retention-records %d) "
                             "trims below offset %d, past reader %s at offset %d: that reader "
                             "will fail",
-                            broker.entity, broker.partition_id, cap, plan.below, name, offset,
+                            broker.entity,
+                            broker.partition_id,
+                            cap,
+                            plan.below,
+                            name,
+                            offset,
                         )
                     if store.trim_log(plan.below) < TRIM_LIMIT:
                         break
             except StoreError as exc:
                 log.error(
                     "partition %s/%d: log retention failed: %s",
-                    broker.entity, broker.partition_id, exc,
+                    broker.entity,
+                    broker.partition_id,
+                    exc,
                 )
 
     # ------------------------------------------------------------------ admin routes
@@ -554,8 +570,12 @@ class Server:
         from .admin.routes import HttpRoutes
 
         namespaces = self.config.namespaces
-        manage = [(p.key_name, p.key) for ns in namespaces for p in ns.sas_policies
-                  if "Manage" in p.rights]
+        manage = [
+            (p.key_name, p.key)
+            for ns in namespaces
+            for p in ns.sas_policies
+            if "Manage" in p.rights
+        ]
         access = Access(self.host, manage)
         keys = [
             NamespaceKeys(
@@ -640,8 +660,9 @@ class Server:
         if error is None:
             log.warning("%s deleted: idle for its AutoDeleteOnIdle window (%s ms)", what, window)
         elif not isinstance(error, EntityNotFound):  # gone already: nothing to do
-            log.warning("idle deletion of %s failed (tried again after another window): %s",
-                        what, error)
+            log.warning(
+                "idle deletion of %s failed (tried again after another window): %s", what, error
+            )
             assert self.router is not None
             self.router.idle.failed(key, int(self.clock() * 1000))
 

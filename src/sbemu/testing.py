@@ -157,16 +157,16 @@ class SbemuProcess:
                 text=True, env=self.env,
             )  # fmt: skip
         lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(
-            target=self._pump, args=(self.proc.stdout, lines), daemon=True
-        ).start()
+        threading.Thread(target=self._pump, args=(self.proc.stdout, lines), daemon=True).start()
         deadline = time.monotonic() + timeout
         while True:
             try:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 self.kill()
-                raise StartError(f"sbemu not ready after {timeout}s:\n{self.stderr_tail()}") from None
+                raise StartError(
+                    f"sbemu not ready after {timeout}s:\n{self.stderr_tail()}"
+                ) from None
             if line is None:
                 rc = self.proc.wait(timeout=10)
                 raise StartError(f"sbemu exited ({rc}) before it was ready:\n{self.stderr_tail()}")
@@ -251,5 +251,3 @@ class SbemuProcess:
                 pass
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
-
-

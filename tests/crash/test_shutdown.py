@@ -24,8 +24,10 @@ def test_sigterm_with_locked_messages_exits_cleanly(tmp_path):
         srv.kill()
     srv.start()  # the locked messages are all there again
     try:
-        with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
-                client.get_queue_receiver("shutq") as receiver:
+        with (
+            ServiceBusClient.from_connection_string(srv.conn_str) as client,
+            client.get_queue_receiver("shutq") as receiver,
+        ):
             again = []
             while len(again) < 20:
                 batch = receiver.receive_messages(max_message_count=20, max_wait_time=5)

@@ -66,9 +66,15 @@ class Sender(threading.Thread):
     """Sends one message at a time, all along, with no SDK retries: every acknowledged
     MessageId is kept, every refusal counted by error type (what the SDK maps it to)."""
 
-    def __init__(self, conn_str: str, queue: str, prefix: str,
-                 partition_key: Callable[[int], str | None] = lambda i: None,
-                 pause: float = 0.02, body_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        conn_str: str,
+        queue: str,
+        prefix: str,
+        partition_key: Callable[[int], str | None] = lambda i: None,
+        pause: float = 0.02,
+        body_bytes: int = 0,
+    ) -> None:
         super().__init__(daemon=True, name=f"sender-{prefix}")
         self.conn_str, self.queue, self.prefix = conn_str, queue, prefix
         self.partition_key = partition_key
@@ -86,16 +92,19 @@ class Sender(threading.Thread):
 
     def run(self) -> None:
         try:
-            with ServiceBusClient.from_connection_string(self.conn_str, retry_total=0) as client, \
-                    client.get_queue_sender(self.queue) as sender:
+            with (
+                ServiceBusClient.from_connection_string(self.conn_str, retry_total=0) as client,
+                client.get_queue_sender(self.queue) as sender,
+            ):
                 i = 0
                 while not self._stop_event.is_set():
                     mid, key = f"{self.prefix}{i}", self.partition_key(i)
                     i += 1
                     try:
                         body = mid.encode().ljust(self.body_bytes, b".")
-                        sender.send_messages(ServiceBusMessage(body, message_id=mid,
-                                                               partition_key=key))
+                        sender.send_messages(
+                            ServiceBusMessage(body, message_id=mid, partition_key=key)
+                        )
                     except ServiceBusError as exc:
                         with self._cond:
                             name = type(exc).__name__
@@ -127,8 +136,10 @@ class Sender(threading.Thread):
 
 def _same(got: list[str], acked: list[str]) -> None:
     assert len(got) == len(set(got)), "duplicates delivered"
-    assert set(got) == set(acked), (f"lost {sorted(set(acked) - set(got))[:10]}, "
-                                    f"unexpected {sorted(set(got) - set(acked))[:10]}")
+    assert set(got) == set(acked), (
+        f"lost {sorted(set(acked) - set(got))[:10]}, "
+        f"unexpected {sorted(set(got) - set(acked))[:10]}"
+    )
 
 
 def _serves_again_after_the_repair(srv: Server, disk: LoopFs, pinned: Sender, queue: str) -> None:
@@ -140,8 +151,7 @@ def _serves_again_after_the_repair(srv: Server, disk: LoopFs, pinned: Sender, qu
     n = len(pinned.acked)
     pinned.stop_after = n + 3
     disk.repair()
-    assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors,
-                                                                  srv.stderr())
+    assert pinned.wait_for(lambda: len(pinned.acked) >= n + 3, 40), (pinned.errors, srv.stderr())
     assert _entity_status(srv, queue) == "Available"
 
 
@@ -221,7 +231,8 @@ def _admin(srv: Server, ca: Path) -> Any:
 
     conn = srv.conn_str.replace(f"localhost:{srv.port}", f"localhost:{srv.admin_port}")
     return ServiceBusAdministrationClient.from_connection_string(
-        conn, connection_verify=str(ca), retry_total=0)
+        conn, connection_verify=str(ca), retry_total=0
+    )
 
 
 def _post(srv: Server, path: str) -> int:
@@ -247,9 +258,12 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
     catalog and entity directories the admin API creates, idle.json and the log file."""
     from azure.core.exceptions import HttpResponseError
 
-    config = make_config([queue_def("dq", AutoDeleteOnIdle="PT1H")],
-                         topics=[{"Name": "dt", "Properties": {},
-                                  "Subscriptions": [{"Name": "s1", "Properties": {}}]}])
+    config = make_config(
+        [queue_def("dq", AutoDeleteOnIdle="PT1H")],
+        topics=[
+            {"Name": "dt", "Properties": {}, "Subscriptions": [{"Name": "s1", "Properties": {}}]}
+        ],
+    )
     config["UserConfig"]["Logging"]["Type"] = "File,Console"
     srv = Server(tmp_path / "w", config, log_level="info")
     disk = LoopFs(tmp_path, srv.data_dir)
@@ -283,8 +297,10 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             assert srv.alive() and srv.tracebacks() == [], srv.tracebacks()
             disk.repair()
             n = len(sender.acked)
-            assert sender.wait_for(lambda: len(sender.acked) >= n + 3, 40), (sender.errors,
-                                                                          srv.stderr())
+            assert sender.wait_for(lambda: len(sender.acked) >= n + 3, 40), (
+                sender.errors,
+                srv.stderr(),
+            )
             with _admin(srv, ca) as admin:
                 admin.create_queue("madeafter")
                 names = {q.name for q in admin.list_queues()}
@@ -293,12 +309,16 @@ def test_whole_data_dir_turns_read_only_then_writable_again(tmp_path):
             assert {"madebefore", "madeafter"} <= names and "madeduring" not in names, names
             assert subs == {"s1", "safter"}, subs
             # a topic send reaches the subscriptions there are, nothing else
-            with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
-                    client.get_topic_sender("dt") as topic_sender:
+            with (
+                ServiceBusClient.from_connection_string(srv.conn_str) as client,
+                client.get_topic_sender("dt") as topic_sender,
+            ):
                 topic_sender.send_messages(ServiceBusMessage(b"t", message_id="t1"))
             for sub in ("s1", "safter"):
-                with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
-                        client.get_subscription_receiver("dt", sub, max_wait_time=5) as rcv:
+                with (
+                    ServiceBusClient.from_connection_string(srv.conn_str) as client,
+                    client.get_subscription_receiver("dt", sub, max_wait_time=5) as rcv,
+                ):
                     got = rcv.receive_messages(max_message_count=5, max_wait_time=5)
                     assert [str(m.message_id) for m in got] == ["t1"], sub
                     for m in got:
@@ -388,7 +408,7 @@ def test_a_stalled_disk_delays_only_its_own_entity_and_loses_nothing(tmp_path):
             # the stalled queue's sender waits (its send is not acknowledged before the
             # commit), the probe on the healthy disk goes on
             assert not sender.wait_for(lambda: len(sender.acked) > before_acked + 1, STALL_S)
-            stalled = probe.latencies[before_rounds:probe.rounds]
+            stalled = probe.latencies[before_rounds : probe.rounds]
             disk.thaw()
             thawed_at = time.monotonic()
             stalled_for = thawed_at - frozen_at
@@ -421,21 +441,32 @@ def test_one_partition_disk_fails_writes_with_eio_then_gets_room(tmp_path):
     store while large messages are pinned to it: fsync fails with EIO (then ext4 goes
     read-only). Room is added and the disk repaired; the partition serves again by itself."""
     srv = Server(tmp_path / "w", make_config([queue_def("eioq", EnablePartitioning=True)]))
-    disk = LoopFs(tmp_path, srv.data_dir / NAMESPACE.lower() / "eioq" / f"partition-{FAULTY:02d}",
-                  backing_mb=16)
+    disk = LoopFs(
+        tmp_path,
+        srv.data_dir / NAMESPACE.lower() / "eioq" / f"partition-{FAULTY:02d}",
+        backing_mb=16,
+    )
     _mount(disk)
     keys = _key_on(FAULTY)
     try:
         srv.start()
         keyless = Sender(srv.conn_str, "eioq", "a", pause=0.05)
-        pinned = Sender(srv.conn_str, "eioq", "p", partition_key=lambda i: keys[i % len(keys)],
-                        pause=0.0, body_bytes=200_000)
+        pinned = Sender(
+            srv.conn_str,
+            "eioq",
+            "p",
+            partition_key=lambda i: keys[i % len(keys)],
+            pause=0.0,
+            body_bytes=200_000,
+        )
         keyless.start()
         pinned.start()
         try:
             # about 16 MiB of 200 KB messages fill the backing store: then EIO
-            assert pinned.wait_for(lambda: bool(pinned.errors), 60), (pinned.crash,
-                                                                     len(pinned.acked))
+            assert pinned.wait_for(lambda: bool(pinned.errors), 60), (
+                pinned.crash,
+                len(pinned.acked),
+            )
             assert disk.read_only()
             n = len(keyless.acked)
             assert keyless.wait_for(lambda: len(keyless.acked) >= n + 10, 20), keyless.errors
@@ -478,14 +509,17 @@ def test_one_partition_disk_fills_up_then_takes_messages_again(tmp_path):
     try:
         srv.start()
         keyless = Sender(srv.conn_str, "fullq", "a", pause=0.05)
-        pinned = Sender(srv.conn_str, "fullq", "p", partition_key=pinned_on, pause=0.0,
-                        body_bytes=200_000)
+        pinned = Sender(
+            srv.conn_str, "fullq", "p", partition_key=pinned_on, pause=0.0, body_bytes=200_000
+        )
         pinned.stop_after = 1_000  # a bound: 200 MB would not fit
         keyless.start()
         pinned.start()
         try:
-            assert pinned.wait_for(lambda: bool(pinned.errors), 120), (pinned.crash,
-                                                                      len(pinned.acked))
+            assert pinned.wait_for(lambda: bool(pinned.errors), 120), (
+                pinned.crash,
+                len(pinned.acked),
+            )
             pinned.stop()
             assert set(pinned.errors) == {"ServiceBusServerBusyError"}, pinned.errors
             assert len(pinned.acked) >= 50, len(pinned.acked)  # (the disk took its share)
@@ -501,8 +535,9 @@ def test_one_partition_disk_fills_up_then_takes_messages_again(tmp_path):
         assert set(keyless.errors) <= {"ServiceBusServerBusyError"}, keyless.errors
         # every acknowledged message is there once, and receiving them makes room again
         _same(drain_ids(srv.conn_str, "fullq"), keyless.acked + pinned.acked)
-        after = Sender(srv.conn_str, "fullq", "r", partition_key=pinned_on, pause=0.0,
-                       body_bytes=200_000)
+        after = Sender(
+            srv.conn_str, "fullq", "r", partition_key=pinned_on, pause=0.0, body_bytes=200_000
+        )
         after.stop_after = 20
         after.start()
         assert after.wait_for(lambda: len(after.acked) >= 20, 30), (after.errors, after.crash)
@@ -529,8 +564,10 @@ def test_a_receiver_on_a_stalled_disk_does_not_hold_up_the_event_loop(tmp_path):
     _mount(disk)
     try:
         srv.start()
-        with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
-                client.get_queue_sender("slowq") as sender:
+        with (
+            ServiceBusClient.from_connection_string(srv.conn_str) as client,
+            client.get_queue_sender("slowq") as sender,
+        ):
             sender.send_messages([ServiceBusMessage(b"x", message_id=f"m{i}") for i in range(50)])
         health = HealthProbe(srv)
         health.start()
@@ -538,11 +575,14 @@ def test_a_receiver_on_a_stalled_disk_does_not_hold_up_the_event_loop(tmp_path):
         try:
             disk.freeze()
             frozen_at = time.monotonic()
-            with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
-                    client.get_queue_receiver("slowq", max_wait_time=1) as receiver:
+            with (
+                ServiceBusClient.from_connection_string(srv.conn_str) as client,
+                client.get_queue_receiver("slowq", max_wait_time=1) as receiver,
+            ):
                 while time.monotonic() < frozen_at + STALL_S:
-                    received += [str(m.message_id)
-                                 for m in receiver.receive_messages(10, max_wait_time=0.5)]
+                    received += [
+                        str(m.message_id) for m in receiver.receive_messages(10, max_wait_time=0.5)
+                    ]
                 disk.thaw()
                 thawed_at = time.monotonic()
         finally:

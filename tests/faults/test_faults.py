@@ -19,8 +19,10 @@ BODY = b"x" * 100_000
 def _fill(conn_str: str, queue: str, limit: int = 400) -> tuple[list[str], list[str], set[str]]:
     """Send until refused; returns (acknowledged ids, refused ids, error types)."""
     acked, refused, kinds = [], [], set()
-    with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client, \
-            client.get_queue_sender(queue) as sender:
+    with (
+        ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client,
+        client.get_queue_sender(queue) as sender,
+    ):
         for i in range(limit):
             mid = f"m{i}"
             try:
@@ -69,8 +71,9 @@ def _mount_tmpfs(path: Path, size_mb: int) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     if shutil.which("mount") is None:
         return False
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
-                       capture_output=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], capture_output=True
+    )
     return r.returncode == 0
 
 
@@ -89,8 +92,10 @@ def test_small_filesystem_full_then_bigger(tmp_path):
             subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
             # the fault went away: the partition serves again by itself, no restart (the SDK
             # retries the server-busy answers while it reopens its store)
-            with ServiceBusClient.from_connection_string(srv.conn_str) as client, \
-                    client.get_queue_sender("diskq") as sender:
+            with (
+                ServiceBusClient.from_connection_string(srv.conn_str) as client,
+                client.get_queue_sender("diskq") as sender,
+            ):
                 for i in range(3):
                     sender.send_messages(ServiceBusMessage(b"after", message_id=f"after{i}"))
                     acked.append(f"after{i}")

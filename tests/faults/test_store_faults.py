@@ -26,15 +26,28 @@ BODY = b"\x00Sw\xa0\x00\x00\x40\x00" + b"x" * 16_384  # a 16 KiB binary body sec
 
 def _msg(i: int) -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=None, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=BODY, size=len(BODY),
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=BODY,
+        size=len(BODY),
     )
 
 
 def _open(path: str, map_size: int) -> PartitionBroker:
     broker = PartitionBroker(
-        PartitionStore(path, map_size=map_size), namespace="ns", entity="q", partition_id=0,
-        partitioned=False, queues=SETTINGS, mark_dirty=lambda b: None,
+        PartitionStore(path, map_size=map_size),
+        namespace="ns",
+        entity="q",
+        partition_id=0,
+        partitioned=False,
+        queues=SETTINGS,
+        mark_dirty=lambda b: None,
     )
     broker.load()
     return broker

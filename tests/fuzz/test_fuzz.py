@@ -40,7 +40,9 @@ def test_open_with_invalid_utf8_hostname_is_a_decode_error(server):
     """Found by fuzzing: proton decodes the host name lazily; invalid UTF-8 was an internal
     error with a traceback."""
     bad_open = raw.frame(raw.OPEN, [codec.enc_string("fuzz"), b"\xa1\x03\x08\xf3r"])
-    out, eof = run_case(server.port, raw.SASL_HEADER + raw.sasl_plain() + raw.AMQP_HEADER + bad_open)
+    out, eof = run_case(
+        server.port, raw.SASL_HEADER + raw.sasl_plain() + raw.AMQP_HEADER + bad_open
+    )
     frames = check_output(out, eof, "bad hostname")
     closes = [f for f in frames if f.code == raw.CLOSE]
     assert closes and closes[-1].error() == "amqp:decode-error"
@@ -65,8 +67,11 @@ def test_management_wrong_types_get_a_4xx(server, node, operation, body):
         + raw.attach_frame("mr", 0, True, mgmt, reply_address="rep")
         + raw.flow_frame(0, 10)
         + raw.attach_frame("ms", 1, False, mgmt),
-        raw.transfer_frame(1, 0, Message(id=1, reply_to="rep", properties={"operation": operation},
-                                         body=body).encode()),
+        raw.transfer_frame(
+            1,
+            0,
+            Message(id=1, reply_to="rep", properties={"operation": operation}, body=body).encode(),
+        ),
     ]
     out, eof = run_case(server.port, steps + [raw.close_frame()], step_wait=2.0)
     frames = check_output(out, eof, operation)

@@ -55,14 +55,18 @@ def not_applicable(path: Path) -> dict[str, list[str]]:
 
 def skip_pattern(names: list[str]) -> str:
     """go test -skip: alternatives split on '|', levels on '/', each level anchored."""
-    return "|".join("/".join(f"^{re.escape(level)}$" for level in name.split("/"))
-                    for name in names)
+    return "|".join(
+        "/".join(f"^{re.escape(level)}$" for level in name.split("/")) for name in names
+    )
 
 
 def main() -> int:
     module_dir = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", MODULE], cwd=HERE, check=True,
-        capture_output=True, text=True,
+        ["go", "list", "-m", "-f", "{{.Dir}}", MODULE],
+        cwd=HERE,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     skips = not_applicable(HERE / "not-applicable.txt")
     no_ports = {name: [] for name in PACKAGES}
@@ -74,12 +78,17 @@ def main() -> int:
         cmd = ["go", "test", "-count=1", "-timeout", "10m", path]
         if skips[package] or no_ports[package]:
             cmd += ["-skip", skip_pattern(skips[package] + no_ports[package])]
-        print(f"---- {MODULE} ({package}): {len(skips[package])} not applicable, skipped by name",
-              flush=True)
+        print(
+            f"---- {MODULE} ({package}): {len(skips[package])} not applicable, skipped by name",
+            flush=True,
+        )
         if no_ports[package]:
-            print(f"SKIPPED: {', '.join(no_ports[package])}: need Azure's ports (AMQPS 5671 and "
-                  "HTTPS 443 on one host); tests/sdk_run.py --azure-ports makes them in a network "
-                  "namespace, which needs root with unshare and ip", flush=True)
+            print(
+                f"SKIPPED: {', '.join(no_ports[package])}: need Azure's ports (AMQPS 5671 and "
+                "HTTPS 443 on one host); tests/sdk_run.py --azure-ports makes them in a network "
+                "namespace, which needs root with unshare and ip",
+                flush=True,
+            )
         rc |= subprocess.run(cmd, cwd=module_dir, env=env, check=False).returncode
     return rc
 

@@ -44,7 +44,6 @@ STOP_TIMEOUT = 20.0  # seconds to wait for a clean exit after SIGTERM
 PARTITIONS = 16  # Standard-tier partition count [SB partitioning P2]
 
 
-
 # ------------------------------------------------------------------------------- configuration
 
 
@@ -271,9 +270,7 @@ class ServerProcess:
 
     def tls_conn_str(self, key_name: str = KEY_NAME, key: str = KEY) -> str:
         """A connection string without the emulator flag (TLS; the SDKs' default ports)."""
-        return (
-            f"Endpoint=sb://localhost/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
-        )
+        return f"Endpoint=sb://localhost/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
 
 
 def start_server(tmp: Path, queues: Iterable[dict[str, Any]]) -> ServerProcess:

@@ -41,13 +41,32 @@ def start(data_dir: Path) -> tuple[subprocess.Popen[str], list[str]]:
     """sbemu with every port at its default except AMQP and admin (ephemeral)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SBEMU_")}
     config = data_dir.parent / "config.json"
-    config.write_text(json.dumps(make_config(
-        [queue_def("queue.1"), queue_def("session-queue", RequiresSession=True)]
-    )))
+    config.write_text(
+        json.dumps(
+            make_config([queue_def("queue.1"), queue_def("session-queue", RequiresSession=True)])
+        )
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-         "--config", str(config), "--data-dir", str(data_dir), "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "sbemu",
+            "serve",
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(data_dir),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     lines: list[str] = []
@@ -88,17 +107,30 @@ def main() -> None:
     report["lines"] = lines
     try:
         report["amqps"] = round_trip(connection_verify=ca, transport_type=TransportType.Amqp)
-        report["wss"] = round_trip(connection_verify=ca,
-                                   transport_type=TransportType.AmqpOverWebsocket)
-        old = subprocess.run([old_python, "-c", OLD_SDK_SCRIPT, CONN, ca],
-                             capture_output=True, text=True, timeout=120)
+        report["wss"] = round_trip(
+            connection_verify=ca, transport_type=TransportType.AmqpOverWebsocket
+        )
+        old = subprocess.run(
+            [old_python, "-c", OLD_SDK_SCRIPT, CONN, ca],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         report["old_sdk"] = old.stdout.strip() or old.stderr[-1500:]
         js = {}
         for mode in ("amqps", "wss"):
             run = subprocess.run(
-                [node, str(Path(js_dir) / "transport_client.mjs"), mode, CONN, "queue.1",
-                 "session-queue"],
-                capture_output=True, text=True, timeout=120,
+                [
+                    node,
+                    str(Path(js_dir) / "transport_client.mjs"),
+                    mode,
+                    CONN,
+                    "queue.1",
+                    "session-queue",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
                 env={**os.environ, "NODE_EXTRA_CA_CERTS": ca},
             )
             js[mode] = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr

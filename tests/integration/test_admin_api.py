@@ -65,8 +65,13 @@ def test_partitioned_queue_lifecycle(
     admin: ServiceBusAdministrationClient, sb: ServiceBusClient, sbemu_server: SbemuServer
 ) -> None:
     name = unique("adm-pq")
-    created = admin.create_queue(name, enable_partitioning=True, max_size_in_megabytes=1024,
-                                 lock_duration=dt.timedelta(seconds=30), user_metadata="hello")
+    created = admin.create_queue(
+        name,
+        enable_partitioning=True,
+        max_size_in_megabytes=1024,
+        lock_duration=dt.timedelta(seconds=30),
+        user_metadata="hello",
+    )
     assert created.enable_partitioning is True
     assert created.max_size_in_megabytes == 1024 * 16  # [P5] size x 16 partitions
     got = admin.get_queue(name)
@@ -75,7 +80,9 @@ def test_partitioned_queue_lifecycle(
     assert got.availability_status == "Available"
     with pytest.raises(HttpResponseError) as refused:  # [P4]
         admin.update_queue(got, enable_partitioning=False)
-    assert refused.value.status_code == 400 and "Partitioning cannot be changed" in str(refused.value)
+    assert refused.value.status_code == 400 and "Partitioning cannot be changed" in str(
+        refused.value
+    )
     got.max_delivery_count = 4
     admin.update_queue(got)  # echoes MaxSizeInMegabytes=16384: read as 1024 per partition
     again = admin.get_queue(name)
@@ -83,8 +90,9 @@ def test_partitioned_queue_lifecycle(
 
     with sb.get_queue_sender(name) as sender:  # sendable at once
         sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"id-{i}") for i in range(40)])
-        sender.schedule_messages(ServiceBusMessage("later"), dt.datetime.now(dt.timezone.utc)
-                                 + dt.timedelta(hours=1))
+        sender.schedule_messages(
+            ServiceBusMessage("later"), dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        )
     props = admin.get_queue_runtime_properties(name)  # [P17] summed over partitions
     assert props.active_message_count == 40 and props.scheduled_message_count == 1
     assert props.total_message_count == 41 and props.size_in_bytes > 0
@@ -118,16 +126,29 @@ def test_topic_subscriptions_and_rules_filter_messages(
     admin.create_subscription(topic, "red", max_delivery_count=7)
     admin.create_subscription(topic, "vip")
     admin.delete_rule(topic, "red", "$Default")
-    admin.create_rule(topic, "red", "red", filter=SqlRuleFilter("color = 'red'"),
-                      action=SqlRuleAction("SET tagged = 'yes'"))
+    admin.create_rule(
+        topic,
+        "red",
+        "red",
+        filter=SqlRuleFilter("color = 'red'"),
+        action=SqlRuleAction("SET tagged = 'yes'"),
+    )
     admin.create_subscription(topic, "param")
     admin.delete_rule(topic, "param", "$Default")
-    admin.create_rule(topic, "param", "p", filter=SqlRuleFilter(
-        "color = @c AND size > @n", parameters={"@c": "blue", "@n": 2}))
+    admin.create_rule(
+        topic,
+        "param",
+        "p",
+        filter=SqlRuleFilter("color = @c AND size > @n", parameters={"@c": "blue", "@n": 2}),
+    )
     assert admin.get_rule(topic, "param", "p").filter.parameters == {"@c": "blue", "@n": 2}
     admin.delete_rule(topic, "vip", "$Default")
-    admin.create_rule(topic, "vip", "vip",
-                      filter=CorrelationRuleFilter(correlation_id="gold", properties={"tier": 1}))
+    admin.create_rule(
+        topic,
+        "vip",
+        "vip",
+        filter=CorrelationRuleFilter(correlation_id="gold", properties={"tier": 1}),
+    )
     with pytest.raises(ResourceExistsError):
         admin.create_subscription(topic, "red")
     rule = admin.get_rule(topic, "vip", "vip")
@@ -140,11 +161,13 @@ def test_topic_subscriptions_and_rules_filter_messages(
     assert admin.get_topic_runtime_properties(topic).subscription_count == 4
 
     with sb.get_topic_sender(topic) as sender:
-        sender.send_messages([
-            ServiceBusMessage("r", application_properties={"color": "red"}),
-            ServiceBusMessage("b", application_properties={"color": "blue", "size": 3}),
-            ServiceBusMessage("g", correlation_id="gold", application_properties={"tier": 1}),
-        ])
+        sender.send_messages(
+            [
+                ServiceBusMessage("r", application_properties={"color": "red"}),
+                ServiceBusMessage("b", application_properties={"color": "blue", "size": 3}),
+                ServiceBusMessage("g", correlation_id="gold", application_properties={"tier": 1}),
+            ]
+        )
     assert admin.get_subscription_runtime_properties(topic, "all").active_message_count == 3
 
     def bodies(sub: str, expect: int) -> list[tuple[str, object]]:
@@ -221,15 +244,18 @@ def test_delete_detaches_receivers_with_not_found(
 
 
 def test_purge_entity_and_namespace(
-    sbemu_server: SbemuServer, admin: ServiceBusAdministrationClient, sb: ServiceBusClient,
+    sbemu_server: SbemuServer,
+    admin: ServiceBusAdministrationClient,
+    sb: ServiceBusClient,
     sbemu_entities: EntityFactory,
 ) -> None:
     q = sbemu_entities.queue(enable_partitioning=True)
     topic = sbemu_entities.topic(subscriptions=("a", "b"))
     with sb.get_queue_sender(q) as sender:
         sender.send_messages([ServiceBusMessage(str(i)) for i in range(10)])
-        sender.schedule_messages(ServiceBusMessage("s"), dt.datetime.now(dt.timezone.utc)
-                                 + dt.timedelta(hours=1))
+        sender.schedule_messages(
+            ServiceBusMessage("s"), dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        )
     with sb.get_queue_receiver(q, max_wait_time=5) as receiver:
         for msg in receiver.receive_messages(max_message_count=2, max_wait_time=5):
             receiver.dead_letter_message(msg, reason="test")
@@ -244,7 +270,9 @@ def test_purge_entity_and_namespace(
     assert after.total_message_count == 0 and after.dead_letter_message_count == 0
     out = subprocess.run(
         [sys.executable, "-m", "sbemu", "purge", NS, "--admin-url", sbemu_server.admin_url],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0 and f"{NS}/{topic}: 6 message(s) purged" in out.stdout
     assert admin.get_subscription_runtime_properties(topic, "a").total_message_count == 0
@@ -257,25 +285,46 @@ def test_bad_tokens_are_refused(sbemu_server: SbemuServer) -> None:
     with ServiceBusAdministrationClient.from_connection_string(wrong) as bad:
         with pytest.raises(ClientAuthenticationError):
             bad.get_namespace_properties()
-    expired = make_sas_token(f"sb://localhost:{sbemu_server.admin_port}/",
-                             sbemu_server.key_name, sbemu_server.key, int(time.time()) - 10)
-    status, body = sbemu_server.request("GET", "/$Resources/queues",
-                                        headers={"Authorization": expired})
+    expired = make_sas_token(
+        f"sb://localhost:{sbemu_server.admin_port}/",
+        sbemu_server.key_name,
+        sbemu_server.key,
+        int(time.time()) - 10,
+    )
+    status, body = sbemu_server.request(
+        "GET", "/$Resources/queues", headers={"Authorization": expired}
+    )
     assert status == 401 and b"ExpiredToken" in body
 
 
 def test_restart_keeps_runtime_entities_and_listen_policy_cannot_write(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{
-        "Name": NS,
-        "SharedAccessPolicies": [
-            {"KeyName": "RootManageSharedAccessKey", "Key": "SAS_KEY_VALUE",
-             "Rights": ["Manage", "Send", "Listen"]},
-            {"KeyName": "listener", "Key": "bGlzdGVu", "Rights": ["Listen"]},
-        ],
-        "Queues": [{"Name": "from-config", "Properties": {"MaxDeliveryCount": 3}}],
-        "Topics": [],
-    }], "Logging": {"Type": "Console"}}}))
+    config.write_text(
+        json.dumps(
+            {
+                "UserConfig": {
+                    "Namespaces": [
+                        {
+                            "Name": NS,
+                            "SharedAccessPolicies": [
+                                {
+                                    "KeyName": "RootManageSharedAccessKey",
+                                    "Key": "SAS_KEY_VALUE",
+                                    "Rights": ["Manage", "Send", "Listen"],
+                                },
+                                {"KeyName": "listener", "Key": "bGlzdGVu", "Rights": ["Listen"]},
+                            ],
+                            "Queues": [
+                                {"Name": "from-config", "Properties": {"MaxDeliveryCount": 3}}
+                            ],
+                            "Topics": [],
+                        }
+                    ],
+                    "Logging": {"Type": "Console"},
+                }
+            }
+        )
+    )
     data = tmp_path / "data"
     server = start_server(data, str(config))
     env = {"REQUESTS_CA_BUNDLE": str(server.ca_file), "SSL_CERT_FILE": str(server.ca_file)}
@@ -305,7 +354,9 @@ def test_restart_keeps_runtime_entities_and_listen_policy_cannot_write(tmp_path:
         with ServiceBusAdministrationClient.from_connection_string(admin_conn) as admin:
             q = admin.get_queue("runtime-q")
             assert q.requires_session and q.enable_partitioning and q.max_size_in_megabytes == 16384
-            assert admin.get_subscription("runtime-t", "s1").lock_duration == dt.timedelta(seconds=20)
+            assert admin.get_subscription("runtime-t", "s1").lock_duration == dt.timedelta(
+                seconds=20
+            )
             assert {r.name for r in admin.list_rules("runtime-t", "s1")} == {"$Default", "r1"}
             assert admin.get_queue("from-config").max_delivery_count == 9  # the API's change wins
         with ServiceBusClient.from_connection_string(server.connection_string) as sb:
@@ -329,10 +380,19 @@ def test_js_admin_client(sbemu_server: SbemuServer) -> None:
         (Path(p) / "@azure" / "service-bus").exists() for p in node_path.split(os.pathsep) if p
     ):
         pytest.skip("@azure/service-bus is not installed in tests/js/node_modules (make install)")
-    env = dict(os.environ, NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
-               SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string)
-    out = subprocess.run(["node", str(root / "admin_client.mjs")], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=root)
+    env = dict(
+        os.environ,
+        NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
+        SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string,
+    )
+    out = subprocess.run(
+        ["node", str(root / "admin_client.mjs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=root,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "admin client ok" in out.stdout
 
@@ -398,9 +458,12 @@ def test_missing_subscription_and_rule_are_404_a_missing_queue_an_empty_feed(
     topic = sbemu_entities.topic(subscriptions=("s1",))
     status, body = sbemu_server.request("GET", f"{unique('nq')}?api-version=2021-05")
     assert status == 200 and b"<feed" in body and b"<entry" not in body
-    for path in (f"{topic}/Subscriptions/missing", f"{unique('nt')}/Subscriptions/s1",
-                 f"{topic}/Subscriptions/s1/Rules/missing",
-                 f"{topic}/Subscriptions/missing/Rules/$Default"):
+    for path in (
+        f"{topic}/Subscriptions/missing",
+        f"{unique('nt')}/Subscriptions/s1",
+        f"{topic}/Subscriptions/s1/Rules/missing",
+        f"{topic}/Subscriptions/missing/Rules/$Default",
+    ):
         status, body = sbemu_server.request("GET", f"{path}?api-version=2021-05")
         assert status == 404, (path, body)
         assert b"<Error><Code>404</Code>" in body and b"was not found" in body, body

@@ -190,33 +190,63 @@ def test_rule_parameters_keep_their_types_and_are_applied_typed(
     admin.create_topic(topic)
     admin.create_subscription(topic, sub)
     admin.delete_rule(topic, sub, "$Default")
-    params = {"@after": CUTOFF, "@big": BIG, "@flag": True, "@ratio": 0.5, "@who": "ann",
-              "@n": 7, "@when": WHEN, "@span": dt.timedelta(days=1, hours=2, minutes=3)}
+    params = {
+        "@after": CUTOFF,
+        "@big": BIG,
+        "@flag": True,
+        "@ratio": 0.5,
+        "@who": "ann",
+        "@n": 7,
+        "@when": WHEN,
+        "@span": dt.timedelta(days=1, hours=2, minutes=3),
+    }
     admin.create_rule(
-        topic, sub, "typed",
-        filter=SqlRuleFilter("created > @after AND n = @n AND ok = @flag AND ratio < @ratio",
-                             parameters=params),
-        action=SqlRuleAction("SET stamp = @after; SET who = @who", parameters={
-            "@after": CUTOFF, "@who": "ann"}),
+        topic,
+        sub,
+        "typed",
+        filter=SqlRuleFilter(
+            "created > @after AND n = @n AND ok = @flag AND ratio < @ratio", parameters=params
+        ),
+        action=SqlRuleAction(
+            "SET stamp = @after; SET who = @who", parameters={"@after": CUTOFF, "@who": "ann"}
+        ),
     )
     admin.create_rule(
-        topic, sub, "corr",
-        filter=CorrelationRuleFilter(correlation_id="never", properties={
-            "key_long": BIG, "key_bool": False, "key_datetime": WHEN,
-            "key_duration": dt.timedelta(days=1, hours=2, minutes=3)}),
+        topic,
+        sub,
+        "corr",
+        filter=CorrelationRuleFilter(
+            correlation_id="never",
+            properties={
+                "key_long": BIG,
+                "key_bool": False,
+                "key_datetime": WHEN,
+                "key_duration": dt.timedelta(days=1, hours=2, minutes=3),
+            },
+        ),
     )
     rule = admin.get_rule(topic, sub, "typed")
     assert dict(rule.filter.parameters) == params
     assert dict(rule.action.parameters) == {"@after": CUTOFF, "@who": "ann"}
     corr = admin.get_rule(topic, sub, "corr").filter.properties
     assert corr["key_long"] == BIG and corr["key_bool"] is False
-    assert corr["key_datetime"] == WHEN and corr["key_duration"] == dt.timedelta(hours=26, minutes=3)
+    assert corr["key_datetime"] == WHEN and corr["key_duration"] == dt.timedelta(
+        hours=26, minutes=3
+    )
     status, body = sbemu_server.request(
-        "GET", f"/{topic}/Subscriptions/{sub}/Rules/typed?api-version=2021-05")
+        "GET", f"/{topic}/Subscriptions/{sub}/Rules/typed?api-version=2021-05"
+    )
     text = body.decode()
-    for typ, value in (("dateTime", "2024-01-02T03:04:05Z"), ("long", str(BIG)),
-                       ("boolean", "true"), ("double", "0.5"), ("string", "ann"), ("int", "7"),
-                       ("dateTime", "2020-07-05T11:12:13"), ("duration", "P1DT2H3M")):
+    for typ, value in (
+        ("dateTime", "2024-01-02T03:04:05Z"),
+        ("long", str(BIG)),
+        ("boolean", "true"),
+        ("double", "0.5"),
+        ("string", "ann"),
+        ("int", "7"),
+        ("dateTime", "2020-07-05T11:12:13"),
+        ("duration", "P1DT2H3M"),
+    ):
         assert f'i:type="d6p1:{typ}" xmlns:d6p1="http://www.w3.org/2001/XMLSchema">{value}<' in text
     rule.filter.parameters["@ratio"] = 0.75
     admin.update_rule(topic, sub, rule)
@@ -225,14 +255,20 @@ def test_rule_parameters_keep_their_types_and_are_applied_typed(
     later, earlier = CUTOFF + dt.timedelta(days=1), CUTOFF - dt.timedelta(days=1)
     with sb.get_topic_sender(topic) as sender:
         for label, created in (("late", later), ("early", earlier)):
-            sender.send_messages(ServiceBusMessage(label, application_properties={
-                "created": created, "n": 7, "ok": True, "ratio": 0.6}))
+            sender.send_messages(
+                ServiceBusMessage(
+                    label,
+                    application_properties={"created": created, "n": 7, "ok": True, "ratio": 0.6},
+                )
+            )
     with sb.get_subscription_receiver(topic, sub, max_wait_time=10) as receiver:
         got = receiver.receive_messages(max_message_count=2, max_wait_time=10)
         got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
         assert [str(m) for m in got] == ["late"]
-        props = {k.decode() if isinstance(k, bytes) else k: v
-                 for k, v in got[0].application_properties.items()}
+        props = {
+            k.decode() if isinstance(k, bytes) else k: v
+            for k, v in got[0].application_properties.items()
+        }
         # the action's datetime parameter set as an AMQP timestamp (pyamqp reads it as ms)
         assert props["stamp"] == int(CUTOFF.timestamp() * 1000)
         assert props["who"] in ("ann", b"ann")
@@ -253,16 +289,21 @@ def test_topic_runtime_properties_count_sql_and_correlation_filters(
     admin.create_rule(topic, "s2", "corr", filter=CorrelationRuleFilter(correlation_id="c"))
     admin.delete_rule(topic, "s2", "$Default")
     runtime = admin.get_topic_runtime_properties(topic)
-    assert (runtime.subscription_count, runtime.sql_filter_count,
-            runtime.correlation_filter_count) == (2, 2, 1)  # s1: $Default + sql
+    assert (
+        runtime.subscription_count,
+        runtime.sql_filter_count,
+        runtime.correlation_filter_count,
+    ) == (2, 2, 1)  # s1: $Default + sql
     with ServiceBusAdministrationClient.from_connection_string(
         sbemu_server.admin_connection_string, api_version=ApiVersion.V2021_05
     ) as older:
         runtime = older.get_topic_runtime_properties(topic)
         assert runtime.sql_filter_count is None and runtime.correlation_filter_count is None
     status, body = sbemu_server.request("GET", f"/{topic}?api-version=2024-05")
-    assert b"<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes><SqlFilterCount>2" \
-           b"</SqlFilterCount><CorrelationFilterCount>1</CorrelationFilterCount>" in body
+    assert (
+        b"<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes><SqlFilterCount>2"
+        b"</SqlFilterCount><CorrelationFilterCount>1</CorrelationFilterCount>" in body
+    )
 
 
 # ------------------------------------------------------------------ the JS admin client
@@ -272,9 +313,18 @@ def test_js_admin_parity(sbemu_server: SbemuServer) -> None:
     root = Path(__file__).resolve().parents[1] / "js"
     if not (root / "node_modules" / "@azure" / "service-bus").exists():
         pytest.skip("@azure/service-bus is not installed in tests/js/node_modules (make install)")
-    env = dict(os.environ, NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
-               SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string)
-    out = subprocess.run(["node", str(root / "admin_parity.mjs")], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=root)
+    env = dict(
+        os.environ,
+        NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
+        SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string,
+    )
+    out = subprocess.run(
+        ["node", str(root / "admin_parity.mjs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=root,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "admin parity ok" in out.stdout

@@ -43,34 +43,56 @@ def test_default_ports_without_a_port_in_the_connection_string(tmp_path: Path) -
     script = 'ip link set lo up && exec "$0" "$@"'
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     result = subprocess.run(
-        ["unshare", "--net", "sh", "-c", script, sys.executable,
-         str(HERE / "default_ports_scenario.py"), str(tmp_path / "data"), str(old_python),
-         shutil.which("node") or "node", str(JS)],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            "unshare",
+            "--net",
+            "sh",
+            "-c",
+            script,
+            sys.executable,
+            str(HERE / "default_ports_scenario.py"),
+            str(tmp_path / "data"),
+            str(old_python),
+            shutil.which("node") or "node",
+            str(JS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     lines = report["lines"]
     assert any(line.startswith("amqps on amqps://127.0.0.1:5671 ") for line in lines), lines
-    assert ("connection string (TLS): Endpoint=sb://localhost/;SharedAccessKeyName="
-            "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;") in lines
-    assert any(line.startswith("websockets on wss://127.0.0.1:443/$servicebus/websocket")
-               for line in lines), lines
+    assert (
+        "connection string (TLS): Endpoint=sb://localhost/;SharedAccessKeyName="
+        "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+    ) in lines
+    assert any(
+        line.startswith("websockets on wss://127.0.0.1:443/$servicebus/websocket") for line in lines
+    ), lines
     assert report["amqps"] == ["default port TransportType.Amqp"]
     assert report["wss"] == ["default port TransportType.AmqpOverWebsocket"]
     assert report["old_sdk"] == "['old 7.13.0']"
     for mode in ("amqps", "wss"):
         assert json.loads(report["js"][mode]) == {
-            "received": [f"over {mode}"], "left": 0, "session": f"s-{mode}",
-            "sessionBodies": ["in a session"], "state": f"state over {mode}",
+            "received": [f"over {mode}"],
+            "left": 0,
+            "session": f"s-{mode}",
+            "sessionBodies": ["in a session"],
+            "state": f"state over {mode}",
         }, report["js"]
     assert "Traceback" not in report["stderr"], report["stderr"]
 
     taken = report["taken_lines"]
-    assert ("amqps not served: cannot listen on 127.0.0.1:5671 (AMQPS): Address already in use"
-            in taken), taken
-    assert ("websocket port not served: cannot listen on 127.0.0.1:443 (WebSockets): Address "
-            "already in use" in taken), taken
+    assert (
+        "amqps not served: cannot listen on 127.0.0.1:5671 (AMQPS): Address already in use" in taken
+    ), taken
+    assert (
+        "websocket port not served: cannot listen on 127.0.0.1:443 (WebSockets): Address "
+        "already in use" in taken
+    ), taken
     assert not any(line.startswith("amqps on") for line in taken), taken
     assert report["taken_health"] == "healthy"
     assert "serving without AMQPS" in report["taken_stderr"], report["taken_stderr"]

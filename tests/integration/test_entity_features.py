@@ -48,7 +48,10 @@ def sub_def(name: str, rules: list[dict[str, Any]] | None = None, **props: Any) 
 
 
 def sql_rule(name: str, expression: str) -> dict[str, Any]:
-    return {"Name": name, "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": expression}}}
+    return {
+        "Name": name,
+        "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": expression}},
+    }
 
 
 def topic_def(
@@ -162,7 +165,9 @@ def test_cancel_unknown_sequence_is_a_clean_error(client: ServiceBusClient, enti
     from azure.servicebus.exceptions import ServiceBusError
 
     sender = (
-        client.get_queue_sender(entity) if entity.endswith("-q") else client.get_topic_sender(entity)
+        client.get_queue_sender(entity)
+        if entity.endswith("-q")
+        else client.get_topic_sender(entity)
     )
     with sender, pytest.raises(ServiceBusError) as info:
         sender.cancel_scheduled_messages(424242)
@@ -229,9 +234,10 @@ def test_runtime_disable_detaches_open_links(
     feature_server: ServerProcess, client: ServiceBusClient
 ) -> None:
     """An open sender and receiver see the change at once (no reconnect needed)."""
-    with client.get_queue_sender("st-rt") as sender, client.get_queue_receiver(
-        "st-rt", max_wait_time=2
-    ) as receiver:
+    with (
+        client.get_queue_sender("st-rt") as sender,
+        client.get_queue_receiver("st-rt", max_wait_time=2) as receiver,
+    ):
         sender.send_messages(ServiceBusMessage("before"))
         got = receive_n(receiver, 1, timeout=5)
         assert [str(m) for m in got] == ["before"]
@@ -337,7 +343,11 @@ def test_forward_chain_queue_topic_subscription_queue(
     number is the one the first queue gave."""
     with client.get_queue_sender(first) as sender:
         sent = [
-            ServiceBusMessage(f"m{i}", partition_key=f"key-{i % 5}", application_properties={"color": "red" if i % 2 else "blue"})
+            ServiceBusMessage(
+                f"m{i}",
+                partition_key=f"key-{i % 5}",
+                application_properties={"color": "red" if i % 2 else "blue"},
+            )
             for i in range(20)
         ]
         sender.send_messages(sent)
@@ -389,7 +399,9 @@ def test_forward_to_session_queue(client: ServiceBusClient) -> None:
         sender.send_messages(ServiceBusMessage("in-session", session_id="s-1"))
         sender.send_messages(ServiceBusMessage("no-session"))
     with client.get_queue_receiver(
-        "fw-s-dst", session_id="s-1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+        "fw-s-dst",
+        session_id="s-1",
+        receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
         max_wait_time=2,
     ) as rx:
         assert [str(m) for m in receive_n(rx, 1, timeout=10)] == ["in-session"]
@@ -465,7 +477,9 @@ def admin_client(
     ca = str(server.data_dir / "tls" / "rootCA.pem")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", ca)
     monkeypatch.setenv("SSL_CERT_FILE", ca)
-    conn = re.sub(r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{server.admin_port}", server.conn_str)
+    conn = re.sub(
+        r"Endpoint=sb://[^;]+", f"Endpoint=sb://localhost:{server.admin_port}", server.conn_str
+    )
     with ServiceBusAdministrationClient.from_connection_string(conn) as admin:
         yield admin
 
@@ -475,7 +489,9 @@ def pending_transfers(server: ServerProcess) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in admin_get(server, "/partitions")["entities"]:
         for counts in e.get("transfer", {}).values():
-            out[e["entity"]] = out.get(e["entity"], 0) + counts["transfer"] + counts["transfer_dead_letter"]
+            out[e["entity"]] = (
+                out.get(e["entity"], 0) + counts["transfer"] + counts["transfer_dead_letter"]
+            )
     return out
 
 
@@ -570,7 +586,9 @@ def test_kill_during_steady_forwarding_loses_and_duplicates_nothing(
         )
         server.start()
         assert all(
-            p["online"] for e in admin_get(server, "/partitions")["entities"] for p in e["partitions"]
+            p["online"]
+            for e in admin_get(server, "/partitions")["entities"]
+            for p in e["partitions"]
         )
         stop.set()
         sender.join(timeout=30)
@@ -629,7 +647,9 @@ def test_auto_delete_on_idle(tmp_path: Path) -> None:
         queue_def("idle-busy", SbemuTestAutoDeleteOnIdle="PT5S"),
         queue_def("idle-never"),
     ]
-    topics = [topic_def("idle-t", [sub_def("s")], partitioned=True, SbemuTestAutoDeleteOnIdle="PT5S")]
+    topics = [
+        topic_def("idle-t", [sub_def("s")], partitioned=True, SbemuTestAutoDeleteOnIdle="PT5S")
+    ]
     server = start(tmp_path, queues, topics)
     try:
         with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
@@ -701,7 +721,10 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
             ) as topic_keeper,
         ):
             sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(20)])
-            assert admin.get_subscription_runtime_properties("idle-st", "gone").active_message_count == 20
+            assert (
+                admin.get_subscription_runtime_properties("idle-st", "gone").active_message_count
+                == 20
+            )
             # All were first seen at the start; the others (6 s windows) are kept active until
             # well after 6 s from then: 6 s after the idle one (3 s) is gone.
             deadline = time.monotonic() + 60
@@ -730,13 +753,20 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
                     rx.receive_messages(max_message_count=1, max_wait_time=1)
             # deleted with its data: a new subscription of the same name starts empty
             admin.create_subscription("idle-st", "gone")
-            assert admin.get_subscription_runtime_properties("idle-st", "gone").total_message_count == 0
+            assert (
+                admin.get_subscription_runtime_properties("idle-st", "gone").total_message_count
+                == 0
+            )
             with pytest.raises(HttpResponseError, match="AutoDeleteOnIdle"):
                 admin.create_subscription(
                     "idle-st", "short", auto_delete_on_idle=dt.timedelta(minutes=4)
                 )
-            admin.create_subscription("idle-st", "long", auto_delete_on_idle=dt.timedelta(minutes=5))
-            assert admin.get_subscription("idle-st", "long").auto_delete_on_idle == dt.timedelta(minutes=5)
+            admin.create_subscription(
+                "idle-st", "long", auto_delete_on_idle=dt.timedelta(minutes=5)
+            )
+            assert admin.get_subscription("idle-st", "long").auto_delete_on_idle == dt.timedelta(
+                minutes=5
+            )
         assert "subscription sbemulatorns/idle-st/gone deleted: idle" in server.stderr_text()
         assert "Traceback" not in server.stderr_text()
     finally:
@@ -779,7 +809,9 @@ def test_idle_clock_survives_restart(tmp_path: Path, monkeypatch: pytest.MonkeyP
                         except ResourceNotFoundError:
                             gone.add(name)
             # a restarted clock would keep both for a whole window after the start
-            assert gone == {"rs-q", "rs-t/s"}, f"only {gone} deleted within {window / 2}s of the start"
+            assert gone == {"rs-q", "rs-t/s"}, (
+                f"only {gone} deleted within {window / 2}s of the start"
+            )
             assert admin.get_queue("rs-long").name == "rs-long"
             assert admin.get_topic("rs-t").name == "rs-t"
         assert "Traceback" not in server.stderr_text()

@@ -35,23 +35,51 @@ MEMORY_FACTOR = 6  # the server's peak anonymous memory may grow by at most this
 def premium() -> Iterator[SbemuServer]:
     folder = Path(tempfile.mkdtemp(prefix="sbemu-premium-"))
     config = folder / "config.json"
-    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{
-        "Name": "sbemulatorns",
-        "PremiumMessagingPartitions": 1,
-        "Queues": [
-            {"Name": "huge", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB,
-                                            "LockDuration": "PT5M"}},
-            {"Name": "plain"},
-            {"Name": "round-trip", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB}},
-            {"Name": "trickle", "Properties": {"MaxMessageSizeInKilobytes": BIG_KB}},
-        ],
-        "Topics": [{"Name": "wide", "Properties": {"MaxMessageSizeInKilobytes": 4096},
-                    "Subscriptions": [{"Name": "s"}]}],
-    }], "Logging": {"Type": "File"}}}))
+    config.write_text(
+        json.dumps(
+            {
+                "UserConfig": {
+                    "Namespaces": [
+                        {
+                            "Name": "sbemulatorns",
+                            "PremiumMessagingPartitions": 1,
+                            "Queues": [
+                                {
+                                    "Name": "huge",
+                                    "Properties": {
+                                        "MaxMessageSizeInKilobytes": BIG_KB,
+                                        "LockDuration": "PT5M",
+                                    },
+                                },
+                                {"Name": "plain"},
+                                {
+                                    "Name": "round-trip",
+                                    "Properties": {"MaxMessageSizeInKilobytes": BIG_KB},
+                                },
+                                {
+                                    "Name": "trickle",
+                                    "Properties": {"MaxMessageSizeInKilobytes": BIG_KB},
+                                },
+                            ],
+                            "Topics": [
+                                {
+                                    "Name": "wide",
+                                    "Properties": {"MaxMessageSizeInKilobytes": 4096},
+                                    "Subscriptions": [{"Name": "s"}],
+                                }
+                            ],
+                        }
+                    ],
+                    "Logging": {"Type": "File"},
+                }
+            }
+        )
+    )
     server = start_server(folder / "data", str(config))
     saved = {k: os.environ.get(k) for k in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")}
     os.environ["REQUESTS_CA_BUNDLE"] = os.environ["SSL_CERT_FILE"] = str(
-        _ca_bundle(server.ca_file, folder))
+        _ca_bundle(server.ca_file, folder)
+    )
     try:
         yield server
     finally:
@@ -90,9 +118,10 @@ def test_premium_sizes_come_from_the_configuration_and_the_admin_api(
         with pytest.raises(HttpResponseError) as refused:
             admin.create_queue(f"{name}-{bad}", max_message_size_in_kilobytes=bad)
         assert refused.value.status_code == 400
-        assert ("The property value for 'MaxMessageSizeInKilobytes' must be between 1024 and "
-                "102400 when the namespace 'sbemulatorns' is using 'Premium' tier") \
-            in str(refused.value)
+        assert (
+            "The property value for 'MaxMessageSizeInKilobytes' must be between 1024 and "
+            "102400 when the namespace 'sbemulatorns' is using 'Premium' tier"
+        ) in str(refused.value)
     props.max_message_size_in_kilobytes = 102_401
     with pytest.raises(HttpResponseError):
         admin.update_queue(props)
@@ -102,8 +131,12 @@ def test_premium_sizes_come_from_the_configuration_and_the_admin_api(
 
 def _proton(server: SbemuServer) -> BlockingConnection:
     return BlockingConnection(
-        f"amqp://127.0.0.1:{server.amqp_port}", timeout=30, sasl_enabled=True,
-        allowed_mechs="PLAIN", user=server.key_name, password=server.key,
+        f"amqp://127.0.0.1:{server.amqp_port}",
+        timeout=30,
+        sasl_enabled=True,
+        allowed_mechs="PLAIN",
+        user=server.key_name,
+        password=server.key,
     )
 
 
@@ -191,7 +224,8 @@ def test_a_100_mb_message_round_trip_with_bounded_server_memory(
     if transport == "wss":
         key = f"SharedAccessKeyName={premium.key_name};SharedAccessKey={premium.key}"
         sb = ServiceBusClient.from_connection_string(
-            f"Endpoint=sb://localhost/;{key}", connection_verify=str(premium.ca_file),
+            f"Endpoint=sb://localhost/;{key}",
+            connection_verify=str(premium.ca_file),
             transport_type=TransportType.AmqpOverWebsocket,
             custom_endpoint_address=f"sb://localhost:{premium.admin_port}",
         )
@@ -211,9 +245,11 @@ def test_a_100_mb_message_round_trip_with_bounded_server_memory(
     deadline = time.monotonic() + 20  # the client has closed: its connection's memory goes
     while (after := sampler.now()) > before + len(body) // 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    print(f"100 MB round trip over {transport} in {seconds:.1f} s; server anon RSS "
-          f"{before / MIB:.0f} MB -> peak {peak / MIB:.0f} MB ({growth:.1f}x the message) -> "
-          f"{after / MIB:.0f} MB after")
+    print(
+        f"100 MB round trip over {transport} in {seconds:.1f} s; server anon RSS "
+        f"{before / MIB:.0f} MB -> peak {peak / MIB:.0f} MB ({growth:.1f}x the message) -> "
+        f"{after / MIB:.0f} MB after"
+    )
     assert growth < MEMORY_FACTOR, f"the server grew by {growth:.1f}x the message"
     assert after <= before + len(body) // 2, f"{(after - before) / MIB:.0f} MB still held"
 
@@ -282,8 +318,12 @@ def test_a_message_over_64_mib_crosses_a_slow_small_buffer_peer_byte_for_byte(
     body = os.urandom(64 * MIB + 1024 * 1024 + 3001)
     relay = _TrickleRelay(premium.amqp_port)
     conn = BlockingConnection(
-        f"amqp://127.0.0.1:{relay.port}", timeout=120, sasl_enabled=True,
-        allowed_mechs="PLAIN", user=premium.key_name, password=premium.key,
+        f"amqp://127.0.0.1:{relay.port}",
+        timeout=120,
+        sasl_enabled=True,
+        allowed_mechs="PLAIN",
+        user=premium.key_name,
+        password=premium.key,
     )
     try:
         conn.create_sender("trickle").send(Message(body=body, properties={"n": 7}))

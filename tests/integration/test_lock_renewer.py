@@ -16,7 +16,10 @@ from azure.servicebus.aio import AutoLockRenewer as AsyncAutoLockRenewer
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from integration_support import queue_def
 
-SBEMU_QUEUES = [queue_def("renew-sync", lock_duration="PT5S"), queue_def("renew-async", lock_duration="PT5S")]
+SBEMU_QUEUES = [
+    queue_def("renew-sync", lock_duration="PT5S"),
+    queue_def("renew-async", lock_duration="PT5S"),
+]
 HOLD = 8.0  # seconds: longer than the lock duration
 
 

@@ -45,7 +45,9 @@ def test_expired_message_goes_without_a_receiver(server: ServerProcess) -> None:
         with client.get_queue_sender("ttl-never-drop") as sender:
             sender.send_messages(
                 [
-                    ServiceBusMessage("a", message_id="short", time_to_live=dt.timedelta(seconds=5)),
+                    ServiceBusMessage(
+                        "a", message_id="short", time_to_live=dt.timedelta(seconds=5)
+                    ),
                     ServiceBusMessage("b", message_id="forever"),
                 ]
             )

@@ -25,7 +25,11 @@ def two_namespaces(tmp_path_factory):
             "Name": "otherns",
             "AmqpPort": 0,
             "SharedAccessPolicies": [
-                {"KeyName": "OtherKey", "Key": "OTHER_VALUE", "Rights": ["Manage", "Send", "Listen"]}
+                {
+                    "KeyName": "OtherKey",
+                    "Key": "OTHER_VALUE",
+                    "Rights": ["Manage", "Send", "Listen"],
+                }
             ],
             "Queues": [queue_def("other-q"), queue_def("other-pq", partitioned=True)],
             "Topics": [],
@@ -70,4 +74,6 @@ def test_namespaces_stay_apart(two_namespaces):
         with pytest.raises(Exception) as info:
             with client.get_queue_sender("other-q") as sender:
                 sender.send_messages(ServiceBusMessage("x"))
-        assert "unauthorized" in str(info.value).lower() or "auth" in type(info.value).__name__.lower()
+        assert (
+            "unauthorized" in str(info.value).lower() or "auth" in type(info.value).__name__.lower()
+        )

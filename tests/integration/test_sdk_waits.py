@@ -17,7 +17,11 @@ from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBu
 from azure.servicebus.exceptions import MessageNotFoundError, OperationTimeoutError
 from integration_support import queue_def
 
-SBEMU_QUEUES = [queue_def("w-sess", RequiresSession=True), queue_def("w-plain"), queue_def("w-part", partitioned=True)]
+SBEMU_QUEUES = [
+    queue_def("w-sess", RequiresSession=True),
+    queue_def("w-plain"),
+    queue_def("w-part", partitioned=True),
+]
 
 
 def test_next_available_session_waits_as_asked(server):

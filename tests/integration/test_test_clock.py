@@ -91,9 +91,24 @@ def test_no_route_without_the_switch(tmp_path: Path) -> None:
 def test_refused_off_loopback(tmp_path: Path) -> None:
     env = dict(os.environ, SBEMU_TEST_CLOCK="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "sbemu", "serve", "--host", "0.0.0.0", "--port", "0",
-         "--admin-port", "0", "--data-dir", str(tmp_path / "data")],
-        env=env, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "sbemu",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode != 0
     assert "SBEMU_TEST_CLOCK=1 is for tests on a loopback address" in proc.stderr, proc.stderr

@@ -84,8 +84,10 @@ def test_async_client_over_amqps(server: ServerProcess) -> None:
 
     async def run() -> list[str]:
         client = AsyncClient.from_connection_string(
-            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.tls_port}",
-            transport_type=TransportType.Amqp, connection_verify=str(server.ca_file),
+            server.tls_conn_str(),
+            custom_endpoint_address=f"sb://localhost:{server.tls_port}",
+            transport_type=TransportType.Amqp,
+            connection_verify=str(server.ca_file),
         )
         async with client:
             async with client.get_queue_sender("q1") as sender:
@@ -168,9 +170,18 @@ def test_an_sdk_older_than_the_emulator_flag(server: ServerProcess) -> None:
     python = old_sdk_python()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SSL_CERT_FILE")}
     result = subprocess.run(
-        [str(python), "-c", OLD_SDK_SCRIPT, server.tls_conn_str(), str(server.admin_port),
-         str(server.ca_file)],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            str(python),
+            "-c",
+            OLD_SDK_SCRIPT,
+            server.tls_conn_str(),
+            str(server.admin_port),
+            str(server.ca_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "received: ['from 7.13.0']"

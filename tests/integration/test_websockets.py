@@ -75,8 +75,10 @@ def test_wss_on_the_websocket_port(server: ServerProcess) -> None:
 def test_plain_ws_with_the_emulator_flag(server: ServerProcess) -> None:
     """UseDevelopmentEmulator=true: the SDK speaks ws:// (no TLS) to the custom endpoint."""
     client = ServiceBusClient.from_connection_string(
-        server.conn_str, custom_endpoint_address=f"sb://localhost:{server.admin_port}",
-        transport_type=TransportType.AmqpOverWebsocket, retry_total=0,
+        server.conn_str,
+        custom_endpoint_address=f"sb://localhost:{server.admin_port}",
+        transport_type=TransportType.AmqpOverWebsocket,
+        retry_total=0,
     )
     with client:
         round_trip(client, "q1", "plain ws")
@@ -91,10 +93,12 @@ def test_a_large_message_spans_websocket_frames(server: ServerProcess) -> None:
 def test_sessions_scheduling_and_deferral_over_wss(server: ServerProcess) -> None:
     with ws_client(server, server.admin_port) as client:
         with client.get_queue_sender("sessq") as sender:
-            sender.send_messages([ServiceBusMessage(f"s{i}", session_id="ws-session")
-                                  for i in range(3)])
-        with client.get_queue_receiver("sessq", session_id="ws-session",
-                                       max_wait_time=10) as receiver:
+            sender.send_messages(
+                [ServiceBusMessage(f"s{i}", session_id="ws-session") for i in range(3)]
+            )
+        with client.get_queue_receiver(
+            "sessq", session_id="ws-session", max_wait_time=10
+        ) as receiver:
             receiver.session.set_state(b"over websockets")
             got = receiver.receive_messages(max_message_count=3, max_wait_time=10)
             assert [str(m) for m in got] == ["s0", "s1", "s2"]
@@ -117,8 +121,10 @@ def test_async_client_over_wss(server: ServerProcess) -> None:
 
     async def run() -> list[str]:
         client = AsyncClient.from_connection_string(
-            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.admin_port}",
-            transport_type=TransportType.AmqpOverWebsocket, connection_verify=str(server.ca_file),
+            server.tls_conn_str(),
+            custom_endpoint_address=f"sb://localhost:{server.admin_port}",
+            transport_type=TransportType.AmqpOverWebsocket,
+            connection_verify=str(server.ca_file),
         )
         async with client:
             async with client.get_queue_sender("pq") as sender:
@@ -133,7 +139,9 @@ def test_async_client_over_wss(server: ServerProcess) -> None:
 
 
 def test_a_wrong_key_is_refused_over_websockets(server: ServerProcess) -> None:
-    with ws_client(server, server.admin_port, conn_str=server.tls_conn_str(KEY_NAME, KEY + "x")) as client:
+    with ws_client(
+        server, server.admin_port, conn_str=server.tls_conn_str(KEY_NAME, KEY + "x")
+    ) as client:
         with pytest.raises(ServiceBusConnectionError) as info:
             with client.get_queue_sender("q1") as sender:
                 sender.send_messages(ServiceBusMessage("refused"))
@@ -165,8 +173,10 @@ def test_amqp_bytes_in_binary_messages(server: ServerProcess) -> None:
 def test_wss_handshake_on_the_websocket_port(server: ServerProcess) -> None:
     context = ssl.create_default_context(cafile=str(server.ca_file))
     ws = create_connection(
-        f"wss://localhost:{server.ws_port}/$servicebus/websocket", timeout=10,
-        subprotocols=["AMQPWSB10"], sslopt={"context": context},
+        f"wss://localhost:{server.ws_port}/$servicebus/websocket",
+        timeout=10,
+        subprotocols=["AMQPWSB10"],
+        sslopt={"context": context},
     )
     try:
         ws.send_binary(AMQP_HEADER)
@@ -215,8 +225,10 @@ def test_the_dashboard_names_each_connections_transport(server: ServerProcess) -
         ws_client(server, server.admin_port),  # wss
         ServiceBusClient.from_connection_string(server.conn_str),  # amqp
         ServiceBusClient.from_connection_string(  # amqps
-            server.tls_conn_str(), custom_endpoint_address=f"sb://localhost:{server.tls_port}",
-            transport_type=TransportType.Amqp, connection_verify=str(server.ca_file),
+            server.tls_conn_str(),
+            custom_endpoint_address=f"sb://localhost:{server.tls_port}",
+            transport_type=TransportType.Amqp,
+            connection_verify=str(server.ca_file),
         ),
     ]
     with contextlib.ExitStack() as stack:
@@ -258,8 +270,9 @@ def limited(tmp_path: Any) -> Any:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(make_config([queue_def("q1")])))
     env = {**os.environ, "SBEMU_MAX_CONNECTIONS": "2", "SBEMU_HANDSHAKE_TIMEOUT": "2"}
-    process = SbemuProcess(config=config, data_dir=tmp_path / "data", env=env,
-                           stderr=tmp_path / "server.stderr")
+    process = SbemuProcess(
+        config=config, data_dir=tmp_path / "data", env=env, stderr=tmp_path / "server.stderr"
+    )
     try:
         yield process.start()
     finally:
@@ -267,8 +280,11 @@ def limited(tmp_path: Any) -> Any:
 
 
 def test_a_silent_websocket_is_closed_after_the_handshake_timeout(limited: Any) -> None:
-    ws = create_connection(f"ws://127.0.0.1:{limited.admin_port}/$servicebus/websocket",
-                           timeout=15, subprotocols=["AMQPWSB10"])
+    ws = create_connection(
+        f"ws://127.0.0.1:{limited.admin_port}/$servicebus/websocket",
+        timeout=15,
+        subprotocols=["AMQPWSB10"],
+    )
     try:
         started = time.monotonic()
         opcode, _ = ws.recv_data_frame(control_frame=True)  # nothing sent: the server gives up
@@ -284,7 +300,9 @@ def test_websocket_connections_count_against_the_connection_cap(limited: Any) ->
 
     def client() -> ServiceBusClient:
         return ServiceBusClient.from_connection_string(
-            f"Endpoint=sb://localhost/;{key}", connection_verify=ca, retry_total=0,
+            f"Endpoint=sb://localhost/;{key}",
+            connection_verify=ca,
+            retry_total=0,
             transport_type=TransportType.AmqpOverWebsocket,
             custom_endpoint_address=f"sb://localhost:{limited.admin_port}",
         )
@@ -304,8 +322,18 @@ def test_wss_through_an_http_proxy(server: ServerProcess) -> None:
     proxy is gone the same client cannot connect (it never went around it)."""
     import proxy
 
-    flags = ["--hostname", "127.0.0.1", "--port", "0", "--num-acceptors", "1",
-             "--num-workers", "1", "--log-level", "WARNING"]
+    flags = [
+        "--hostname",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--num-acceptors",
+        "1",
+        "--num-workers",
+        "1",
+        "--log-level",
+        "WARNING",
+    ]
     with proxy.Proxy(flags) as running:
         tunnel = {"proxy_hostname": "127.0.0.1", "proxy_port": running.flags.port}
         with ws_client(server, server.admin_port, http_proxy=tunnel) as client:

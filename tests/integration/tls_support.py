@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # and takes any custom_endpoint_address as a WebSocket address (whatever transport_type says),
 # so on a test port it speaks wss (websocket-client is its optional WebSocket dependency);
 # AMQPS on the default port 5671 is tested in test_default_ports.py. Dependencies pinned too.
-OLD_SDK = ("azure-servicebus==7.13.0", "websocket-client==1.9.0", "azure-core==1.41.0",
-           "isodate==0.7.2", "typing-extensions==4.16.0")
+OLD_SDK = (
+    "azure-servicebus==7.13.0",
+    "websocket-client==1.9.0",
+    "azure-core==1.41.0",
+    "isodate==0.7.2",
+    "typing-extensions==4.16.0",
+)
 
 
 def old_sdk_python() -> Path:
@@ -35,9 +40,18 @@ def old_sdk_python() -> Path:
         if not stamp.exists() or stamp.read_text() != " ".join(OLD_SDK):
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
             result = subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                 *OLD_SDK],
-                capture_output=True, text=True, timeout=600,
+                [
+                    str(python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    *OLD_SDK,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
             if result.returncode != 0:
                 pytest.fail(f"pip install {' '.join(OLD_SDK)} failed:\n{result.stderr[-2000:]}")

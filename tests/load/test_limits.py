@@ -18,9 +18,16 @@ MAX_LINKS = 50
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    env = {"SBEMU_HANDSHAKE_TIMEOUT": "1", "SBEMU_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
-           "SBEMU_MAX_LINKS_PER_CONNECTION": str(MAX_LINKS)}
-    srv = Server(tmp_path_factory.mktemp("load"), make_config([queue_def("lq"), queue_def("greedyq")]), env=env).start()
+    env = {
+        "SBEMU_HANDSHAKE_TIMEOUT": "1",
+        "SBEMU_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        "SBEMU_MAX_LINKS_PER_CONNECTION": str(MAX_LINKS),
+    }
+    srv = Server(
+        tmp_path_factory.mktemp("load"),
+        make_config([queue_def("lq"), queue_def("greedyq")]),
+        env=env,
+    ).start()
     probe = SdkProbe(srv.conn_str)
     probe.start()
     assert probe.wait_rounds(2), probe.errors
@@ -121,7 +128,9 @@ def test_connection_cap_answers_resource_limit_exceeded(server):
 def test_links_beyond_the_limit_are_refused_then_the_connection_closed(server):
     s = _opened(server.port)
     try:
-        frames_out = b"".join(raw.attach_frame(f"l{i}", i, True, "lq") for i in range(MAX_LINKS + 5))
+        frames_out = b"".join(
+            raw.attach_frame(f"l{i}", i, True, "lq") for i in range(MAX_LINKS + 5)
+        )
         s.sendall(frames_out)
         eof, data = _eof_within(s, 2)
         frames = raw.parse(data)[0]
@@ -130,8 +139,9 @@ def test_links_beyond_the_limit_are_refused_then_the_connection_closed(server):
         assert {f.error() for f in detaches} == {"amqp:resource-limit-exceeded"}
         assert len(detaches) == 5
         # a peer that ignores the refusals and doubles the limit loses the connection
-        s.sendall(b"".join(raw.attach_frame(f"m{i}", 1000 + i, True, "lq")
-                           for i in range(MAX_LINKS + 5)))
+        s.sendall(
+            b"".join(raw.attach_frame(f"m{i}", 1000 + i, True, "lq") for i in range(MAX_LINKS + 5))
+        )
         eof, data = _eof_within(s, 5)
         closes = [f for f in raw.parse(data)[0] if f.code == raw.CLOSE]
         assert closes and closes[-1].error() == "amqp:resource-limit-exceeded"
@@ -155,11 +165,24 @@ def test_hundreds_of_idle_connections_cost_little(server):
     assert fd_count(server.pid) <= fds_before + 5
 
 
-@pytest.mark.parametrize("name", ["../../../../etc/passwd", "..%2f..%2fetc", "lq/../lq2",
-                                  "x" * 3000, "q\u0000nul", "/", "%00", "Lq/$management/../.."])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../../../etc/passwd",
+        "..%2f..%2fetc",
+        "lq/../lq2",
+        "x" * 3000,
+        "q\u0000nul",
+        "/",
+        "%00",
+        "Lq/$management/../..",
+    ],
+)
 def test_odd_entity_names_are_not_found(server, name):
-    steps = [raw.handshake("plain"), raw.attach_frame("odd", 0, False, name)
-             + raw.attach_frame("odd2", 1, True, name)]
+    steps = [
+        raw.handshake("plain"),
+        raw.attach_frame("odd", 0, False, name) + raw.attach_frame("odd2", 1, True, name),
+    ]
     out, eof = run_case(server.port, steps + [raw.close_frame()], step_wait=1.0)
     frames = check_output(out, eof, name)
     errors = {f.error() for f in frames if f.code == raw.DETACH}
@@ -172,14 +195,21 @@ def test_large_prefetch_never_settling_is_bounded_and_others_are_served(server):
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
     from proton.utils import BlockingConnection
 
-    with ServiceBusClient.from_connection_string(server.conn_str) as client, \
-            client.get_queue_sender("greedyq") as sender:
+    with (
+        ServiceBusClient.from_connection_string(server.conn_str) as client,
+        client.get_queue_sender("greedyq") as sender,
+    ):
         for _ in range(20):
             sender.send_messages([ServiceBusMessage(b"g" * 1024) for _ in range(100)])
     heap_before = rss_parts_kb(server.pid)["RssAnon"]
-    conn = BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=20, sasl_enabled=True,
-                              allowed_mechs="PLAIN", user="RootManageSharedAccessKey",
-                              password="SAS_KEY_VALUE")
+    conn = BlockingConnection(
+        f"amqp://127.0.0.1:{server.port}",
+        timeout=20,
+        sasl_enabled=True,
+        allowed_mechs="PLAIN",
+        user="RootManageSharedAccessKey",
+        password="SAS_KEY_VALUE",
+    )
     try:
         greedy = conn.create_receiver("greedyq", credit=10_000)  # never settles anything
         got = 0

@@ -77,11 +77,23 @@ def message(
 ) -> IncomingMessage:
     # an amqp-value section: a short string, or a vbin32 of `size` bytes
     payload = b"x" * size
-    body = b"\x00Sw\xb0" + len(payload).to_bytes(4, "big") + payload if size > 10 else b"\x00Sw\xa1\x02hi"
+    body = (
+        b"\x00Sw\xb0" + len(payload).to_bytes(4, "big") + payload
+        if size > 10
+        else b"\x00Sw\xa1\x02hi"
+    )
     return IncomingMessage(
-        message_id=message_id, session_id=session_id, partition_key=partition_key, ttl_ms=None,
-        durable=True, priority=None, annotation_count=0, annotations=b"", tail=body,
-        size=len(body), message_id_assigned=assigned,
+        message_id=message_id,
+        session_id=session_id,
+        partition_key=partition_key,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=body,
+        size=len(body),
+        message_id_assigned=assigned,
         view=(lambda: view) if view is not None else None,
     )
 

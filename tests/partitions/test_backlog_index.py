@@ -185,9 +185,29 @@ def test_store_written_before_the_index_layout_is_migrated_once(tmp_path):
     batch = WriteBatch()
     from sbemu.partitions.records import MessageRecord
 
-    for seq, state, expires, sched in ((1, 0, 61_000, None), (2, 1, None, None), (3, 2, None, 9000)):
-        rec = MessageRecord(seq, 1000, MessageState(state), 0, f"m{seq}", None, None, None,
-                            expires, True, None, 0, b"", b"\x00Sw\xa1\x02hi", 10, sched)
+    for seq, state, expires, sched in (
+        (1, 0, 61_000, None),
+        (2, 1, None, None),
+        (3, 2, None, 9000),
+    ):
+        rec = MessageRecord(
+            seq,
+            1000,
+            MessageState(state),
+            0,
+            f"m{seq}",
+            None,
+            None,
+            None,
+            expires,
+            True,
+            None,
+            0,
+            b"",
+            b"\x00Sw\xa1\x02hi",
+            10,
+            sched,
+        )
         batch.put(MAIN, seq, encode_message(rec))
     batch.meta["next_sequence"] = 4
     store.commit(batch)  # the old layout: records and next_sequence only

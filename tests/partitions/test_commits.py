@@ -181,9 +181,7 @@ def test_an_entity_beyond_its_own_bound_gathers_while_other_entities_commit(h):
     commits.turn(NOW)
     assert len(runner.started) == 3  # still two of the busy entity
     busy_jobs = [j for j in runner.started if j.broker.entity == "busy"]
-    waiting = {b.partition_id for b in busy.partitions} - {
-        j.broker.partition_id for j in busy_jobs
-    }
+    waiting = {b.partition_id for b in busy.partitions} - {j.broker.partition_id for j in busy_jobs}
     runner.finish(busy_jobs)
     # the freed slots go to the partitions that waited, each with all it gathered
     now_busy = [j for j in runner.started if j.broker.entity == "busy"]

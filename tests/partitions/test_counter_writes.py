@@ -17,16 +17,29 @@ COUNTERS = {f"n:{MAIN}:{k}" for k in "adsb"}
 
 def _msg(i: int) -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=None, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=10,
     )
 
 
 def _open(path) -> PartitionBroker:
     broker = PartitionBroker(
-        PartitionStore(str(path), map_size=64 << 20), namespace="ns", entity="q",
-        partition_id=0, partitioned=False, queues=SETTINGS,
-        mark_dirty=lambda _b: None, mark_lazy=lambda _b: None,
+        PartitionStore(str(path), map_size=64 << 20),
+        namespace="ns",
+        entity="q",
+        partition_id=0,
+        partitioned=False,
+        queues=SETTINGS,
+        mark_dirty=lambda _b: None,
+        mark_lazy=lambda _b: None,
     )
     broker.load()
     return broker

@@ -13,15 +13,30 @@ SETTINGS = {MAIN: SubQueueSettings(60_000, 10, 3_600_000, False, None)}
 
 def _msg(i: int) -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=None, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=10,
     )
 
 
 def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
     store = PartitionStore(str(tmp_path / "p0"), map_size=256 << 20)
-    broker = PartitionBroker(store, namespace="ns", entity="q", partition_id=0,
-                             partitioned=False, queues=SETTINGS, mark_dirty=lambda b: None)
+    broker = PartitionBroker(
+        store,
+        namespace="ns",
+        entity="q",
+        partition_id=0,
+        partitioned=False,
+        queues=SETTINGS,
+        mark_dirty=lambda b: None,
+    )
     broker.load()
 
     def commit() -> None:
@@ -34,8 +49,12 @@ def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
 
     now = 1_000
     for round_no in range(30):  # 30 x 500 messages sent and completed, within their TTL
-        broker.enqueue([_msg(round_no * 500 + i) for i in range(500)], [[Route(MAIN)]] * 500,
-                       now, lambda e: None)
+        broker.enqueue(
+            [_msg(round_no * 500 + i) for i in range(500)],
+            [[Route(MAIN)]] * 500,
+            now,
+            lambda e: None,
+        )
         commit()
         # default-TTL messages store no timer: their expiry is derived from the oldest one
         assert store.first_deadline(b"") is None

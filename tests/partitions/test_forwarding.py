@@ -52,8 +52,16 @@ def commit_all(router: Router) -> None:
 
 def message(i: int) -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=f"k{i}", ttl_ms=None, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"", size=10,
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=f"k{i}",
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"",
+        size=10,
     )
 
 

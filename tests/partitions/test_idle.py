@@ -73,8 +73,16 @@ def open_router(data_dir: Path) -> Router:
 
 def message() -> IncomingMessage:
     return IncomingMessage(
-        message_id="m", session_id=None, partition_key=None, ttl_ms=None, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"", size=10,
+        message_id="m",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"",
+        size=10,
     )
 
 

@@ -16,8 +16,16 @@ SETTINGS = {
 
 def _msg(i: int) -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=None, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=10,
     )
 
 
@@ -42,8 +50,14 @@ def _open(path, marks: Marks) -> PartitionBroker:
         marks.lazy += 1
 
     broker = PartitionBroker(
-        PartitionStore(str(path), map_size=64 << 20), namespace="ns", entity="q",
-        partition_id=0, partitioned=False, queues=SETTINGS, mark_dirty=dirty, mark_lazy=lazy,
+        PartitionStore(str(path), map_size=64 << 20),
+        namespace="ns",
+        entity="q",
+        partition_id=0,
+        partitioned=False,
+        queues=SETTINGS,
+        mark_dirty=dirty,
+        mark_lazy=lazy,
     )
     broker.load()
     return broker

@@ -36,16 +36,20 @@ def _holder(store_dir) -> subprocess.Popen[str]:
         print("open", flush=True)
         sys.stdin.read()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
     return proc
 
 
 def _lock_files_of(pid: int) -> set[str]:
     fds = f"/proc/{pid}/fd"
-    return {os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)
-            if "lock" in os.readlink(os.path.join(fds, fd))}
+    return {
+        os.readlink(os.path.join(fds, fd))
+        for fd in os.listdir(fds)
+        if "lock" in os.readlink(os.path.join(fds, fd))
+    }
 
 
 def _commit_one(store: PartitionStore, seq: int) -> None:

@@ -32,8 +32,16 @@ def _settings(dead_letter_on_expiration: bool) -> dict[str, SubQueueSettings]:
 
 def _msg(i: int, ttl: int | None = TTL) -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=ttl, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=ttl,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=10,
     )
 
 
@@ -41,8 +49,13 @@ class _Broker:
     def __init__(self, path: Path, dead_letter_on_expiration: bool = True) -> None:
         self.store = PartitionStore(str(path), map_size=16 << 20)
         self.broker = PartitionBroker(
-            self.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
-            queues=_settings(dead_letter_on_expiration), mark_dirty=lambda b: None,
+            self.store,
+            namespace="ns",
+            entity="q",
+            partition_id=0,
+            partitioned=False,
+            queues=_settings(dead_letter_on_expiration),
+            mark_dirty=lambda b: None,
         )
         self.broker.load()
 

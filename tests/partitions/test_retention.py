@@ -23,13 +23,26 @@ NOW = 1_700_000_000_000
 
 
 def fill(store: PartitionStore, n: int, start: int = 0) -> None:
-    rec = MessageRecord(1, NOW, MessageState.ACTIVE, 0, "m", None, None, None, None, True, None,
-                        0, b"", b"", 1)
+    rec = MessageRecord(
+        1, NOW, MessageState.ACTIVE, 0, "m", None, None, None, None, True, None, 0, b"", b"", 1
+    )
     batch = WriteBatch()
     for off in range(start, start + n):
-        batch.log.append((off, encode_log(namespace="ns", entity="q", queue="main", partition=0,
-                                          offset=off, event=LogEvent.ENQUEUED, record=rec,
-                                          event_ms=NOW)))
+        batch.log.append(
+            (
+                off,
+                encode_log(
+                    namespace="ns",
+                    entity="q",
+                    queue="main",
+                    partition=0,
+                    offset=off,
+                    event=LogEvent.ENQUEUED,
+                    record=rec,
+                    event_ms=NOW,
+                ),
+            )
+        )
     batch.meta["next_log_offset"] = start + n
     store.commit(batch)
 

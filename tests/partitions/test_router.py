@@ -34,7 +34,9 @@ def h(tmp_path):
 def key_on(partition: int, count: int, prefix: str = "k") -> str:
     """A key that lands on `partition` of `count` (found through the stable hash [P7])."""
     return next(
-        f"{prefix}{i}" for i in range(10_000) if partition_for_key(f"{prefix}{i}", count) == partition
+        f"{prefix}{i}"
+        for i in range(10_000)
+        if partition_for_key(f"{prefix}{i}", count) == partition
     )
 
 
@@ -186,12 +188,14 @@ def test_resolve_view_name_splits_sub_queues():
     assert resolve_view_name(names, "Q") == ("q", MAIN)  # entity names are case-insensitive
     assert resolve_view_name(names, "q/$deadletterqueue") == ("q", MAIN + DLQ_SUFFIX)
     assert resolve_view_name(names, "q/$Transfer/$DeadLetterQueue") == (
-        "q", MAIN + TRANSFER_DLQ_SUFFIX,
+        "q",
+        MAIN + TRANSFER_DLQ_SUFFIX,
     )
     assert resolve_view_name(names, "a/b") == ("a/b", MAIN)
     assert resolve_view_name(names, "t/Subscriptions/S1") == ("t", "subscriptions/s1")
     assert resolve_view_name(names, "t/subscriptions/s1/$deadletterqueue") == (
-        "t", "subscriptions/s1" + DLQ_SUFFIX,
+        "t",
+        "subscriptions/s1" + DLQ_SUFFIX,
     )
     assert resolve_view_name(names, "a/b/subscriptions/s") == ("a/b", "subscriptions/s")
 
@@ -230,7 +234,6 @@ def test_partition_count_cannot_change_on_existing_data(h, tmp_path):
     assert again.partitions_of(q2) == {"kept": partition_for_key("pk", 2)}
 
 
-
 def test_an_entity_manifest_left_empty_by_a_crash_is_rebuilt_from_the_partitions(h, tmp_path):
     """A plain write of entity.json, cut by a disk error or a power loss, left it empty (the
     create was journaled, the data was not): the data dir must still open. Regression: the
@@ -250,6 +253,7 @@ def test_an_entity_manifest_left_empty_by_a_crash_is_rebuilt_from_the_partitions
     with pytest.raises(StorageLayoutError, match="unreadable"):
         RouterHarness(tmp_path).add(queue_spec(partitions=4))
     assert manifest.read_text() == "{"  # refused: nothing rewritten
+
 
 def test_a_send_is_acknowledged_only_after_its_commit(h):
     q = h.add(queue_spec(partitions=2))
@@ -349,7 +353,9 @@ def test_send_many_keyed_sends_land_on_their_key_partition(h):
     q = h.add(queue_spec(partitions=4))
     keys = [key_on(p, 4) for p in range(4)]
     sends = [[message(f"k{i}", partition_key=keys[i % 4])] for i in range(8)]
-    sends.append([message("multi-a", partition_key=keys[1]), message("multi-b", partition_key=keys[1])])
+    sends.append(
+        [message("multi-a", partition_key=keys[1]), message("multi-b", partition_key=keys[1])]
+    )
     # a batch whose messages name two partitions is a send of its own (stored all the same)
     sends.append([message("split-a", session_id=keys[2]), message("split-b", session_id=keys[3])])
     outcome, _ = _send_many(h, q, sends)
@@ -362,7 +368,11 @@ def test_send_many_keyed_sends_land_on_their_key_partition(h):
 
 def test_send_many_refuses_only_the_bad_send(h):
     q = h.add(queue_spec(partitions=2, requires_session=True))
-    sends = [[message("a", session_id="s")], [message("no-session")], [message("b", session_id="s")]]
+    sends = [
+        [message("a", session_id="s")],
+        [message("no-session")],
+        [message("b", session_id="s")],
+    ]
     sends.append([message("c", session_id="s", partition_key="other")])
     outcome, early = _send_many(h, q, sends)
     assert isinstance(early[1], InvalidOperation) and isinstance(early[3], InvalidOperation)
@@ -426,7 +436,8 @@ def test_settlement_on_a_subscription_follows_its_own_status(h):
     sub1, sub2 = subscription_queue("s1"), subscription_queue("s2")
     t1, t2 = _lock_one(t, sub1), _lock_one(t, sub2)
     h.router.apply_settings(
-        NS, "t",
+        NS,
+        "t",
         EntitySettings(subscriptions={sub1: ReceiverSettings(EntityStatus.RECEIVE_DISABLED)}),
     )
     with pytest.raises(EntityDisabled):

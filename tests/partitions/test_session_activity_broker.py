@@ -34,9 +34,16 @@ SETTINGS = {
 
 def _msg(i: int, session_id: str = "s") -> IncomingMessage:
     return IncomingMessage(
-        message_id=f"m{i}", session_id=session_id, partition_key=None, ttl_ms=None,
-        durable=True, priority=None, annotation_count=0, annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi", size=10,
+        message_id=f"m{i}",
+        session_id=session_id,
+        partition_key=None,
+        ttl_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=10,
     )
 
 
@@ -58,8 +65,15 @@ class _Partition:
 @pytest.fixture
 def p(tmp_path: Path):
     store = PartitionStore(str(tmp_path / "p0"), map_size=16 << 20)
-    broker = PartitionBroker(store, namespace="ns", entity="q", partition_id=0,
-                             partitioned=False, queues=SETTINGS, mark_dirty=lambda b: None)
+    broker = PartitionBroker(
+        store,
+        namespace="ns",
+        entity="q",
+        partition_id=0,
+        partitioned=False,
+        queues=SETTINGS,
+        mark_dirty=lambda b: None,
+    )
     broker.load()
     part = _Partition(store, broker, [])
     broker.on_session_lost = part.lost.append

@@ -29,8 +29,16 @@ SETTINGS = {
 
 def msg(i, ttl=None, **kw):
     return IncomingMessage(
-        message_id=f"m{i}", session_id=None, partition_key=None, ttl_ms=ttl, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=10,
+        message_id=f"m{i}",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=ttl,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=10,
         **kw,
     )
 
@@ -47,8 +55,13 @@ class Harness:
     def open(self):
         self.store = PartitionStore(str(self.path), map_size=64 << 20)
         self.broker = PartitionBroker(
-            self.store, namespace="ns", entity="q", partition_id=self.partition_id,
-            partitioned=self.partitioned, queues=SETTINGS, mark_dirty=lambda b: None,
+            self.store,
+            namespace="ns",
+            entity="q",
+            partition_id=self.partition_id,
+            partitioned=self.partitioned,
+            queues=SETTINGS,
+            mark_dirty=lambda b: None,
         )
         self.broker.load()
 
@@ -66,7 +79,9 @@ class Harness:
 
     def send(self, *messages, now=1000):
         results = []
-        seqs = self.broker.enqueue(list(messages), [[Route(MAIN)]] * len(messages), now, results.append)
+        seqs = self.broker.enqueue(
+            list(messages), [[Route(MAIN)]] * len(messages), now, results.append
+        )
         assert results == []  # not acknowledged before the commit
         self.commit()
         assert results == [None]
@@ -97,8 +112,29 @@ def test_store_roundtrip_and_log(tmp_path):
 def test_message_record_roundtrip():
     from sbemu.partitions.records import MessageRecord
 
-    rec = MessageRecord(7, 123, MessageState.DEFERRED, 2, "id", "s", "p", 1000, 1123, True, 4, 1,
-                        b"ann", b"tail", 99, None, "r", "d", None, {"k": b"\xa1\x01v"}, None)
+    rec = MessageRecord(
+        7,
+        123,
+        MessageState.DEFERRED,
+        2,
+        "id",
+        "s",
+        "p",
+        1000,
+        1123,
+        True,
+        4,
+        1,
+        b"ann",
+        b"tail",
+        99,
+        None,
+        "r",
+        "d",
+        None,
+        {"k": b"\xa1\x01v"},
+        None,
+    )
     assert decode_message(encode_message(rec)) == rec
 
 
@@ -253,18 +289,55 @@ def test_message_records_without_spans_still_decode():
 
     from sbemu.partitions.records import MessageRecord, decode_log, encode_log
 
-    rec = MessageRecord(5, 1, MessageState.ACTIVE, 0, "m", None, None, None, None, True, None, 0,
-                        b"", b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00", 10,
-                        properties_span=(10, 13), body_span=(0, 7))
+    rec = MessageRecord(
+        5,
+        1,
+        MessageState.ACTIVE,
+        0,
+        "m",
+        None,
+        None,
+        None,
+        None,
+        True,
+        None,
+        0,
+        b"",
+        b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00",
+        10,
+        properties_span=(10, 13),
+        body_span=(0, 7),
+    )
     assert decode_message(encode_message(rec)) == rec
     old = msgpack.unpackb(encode_message(rec))[:22]  # as written before the spans existed
     got = decode_message(msgpack.packb(old, use_bin_type=True))
     assert (got.properties_span, got.body_span) == (None, None)
-    log = decode_log(encode_log(namespace="ns", entity="q", queue="main", partition=0, offset=0,
-                                event=LogEvent.ENQUEUED, record=rec, event_ms=1))
+    log = decode_log(
+        encode_log(
+            namespace="ns",
+            entity="q",
+            queue="main",
+            partition=0,
+            offset=0,
+            event=LogEvent.ENQUEUED,
+            record=rec,
+            event_ms=1,
+        )
+    )
     assert log["v"] == 1 and log["properties"] == b"\xc1\x01\x00" and log["body"] is None
-    log = decode_log(encode_log(namespace="ns", entity="q", queue="main", partition=0, offset=0,
-                                event=LogEvent.ENQUEUED, record=rec, event_ms=1, with_body=True))
+    log = decode_log(
+        encode_log(
+            namespace="ns",
+            entity="q",
+            queue="main",
+            partition=0,
+            offset=0,
+            event=LogEvent.ENQUEUED,
+            record=rec,
+            event_ms=1,
+            with_body=True,
+        )
+    )
     assert log["body"] == b"\x00Sw\xa1\x02hi"
 
 
@@ -275,25 +348,63 @@ def test_log_records_are_the_bytes_of_the_schema_map():
 
     from sbemu.partitions.records import MessageRecord, encode_log
 
-    rec = MessageRecord((3 << 48) | 7, 1_700_000_000_000, MessageState.ACTIVE, 2, "m-ü", "s",
-                        "pk", 60_000, 1_700_000_060_000, True, 5, 0, b"",
-                        b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00", 10,
-                        properties_span=(10, 13), body_span=(0, 7))
+    rec = MessageRecord(
+        (3 << 48) | 7,
+        1_700_000_000_000,
+        MessageState.ACTIVE,
+        2,
+        "m-ü",
+        "s",
+        "pk",
+        60_000,
+        1_700_000_060_000,
+        True,
+        5,
+        0,
+        b"",
+        b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00",
+        10,
+        properties_span=(10, 13),
+        body_span=(0, 7),
+    )
     for event, reason, with_body, ns in [
         (LogEvent.ENQUEUED, None, False, "ns"),
         (LogEvent.DEADLETTERED, "TTLExpiredException", True, "другой-ns"),
         (LogEvent.COMPLETED, None, True, "n" * 300),
     ]:
         expected = msgpack.packb(
-            {"v": 1, "ns": ns, "entity": "Q", "queue": "subscriptions/s/$deadletterqueue",
-             "partition": 3, "offset": 2**40, "event": event.value, "seq": rec.sequence_number,
-             "message_id": "m-ü", "session_id": "s", "partition_key": "pk",
-             "enqueued_ms": rec.enqueued_time_ms, "event_ms": 1_700_000_000_005, "size": 10,
-             "delivery_count": 2, "reason": reason, "properties": b"\xc1\x01\x00",
-             "body": b"\x00Sw\xa1\x02hi" if with_body else None},
+            {
+                "v": 1,
+                "ns": ns,
+                "entity": "Q",
+                "queue": "subscriptions/s/$deadletterqueue",
+                "partition": 3,
+                "offset": 2**40,
+                "event": event.value,
+                "seq": rec.sequence_number,
+                "message_id": "m-ü",
+                "session_id": "s",
+                "partition_key": "pk",
+                "enqueued_ms": rec.enqueued_time_ms,
+                "event_ms": 1_700_000_000_005,
+                "size": 10,
+                "delivery_count": 2,
+                "reason": reason,
+                "properties": b"\xc1\x01\x00",
+                "body": b"\x00Sw\xa1\x02hi" if with_body else None,
+            },
             use_bin_type=True,
         )
-        got = encode_log(namespace=ns, entity="Q", queue="subscriptions/s/$deadletterqueue",
-                         partition=3, offset=2**40, event=event, record=rec,
-                         event_ms=1_700_000_000_005, reason=reason, with_body=with_body)
+        got = encode_log(
+            namespace=ns,
+            entity="Q",
+            queue="subscriptions/s/$deadletterqueue",
+            partition=3,
+            offset=2**40,
+            event=event,
+            record=rec,
+            event_ms=1_700_000_000_005,
+            reason=reason,
+            with_body=with_body,
+        )
         assert got == expected

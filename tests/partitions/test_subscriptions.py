@@ -42,12 +42,16 @@ def ids(h, topic, sub):
 
 
 def test_fan_out_gives_each_matching_subscription_one_copy(h):
-    spec = topic_spec({
-        "all": [TRUE],
-        "red": [RuleSource("red", "sql", "color = 'red'")],
-        "none": [RuleSource("none", "false")],
-        "corr": [RuleSource("c", "correlation", correlation={"Label": "L", "Properties": {"k": "v"}})],
-    })
+    spec = topic_spec(
+        {
+            "all": [TRUE],
+            "red": [RuleSource("red", "sql", "color = 'red'")],
+            "none": [RuleSource("none", "false")],
+            "corr": [
+                RuleSource("c", "correlation", correlation={"Label": "L", "Properties": {"k": "v"}})
+            ],
+        }
+    )
     t = h.add(spec)
     h.send(t, message("m1", view=props(color="red")))
     h.send(t, message("m2", view=props(color="blue", k="v")))
@@ -68,13 +72,17 @@ def test_a_message_no_subscription_wants_is_accepted_and_dropped(h):
 
 
 def test_rule_action_changes_only_its_own_copy(h):
-    t = h.add(topic_spec({
-        "plain": [TRUE],
-        "tagged": [
-            RuleSource("keep", "true"),
-            RuleSource("tag", "sql", "n > 1", action_expression="SET big = true; REMOVE n"),
-        ],
-    }))
+    t = h.add(
+        topic_spec(
+            {
+                "plain": [TRUE],
+                "tagged": [
+                    RuleSource("keep", "true"),
+                    RuleSource("tag", "sql", "n > 1", action_expression="SET big = true; REMOVE n"),
+                ],
+            }
+        )
+    )
     h.send(t, message("m", view=props(n=5)))
     (plain,) = [rec for rec, _ in h.peek(t, "subscriptions/plain")]
     assert plain.property_overrides is None

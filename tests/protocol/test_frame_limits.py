@@ -33,7 +33,9 @@ def test_transfer_frames_stay_within_the_peers_max_frame_size(services, max_fram
     transfers = [f for f in frames if f.code == TRANSFER]
     assert len(transfers) > 1  # a multi-frame delivery, each frame filled up to the limit
     sizes = [8 + len(f.body) for f in frames]  # header (doff 2) + performative + payload
-    assert max(sizes) <= max_frame, f"frames over {max_frame}: {[s for s in sizes if s > max_frame]}"
+    assert max(sizes) <= max_frame, (
+        f"frames over {max_frame}: {[s for s in sizes if s > max_frame]}"
+    )
     if max_frame >= MIN_MAX_FRAME + PAD_HEADROOM:  # still padded [contract 0.1]
         assert all(len(t.fields or []) == 11 for t in transfers)
     else:  # proton cannot be told less than 512: full frames go out as proton wrote them
@@ -48,7 +50,9 @@ def test_transfer_frames_stay_within_the_peers_max_frame_size(services, max_fram
 def test_the_open_is_rewritten_however_it_is_split_and_the_header_is_never_held():
     header = b"AMQP\x00\x01\x00\x00"
     open_frame = frame_bytes(OPEN, [codec.enc_string("c"), b"\x40", codec.enc_uint(32_768)])
-    begin = frame_bytes(BEGIN, [b"\x40", codec.enc_uint(0), codec.enc_uint(100), codec.enc_uint(100)])
+    begin = frame_bytes(
+        BEGIN, [b"\x40", codec.enc_uint(0), codec.enc_uint(100), codec.enc_uint(100)]
+    )
     for step in (1, 3, 8, 1000):
         f = PeerOpenFilter()
         assert f.feed(header) == header  # a peer may wait for our header before its open

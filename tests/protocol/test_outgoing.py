@@ -15,10 +15,21 @@ KEY = 0x0123456789ABCDEF_FEDCBA9876543210  # a lock token's int (Lock.key)
 
 def record(**changes: object) -> MessageRecord:
     rec = MessageRecord(
-        sequence_number=1_000, enqueued_time_ms=1_700_000_000_000, state=MessageState.ACTIVE,
-        delivery_count=0, message_id="m", session_id=None, partition_key=None, ttl_ms=None,
-        expires_at_ms=None, durable=True, priority=None, annotation_count=0, annotations=b"",
-        tail=TAIL, size=len(TAIL),
+        sequence_number=1_000,
+        enqueued_time_ms=1_700_000_000_000,
+        state=MessageState.ACTIVE,
+        delivery_count=0,
+        message_id="m",
+        session_id=None,
+        partition_key=None,
+        ttl_ms=None,
+        expires_at_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=TAIL,
+        size=len(TAIL),
     )
     for name, value in changes.items():
         setattr(rec, name, value)
@@ -38,8 +49,13 @@ def test_the_common_cases_match_encode_delivery():
         (None, 0, 15),
     ):
         rec = record(
-            sequence_number=seq, delivery_count=count, ttl_ms=ttl, priority=priority,
-            durable=durable, annotations=ann[0], annotation_count=ann[1],
+            sequence_number=seq,
+            delivery_count=count,
+            ttl_ms=ttl,
+            priority=priority,
+            durable=durable,
+            annotations=ann[0],
+            annotation_count=ann[1],
         )
         until = 1_700_000_060_000
         assert delivery_bytes(rec, pid, until, KEY) == encode_delivery(

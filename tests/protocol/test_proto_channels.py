@@ -63,8 +63,13 @@ def _run(services, stream: bytes, chunk: int | None = None) -> tuple[AmqpConnect
 
 
 AFTER_END = (
-    AMQP_HEADER + OPEN_FRAME + begin(0) + begin(1) + end(1)
-    + detach(1, 4) + flow(1)  # the peer's own session is over: ignored
+    AMQP_HEADER
+    + OPEN_FRAME
+    + begin(0)
+    + begin(1)
+    + end(1)
+    + detach(1, 4)
+    + flow(1)  # the peer's own session is over: ignored
     + begin(1)  # the channel is mapped again
     + flow(0)
 )
@@ -90,7 +95,12 @@ def test_close_on_an_ended_channel_still_closes(services):
     # rhea ends its sessions, then sends close on channel 0
     close = frame_bytes(CLOSE, [])
     conn, frames = _run(services, AMQP_HEADER + OPEN_FRAME + begin(0) + end(0) + close)
-    assert [f.code for f in frames if f.code in (OPEN, BEGIN, END, CLOSE)] == [OPEN, BEGIN, END, CLOSE]
+    assert [f.code for f in frames if f.code in (OPEN, BEGIN, END, CLOSE)] == [
+        OPEN,
+        BEGIN,
+        END,
+        CLOSE,
+    ]
     assert frames[-1].field(0) is None  # a clean close, no error
 
 
@@ -158,17 +168,26 @@ def transfer(channel: int, handle: int, delivery_id: int, body: bytes = b"req") 
 def begin_at(channel: int, next_outgoing_id: int) -> bytes:
     return frame_bytes(
         BEGIN,
-        [codec.enc_null(), codec.enc_uint(next_outgoing_id), codec.enc_uint(1000), codec.enc_uint(1000)],
+        [
+            codec.enc_null(),
+            codec.enc_uint(next_outgoing_id),
+            codec.enc_uint(1000),
+            codec.enc_uint(1000),
+        ],
         channel=channel,
     )
 
 
 def test_request_link_delivery_ids_renumbered_message_links_untouched():
     stream = (
-        AMQP_HEADER + OPEN_FRAME + begin_at(1, 1)
+        AMQP_HEADER
+        + OPEN_FRAME
+        + begin_at(1, 1)
         + attach(1, 3, "q")  # a message sender on the same session
         + attach(1, 4, "q/$management")
-        + transfer(1, 4, 1) + transfer(1, 4, 2) + transfer(1, 4, 3, b"x" * 2000)
+        + transfer(1, 4, 1)
+        + transfer(1, 4, 2)
+        + transfer(1, 4, 3, b"x" * 2000)
         + transfer(1, 4, 2)  # pyamqp's threads raced: the same id twice
         + transfer(1, 3, 5)  # in sequence after the renumbering
         + transfer(1, 3, 9)  # a message link out of sequence: left for proton to refuse
@@ -181,9 +200,18 @@ def test_request_link_delivery_ids_renumbered_message_links_untouched():
 
 def test_renumbering_is_chunking_independent():
     stream = (
-        AMQP_HEADER + OPEN_FRAME + begin_at(0, 0) + attach(0, 1, "$cbs")
-        + transfer(0, 1, 0) + transfer(0, 1, 0) + transfer(0, 1, 7, b"y" * 500) + end(0)
-        + detach(0, 1) + begin_at(0, 10) + attach(0, 2, "q/$management") + transfer(0, 2, 3)
+        AMQP_HEADER
+        + OPEN_FRAME
+        + begin_at(0, 0)
+        + attach(0, 1, "$cbs")
+        + transfer(0, 1, 0)
+        + transfer(0, 1, 0)
+        + transfer(0, 1, 7, b"y" * 500)
+        + end(0)
+        + detach(0, 1)
+        + begin_at(0, 10)
+        + attach(0, 2, "q/$management")
+        + transfer(0, 2, 3)
     )
     whole = EndedChannelFilter().feed(stream)
     ids = [f.field(1) for f in parse_frames(whole) if f.code == TRANSFER]

@@ -106,14 +106,22 @@ def build(results: Path) -> str:
         feature = FEATURES.get(module.rsplit("/", 1)[-1].replace("_async", ""), "")
         if "async" in module:
             feature += " (async)"
-        lines.append(f"| `{module}` | {feature} | {c['passed']} | {c['failed']} | {c['error']} "
-                     f"| {c['skipped']} | {c['na']} |")
+        lines.append(
+            f"| `{module}` | {feature} | {c['passed']} | {c['failed']} | {c['error']} "
+            f"| {c['skipped']} | {c['na']} |"
+        )
     all_tests = sum(total.values())
-    lines.append(f"| **all** | | **{total['passed']}** | **{total['failed']}** | "
-                 f"**{total['error']}** | **{total['skipped']}** | **{total['na']}** |")
-    lines += ["", f"{total['passed']} passed of {all_tests - total['na']} applicable tests "
-              f"({all_tests} in all). Passed counts the suite's xfail-marked tests that pass; "
-              "skipped and xfailed are Microsoft's own marks in the sdist, against Azure.", ""]
+    lines.append(
+        f"| **all** | | **{total['passed']}** | **{total['failed']}** | "
+        f"**{total['error']}** | **{total['skipped']}** | **{total['na']}** |"
+    )
+    lines += [
+        "",
+        f"{total['passed']} passed of {all_tests - total['na']} applicable tests "
+        f"({all_tests} in all). Passed counts the suite's xfail-marked tests that pass; "
+        "skipped and xfailed are Microsoft's own marks in the sdist, against Azure.",
+        "",
+    ]
     lines += ["### Failing tests", ""]
     if not failures:
         lines.append("None.")
@@ -122,12 +130,19 @@ def build(results: Path) -> str:
     lines += ["", "### Not applicable (no emulator can serve them)", ""]
     for nodeid, reason in sorted(not_applicable.items()):
         lines.append(f"- `{nodeid}`: {reason}")
-    lines += ["", "## Go: azservicebus", "",
-              "The module's own live tests run in `make test` too (`tests/go/live.py`, with their "
-              "not-applicable list `tests/go/not-applicable.txt`); they are not tabulated here yet.",
-              "", "## JavaScript: @azure/service-bus", "",
-              "No runnable suite: see [sdk-suite.md](sdk-suite.md#javascript). sbemu's own JS "
-              "tests (`tests/js`) drive the unchanged package.", ""]
+    lines += [
+        "",
+        "## Go: azservicebus",
+        "",
+        "The module's own live tests run in `make test` too (`tests/go/live.py`, with their "
+        "not-applicable list `tests/go/not-applicable.txt`); they are not tabulated here yet.",
+        "",
+        "## JavaScript: @azure/service-bus",
+        "",
+        "No runnable suite: see [sdk-suite.md](sdk-suite.md#javascript). sbemu's own JS "
+        "tests (`tests/js`) drive the unchanged package.",
+        "",
+    ]
     return "\n".join(lines)
 
 

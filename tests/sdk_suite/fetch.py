@@ -36,8 +36,21 @@ def fetch(dest: Path) -> Path:
     downloads = dest / "download"
     downloads.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-         "--require-hashes", "-r", str(PIN_FILE), "-d", str(downloads)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--require-hashes",
+            "-r",
+            str(PIN_FILE),
+            "-d",
+            str(downloads),
+        ],
         check=True,
     )
     archive = downloads / f"azure_servicebus-{version}.tar.gz"

@@ -39,8 +39,11 @@ def load_not_applicable(path: Path = NOT_APPLICABLE) -> list[tuple[str, str]]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--sdk-suite-na-json", default=None,
-                     help="write the not-applicable tests and their reasons to this JSON file")
+    parser.addoption(
+        "--sdk-suite-na-json",
+        default=None,
+        help="write the not-applicable tests and their reasons to this JSON file",
+    )
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -92,8 +95,12 @@ def _na_file() -> Path:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     stats = terminalreporter.stats
-    counts = Counter({key: len(stats.get(key, [])) for key in ("passed", "failed", "error",
-                                                                  "skipped", "xfailed", "xpassed")})
+    counts = Counter(
+        {
+            key: len(stats.get(key, []))
+            for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+        }
+    )
     not_applicable = json.loads(_na_file().read_text()) if _na_file().exists() else {}
     path = config.getoption("--sdk-suite-na-json")
     if path:
@@ -106,4 +113,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_line(
         f"sdk-suite: {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['error']} errors, {counts['skipped']} skipped and {counts['xfailed']} xfailed "
-        f"/ {counts['xpassed']} xpassed by the suite's own marks, {na} not applicable, of {total}")
+        f"/ {counts['xpassed']} xpassed by the suite's own marks, {na} not applicable, of {total}"
+    )

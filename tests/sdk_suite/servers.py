@@ -58,11 +58,19 @@ def _config(folder: Path) -> Path:
     policies = [{"KeyName": KEY_NAME, "Key": KEY, "Rights": ["Manage", "Send", "Listen"]}]
     for rights, (name, key) in POLICIES.items():
         policies.append({"KeyName": name, "Key": key, "Rights": [r.title() for r in rights]})
-    config = {"UserConfig": {
-        "Namespaces": [{"Name": "sbemulatorns", "SharedAccessPolicies": policies,
-                        "Queues": [], "Topics": []}],
-        "Logging": {"Type": "File"},
-    }}
+    config = {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": "sbemulatorns",
+                    "SharedAccessPolicies": policies,
+                    "Queues": [],
+                    "Topics": [],
+                }
+            ],
+            "Logging": {"Type": "File"},
+        }
+    }
     path = folder / "Config.json"
     path.write_text(json.dumps(config, indent=2))
     return path
@@ -73,8 +81,9 @@ def _start(root: Path, ca_folder: Path, args: list[str]) -> tuple[SbemuProcess, 
     (data / "tls").mkdir(parents=True)
     for file in (CA_FILE, "rootCA-key.pem"):
         shutil.copy2(ca_folder / file, data / "tls" / file)
-    process = SbemuProcess(config=_config(root), data_dir=data, args=args,
-                           stderr=root / "server.stderr")
+    process = SbemuProcess(
+        config=_config(root), data_dir=data, args=args, stderr=root / "server.stderr"
+    )
     return process, process.start()
 
 
@@ -93,18 +102,23 @@ def start_shared() -> tuple[Target, list[SbemuProcess]]:
     if not _port_free(AMQPS_PORT):
         raise RuntimeError(
             f"127.0.0.1:{AMQPS_PORT} is in use (another SDK-suite run on this machine?): the "
-            f"SDK's tests connect to the AMQPS port {AMQPS_PORT} and no other")
+            f"SDK's tests connect to the AMQPS port {AMQPS_PORT} and no other"
+        )
     root = Path(tempfile.mkdtemp(prefix="sbemu-sdk-suite-"))
     ensure_certificates(root / "ca-data")
     ca_folder = root / "ca-data" / "tls"
-    process, ready = _start(root / "shared", ca_folder,
-                            ["--tls-port", str(AMQPS_PORT), "--ws-port", str(WSS_PORT)])
+    process, ready = _start(
+        root / "shared", ca_folder, ["--tls-port", str(AMQPS_PORT), "--ws-port", str(WSS_PORT)]
+    )
     if ready.tls_port != AMQPS_PORT:
         process.cleanup()
         raise RuntimeError(f"sbemu serves no AMQPS on port {AMQPS_PORT}:\n{process.stderr_tail()}")
     if ready.ws_port != WSS_PORT:
-        print(f"sdk-suite: sbemu could not bind the WebSocket port {WSS_PORT} (not root?): the "
-              "SDK's WebSocket tests will fail", flush=True)
+        print(
+            f"sdk-suite: sbemu could not bind the WebSocket port {WSS_PORT} (not root?): the "
+            "SDK's WebSocket tests will fail",
+            flush=True,
+        )
     target = Target(
         host="localhost",
         admin_connection_string=ready.admin_connection_string,

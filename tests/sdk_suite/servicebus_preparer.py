@@ -43,13 +43,16 @@ ALL_RIGHTS = ("manage", "send", "listen")
 
 def admin_client() -> ServiceBusAdministrationClient:
     return ServiceBusAdministrationClient.from_connection_string(
-        servers.target().admin_connection_string)
+        servers.target().admin_connection_string
+    )
 
 
 def connection_string(key_name: str, key: str, entity: str | None = None) -> str:
     """A connection string as Azure's portal gives it (no emulator flag: TLS on 5671)."""
-    conn = (f"Endpoint=sb://{servers.target().host}/;SharedAccessKeyName={key_name};"
-            f"SharedAccessKey={key}")
+    conn = (
+        f"Endpoint=sb://{servers.target().host}/;SharedAccessKeyName={key_name};"
+        f"SharedAccessKey={key}"
+    )
     return f"{conn};EntityPath={entity}" if entity else conn
 
 
@@ -64,8 +67,9 @@ class ServiceBusResourceGroupPreparer(ResourceGroupPreparer):
 class ServiceBusNamespacePreparer(AbstractPreparer):
     """The shared sbemu, named ``localhost``, with its root key."""
 
-    def __init__(self, name_prefix: str = "", parameter_name: str = SERVICEBUS_NAMESPACE_PARAM,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, name_prefix: str = "", parameter_name: str = SERVICEBUS_NAMESPACE_PARAM, **kwargs: Any
+    ) -> None:
         super().__init__(name_prefix, **kwargs)
         self.parameter_name = parameter_name
 
@@ -96,11 +100,17 @@ class _EntityPreparer(AbstractPreparer):
 
 
 class ServiceBusQueuePreparer(_EntityPreparer):
-    def __init__(self, name_prefix: str = "", requires_duplicate_detection: bool = False,
-                 dead_lettering_on_message_expiration: bool = False,
-                 requires_session: bool = False, enable_partitioning: bool = False,
-                 lock_duration: str = "PT30S", parameter_name: str = SERVICEBUS_QUEUE_PARAM,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name_prefix: str = "",
+        requires_duplicate_detection: bool = False,
+        dead_lettering_on_message_expiration: bool = False,
+        requires_session: bool = False,
+        enable_partitioning: bool = False,
+        lock_duration: str = "PT30S",
+        parameter_name: str = SERVICEBUS_QUEUE_PARAM,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(name_prefix, parameter_name, **kwargs)
         self.properties = {
             "requires_duplicate_detection": requires_duplicate_detection,
@@ -121,8 +131,9 @@ class ServiceBusQueuePreparer(_EntityPreparer):
 
 
 class ServiceBusTopicPreparer(_EntityPreparer):
-    def __init__(self, name_prefix: str = "", parameter_name: str = SERVICEBUS_TOPIC_PARAM,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, name_prefix: str = "", parameter_name: str = SERVICEBUS_TOPIC_PARAM, **kwargs: Any
+    ) -> None:
         super().__init__(name_prefix, parameter_name, **kwargs)
 
     def create_resource(self, name: str, **kwargs: Any) -> dict[str, Any]:
@@ -136,11 +147,15 @@ class ServiceBusTopicPreparer(_EntityPreparer):
 
 
 class ServiceBusSubscriptionPreparer(_EntityPreparer):
-    def __init__(self, name_prefix: str = "",
-                 parameter_name: str = SERVICEBUS_SUBSCRIPTION_PARAM,
-                 servicebus_topic_parameter_name: str = SERVICEBUS_TOPIC_PARAM,
-                 requires_session: bool = False, lock_duration: str = "PT60S",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name_prefix: str = "",
+        parameter_name: str = SERVICEBUS_SUBSCRIPTION_PARAM,
+        servicebus_topic_parameter_name: str = SERVICEBUS_TOPIC_PARAM,
+        requires_session: bool = False,
+        lock_duration: str = "PT60S",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(name_prefix, parameter_name, **kwargs)
         self.topic_parameter = servicebus_topic_parameter_name
         self.properties = {"requires_session": requires_session, "lock_duration": lock_duration}
@@ -160,9 +175,13 @@ class ServiceBusNamespaceAuthorizationRulePreparer(_EntityPreparer):
     """A namespace SAS rule with the requested rights: Azure creates it through Resource
     Manager; sbemu's namespace rules come from its Config.json (``servers.POLICIES``)."""
 
-    def __init__(self, name_prefix: str = "", access_rights: Any = ALL_RIGHTS,
-                 parameter_name: str = SERVICEBUS_AUTHORIZATION_RULE_PARAM,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name_prefix: str = "",
+        access_rights: Any = ALL_RIGHTS,
+        parameter_name: str = SERVICEBUS_AUTHORIZATION_RULE_PARAM,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(name_prefix, parameter_name, **kwargs)
         self.rights = _rights(access_rights)
 
@@ -171,17 +190,23 @@ class ServiceBusNamespaceAuthorizationRulePreparer(_EntityPreparer):
 
     def create_resource(self, name: str, **kwargs: Any) -> dict[str, Any]:
         key_name, key = servers.POLICIES[self.rights]
-        return {self.parameter_name: FakeResource(key_name),
-                f"{self.parameter_name}_connection_string": connection_string(key_name, key)}
+        return {
+            self.parameter_name: FakeResource(key_name),
+            f"{self.parameter_name}_connection_string": connection_string(key_name, key),
+        }
 
 
 class ServiceBusQueueAuthorizationRulePreparer(_EntityPreparer):
     """A SAS rule on the test's queue, added with the admin API (``authorization_rules``)."""
 
-    def __init__(self, name_prefix: str = "", access_rights: Any = ALL_RIGHTS,
-                 parameter_name: str = SERVICEBUS_QUEUE_AUTHORIZATION_RULE_PARAM,
-                 servicebus_queue_parameter_name: str = SERVICEBUS_QUEUE_PARAM,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name_prefix: str = "",
+        access_rights: Any = ALL_RIGHTS,
+        parameter_name: str = SERVICEBUS_QUEUE_AUTHORIZATION_RULE_PARAM,
+        servicebus_queue_parameter_name: str = SERVICEBUS_QUEUE_PARAM,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(name_prefix, parameter_name, **kwargs)
         self.rights = _rights(access_rights)
         self.queue_parameter = servicebus_queue_parameter_name
@@ -195,12 +220,17 @@ class ServiceBusQueueAuthorizationRulePreparer(_EntityPreparer):
         rights = [AccessRights(r.title()) for r in self.rights]
         with admin_client() as admin:
             queue = admin.get_queue(queue_name)
-            queue.authorization_rules = [*(queue.authorization_rules or []), AuthorizationRule(
-                key_name=name, primary_key=key, secondary_key=key, rights=rights)]
+            queue.authorization_rules = [
+                *(queue.authorization_rules or []),
+                AuthorizationRule(key_name=name, primary_key=key, secondary_key=key, rights=rights),
+            ]
             admin.update_queue(queue)
-        return {self.parameter_name: FakeResource(name),
-                f"{self.parameter_name}_connection_string":
-                    connection_string(name, key, entity=queue_name)}
+        return {
+            self.parameter_name: FakeResource(name),
+            f"{self.parameter_name}_connection_string": connection_string(
+                name, key, entity=queue_name
+            ),
+        }
 
 
 class _gone:

@@ -58,8 +58,14 @@ class Call:
     port: int = 0
 
     def wire(self) -> dict[str, Any]:
-        return {"method": self.method, "path": self.path, "headers": self.headers,
-                "body": self.body, "host": self.host, "port": self.port}
+        return {
+            "method": self.method,
+            "path": self.path,
+            "headers": self.headers,
+            "body": self.body,
+            "host": self.host,
+            "port": self.port,
+        }
 
 
 def send(calls: list[Call], netns: str | None = None) -> list[tuple[int, str]]:
@@ -67,8 +73,14 @@ def send(calls: list[Call], netns: str | None = None) -> list[tuple[int, str]]:
     cmd = [sys.executable, "-c", _CLIENT]
     if netns is not None:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    done = subprocess.run(cmd, input=json.dumps([c.wire() for c in calls]), text=True,
-                          capture_output=True, timeout=120, check=False)
+    done = subprocess.run(
+        cmd,
+        input=json.dumps([c.wire() for c in calls]),
+        text=True,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"client failed: {done.stderr[-2000:]}")
     return [(int(s), loc) for s, loc in json.loads(done.stdout)]
@@ -146,8 +158,14 @@ class InProcessServer:
     def start(self) -> InProcessServer:
         cfg = parse_config(self.config, "test config")
         clock = TestClock() if self.test_clock else None
-        self.server = Server(cfg, data_dir=self.data_dir, host=self.host, port=0, admin_port=0,
-                             **({"clock": clock} if clock else {}))
+        self.server = Server(
+            cfg,
+            data_dir=self.data_dir,
+            host=self.host,
+            port=0,
+            admin_port=0,
+            **({"clock": clock} if clock else {}),
+        )
         self.errors.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
         for name in ("sbemu", "asyncio"):
             logging.getLogger(name).addHandler(self.errors)
@@ -182,6 +200,7 @@ class InProcessServer:
     def stop(self) -> None:
         if self._loop is None or self.server is None:
             return
+
         async def stop() -> None:
             assert self.server is not None
             await self.server.stop()

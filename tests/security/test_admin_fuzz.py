@@ -22,10 +22,16 @@ from hypothesis import strategies as st
 from sbemu.admin.routes import RouteInfo
 from sbemu.sas import make_sas_token
 
-CONFIG = make_config([queue_def("q1")], topics=[{
-    "Name": "t1", "Properties": {},
-    "Subscriptions": [{"Name": "s1", "Properties": {}, "Rules": []}],
-}])
+CONFIG = make_config(
+    [queue_def("q1")],
+    topics=[
+        {
+            "Name": "t1",
+            "Properties": {},
+            "Subscriptions": [{"Name": "s1", "Properties": {}, "Rules": []}],
+        }
+    ],
+)
 EXAMPLES = 40
 FOREVER = 4_102_444_800  # 2100-01-01: the token outlives any test-clock step
 
@@ -35,18 +41,43 @@ INTS = st.one_of(
     st.sampled_from([0, -1, 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, 2**128, -(2**63) - 1]),
 )
 SCALARS = st.one_of(
-    st.none(), st.booleans(), INTS, st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=40), st.sampled_from(["ns", "q1", "t1", NAMESPACE, "", "all", "active"]),
+    st.none(),
+    st.booleans(),
+    INTS,
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(["ns", "q1", "t1", NAMESPACE, "", "all", "active"]),
 )
 JSON_VALUES = st.recursive(
-    SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10),
-                                                                            inner, max_size=4),
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=12,
 )
-DASHBOARD_KEYS = ["ns", "entity", "partition", "online", "subscription", "state", "id", "body",
-                  "body_encoding", "message_id", "content_type", "subject", "session_id",
-                  "partition_key", "scheduled_ms", "ttl_ms", "properties", "sequence_numbers",
-                  "correlation_id", "to", "reply_to"]
+DASHBOARD_KEYS = [
+    "ns",
+    "entity",
+    "partition",
+    "online",
+    "subscription",
+    "state",
+    "id",
+    "body",
+    "body_encoding",
+    "message_id",
+    "content_type",
+    "subject",
+    "session_id",
+    "partition_key",
+    "scheduled_ms",
+    "ttl_ms",
+    "properties",
+    "sequence_numbers",
+    "correlation_id",
+    "to",
+    "reply_to",
+]
 
 
 @st.composite
@@ -60,11 +91,24 @@ def json_bodies(draw: st.DrawFn) -> bytes:
         return json.dumps(obj, allow_nan=True).encode()
     if kind == "deep":
         n = draw(st.integers(1, 200_000))
-        opener = draw(st.sampled_from(["[", "{\"a\":", "[{\"b\":"]))
+        opener = draw(st.sampled_from(["[", '{"a":', '[{"b":']))
         return (opener * n).encode()
     if kind == "numbers":
-        number = draw(st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", str(2**128),
-                                       "9" * 5000, "1.5", "-0", "1e-999"]))
+        number = draw(
+            st.sampled_from(
+                [
+                    "1e999",
+                    "-1e999",
+                    "NaN",
+                    "Infinity",
+                    str(2**128),
+                    "9" * 5000,
+                    "1.5",
+                    "-0",
+                    "1e-999",
+                ]
+            )
+        )
         key = draw(st.sampled_from(DASHBOARD_KEYS))
         return f'{{"ns":"{NAMESPACE}","entity":"q1","{key}":{number}}}'.encode()
     return draw(st.binary(max_size=300))
@@ -79,36 +123,71 @@ def xml_bodies(draw: st.DrawFn) -> bytes:
         n = draw(st.integers(1, 5000))
         return ("<a>" * n + "</a>" * n).encode()
     if kind == "dtd":
-        return draw(st.sampled_from([
-            b'<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>',
-            b'<!DOCTYPE a [<!ENTITY x SYSTEM "file:///etc/passwd">]><a>&x;</a>',
-            b'<!DOCTYPE a SYSTEM "http://127.0.0.1:1/x.dtd"><a/>',
-            b'<!DOCTYPE lolz [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]><l>&b;</l>',
-        ]))
+        return draw(
+            st.sampled_from(
+                [
+                    b'<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>',
+                    b'<!DOCTYPE a [<!ENTITY x SYSTEM "file:///etc/passwd">]><a>&x;</a>',
+                    b'<!DOCTYPE a SYSTEM "http://127.0.0.1:1/x.dtd"><a/>',
+                    b'<!DOCTYPE lolz [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]><l>&b;</l>',
+                ]
+            )
+        )
     if kind == "encoding":
         enc = draw(st.sampled_from(["x-unknown", "utf-16", "utf-32", "latin-1", "ebcdic", ""]))
         return f'<?xml version="1.0" encoding="{enc}"?><entry xmlns="{atom}"/>'.encode()
     if kind == "rule":
-        sql = draw(st.sampled_from(["(" * 300 + "a=1" + ")" * 300, "NOT " * 3000 + "a=1",
-                                    "a" + "+a" * 2000 + ">0", "a = 1", "a IN ()"]))
-        return (f'<entry xmlns="{atom}"><content type="application/xml"><RuleDescription '
-                f'xmlns="{sb}"><Filter xmlns:i="http://www.w3.org/2001/XMLSchema-instance" '
-                f'i:type="SqlFilter"><SqlExpression>{sql}</SqlExpression></Filter>'
-                '</RuleDescription></content></entry>').encode()
+        sql = draw(
+            st.sampled_from(
+                [
+                    "(" * 300 + "a=1" + ")" * 300,
+                    "NOT " * 3000 + "a=1",
+                    "a" + "+a" * 2000 + ">0",
+                    "a = 1",
+                    "a IN ()",
+                ]
+            )
+        )
+        return (
+            f'<entry xmlns="{atom}"><content type="application/xml"><RuleDescription '
+            f'xmlns="{sb}"><Filter xmlns:i="http://www.w3.org/2001/XMLSchema-instance" '
+            f'i:type="SqlFilter"><SqlExpression>{sql}</SqlExpression></Filter>'
+            "</RuleDescription></content></entry>"
+        ).encode()
     if kind == "entry":
-        element = draw(st.sampled_from(["QueueDescription", "TopicDescription",
-                                        "SubscriptionDescription", "Nope"]))
-        fields = draw(st.dictionaries(
-            st.sampled_from(["LockDuration", "MaxSizeInMegabytes", "MaxDeliveryCount",
-                             "DefaultMessageTimeToLive", "RequiresSession", "Status",
-                             "AutoDeleteOnIdle", "ForwardTo", "EnablePartitioning"]),
-            st.one_of(st.text(max_size=20), INTS.map(str),
-                      st.sampled_from(["P1D", "PT-1S", "P99999999999D", "true", "yes"])),
-            max_size=5,
-        ))
+        element = draw(
+            st.sampled_from(
+                ["QueueDescription", "TopicDescription", "SubscriptionDescription", "Nope"]
+            )
+        )
+        fields = draw(
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "LockDuration",
+                        "MaxSizeInMegabytes",
+                        "MaxDeliveryCount",
+                        "DefaultMessageTimeToLive",
+                        "RequiresSession",
+                        "Status",
+                        "AutoDeleteOnIdle",
+                        "ForwardTo",
+                        "EnablePartitioning",
+                    ]
+                ),
+                st.one_of(
+                    st.text(max_size=20),
+                    INTS.map(str),
+                    st.sampled_from(["P1D", "PT-1S", "P99999999999D", "true", "yes"]),
+                ),
+                max_size=5,
+            )
+        )
         inner = "".join(f"<{k}>{_xml_text(v)}</{k}>" for k, v in fields.items())
-        return (f'<entry xmlns="{atom}"><content type="application/xml"><{element} '
-                f'xmlns="{sb}">{inner}</{element}></content></entry>').encode()
+        return (
+            f'<entry xmlns="{atom}"><content type="application/xml"><{element} '
+            f'xmlns="{sb}">{inner}</{element}></content></entry>'
+        ).encode()
     return draw(st.binary(max_size=300))
 
 
@@ -116,8 +195,7 @@ def _xml_text(value: str) -> str:
     return value.replace("&", "&amp;").replace("<", "&lt;")
 
 
-SEGMENT = st.text(st.characters(codec="ascii", exclude_characters="/?#%"), min_size=1,
-                  max_size=12)
+SEGMENT = st.text(st.characters(codec="ascii", exclude_characters="/?#%"), min_size=1, max_size=12)
 
 
 @st.composite
@@ -129,21 +207,49 @@ def requests(draw: st.DrawFn, route: RouteInfo) -> tuple[str, str, bytes]:
             segs[0] = "fz-" + segs[0]
             path = "/" + "/".join(segs)
         else:
-            tail = draw(st.one_of(
-                st.lists(SEGMENT, max_size=6).map(lambda s: "/".join(s)),
-                st.sampled_from([f"{NAMESPACE}/q1/0/online", f"{NAMESPACE}/q1/99999999999/offline",
-                                 f"{NAMESPACE}/t1/subscriptions/s1/status/Active",
-                                 f"{NAMESPACE}/q1/status/Bogus", "0", "1e309", "-5", "nan",
-                                 f"{NAMESPACE}/nope"]),
-            ))
+            tail = draw(
+                st.one_of(
+                    st.lists(SEGMENT, max_size=6).map(lambda s: "/".join(s)),
+                    st.sampled_from(
+                        [
+                            f"{NAMESPACE}/q1/0/online",
+                            f"{NAMESPACE}/q1/99999999999/offline",
+                            f"{NAMESPACE}/t1/subscriptions/s1/status/Active",
+                            f"{NAMESPACE}/q1/status/Bogus",
+                            "0",
+                            "1e309",
+                            "-5",
+                            "nan",
+                            f"{NAMESPACE}/nope",
+                        ]
+                    ),
+                )
+            )
             path = f"{path}/{tail}"
-    query = draw(st.dictionaries(
-        st.sampled_from(["ns", "entity", "from", "count", "state", "subscription", "$skip",
-                         "$top", "api-version"]),
-        st.one_of(st.text(st.characters(codec="ascii", exclude_characters="&#"), max_size=12),
-                  INTS.map(str), st.just(NAMESPACE), st.just("q1")),
-        max_size=5,
-    ))
+    query = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "ns",
+                    "entity",
+                    "from",
+                    "count",
+                    "state",
+                    "subscription",
+                    "$skip",
+                    "$top",
+                    "api-version",
+                ]
+            ),
+            st.one_of(
+                st.text(st.characters(codec="ascii", exclude_characters="&#"), max_size=12),
+                INTS.map(str),
+                st.just(NAMESPACE),
+                st.just("q1"),
+            ),
+            max_size=5,
+        )
+    )
     from urllib.parse import quote, urlencode
 
     target = quote(path or "/", safe="/$-_.~") + ("?" + urlencode(query) if query else "")
@@ -159,8 +265,9 @@ def requests(draw: st.DrawFn, route: RouteInfo) -> tuple[str, str, bytes]:
 # ----------------------------------------------------------------------------- the server
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    srv = InProcessServer(CONFIG, tmp_path_factory.mktemp("adminfuzz") / "data",
-                          test_clock=True).start()
+    srv = InProcessServer(
+        CONFIG, tmp_path_factory.mktemp("adminfuzz") / "data", test_clock=True
+    ).start()
     yield srv
     srv.stop()
 
@@ -171,8 +278,9 @@ def _csrf(srv: InProcessServer) -> str:
     return str(json.loads(body)["csrf"])
 
 
-def _send(srv: InProcessServer, method: str, target: str, body: bytes,
-          headers: dict[str, str]) -> tuple[int, bytes]:
+def _send(
+    srv: InProcessServer, method: str, target: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.admin_port, timeout=30)
     try:
         conn.request(method, target, body=body, headers=headers)
@@ -200,16 +308,25 @@ def test_generated_requests_never_get_a_5xx_or_a_traceback(fuzz_server: InProces
     its client left)."""
     srv = fuzz_server
     token = make_sas_token(f"sb://localhost:{srv.admin_port}/", KEY_NAME, KEY, FOREVER)
-    headers = {"Host": f"127.0.0.1:{srv.admin_port}", "Authorization": token,
-               "X-CSRF-Token": _csrf(srv), "Content-Type": "application/octet-stream"}
+    headers = {
+        "Host": f"127.0.0.1:{srv.admin_port}",
+        "Authorization": token,
+        "X-CSRF-Token": _csrf(srv),
+        "Content-Type": "application/octet-stream",
+    }
     counts: dict[str, int] = {}
     for route in _routes(srv):
         label = _ids(route)
         counts[label] = 0
         examples = 8 if route.pattern == "/api/events" else EXAMPLES
 
-        @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(requests(route))
         def drive(req: tuple[str, str, bytes]) -> None:
             method, target, body = req

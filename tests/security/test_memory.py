@@ -40,8 +40,12 @@ def server(tmp_path_factory):
 
 
 def _burst(port: int) -> list[socket.socket]:
-    opening = (raw.handshake("plain") + raw.attach_frame("s", 0, False, "memq")
-               + raw.attach_frame("r", 1, True, "memq") + raw.flow_frame(1, 10))
+    opening = (
+        raw.handshake("plain")
+        + raw.attach_frame("s", 0, False, "memq")
+        + raw.attach_frame("r", 1, True, "memq")
+        + raw.flow_frame(1, 10)
+    )
     socks = []
     for _ in range(CONNECTIONS):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)

@@ -39,8 +39,11 @@ SUFFIX = {
     "/static": "/app.css",
     "/": "no-such-entity",
 }
-FORGED = {"Origin": "http://evil.example", "Content-Type": "text/plain",
-          "Host": "rebind.evil.example"}
+FORGED = {
+    "Origin": "http://evil.example",
+    "Content-Type": "text/plain",
+    "Host": "rebind.evil.example",
+}
 
 
 def sample_path(route: RouteInfo) -> str:
@@ -65,8 +68,9 @@ def refused(status: int, location: str) -> bool:
 
 @pytest.fixture(scope="module")
 def loopback_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    srv = InProcessServer(CONFIG, tmp_path_factory.mktemp("policy-lo") / "data",
-                          test_clock=True).start()
+    srv = InProcessServer(
+        CONFIG, tmp_path_factory.mktemp("policy-lo") / "data", test_clock=True
+    ).start()
     yield srv
     srv.stop()
     assert srv.errors.records == []
@@ -88,8 +92,9 @@ def netns() -> Iterator[NetNamespace]:
 
 @pytest.fixture(scope="module")
 def remote_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    srv = InProcessServer(CONFIG, tmp_path_factory.mktemp("policy-any") / "data",
-                          host="0.0.0.0").start()
+    srv = InProcessServer(
+        CONFIG, tmp_path_factory.mktemp("policy-any") / "data", host="0.0.0.0"
+    ).start()
     yield srv
     srv.stop()
     assert srv.errors.records == []
@@ -149,8 +154,9 @@ def credentials(kind: str, csrf: str) -> dict[str, str]:
     }[kind]
 
 
-def check(calls: list[Call], answers: list[tuple[int, str]], wants: list[bool],
-          labels: list[str]) -> None:
+def check(
+    calls: list[Call], answers: list[tuple[int, str]], wants: list[bool], labels: list[str]
+) -> None:
     wrong = [
         f"{label}: {'allowed' if want else 'refused'} expected, got {status} {location}"
         for label, want, (status, location) in zip(labels, wants, answers, strict=True)
@@ -180,8 +186,16 @@ def test_every_route_as_a_forged_browser_request_on_loopback(
 ) -> None:
     srv, table = loopback_server, routes_of(loopback_server)
     csrf = csrf_of(srv)  # even a leaked CSRF token does not help a forged request
-    calls = [Call(r.method, sample_path(r), {**FORGED, "X-CSRF-Token": csrf},
-                  body="{}", port=srv.admin_port) for r in table]
+    calls = [
+        Call(
+            r.method,
+            sample_path(r),
+            {**FORGED, "X-CSRF-Token": csrf},
+            body="{}",
+            port=srv.admin_port,
+        )
+        for r in table
+    ]
     labels = [f"forged {r.method} {sample_path(r)}" for r in table]
     check(calls, send(calls), [expected_forged(r) for r in table], labels)
 
@@ -194,15 +208,30 @@ def test_every_route_from_another_address(
     for route in table:
         for kind in ("none", "manage", "send", "audience"):
             headers = {"Host": f"{netns.host_ip}:{srv.admin_port}", **credentials(kind, "")}
-            calls.append(Call(route.method, sample_path(route), headers, host=netns.host_ip,
-                              port=srv.admin_port))
+            calls.append(
+                Call(
+                    route.method,
+                    sample_path(route),
+                    headers,
+                    host=netns.host_ip,
+                    port=srv.admin_port,
+                )
+            )
             want = expected_remote(route, kind)
             if kind == "audience":
                 want = route.rule.need in (Need.PUBLIC, Need.LOGIN, Need.AMQP)
             wants.append(want)
             labels.append(f"remote {kind} {route.method} {sample_path(route)}")
-        calls.append(Call(route.method, sample_path(route), dict(FORGED), body="{}",
-                          host=netns.host_ip, port=srv.admin_port))
+        calls.append(
+            Call(
+                route.method,
+                sample_path(route),
+                dict(FORGED),
+                body="{}",
+                host=netns.host_ip,
+                port=srv.admin_port,
+            )
+        )
         wants.append(expected_forged(route))
         labels.append(f"remote forged {route.method} {sample_path(route)}")
     check(calls, send(calls, netns.name), wants, labels)
@@ -213,8 +242,10 @@ def test_loopback_peer_of_a_server_bound_beyond_loopback_gets_the_remote_rules(
 ) -> None:
     """Bound to 0.0.0.0, 127.0.0.1 is one address among others: no free pass."""
     srv, table = remote_server, routes_of(remote_server)
-    calls = [Call(r.method, sample_path(r), {"Host": f"127.0.0.1:{srv.admin_port}"},
-                  port=srv.admin_port) for r in table]
+    calls = [
+        Call(r.method, sample_path(r), {"Host": f"127.0.0.1:{srv.admin_port}"}, port=srv.admin_port)
+        for r in table
+    ]
     labels = [f"0.0.0.0 via loopback {r.method} {sample_path(r)}" for r in table]
     check(calls, send(calls), [expected_remote(r, "none") for r in table], labels)
 
@@ -240,7 +271,6 @@ def test_docs_table_lists_every_route_with_its_rule(loopback_server: InProcessSe
     assert rows == listed
 
 
-
 def test_cli_admin_commands_sign_with_the_connection_string_beyond_loopback(
     remote_server: InProcessServer,
 ) -> None:
@@ -262,6 +292,9 @@ def test_cli_admin_commands_sign_with_the_connection_string_beyond_loopback(
     assert done.returncode == 0, done
     status = subprocess.run(
         [sys.executable, "-m", "sbemu", "partition", "status", "--admin-url", url, "--json"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert status.returncode == 0 and '"entities"' in status.stdout, status

@@ -22,25 +22,37 @@ POLICIES = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("sec"),
-                 make_config([queue_def("secq"), queue_def("otherq")], policies=POLICIES)).start()
+    srv = Server(
+        tmp_path_factory.mktemp("sec"),
+        make_config([queue_def("secq"), queue_def("otherq")], policies=POLICIES),
+    ).start()
     yield srv
     assert srv.tracebacks() == []
     srv.stop()
 
 
 def _anon(server) -> BlockingConnection:
-    return BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
-                              allowed_mechs="ANONYMOUS")
+    return BlockingConnection(
+        f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True, allowed_mechs="ANONYMOUS"
+    )
 
 
 def put_token(conn: BlockingConnection, audience: str, token: str) -> int:
     reply = f"cbs-{uuid.uuid4()}"
     receiver = conn.create_receiver("$cbs", name=reply)
     sender = conn.create_sender("$cbs")
-    sender.send(Message(id=str(uuid.uuid4()), reply_to=reply, body=token,
-                        properties={"operation": "put-token", "name": audience,
-                                    "type": "servicebus.windows.net:sastoken"}))
+    sender.send(
+        Message(
+            id=str(uuid.uuid4()),
+            reply_to=reply,
+            body=token,
+            properties={
+                "operation": "put-token",
+                "name": audience,
+                "type": "servicebus.windows.net:sastoken",
+            },
+        )
+    )
     response = receiver.receive(timeout=10)
     sender.close()
     receiver.close()
@@ -48,8 +60,9 @@ def put_token(conn: BlockingConnection, audience: str, token: str) -> int:
 
 
 def token(server, entity: str, *, key_name=KEY_NAME, key=KEY, ttl=3600, host="localhost"):
-    return make_sas_token(f"sb://{host}:{server.port}/{entity}", key_name, key,
-                          int(time.time() + ttl))
+    return make_sas_token(
+        f"sb://{host}:{server.port}/{entity}", key_name, key, int(time.time() + ttl)
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,8 +101,14 @@ def test_token_for_another_namespace_signed_with_another_key_refused(server):
 def test_send_policy_cannot_listen_or_manage(server, node):
     conn = _anon(server)
     try:
-        assert put_token(conn, "sb://localhost/secq",
-                         token(server, "secq", key_name="sendonly", key="SEND_KEY")) == 202
+        assert (
+            put_token(
+                conn,
+                "sb://localhost/secq",
+                token(server, "secq", key_name="sendonly", key="SEND_KEY"),
+            )
+            == 202
+        )
         conn.create_sender("secq").send(Message(body="send is allowed"))
         if node == "secq":
             with pytest.raises(LinkDetached) as info:
@@ -102,8 +121,14 @@ def test_send_policy_cannot_listen_or_manage(server, node):
 def test_listen_policy_cannot_send(server):
     conn = _anon(server)
     try:
-        assert put_token(conn, "sb://localhost/secq",
-                         token(server, "secq", key_name="listenonly", key="LISTEN_KEY")) == 202
+        assert (
+            put_token(
+                conn,
+                "sb://localhost/secq",
+                token(server, "secq", key_name="listenonly", key="LISTEN_KEY"),
+            )
+            == 202
+        )
         with pytest.raises(LinkDetached):
             conn.create_sender("secq")
         conn.create_receiver("secq").close()
@@ -161,10 +186,19 @@ def test_rejected_token_and_plain_key_are_logged_with_key_name_reason_and_peer(s
     from proton.utils import BlockingConnection
 
     with pytest.raises(ConnectionException):
-        BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
-                           allowed_mechs="PLAIN", user="listenonly", password="NOT_IT")
-    line = next(ln for ln in _wait_for(server, "SASL PLAIN: wrong key").splitlines()
-                if "SASL PLAIN: wrong key" in ln)
+        BlockingConnection(
+            f"amqp://127.0.0.1:{server.port}",
+            timeout=10,
+            sasl_enabled=True,
+            allowed_mechs="PLAIN",
+            user="listenonly",
+            password="NOT_IT",
+        )
+    line = next(
+        ln
+        for ln in _wait_for(server, "SASL PLAIN: wrong key").splitlines()
+        if "SASL PLAIN: wrong key" in ln
+    )
     assert "'listenonly'" in line and "from 127.0.0.1:" in line
 
 
@@ -200,8 +234,14 @@ def test_a_message_nesting_too_deep_is_refused_at_send_and_the_queue_stays_reada
             value = {"k": value}
         return value
 
-    conn = BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=10, sasl_enabled=True,
-                              allowed_mechs="PLAIN", user=KEY_NAME, password=KEY)
+    conn = BlockingConnection(
+        f"amqp://127.0.0.1:{server.port}",
+        timeout=10,
+        sasl_enabled=True,
+        allowed_mechs="PLAIN",
+        user=KEY_NAME,
+        password=KEY,
+    )
     try:
         sender = conn.create_sender("otherq")
         deep = Message(body=b"deep", properties={"p": nested(40)})
@@ -214,8 +254,10 @@ def test_a_message_nesting_too_deep_is_refused_at_send_and_the_queue_stays_reada
         assert ok.remote_state == Delivery.ACCEPTED
     finally:
         conn.close()
-    url = (f"http://127.0.0.1:{server.admin_port}/api/messages?ns=sbemulatorns&entity=otherq"
-           "&state=active")
+    url = (
+        f"http://127.0.0.1:{server.admin_port}/api/messages?ns=sbemulatorns&entity=otherq"
+        "&state=active"
+    )
     with urllib.request.urlopen(url, timeout=10) as resp:
         page = json.loads(resp.read())
     assert [m["body"]["text"] for m in page["messages"]] == ["fine"], page

@@ -30,7 +30,11 @@ MINUTE = 60_000
 
 
 def queue_settings(
-    *, lock_ms: int = 30_000, max_delivery: int = 10, ttl_ms: int = 600_000, dlq_on_expiry: bool = False
+    *,
+    lock_ms: int = 30_000,
+    max_delivery: int = 10,
+    ttl_ms: int = 600_000,
+    dlq_on_expiry: bool = False,
 ) -> dict[str, SubQueueSettings]:
     return {
         MAIN: SubQueueSettings(lock_ms, max_delivery, ttl_ms, dlq_on_expiry, DLQ),
@@ -47,11 +51,25 @@ def topic_settings(subscriptions: list[str]) -> dict[str, SubQueueSettings]:
     return out
 
 
-def message(mid: str, *, session: str | None = None, key: str | None = None,
-            ttl: int | None = None, scheduled: int | None = None) -> IncomingMessage:
+def message(
+    mid: str,
+    *,
+    session: str | None = None,
+    key: str | None = None,
+    ttl: int | None = None,
+    scheduled: int | None = None,
+) -> IncomingMessage:
     return IncomingMessage(
-        message_id=mid, session_id=session, partition_key=key, ttl_ms=ttl, durable=True,
-        priority=None, annotation_count=0, annotations=b"", tail=b"\x00Sw\xa1\x02hi", size=40,
+        message_id=mid,
+        session_id=session,
+        partition_key=key,
+        ttl_ms=ttl,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"\x00Sw\xa1\x02hi",
+        size=40,
         scheduled_enqueue_time_ms=scheduled,
     )
 
@@ -63,8 +81,16 @@ def entity_dir(data_dir: str, namespace: str, name: str) -> str:
 class Entity:
     """A queue or topic on disk: one broker + store per partition, committed synchronously."""
 
-    def __init__(self, data_dir: str, namespace: str, name: str, *, partitions: int = 1,
-                 partitioned: bool = False, queues: dict[str, SubQueueSettings] | None = None):
+    def __init__(
+        self,
+        data_dir: str,
+        namespace: str,
+        name: str,
+        *,
+        partitions: int = 1,
+        partitioned: bool = False,
+        queues: dict[str, SubQueueSettings] | None = None,
+    ):
         self.data_dir = data_dir
         self.namespace = namespace
         self.name = name
@@ -82,10 +108,17 @@ class Entity:
     def open(self) -> None:
         self.brokers = []
         for pid in range(self.partitions):
-            store = PartitionStore(os.path.join(self.base, f"partition-{pid:02d}"), map_size=64 << 20)
+            store = PartitionStore(
+                os.path.join(self.base, f"partition-{pid:02d}"), map_size=64 << 20
+            )
             broker = PartitionBroker(
-                store, namespace=self.namespace, entity=self.name, partition_id=pid,
-                partitioned=self.partitioned, queues=self.queues, mark_dirty=lambda b: None,
+                store,
+                namespace=self.namespace,
+                entity=self.name,
+                partition_id=pid,
+                partitioned=self.partitioned,
+                queues=self.queues,
+                mark_dirty=lambda b: None,
             )
             broker.load()
             self.brokers.append(broker)
@@ -104,8 +137,9 @@ class Entity:
                 b.store.commit(batch)
             b.commit_done(callbacks, None)
 
-    def send(self, pid: int, messages: list[IncomingMessage], now: int,
-             targets: list[str] | None = None) -> list[int]:
+    def send(
+        self, pid: int, messages: list[IncomingMessage], now: int, targets: list[str] | None = None
+    ) -> list[int]:
         routes = [[Route(t) for t in (targets or [MAIN])] for _ in messages]
         seqs = self.brokers[pid].enqueue(messages, routes, now, lambda e: None)
         self.commit(pid)
@@ -138,8 +172,15 @@ class Entity:
         self.commit(pid)
 
 
-def bulk_logs(data_dir: str, namespace: str, name: str, *, partitions: int, per_partition: int,
-              sessions: int = 7) -> int:
+def bulk_logs(
+    data_dir: str,
+    namespace: str,
+    name: str,
+    *,
+    partitions: int,
+    per_partition: int,
+    sessions: int = 7,
+) -> int:
     """Write synthetic but well-formed logs straight through PartitionStore (fast, for volume).
 
     Each message: enqueued, delivered, then completed (or abandoned / dead-lettered for every
@@ -159,21 +200,53 @@ def bulk_logs(data_dir: str, namespace: str, name: str, *, partitions: int, per_
             seq += 1
             now = T0 + seq * 250
             rec = MessageRecord(
-                sequence_number=(pid << 48) | seq, enqueued_time_ms=now, state=MessageState.ACTIVE, delivery_count=0,
-                message_id=f"m{pid}-{seq}", session_id=f"s{seq % sessions}", partition_key=None,
-                ttl_ms=None, expires_at_ms=None, durable=True, priority=None, annotation_count=0,
-                annotations=b"", tail=b"", size=100 + seq % 50,
+                sequence_number=(pid << 48) | seq,
+                enqueued_time_ms=now,
+                state=MessageState.ACTIVE,
+                delivery_count=0,
+                message_id=f"m{pid}-{seq}",
+                session_id=f"s{seq % sessions}",
+                partition_key=None,
+                ttl_ms=None,
+                expires_at_ms=None,
+                durable=True,
+                priority=None,
+                annotation_count=0,
+                annotations=b"",
+                tail=b"",
+                size=100 + seq % 50,
             )
-            last = (LogEvent.DEADLETTERED if seq % 11 == 0 else
-                    LogEvent.ABANDONED if seq % 7 == 0 else LogEvent.COMPLETED)
-            steps = [(LogEvent.ENQUEUED, now, None), (LogEvent.DELIVERED, now + 5, None),
-                     (last, now + 10 + seq % 90, "poison" if last == LogEvent.DEADLETTERED else None)]
+            last = (
+                LogEvent.DEADLETTERED
+                if seq % 11 == 0
+                else LogEvent.ABANDONED
+                if seq % 7 == 0
+                else LogEvent.COMPLETED
+            )
+            steps = [
+                (LogEvent.ENQUEUED, now, None),
+                (LogEvent.DELIVERED, now + 5, None),
+                (last, now + 10 + seq % 90, "poison" if last == LogEvent.DEADLETTERED else None),
+            ]
             for event, at, reason in steps:
                 if offset >= per_partition:
                     break
-                batch.log.append((offset, encode_log(
-                    namespace=namespace, entity=name, queue=MAIN, partition=pid, offset=offset,
-                    event=event, record=rec, event_ms=at, reason=reason)))
+                batch.log.append(
+                    (
+                        offset,
+                        encode_log(
+                            namespace=namespace,
+                            entity=name,
+                            queue=MAIN,
+                            partition=pid,
+                            offset=offset,
+                            event=event,
+                            record=rec,
+                            event_ms=at,
+                            reason=reason,
+                        ),
+                    )
+                )
                 offset += 1
             if len(batch.log) >= 5000:
                 batch.meta["next_log_offset"] = offset
@@ -202,9 +275,18 @@ def ts(ms: int) -> datetime:
 def traffic_run1(data_dir: str) -> None:
     """51 log records over three entities (expected values: test_spark_report.py)."""
     a = Entity(data_dir, NS, A, queues=queue_settings(max_delivery=2))
-    a.send(0, [message("a0", session="s-1"), message("a1", session="s-1"),
-               message("a2", session="s-1"), message("a3", session="s-2"),
-               message("a4"), message("a5")], T0)
+    a.send(
+        0,
+        [
+            message("a0", session="s-1"),
+            message("a1", session="s-1"),
+            message("a2", session="s-1"),
+            message("a3", session="s-2"),
+            message("a4"),
+            message("a5"),
+        ],
+        T0,
+    )
     got = a.receive(0, T0 + 1000, 6)
     assert [r.message_id for r, _ in got] == ["a0", "a1", "a2", "a3", "a4", "a5"]
     locks = [lock for _, lock in got]
@@ -212,26 +294,31 @@ def traffic_run1(data_dir: str) -> None:
         a.complete(0, locks[i], T0 + at)
     a.abandon(0, locks[4], T0 + 6000)
     a.dead_letter(0, locks[5], T0 + 7000, "poison")
-    (rec, lock), = a.receive(0, T0 + 61_000)
+    ((rec, lock),) = a.receive(0, T0 + 61_000)
     assert rec.message_id == "a4"
     a.abandon(0, lock, T0 + 62_000)  # second delivery of 2: dead-lettered
     assert [r.message_id for r, _ in a.receive(0, T0 + 63_000, 2, queue=DLQ)] == ["a4", "a5"]
     a.close()  # (the DLQ receive above logged 2 more deliveries: 23 records for A)
 
-    b = Entity(data_dir, NS, B, partitions=4, partitioned=True,
-               queues=queue_settings(ttl_ms=60_000))
+    b = Entity(
+        data_dir, NS, B, partitions=4, partitioned=True, queues=queue_settings(ttl_ms=60_000)
+    )
     b.send(1, [message(f"b{i}", key="k1") for i in range(5)], T0 + 10_000)
     b.send(2, [message("c0"), message("c1")], T0 + 10_000)
     for i, (_rec, lock) in enumerate(b.receive(1, T0 + 20_000, 5)):
         b.complete(1, lock, T0 + 20_000 + i * 1000)
-    (_rec, lock), = b.receive(2, T0 + 20_000)
+    ((_rec, lock),) = b.receive(2, T0 + 20_000)
     b.complete(2, lock, T0 + 25_000)
     b.tick(2, T0 + 70_000)  # c1 expires (no dead-lettering on expiry here)
     b.close()
 
     t = Entity(data_dir, NS, T, queues=topic_settings(["s1", "s2"]))
-    t.send(0, [message("t0"), message("t1")], T0 + 30_000,
-           targets=["subscriptions/s1", "subscriptions/s2"])
+    t.send(
+        0,
+        [message("t0"), message("t1")],
+        T0 + 30_000,
+        targets=["subscriptions/s1", "subscriptions/s2"],
+    )
     for _rec, lock in t.receive(0, T0 + 30_500, 2, queue="subscriptions/s1"):
         t.complete(0, lock, T0 + 31_000)
     t.close()
@@ -315,14 +402,31 @@ def reference_tables(records: list[dict], layout: list[dict] | None = None) -> d
         parts = seen | set(range(n)) if n else seen
         per = [len(sent.get((ns, ent, p), ())) for p in sorted(parts)]
         mean = sum(per) / len(per)
-        skew.add((ns, ent, len(per), sum(per), min(per), max(per), round(mean, 6),
-                  round(max(per) / mean, 6) if mean > 0 else None, tuple(per)))
+        skew.add(
+            (
+                ns,
+                ent,
+                len(per),
+                sum(per),
+                min(per),
+                max(per),
+                round(mean, 6),
+                round(max(per) / mean, 6) if mean > 0 else None,
+                tuple(per),
+            )
+        )
     return {
         "traffic_by_minute": {(*k, *v) for k, v in traffic.items()},
         "deadletter_reasons": {(*k, v) for k, v in reasons.items()},
         "latency": {
-            (*k, len(v), round(_percentile(v, 0.5), 3), round(_percentile(v, 0.95), 3),
-             round(_percentile(v, 0.99), 3), max(v))
+            (
+                *k,
+                len(v),
+                round(_percentile(v, 0.5), 3),
+                round(_percentile(v, 0.95), 3),
+                round(_percentile(v, 0.99), 3),
+                max(v),
+            )
             for k, v in lat.items()
         },
         "partition_skew": skew,

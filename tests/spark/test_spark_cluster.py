@@ -43,8 +43,11 @@ class Daemon:
         self.log_path = logs / f"{name}.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [str(BIN / "spark-class"), *args], stdout=self.log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
+            [str(BIN / "spark-class"), *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
     def wait_for(self, text: str, timeout: float = 120) -> None:
@@ -74,24 +77,56 @@ def cluster(tmp_path_factory):
     if reason:
         pytest.skip(f"the cluster test needs pyspark and java: {reason}")
     base = tmp_path_factory.mktemp("cluster")
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(base),
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_NO_DAEMONIZE="1")
+    env = dict(
+        os.environ,
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOG_DIR=str(base),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_NO_DAEMONIZE="1",
+    )
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     daemons = []
     try:
-        master = Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                   "--port", str(port), "--webui-port", str(free_port())], env, base)
+        master = Daemon(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(free_port()),
+            ],
+            env,
+            base,
+        )
         daemons.append(master)
         master.wait_for("I have been elected leader")
         for i in (1, 2):
             work = base / f"worker-{i}"
             work.mkdir()
-            worker = Daemon(f"worker-{i}", [
-                "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--cores", "1", "--memory", "1g", "--work-dir", str(work),
-                "--webui-port", str(free_port()), url], env, base)
+            worker = Daemon(
+                f"worker-{i}",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
+                    "--work-dir",
+                    str(work),
+                    "--webui-port",
+                    str(free_port()),
+                    url,
+                ],
+                env,
+                base,
+            )
             daemons.append(worker)
         for worker in daemons[1:]:
             worker.wait_for("Successfully registered with master")
@@ -113,8 +148,12 @@ def test_standalone_cluster_tables_equal_a_local_run(cluster, spark, tmp_path):
     try:
         with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
             with client.get_queue_sender("queue.partitioned") as s:
-                s.send_messages([ServiceBusMessage(f"p{i}", session_id=None,
-                                                   partition_key=f"k{i % 5}") for i in range(40)])
+                s.send_messages(
+                    [
+                        ServiceBusMessage(f"p{i}", session_id=None, partition_key=f"k{i % 5}")
+                        for i in range(40)
+                    ]
+                )
             with client.get_queue_receiver("queue.partitioned", prefetch_count=0) as r:
                 msgs = receive(r, 40)
                 for m in msgs[:30]:
@@ -134,15 +173,37 @@ def test_standalone_cluster_tables_equal_a_local_run(cluster, spark, tmp_path):
 
     # docs/spark.md: python -m zipfile -c sparkjobs.zip sparkjobs/ ; spark-submit ... --py-files
     zipped = tmp_path / "sparkjobs.zip"
-    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(zipped), "sparkjobs/"],
-                   cwd=ROOT, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "zipfile", "-c", str(zipped), "sparkjobs/"], cwd=ROOT, check=True
+    )
     submit = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", url, "--py-files", str(zipped),
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-         "--conf", "spark.sql.session.timeZone=UTC", "--executor-memory", "512m",
-         "--total-executor-cores", "2",
-         "sparkjobs/submit.py", "--segments", seg, "--out", out_cluster],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(BIN / "spark-submit"),
+            "--master",
+            url,
+            "--py-files",
+            str(zipped),
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "--conf",
+            "spark.sql.session.timeZone=UTC",
+            "--executor-memory",
+            "512m",
+            "--total-executor-cores",
+            "2",
+            "sparkjobs/submit.py",
+            "--segments",
+            seg,
+            "--out",
+            out_cluster,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert submit.returncode == 0, submit.stdout + submit.stderr[-5000:]
     assert (Path(out_cluster) / "_state" / "totals.json").exists()

@@ -51,8 +51,10 @@ def assert_exactly_once(spark, out, data_dir):
     """`events` holds every log record exactly once, and the tables match the reference."""
     records = all_records(data_dir)
     ev = events_of(spark, out)
-    keys = [(r.namespace, r.entity, r.partition, r.offset) for r in ev.select(
-        "namespace", "entity", "partition", "offset").collect()]
+    keys = [
+        (r.namespace, r.entity, r.partition, r.offset)
+        for r in ev.select("namespace", "entity", "partition", "offset").collect()
+    ]
     assert len(keys) == len(set(keys)) == len(records)
     assert set(keys) == {(r["ns"], r["entity"], r["partition"], r["offset"]) for r in records}
     assert spark_tables(spark, out) == reference_tables(records, logreader.read_layout(data_dir))
@@ -78,7 +80,9 @@ def test_report_exact_counts_then_only_new_events(spark, tmp_path):
     }
     assert {r.namespace for r in table(spark, out, "traffic_by_minute").collect()} == {NS}
     assert {tuple(r) for r in table(spark, out, "deadletter_reasons").collect()} == {
-        (NS, A, "poison", 1), (NS, A, "MaxDeliveryCountExceeded", 1)}
+        (NS, A, "poison", 1),
+        (NS, A, "MaxDeliveryCountExceeded", 1),
+    }
     assert {tuple(r)[1:] for r in table(spark, out, "latency").collect()} == {
         (A, 0, 4, 2500.0, 4700.0, 4940.0, 5000),
         (B, 1, 5, 12000.0, 13800.0, 13960.0, 14000),
@@ -131,12 +135,21 @@ def test_batch_reader_and_rate_limited_stream(spark, tmp_path):
     assert [f.name for f in batch.schema.fields] == list(EVENT_COLUMNS)
     row = batch.where("partition = 1 AND offset = 0").collect()[0]
     assert (row.namespace, row.entity, row.event, row.sequence_number) == (
-        NS, "bulk", "enqueued", (1 << 48) | 1)
+        NS,
+        "bulk",
+        "enqueued",
+        (1 << 48) | 1,
+    )
     assert row.key == row.session_id == "s1" and row.timestamp == ts(T0 + 250)
 
     sizes = []
-    result = run_job(spark, data, out, max_records_per_batch=250,
-                     on_batch=lambda batch_id, rows: sizes.append(rows))
+    result = run_job(
+        spark,
+        data,
+        out,
+        max_records_per_batch=250,
+        on_batch=lambda batch_id, rows: sizes.append(rows),
+    )
     assert result.batches == 5 and sizes == [250, 250, 250, 250, 200]
     assert_exactly_once(spark, out, data)
 
@@ -145,8 +158,20 @@ def test_killed_run_restarts_without_double_counting(spark, tmp_path):
     """SIGKILL `sbemu report` mid-stream (JVM and all), restart: every event counted once."""
     data, out = str(tmp_path / "data"), str(tmp_path / "reports")
     total = bulk_logs(data, NS, "bulk", partitions=3, per_partition=1000)
-    cmd = [sys.executable, "-m", "sbemu", "report", "--data-dir", data, "--out", out,
-           "--max-records-per-batch", "200", "--master", "local[2]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sbemu",
+        "report",
+        "--data-dir",
+        data,
+        "--out",
+        out,
+        "--max-records-per-batch",
+        "200",
+        "--master",
+        "local[2]",
+    ]
     log = open(tmp_path / "report.log", "w+")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     commits = os.path.join(out, "_checkpoints", "events", "commits")
@@ -165,8 +190,13 @@ def test_killed_run_restarts_without_double_counting(spark, tmp_path):
     assert 0 < done_before < total // 200
 
     sizes = []
-    result = run_job(spark, data, out, max_records_per_batch=200,
-                     on_batch=lambda batch_id, rows: sizes.append(rows))
+    result = run_job(
+        spark,
+        data,
+        out,
+        max_records_per_batch=200,
+        on_batch=lambda batch_id, rows: sizes.append(rows),
+    )
     assert result.total_events == total
     assert max(sizes) <= 200 and sum(sizes) == result.new_events
     assert_exactly_once(spark, out, data)

@@ -25,7 +25,9 @@ def trim(data: str, cap: int, partitions: int = 1) -> None:
     logreader.close_all()
     stores = [PartitionStore(partition_dir(data, p), map_size=1 << 30) for p in range(partitions)]
     try:
-        brokers = [SimpleNamespace(store=s, entity="q", partition_id=i) for i, s in enumerate(stores)]
+        brokers = [
+            SimpleNamespace(store=s, entity="q", partition_id=i) for i, s in enumerate(stores)
+        ]
         Server.trim_logs(SimpleNamespace(log_retention_records=cap), brokers)  # type: ignore[arg-type]
     finally:
         for s in stores:
@@ -72,13 +74,40 @@ def bulk_more(data: str, start: int, end: int) -> None:
 
     logreader.close_all()
     store = PartitionStore(partition_dir(data), map_size=1 << 30)
-    rec = MessageRecord(10**6, 1_700_000_000_000, MessageState.ACTIVE, 0, "x", None, None, None,
-                        None, True, None, 0, b"", b"", 5)
+    rec = MessageRecord(
+        10**6,
+        1_700_000_000_000,
+        MessageState.ACTIVE,
+        0,
+        "x",
+        None,
+        None,
+        None,
+        None,
+        True,
+        None,
+        0,
+        b"",
+        b"",
+        5,
+    )
     batch = WriteBatch()
     for off in range(start, end):
-        batch.log.append((off, encode_log(namespace=NS, entity="q", queue="main", partition=0,
-                                          offset=off, event=LogEvent.ENQUEUED, record=rec,
-                                          event_ms=1_700_000_000_000)))
+        batch.log.append(
+            (
+                off,
+                encode_log(
+                    namespace=NS,
+                    entity="q",
+                    queue="main",
+                    partition=0,
+                    offset=off,
+                    event=LogEvent.ENQUEUED,
+                    record=rec,
+                    event_ms=1_700_000_000_000,
+                ),
+            )
+        )
     batch.meta["next_log_offset"] = end
     store.commit(batch)
     store.close()

@@ -59,16 +59,22 @@ def test_export_writes_contiguous_immutable_segments(tmp_path):
     stats = export_logs(data, seg, segment_records=100)
     assert (stats.segments, stats.records) == (6, 500)
     files = segment_files(seg)
-    names = ["00000000000000000000-00000000000000000099.parquet",
-             "00000000000000000100-00000000000000000199.parquet",
-             "00000000000000000200-00000000000000000249.parquet"]
-    assert files == {"sbemulatorns/bulk/partition-00": names,
-                     "sbemulatorns/bulk/partition-01": names}
+    names = [
+        "00000000000000000000-00000000000000000099.parquet",
+        "00000000000000000100-00000000000000000199.parquet",
+        "00000000000000000200-00000000000000000249.parquet",
+    ]
+    assert files == {
+        "sbemulatorns/bulk/partition-00": names,
+        "sbemulatorns/bulk/partition-01": names,
+    }
     part = os.path.join(seg, "sbemulatorns/bulk/partition-01")
     records = [r for r in all_records(data) if r["partition"] == 1][200:]
     assert read_segment(os.path.join(part, names[2])) == [as_segment_row(r) for r in records]
     assert json.load(open(os.path.join(seg, "sbemulatorns/bulk/entity.json"))) == {
-        "partition_count": 2, "partitioned": True}
+        "partition_count": 2,
+        "partitioned": True,
+    }
     assert logreader.read_layout(seg) == logreader.read_layout(data)
 
     # Nothing new: nothing written; a crash's leftover temp file is cleaned up.
@@ -82,13 +88,15 @@ def test_export_writes_contiguous_immutable_segments(tmp_path):
     q.close()
     assert export_logs(data, seg, segment_records=100).records == 3
     assert segment_files(seg)["sbemulatorns/q/partition-00"] == [
-        "00000000000000000000-00000000000000000002.parquet"]
+        "00000000000000000000-00000000000000000002.parquet"
+    ]
     q = Entity(data, NS, "q")
     q.send(0, [message("m3")], 2000)
     q.close()
     export_logs(data, seg, segment_records=100)
     assert segment_files(seg)["sbemulatorns/q/partition-00"][-1] == (
-        "00000000000000000003-00000000000000000003.parquet")
+        "00000000000000000003-00000000000000000003.parquet"
+    )
     exported = []
     for name in segment_files(seg)["sbemulatorns/q/partition-00"]:
         exported += read_segment(os.path.join(seg, "sbemulatorns/q/partition-00", name))
@@ -100,8 +108,9 @@ def test_export_cli_and_single_exporter(tmp_path, capsys):
 
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
     bulk_logs(data, NS, "bulk", partitions=1, per_partition=30)
-    assert sbemu_main(["export-logs", "--data-dir", data, "--to", seg,
-                           "--segment-records", "10"]) == 0
+    assert (
+        sbemu_main(["export-logs", "--data-dir", data, "--to", seg, "--segment-records", "10"]) == 0
+    )
     assert "exported 30 record(s) in 3 segment(s)" in capsys.readouterr().out
     with open(os.path.join(seg, ".export.lock"), "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
@@ -143,8 +152,13 @@ def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
     data = str(tmp_path / "data")
     here = os.path.dirname(__file__)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, data], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, data],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert writer.stdout.readline().strip() == "ready"
         path = logreader.discover_partitions(data)[0].path
@@ -154,8 +168,9 @@ def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
             writer.stdin.flush()
             assert writer.stdout.readline().strip() == "sent"
             assert logreader.log_end(path) == 2 * (step + 1)
-        offsets = [decode_log(v)["offset"] for c in logreader.iter_log(path, 0, 6, chunk=4)
-                   for v in c]
+        offsets = [
+            decode_log(v)["offset"] for c in logreader.iter_log(path, 0, 6, chunk=4) for v in c
+        ]
         assert offsets == list(range(6))
         assert reopened == [path]  # once, after "grow"
     finally:
@@ -211,8 +226,13 @@ def test_export_follow_flushes_tails_and_never_overlaps(tmp_path):
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
     here = os.path.dirname(__file__)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, data], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, data],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     stop = threading.Event()
     part = os.path.join(seg, "sbemulatorns", "q", "partition-00")
 
@@ -224,9 +244,17 @@ def test_export_follow_flushes_tails_and_never_overlaps(tmp_path):
 
     try:
         assert writer.stdout.readline().strip() == "ready"
-        job = threading.Thread(target=export_logs, args=(data, seg), kwargs=dict(
-            segment_records=3, follow=True, poll_interval=0.05, flush_interval=0.3,
-            should_stop=stop.is_set))
+        job = threading.Thread(
+            target=export_logs,
+            args=(data, seg),
+            kwargs=dict(
+                segment_records=3,
+                follow=True,
+                poll_interval=0.05,
+                flush_interval=0.3,
+                should_stop=stop.is_set,
+            ),
+        )
         job.start()
         for expected in (2, 4, 6):
             writer.stdin.write("send\n")

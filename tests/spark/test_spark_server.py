@@ -22,8 +22,9 @@ class Server(SbemuProcess):
     def __init__(self, data_dir: str, log_path: str, *extra: str) -> None:
         # --keep-logs: these tests rebuild their reference from the whole log after the
         # report ran, so the server must not trim below the report's registered offsets.
-        super().__init__(data_dir=data_dir, log_level="info", stderr=log_path,
-                         args=["--keep-logs", *extra])
+        super().__init__(
+            data_dir=data_dir, log_level="info", stderr=log_path, args=["--keep-logs", *extra]
+        )
         self.conn = self.start(30).connection_string
 
 
@@ -45,8 +46,9 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
     try:
         with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
             with client.get_queue_sender("queue.1") as s:
-                s.send_messages([ServiceBusMessage(f"body {i}", message_id=f"q1-{i}")
-                                 for i in range(10)])
+                s.send_messages(
+                    [ServiceBusMessage(f"body {i}", message_id=f"q1-{i}") for i in range(10)]
+                )
             with client.get_queue_receiver("queue.1", prefetch_count=0) as r:
                 msgs = receive(r, 10)
                 for m in msgs[:5]:
@@ -56,8 +58,9 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
                 for m in msgs[7:]:
                     r.dead_letter_message(m, reason="bad", error_description="test")
             with client.get_queue_sender("queue.partitioned") as s:
-                s.send_messages([ServiceBusMessage(f"p{i}", partition_key="pk-1")
-                                 for i in range(6)])
+                s.send_messages(
+                    [ServiceBusMessage(f"p{i}", partition_key="pk-1") for i in range(6)]
+                )
             with client.get_queue_receiver("queue.partitioned", prefetch_count=0) as r:
                 for m in receive(r, 6):
                     r.complete_message(m)
@@ -98,16 +101,23 @@ def test_sdk_traffic_to_reporting_tables(spark, tmp_path):
         assert spark_tables(spark, out) == reference_tables(records, logreader.read_layout(data))
 
         rows = {r["entity"]: r for r in second.summary}
-        assert (rows["queue.1"]["enqueued"], rows["queue.1"]["completed"],
-                rows["queue.1"]["abandoned"], rows["queue.1"]["deadlettered"]) == (10, 5, 2, 3)
+        assert (
+            rows["queue.1"]["enqueued"],
+            rows["queue.1"]["completed"],
+            rows["queue.1"]["abandoned"],
+            rows["queue.1"]["deadlettered"],
+        ) == (10, 5, 2, 3)
         assert rows["queue.1"]["delivered"] >= 10
-        reasons = {(r.entity, r.reason): r["count"] for r in
-                   report.read_table(spark, out, "deadletter_reasons").collect()}
+        reasons = {
+            (r.entity, r.reason): r["count"]
+            for r in report.read_table(spark, out, "deadletter_reasons").collect()
+        }
         assert reasons == {("queue.1", "bad"): 3}
-        skew = {r.entity: r for r in
-                report.read_table(spark, out, "partition_skew").collect()}
+        skew = {r.entity: r for r in report.read_table(spark, out, "partition_skew").collect()}
         assert skew["queue.partitioned"].partitions == 16  # from entity.json
-        assert skew["queue.partitioned"].messages == skew["queue.partitioned"].max_per_partition == 6
+        assert (
+            skew["queue.partitioned"].messages == skew["queue.partitioned"].max_per_partition == 6
+        )
         assert sorted(skew["queue.partitioned"].messages_per_partition)[-2:] == [0, 6]
         assert rows["queue.partitioned"]["completed"] == 6
         topic_sent = sum(sent)
@@ -130,9 +140,20 @@ def test_follow_mode_picks_up_new_traffic(spark, tmp_path):
     batches: list[int] = []
     stop = threading.Event()
     result: list = []
-    job = threading.Thread(target=lambda: result.append(report.run(
-        spark, source="lmdb", path=data, out=out, follow=True, interval_seconds=0.5,
-        should_stop=stop.is_set, on_batch=lambda batch_id, rows: batches.append(rows))))
+    job = threading.Thread(
+        target=lambda: result.append(
+            report.run(
+                spark,
+                source="lmdb",
+                path=data,
+                out=out,
+                follow=True,
+                interval_seconds=0.5,
+                should_stop=stop.is_set,
+                on_batch=lambda batch_id, rows: batches.append(rows),
+            )
+        )
+    )
     job.start()
     try:
         deadline = time.monotonic() + 60
@@ -162,18 +183,24 @@ def test_application_properties_and_bodies_reach_the_event_stream(spark, tmp_pat
     try:
         with ServiceBusClient.from_connection_string(server.conn, retry_total=1) as client:
             with client.get_queue_sender("queue.1") as s:
-                s.send_messages([
-                    ServiceBusMessage(b"payload-1", message_id="p1", application_properties={
-                        "color": "red", "n": 42, "ok": True, "x": 1.5}),
-                    ServiceBusMessage("plain", message_id="p2"),
-                ])
+                s.send_messages(
+                    [
+                        ServiceBusMessage(
+                            b"payload-1",
+                            message_id="p1",
+                            application_properties={"color": "red", "n": 42, "ok": True, "x": 1.5},
+                        ),
+                        ServiceBusMessage("plain", message_id="p2"),
+                    ]
+                )
             with client.get_queue_receiver("queue.1", prefetch_count=0) as r:
                 for m in receive(r, 2):
                     r.complete_message(m)
     finally:
         server.stop()
-    rows = spark.read.format("sbemu").option("path", data).load().where(
-        "entity = 'queue.1'").collect()
+    rows = (
+        spark.read.format("sbemu").option("path", data).load().where("entity = 'queue.1'").collect()
+    )
     by = {(r.message_id, r.event): r for r in rows}
     want = {"color": "red", "n": "42", "ok": "true", "x": "1.5"}
     for event in ("enqueued", "delivered", "completed"):

@@ -56,11 +56,14 @@ def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if reason:
         pytest.skip(f"browser SDK test skipped: {reason}")
     tmp = tmp_path_factory.mktemp("sbemu-browser")
-    srv = it.start_server(tmp, [
-        it.queue_def("page"),
-        it.queue_def("page-p", partitioned=True),
-        it.queue_def("pagesess", RequiresSession=True),
-    ])
+    srv = it.start_server(
+        tmp,
+        [
+            it.queue_def("page"),
+            it.queue_def("page-p", partitioned=True),
+            it.queue_def("pagesess", RequiresSession=True),
+        ],
+    )
     try:
         yield srv
     finally:
@@ -74,7 +77,9 @@ def page_url(tmp_path_factory: pytest.TempPathFactory, sdk_server: Any) -> Itera
     site = tmp_path_factory.mktemp("page")
     build = subprocess.run(
         ["node", str(HERE / "browser_sdk" / "build.mjs"), str(site / "sdk.js")],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert build.returncode == 0, build.stderr
     (site / "index.html").write_text(PAGE)
@@ -104,8 +109,9 @@ def _trusting_home(ca_file: Path) -> str:
         ["-A", "-t", "C,,", "-n", "sbemu local CA", "-i", str(ca_file)],
     ):
         assert CERTUTIL is not None
-        subprocess.run([CERTUTIL, "-d", f"sql:{nssdb}", *args], check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [CERTUTIL, "-d", f"sql:{nssdb}", *args], check=True, capture_output=True, timeout=60
+        )
     return home
 
 
@@ -115,10 +121,18 @@ def _chromium(home: str) -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM  # type: ignore[assignment]
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={home}/profile"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={home}/profile",
+    ):
         options.add_argument(flag)
     service = Service(CHROMEDRIVER, env={**os.environ, "HOME": home})
     driver = webdriver.Chrome(service=service, options=options)
@@ -141,13 +155,16 @@ def browser_trusting_ca(sdk_server: Any) -> Iterator[Any]:
 def run_page(driver: Any, url: str, port: int, queue: str, key: str = it.KEY) -> dict[str, Any]:
     """Load the page and run its scenario against sbemu; what the page reported."""
     driver.get(url)
-    conn = (f"Endpoint=sb://localhost:{port}/;SharedAccessKeyName={it.KEY_NAME};"
-            f"SharedAccessKey={key}")
+    conn = (
+        f"Endpoint=sb://localhost:{port}/;SharedAccessKeyName={it.KEY_NAME};SharedAccessKey={key}"
+    )
     result = driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "window.sbemuScenario(arguments[0], arguments[1], arguments[2])"
         ".then((r) => done(JSON.stringify(r)), (e) => done(JSON.stringify({error: String(e)})));",
-        conn, queue, "pagesess",
+        conn,
+        queue,
+        "pagesess",
     )
     return json.loads(result)
 

@@ -127,9 +127,7 @@ def test_settings_heading_appears_once(ui_server: Any, browser: Any) -> None:
     assert headings.count("Settings") == 1, headings
 
 
-def test_explorer_page_size_search_and_export(
-    ui_server: Any, browser: Any, tmp_path: Path
-) -> None:
+def test_explorer_page_size_search_and_export(ui_server: Any, browser: Any, tmp_path: Path) -> None:
     with sdk(ui_server) as client, client.get_queue_sender("browse") as sender:
         sender.send_messages(
             [
@@ -201,7 +199,10 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
             n = 0
             while not stop.is_set():
                 sender.send_messages(
-                    [ServiceBusMessage(f"rate {n + i}", partition_key="rate-key") for i in range(10)]
+                    [
+                        ServiceBusMessage(f"rate {n + i}", partition_key="rate-key")
+                        for i in range(10)
+                    ]
                 )
                 n += 10
 
@@ -212,6 +213,7 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
         wait_for(
             browser, lambda d: float(text_of(d, '#entity-cards [data-rate="incoming"]') or 0) > 0
         )
+
         # one partition key: one partition takes the load, the others stay at 0
         def busy(d: Any) -> list[str]:
             return [
@@ -232,7 +234,8 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
         worker.join(30)
     # with the load gone, the rate falls back to 0 within the rate window (5 s)
     wait_for(
-        browser, lambda d: text_of(d, f'tr[data-entity="{NS}/orders"] [data-rate="incoming"]') == "0"
+        browser,
+        lambda d: text_of(d, f'tr[data-entity="{NS}/orders"] [data-rate="incoming"]') == "0",
     )
 
 

@@ -46,6 +46,7 @@ def send(router: Router, form: dict) -> None:
     GroupCommit(router).turn(NOW)
     assert errors == [None]
 
+
 K0, K1 = ("ns", "q", 0), ("ns", "q", 1)
 
 
@@ -94,8 +95,14 @@ def test_search_parse() -> None:
 
 def test_search_over_peeked_messages(router: Router) -> None:
     for i in range(30):
-        send(router, {"body": f"m{i}", "message_id": f"order-{i:03d}",
-                      "properties": {"region": "eu" if i % 3 == 0 else "us", "n": i}})
+        send(
+            router,
+            {
+                "body": f"m{i}",
+                "message_id": f"order-{i:03d}",
+                "properties": {"region": "eu" if i % 3 == 0 else "us", "n": i},
+            },
+        )
     entity = router.entities[("ns", "orders")]
 
     def ids(search: MessageSearch | None, count: int = 100) -> list[str]:
@@ -108,7 +115,10 @@ def test_search_over_peeked_messages(router: Router) -> None:
     ]
     assert ids(MessageSearch.parse(None, "n=7")) == ["order-007"]  # numbers read as shown
     assert ids(MessageSearch.parse("order-00", "region=eu")) == [
-        "order-000", "order-003", "order-006", "order-009"
+        "order-000",
+        "order-003",
+        "order-006",
+        "order-009",
     ]
     assert ids(MessageSearch.parse(None, "missing")) == []
     assert len(ids(None, count=10)) == 10  # the page size
@@ -137,4 +147,6 @@ def test_client_format(accept: str | None, kind: str) -> None:
     response = not_found(request(accept), "Nothing is served at /nope.")
     assert response.status == 404
     ctype = dict(response.headers)["content-type"]
-    assert {"json": "application/json", "html": "text/html", "xml": "application/xml"}[kind] in ctype
+    assert {"json": "application/json", "html": "text/html", "xml": "application/xml"}[
+        kind
+    ] in ctype

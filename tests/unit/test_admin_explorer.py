@@ -95,10 +95,12 @@ def test_scheduled_messages_have_their_own_tab(router: Router) -> None:
     send(router, {"body": "later", "scheduled_ms": NOW + 3_600_000, "message_id": "s"})
     send(router, {"body": "now", "message_id": "n"})
     assert [
-        m["message_id"] for m in explorer.peek(WIRE_CODEC, entity, None, "scheduled", 0, 10, NOW)["messages"]
+        m["message_id"]
+        for m in explorer.peek(WIRE_CODEC, entity, None, "scheduled", 0, 10, NOW)["messages"]
     ] == ["s"]
     assert [
-        m["message_id"] for m in explorer.peek(WIRE_CODEC, entity, None, "active", 0, 10, NOW)["messages"]
+        m["message_id"]
+        for m in explorer.peek(WIRE_CODEC, entity, None, "active", 0, 10, NOW)["messages"]
     ] == ["n"]
 
 
@@ -186,8 +188,9 @@ def test_a_stored_message_too_deep_to_decode_does_not_break_the_page(
     value = enc_map([(enc_string("k"), enc_string("v"))])
     for _ in range(600):  # deeper still is refused as malformed by the scan itself
         value = enc_map([(enc_string("k"), value)])
-    deep = (enc_described(0x74, enc_map([(enc_string("p"), value)]))
-            + enc_described(0x75, b"\xa0\x04deep"))
+    deep = enc_described(0x74, enc_map([(enc_string("p"), value)])) + enc_described(
+        0x75, b"\xa0\x04deep"
+    )
     entity = router.entities[("ns", "orders")]
     send(router, {"body": "before"})
     with monkeypatch.context() as patch:  # as an older sbemu stored it: no depth check

@@ -23,7 +23,8 @@ def healthy(request: Request, params: dict[str, str]) -> Response:
 
 async def unhealthy(request: Request, params: dict[str, str]) -> Response:
     return json_response(
-        503, {"status": "unhealthy", "message": "Service not available. Please try after some time."}
+        503,
+        {"status": "unhealthy", "message": "Service not available. Please try after some time."},
     )
 
 
@@ -78,9 +79,7 @@ def make_routes() -> HttpRoutes:
 
 @pytest.fixture
 async def port() -> AsyncIterator[int]:
-    server = await start_admin(
-        "127.0.0.1", 0, make_routes(), request_timeout=0.3, max_body=1000
-    )
+    server = await start_admin("127.0.0.1", 0, make_routes(), request_timeout=0.3, max_body=1000)
     try:
         yield server.sockets[0].getsockname()[1]
     finally:
@@ -146,7 +145,8 @@ async def test_unknown_path_is_404_json() -> None:
 
 async def test_other_methods_are_405(port: int) -> None:
     status, headers, body = await exchange(
-        port, b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+        port,
+        b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
     )
     assert status == 405
     assert headers["allow"] == "GET, HEAD"
@@ -266,7 +266,11 @@ async def test_body_over_cap_is_413(port: int) -> None:
         port, b"PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + b"a" * 5000
     )
     assert status == 413
-    chunked = b"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + (b"200\r\n" + b"a" * 512 + b"\r\n") * 3 + b"0\r\n\r\n"
+    chunked = (
+        b"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + (b"200\r\n" + b"a" * 512 + b"\r\n") * 3
+        + b"0\r\n\r\n"
+    )
     status, _, _ = await exchange(port, chunked)
     assert status == 413
 
@@ -300,7 +304,9 @@ async def test_tls_and_plain_on_the_same_port(tmp_path: Path) -> None:
         assert (await get(port, "/health"))[0] == 200  # plain HTTP still served
         untrusting = ssl.create_default_context()
         with pytest.raises(ssl.SSLCertVerificationError):
-            await asyncio.open_connection("127.0.0.1", port, ssl=untrusting, server_hostname="localhost")
+            await asyncio.open_connection(
+                "127.0.0.1", port, ssl=untrusting, server_hostname="localhost"
+            )
     finally:
         server.close()
         await server.wait_closed()
@@ -334,7 +340,9 @@ def test_sbemu_cert_prints_the_ca_path(tmp_path: Path, capsys: pytest.CaptureFix
 async def test_expect_100_continue_is_answered(port: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(b"PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        writer.write(
+            b"PUT /q HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        )
         interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         assert interim.startswith(b"HTTP/1.1 100 ")
         writer.write(b"{}")

@@ -47,15 +47,17 @@ def policy(bind: str = "127.0.0.1") -> AccessPolicy:
     return AccessPolicy(bind, KEYS, Access(bind, manage, secret=b"s" * 32), lambda: NOW)
 
 
-def request(method: str = "GET", path: str = "/x", peer: str = "127.0.0.1:40000",
-            **headers: str) -> Request:
+def request(
+    method: str = "GET", path: str = "/x", peer: str = "127.0.0.1:40000", **headers: str
+) -> Request:
     hdrs = {"host": "127.0.0.1:5300"}
     hdrs.update({k.replace("_", "-"): v for k, v in headers.items()})
     return Request(method, path, {}, {k: v for k, v in hdrs.items() if v}, b"", peer, False)
 
 
-def token(resource: str = "sb://localhost/", name: str = "Root", key: str = "ROOT_KEY",
-          ttl: int = 60) -> str:
+def token(
+    resource: str = "sb://localhost/", name: str = "Root", key: str = "ROOT_KEY", ttl: int = 60
+) -> str:
     return make_sas_token(resource, name, key, int(NOW) + ttl)
 
 
@@ -65,10 +67,19 @@ def status(verdict: Grant | Refusal) -> int:
 
 @pytest.mark.parametrize(
     "host,ok",
-    [("127.0.0.1:5300", True), ("localhost", True), ("[::1]:5300", True),
-     ("ns2.localhost:5300", True), ("127.0.0.2", True), ("LOCALHOST.", True),
-     ("rebind.evil.example", False), ("localhost.evil.example", False), ("", False),
-     ("10.0.0.1:5300", False), ("[::1", False)],
+    [
+        ("127.0.0.1:5300", True),
+        ("localhost", True),
+        ("[::1]:5300", True),
+        ("ns2.localhost:5300", True),
+        ("127.0.0.2", True),
+        ("LOCALHOST.", True),
+        ("rebind.evil.example", False),
+        ("localhost.evil.example", False),
+        ("", False),
+        ("10.0.0.1:5300", False),
+        ("[::1", False),
+    ],
 )
 def test_loopback_host_names(host: str, ok: bool) -> None:
     assert loopback_host(host) is ok
@@ -131,8 +142,14 @@ def test_beyond_loopback_reads_need_credentials_for_the_right_audience() -> None
     # even from 127.0.0.1: the listener is bound beyond loopback
     assert status(p.decide(READ, request(), {})) == 401
     assert status(p.decide(READ, request(authorization=token(), **remote), {})) == 200
-    assert status(p.decide(READ, request(authorization=token(name="sender", key="SEND_KEY"),
-                                         **remote), {})) == 200
+    assert (
+        status(
+            p.decide(
+                READ, request(authorization=token(name="sender", key="SEND_KEY"), **remote), {}
+            )
+        )
+        == 200
+    )
     # /metrics and the dashboard cover the whole server: an entity's token is not enough
     assert status(p.decide(READ, request(authorization=token("sb://x/q1"), **remote), {})) == 401
     assert status(p.decide(READ, request(authorization=token(ttl=-1), **remote), {})) == 401
@@ -165,8 +182,12 @@ def test_beyond_loopback_writes_need_manage() -> None:
 def test_atom_rule_always_needs_a_token_and_manage_to_write() -> None:
     p = policy()
     assert status(p.decide(ATOM, request("GET", "/q1"), {})) == 401
-    assert status(p.decide(ATOM, request("GET", "/q1", authorization=token("sb://h/q1")), {})) == 200
-    assert status(p.decide(ATOM, request("GET", "/q2", authorization=token("sb://h/q1")), {})) == 401
+    assert (
+        status(p.decide(ATOM, request("GET", "/q1", authorization=token("sb://h/q1")), {})) == 200
+    )
+    assert (
+        status(p.decide(ATOM, request("GET", "/q2", authorization=token("sb://h/q1")), {})) == 401
+    )
     js_style = token("https://localhost:5300/q1?api-version=2021-05")
     assert status(p.decide(ATOM, request("PUT", "/q1", authorization=js_style), {})) == 200
     send = token(name="sender", key="SEND_KEY")

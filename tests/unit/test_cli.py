@@ -340,8 +340,12 @@ def test_serve_prints_ready_lines_serves_health_and_stops_on_sigterm(tmp_path: P
 def test_log_retention_records() -> None:
     assert settings([]).log_retention_records == 0
     assert settings([], {"SBEMU_LOG_RETENTION_RECORDS": "500"}).log_retention_records == 500
-    assert settings(["--log-retention-records", "7"], {"SBEMU_LOG_RETENTION_RECORDS": "500"}
-                    ).log_retention_records == 7
+    assert (
+        settings(
+            ["--log-retention-records", "7"], {"SBEMU_LOG_RETENTION_RECORDS": "500"}
+        ).log_retention_records
+        == 7
+    )
     with pytest.raises(UsageError, match="--log-retention-records"):
         settings(["--log-retention-records", "-1"])
 

@@ -207,8 +207,14 @@ def test_serve_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "env"),
-    [(None, {}), ("rel/dir", {}), ("/abs/dir", {"SBEMU_DATA_DIR": "/env/dir"}),
-     (None, {"SBEMU_DATA_DIR": "envrel"}), (None, {"SBEMU_DATA_DIR": ""}), ("~/x", {})],
+    [
+        (None, {}),
+        ("rel/dir", {}),
+        ("/abs/dir", {"SBEMU_DATA_DIR": "/env/dir"}),
+        (None, {"SBEMU_DATA_DIR": "envrel"}),
+        (None, {"SBEMU_DATA_DIR": ""}),
+        ("~/x", {}),
+    ],
 )
 def test_cert_finds_the_data_dir_serve_uses(flag: str | None, env: dict[str, str]) -> None:
     from sbemu.cli import build_parser, resolve_data_dir, resolve_settings

@@ -34,9 +34,7 @@ def test_defaults_are_5671_and_443_and_optional() -> None:
         ([], {"SBEMU_TLS_PORT": ""}, (5671, False), (443, False)),  # empty = unset
     ],
 )
-def test_tls_and_ws_ports(
-    argv: list[str], env: dict[str, str], tls: object, ws: object
-) -> None:
+def test_tls_and_ws_ports(argv: list[str], env: dict[str, str], tls: object, ws: object) -> None:
     s = settings(argv, env)
     assert (s.tls_port, s.ws_port) == (tls, ws)
 
@@ -44,8 +42,11 @@ def test_tls_and_ws_ports(
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["--tls-port", "70000"], {}, "invalid --tls-port '70000': must be an integer from 0 "
-         "to 65535 or off"),
+        (
+            ["--tls-port", "70000"],
+            {},
+            "invalid --tls-port '70000': must be an integer from 0 to 65535 or off",
+        ),
         ([], {"SBEMU_WS_PORT": "no"}, "invalid SBEMU_WS_PORT 'no'"),
     ],
 )
@@ -87,10 +88,29 @@ def test_a_port_asked_for_but_taken_stops_the_start(tmp_path: Path, flag: str, w
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "sbemu", "serve", "--port", "0", "--admin-port", "0",
-             flag, str(port), other, "off", "--data-dir", str(tmp_path / "data"),
-             "--log-level", "warning"],
-            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
+            [
+                sys.executable,
+                "-m",
+                "sbemu",
+                "serve",
+                "--port",
+                "0",
+                "--admin-port",
+                "0",
+                flag,
+                str(port),
+                other,
+                "off",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--log-level",
+                "warning",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=tmp_path,
         )
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""

@@ -10,7 +10,11 @@ from sbemu.config import ConfigError, parse_config
 
 
 def doc(queues: list[dict[str, Any]], topics: list[dict[str, Any]] | None = None) -> dict:
-    return {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": queues, "Topics": topics or []}]}}
+    return {
+        "UserConfig": {
+            "Namespaces": [{"Name": "sbemulatorns", "Queues": queues, "Topics": topics or []}]
+        }
+    }
 
 
 def q(name: str, **props: Any) -> dict[str, Any]:
@@ -28,7 +32,9 @@ def test_status_per_kind() -> None:
 
 
 def test_auto_delete_on_idle_minimum_and_extension() -> None:
-    cfg = parse_config(doc([q("a", AutoDeleteOnIdle="PT10M"), q("b", SbemuTestAutoDeleteOnIdle="PT2S")]), "t")
+    cfg = parse_config(
+        doc([q("a", AutoDeleteOnIdle="PT10M"), q("b", SbemuTestAutoDeleteOnIdle="PT2S")]), "t"
+    )
     assert [x.auto_delete_on_idle_ms for x in cfg.namespaces[0].queues] == [600_000, 2_000]
     with pytest.raises(ConfigError, match="AutoDeleteOnIdle"):
         parse_config(doc([q("a", AutoDeleteOnIdle="PT4M")]), "t")
@@ -37,16 +43,28 @@ def test_auto_delete_on_idle_minimum_and_extension() -> None:
     got = [s.auto_delete_on_idle_ms for s in cfg.namespaces[0].topics[0].subscriptions]
     assert got == [600_000, 2_000, None]
     with pytest.raises(ConfigError, match="AutoDeleteOnIdle"):
-        parse_config(doc([], [{"Name": "t", "Subscriptions": [q("a", AutoDeleteOnIdle="PT1M")]}]), "t")
+        parse_config(
+            doc([], [{"Name": "t", "Subscriptions": [q("a", AutoDeleteOnIdle="PT1M")]}]), "t"
+        )
 
 
 def test_forwarding_chain_checks() -> None:
-    ok = [q("a", ForwardTo="b"), q("b", ForwardTo="c"), q("c", ForwardTo="d"), q("d", ForwardTo="e"), q("e")]
+    ok = [
+        q("a", ForwardTo="b"),
+        q("b", ForwardTo="c"),
+        q("c", ForwardTo="d"),
+        q("d", ForwardTo="e"),
+        q("e"),
+    ]
     parse_config(doc(ok), "t")  # 4 hops: allowed
     with pytest.raises(ConfigError, match="chain of 5 hops"):
         parse_config(doc([*ok[:-1], q("e", ForwardTo="f"), q("f")]), "t")
     with pytest.raises(ConfigError, match="loop: a -> b -> a"):
         parse_config(doc([q("a", ForwardTo="b"), q("b", ForwardTo="a")]), "t")
-    dlq_loop = [q("a", ForwardDeadLetteredMessagesTo="b"), q("b", ForwardTo="c"), q("c", ForwardTo="b")]
+    dlq_loop = [
+        q("a", ForwardDeadLetteredMessagesTo="b"),
+        q("b", ForwardTo="c"),
+        q("c", ForwardTo="b"),
+    ]
     with pytest.raises(ConfigError, match="loop"):
         parse_config(doc(dlq_loop), "t")

@@ -35,23 +35,63 @@ MIB = 1024 * 1024
 
 def _record(tail: bytes, body_span: tuple[int, int] | None = None) -> MessageRecord:
     return MessageRecord(
-        7, NOW, MessageState.ACTIVE, 0, "m", "s", None, 60_000, NOW + 60_000, True, None, 0,
-        b"", tail, len(tail) + 20, None, "r", "d", None, {"k": b"\x41\x01"}, 3, None,
-        body_span, 1,
+        7,
+        NOW,
+        MessageState.ACTIVE,
+        0,
+        "m",
+        "s",
+        None,
+        60_000,
+        NOW + 60_000,
+        True,
+        None,
+        0,
+        b"",
+        tail,
+        len(tail) + 20,
+        None,
+        "r",
+        "d",
+        None,
+        {"k": b"\x41\x01"},
+        3,
+        None,
+        body_span,
+        1,
     )
 
 
 def test_a_large_record_is_packed_exactly_as_a_small_one() -> None:
     rec = _record(os.urandom(records.LARGE_TAIL + 1), (0, 10))
     data = encode_message(rec)
-    fields = [records.MESSAGE_SCHEMA_VERSION, rec.sequence_number, rec.enqueued_time_ms,
-              int(rec.state), rec.delivery_count, rec.message_id, rec.session_id,
-              rec.partition_key, rec.ttl_ms, rec.expires_at_ms, rec.durable, rec.priority,
-              rec.annotation_count, rec.annotations, rec.tail, rec.size,
-              rec.scheduled_enqueue_time_ms, rec.dead_letter_reason,
-              rec.dead_letter_description, rec.dead_letter_source, rec.property_overrides,
-              rec.original_sequence_number, rec.properties_span, rec.body_span,
-              rec.transfer_hops]
+    fields = [
+        records.MESSAGE_SCHEMA_VERSION,
+        rec.sequence_number,
+        rec.enqueued_time_ms,
+        int(rec.state),
+        rec.delivery_count,
+        rec.message_id,
+        rec.session_id,
+        rec.partition_key,
+        rec.ttl_ms,
+        rec.expires_at_ms,
+        rec.durable,
+        rec.priority,
+        rec.annotation_count,
+        rec.annotations,
+        rec.tail,
+        rec.size,
+        rec.scheduled_enqueue_time_ms,
+        rec.dead_letter_reason,
+        rec.dead_letter_description,
+        rec.dead_letter_source,
+        rec.property_overrides,
+        rec.original_sequence_number,
+        rec.properties_span,
+        rec.body_span,
+        rec.transfer_hops,
+    ]
     assert data == msgpack.packb(fields, use_bin_type=True)
     assert decode_message(data) == rec
 
@@ -59,9 +99,19 @@ def test_a_large_record_is_packed_exactly_as_a_small_one() -> None:
 def test_the_log_keeps_at_most_256_kib_of_a_body() -> None:
     body = os.urandom(3 * MIB)
     rec = _record(body, (0, len(body)))
-    logged = records.decode_log(records.encode_log(
-        namespace="ns", entity="q", queue="main", partition=0, offset=1,
-        event=LogEvent.ENQUEUED, record=rec, event_ms=NOW, with_body=True))
+    logged = records.decode_log(
+        records.encode_log(
+            namespace="ns",
+            entity="q",
+            queue="main",
+            partition=0,
+            offset=1,
+            event=LogEvent.ENQUEUED,
+            record=rec,
+            event_ms=NOW,
+            with_body=True,
+        )
+    )
     assert logged["body"] == body[: records.LOG_BODY_MAX] and logged["size"] == rec.size
 
 

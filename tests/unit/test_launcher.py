@@ -34,8 +34,9 @@ def test_ready_file_names_what_a_client_needs_and_ephemeral_leaves_nothing() -> 
 
 
 def test_a_restart_keeps_the_data_dir_and_reports_this_starts_stderr(tmp_path: Path) -> None:
-    server = SbemuProcess(data_dir=tmp_path / "data", stderr=tmp_path / "server.stderr",
-                          log_level="info")
+    server = SbemuProcess(
+        data_dir=tmp_path / "data", stderr=tmp_path / "server.stderr", log_level="info"
+    )
     try:
         first = server.start()
         assert server.stop() == 0

@@ -17,11 +17,24 @@ BODY = bytes([0x00, 0x53, 0x75, 0xA0, 0x02]) + b"hi"
 
 def record(offset: int, **extra: object) -> bytes:
     base = {
-        "v": 1, "ns": "NS", "entity": "q", "queue": "main", "partition": 2, "offset": offset,
-        "event": "enqueued", "seq": 100 + offset, "message_id": f"m{offset}",
-        "session_id": None, "partition_key": "pk", "enqueued_ms": 1_767_225_600_000,
-        "event_ms": 1_767_225_600_000 + offset, "size": 10, "delivery_count": 0,
-        "reason": None, "properties": None, "body": None,
+        "v": 1,
+        "ns": "NS",
+        "entity": "q",
+        "queue": "main",
+        "partition": 2,
+        "offset": offset,
+        "event": "enqueued",
+        "seq": 100 + offset,
+        "message_id": f"m{offset}",
+        "session_id": None,
+        "partition_key": "pk",
+        "enqueued_ms": 1_767_225_600_000,
+        "event_ms": 1_767_225_600_000 + offset,
+        "size": 10,
+        "delivery_count": 0,
+        "reason": None,
+        "properties": None,
+        "body": None,
     }
     base.update(extra)
     return msgpack.packb(base, use_bin_type=True)
@@ -63,12 +76,8 @@ def test_empty() -> None:
 
 
 def _slow_table(values: list[bytes]) -> object:
-    struct = pa.struct(
-        [pa.field(n, logevents._arrow_type(k)) for n, k in logevents._RECORD_STRUCT]
-    )
-    return pa.Table.from_struct_array(
-        pa.array([msgpack.unpackb(v) for v in values], type=struct)
-    )
+    struct = pa.struct([pa.field(n, logevents._arrow_type(k)) for n, k in logevents._RECORD_STRUCT])
+    return pa.Table.from_struct_array(pa.array([msgpack.unpackb(v) for v in values], type=struct))
 
 
 def test_numpy_parse_equals_msgpack_on_every_value_encoding() -> None:
@@ -77,15 +86,25 @@ def test_numpy_parse_equals_msgpack_on_every_value_encoding() -> None:
     pytest.importorskip("numpy")
     values = [
         record(0),
-        record(1, seq=2**63 - 1, enqueued_ms=2**40, event_ms=70_000, size=65_535,
-               delivery_count=300, partition=127),
-        record(2, seq=-1, size=-129, delivery_count=-32_768, enqueued_ms=-(2**40),
-               event_ms=-(2**63)),
+        record(
+            1,
+            seq=2**63 - 1,
+            enqueued_ms=2**40,
+            event_ms=70_000,
+            size=65_535,
+            delivery_count=300,
+            partition=127,
+        ),
+        record(
+            2, seq=-1, size=-129, delivery_count=-32_768, enqueued_ms=-(2**40), event_ms=-(2**63)
+        ),
         record(2**32),
-        record(3, message_id="x" * 31, session_id="s" * 32, partition_key="p" * 255,
-               reason="r" * 256),
-        record(4, message_id="é日本" * 30, reason="y" * 70_000, properties=PROPS * 40,
-               body=b"\0" * 300),
+        record(
+            3, message_id="x" * 31, session_id="s" * 32, partition_key="p" * 255, reason="r" * 256
+        ),
+        record(
+            4, message_id="é日本" * 30, reason="y" * 70_000, properties=PROPS * 40, body=b"\0" * 300
+        ),
         record(5, properties=b"", body=BODY * 20_000, session_id="", partition_key=None),
         record(6, size=0, delivery_count=0, partition=0, event="deadlettered"),
     ]
@@ -131,18 +150,41 @@ def test_encode_log_records_take_the_column_path() -> None:
     from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
 
     rec = MessageRecord(
-        sequence_number=(3 << 48) | 7, enqueued_time_ms=1_767_225_600_000,
-        state=MessageState.ACTIVE, delivery_count=2, message_id="mid", session_id="s",
-        partition_key=None, ttl_ms=None, expires_at_ms=None, durable=True, priority=None,
-        annotation_count=0, annotations=b"", tail=b"", size=321,
+        sequence_number=(3 << 48) | 7,
+        enqueued_time_ms=1_767_225_600_000,
+        state=MessageState.ACTIVE,
+        delivery_count=2,
+        message_id="mid",
+        session_id="s",
+        partition_key=None,
+        ttl_ms=None,
+        expires_at_ms=None,
+        durable=True,
+        priority=None,
+        annotation_count=0,
+        annotations=b"",
+        tail=b"",
+        size=321,
     )
     values = [
-        encode_log(namespace="NS", entity="q", queue=q, partition=3, offset=i, event=e,
-                   record=rec, event_ms=1_767_225_600_000 + i, reason=r)
-        for i, (q, e, r) in enumerate([
-            ("main", LogEvent.ENQUEUED, None), ("main", LogEvent.DELIVERED, None),
-            ("main/$deadletterqueue", LogEvent.DEADLETTERED, "MaxDeliveryCountExceeded"),
-        ])
+        encode_log(
+            namespace="NS",
+            entity="q",
+            queue=q,
+            partition=3,
+            offset=i,
+            event=e,
+            record=rec,
+            event_ms=1_767_225_600_000 + i,
+            reason=r,
+        )
+        for i, (q, e, r) in enumerate(
+            [
+                ("main", LogEvent.ENQUEUED, None),
+                ("main", LogEvent.DELIVERED, None),
+                ("main/$deadletterqueue", LogEvent.DEADLETTERED, "MaxDeliveryCountExceeded"),
+            ]
+        )
     ]
     fast = logevents._parse_canonical(values)
     assert fast is not None and fast.equals(_slow_table(values))

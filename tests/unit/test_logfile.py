@@ -38,8 +38,10 @@ def test_a_failing_log_file_drops_records_quietly_and_comes_back(tmp_path, capsy
     handler.handle(_record("after"))  # opened again by its path, with a note of the gap
     handler.close()
     lines = path.read_text().splitlines()
-    assert lines == ["after", "the log file could not be written for a while: 6 record(s) "
-                     "were dropped"], lines
+    assert lines == [
+        "after",
+        "the log file could not be written for a while: 6 record(s) were dropped",
+    ], lines
     assert handler.failed_at is None and handler.dropped == 0
     assert capsys.readouterr().err == ""
 

@@ -50,10 +50,15 @@ def test_run_prints_only_the_banner(tmp_path: Path) -> None:
         lines = []
         while not (lines and lines[-1].startswith("dashboard on ")):
             line = proc.stdout.readline()
-            assert line, f"make run ended early: {lines} {proc.stderr.read() if proc.stderr else ''}"
+            assert line, (
+                f"make run ended early: {lines} {proc.stderr.read() if proc.stderr else ''}"
+            )
             lines.append(line.rstrip("\n"))
         assert [line.split(" ", 1)[0] for line in lines] == [
-            "sbemu", "health", "connection", "dashboard"
+            "sbemu",
+            "health",
+            "connection",
+            "dashboard",
         ], lines
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # make and the server it started (our own group)

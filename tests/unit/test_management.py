@@ -52,8 +52,13 @@ def test_defaults_validation_and_conflicts(tmp_path: Path) -> None:
         with pytest.raises(InvalidOperation):  # [P4]
             m.update_entity("testns1", "queue", "q_1", {"enable_partitioning": True})
         m.update_entity("testns1", "queue", "q_1", {"lock_duration_ms": 20_000})
-        assert router.get_entity("testns1", "q_1").partitions[0].queues["main"].settings \
-            .lock_duration_ms == 20_000
+        assert (
+            router.get_entity("testns1", "q_1")
+            .partitions[0]
+            .queues["main"]
+            .settings.lock_duration_ms
+            == 20_000
+        )
     finally:
         router.close()
 

@@ -56,15 +56,39 @@ def batch(store: TableStore, batch_id: int, *, seq_from: int, seq_to: int, minut
     store.apply(
         batch_id,
         events=2 * (seq_to - seq_from + 1),
-        traffic=[traffic(minute, 1, enqueued=seq_to - seq_from + 1,
-                         completed=seq_to - seq_from + 1)],
+        traffic=[
+            traffic(minute, 1, enqueued=seq_to - seq_from + 1, completed=seq_to - seq_from + 1)
+        ],
         reasons=[{"namespace": NS, "entity": Q, "reason": "poison", "count": 1}],
-        latency=[{"namespace": NS, "entity": Q, "partition": 1, "latency_ms": 100,
-                  "count": seq_to - seq_from + 1}],
-        partitions=[{"namespace": NS, "entity": Q, "partition": 1, "new_messages": len(new),
-                     "max_seq": seq_to, "events": 0}],
-        sessions=[{"namespace": NS, "entity": Q, "session_id": "s-1", "messages": len(new),
-                   "first_time": minute, "last_time": minute}],
+        latency=[
+            {
+                "namespace": NS,
+                "entity": Q,
+                "partition": 1,
+                "latency_ms": 100,
+                "count": seq_to - seq_from + 1,
+            }
+        ],
+        partitions=[
+            {
+                "namespace": NS,
+                "entity": Q,
+                "partition": 1,
+                "new_messages": len(new),
+                "max_seq": seq_to,
+                "events": 0,
+            }
+        ],
+        sessions=[
+            {
+                "namespace": NS,
+                "entity": Q,
+                "session_id": "s-1",
+                "messages": len(new),
+                "first_time": minute,
+                "last_time": minute,
+            }
+        ],
         layout={(NS, Q): 4},
     )
 
@@ -134,8 +158,9 @@ def test_sbemu_never_imports_sparkjobs_or_pyspark():
     """Dependencies point one way: sparkjobs -> sbemu (issue 16 step 1)."""
     src = Path(__file__).resolve().parents[2] / "src" / "sbemu"
     offenders = {
-        str(p.relative_to(src)): sorted(n for n in _imports(p)
-                                        if n.split(".")[0] in ("sparkjobs", "pyspark"))
+        str(p.relative_to(src)): sorted(
+            n for n in _imports(p) if n.split(".")[0] in ("sparkjobs", "pyspark")
+        )
         for p in src.rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
@@ -145,10 +170,12 @@ def test_sbemu_never_imports_sparkjobs_or_pyspark():
 
 
 def test_report_command_parses_without_loading_spark():
-    code = ("import sys; from sbemu.cli import build_parser; "
-            "a = build_parser().parse_args(['report', '--html', '--out', 'x']); "
-            "assert a.html and a.out == 'x'; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'sparkjobs')]")
+    code = (
+        "import sys; from sbemu.cli import build_parser; "
+        "a = build_parser().parse_args(['report', '--html', '--out', 'x']); "
+        "assert a.html and a.out == 'x'; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'sparkjobs')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -160,9 +187,18 @@ def test_batch_deltas_from_events():
     ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
     def ev(part, offset_ms, event, seq, *, queue="main", session=None, enq=None, reason=None):
-        return {"namespace": NS, "entity": Q, "partition": part, "event": event,
-                "timestamp": ms + offset_ms, "queue": queue, "sequence_number": seq,
-                "session_id": session, "enqueued_time": enq, "reason": reason}
+        return {
+            "namespace": NS,
+            "entity": Q,
+            "partition": part,
+            "event": event,
+            "timestamp": ms + offset_ms,
+            "queue": queue,
+            "sequence_number": seq,
+            "session_id": session,
+            "enqueued_time": enq,
+            "reason": reason,
+        }
 
     rows = [
         ev(0, 0, "enqueued", 5, queue="subscriptions/a"),  # 5 is a copy counted last batch
@@ -174,30 +210,39 @@ def test_batch_deltas_from_events():
         ev(1, 700, "scheduled", 10),
     ]
     ts = pa.timestamp("ms")  # Spark may write INT96 or micros: any unit, no zone
-    table = pa.table({
-        "namespace": pa.array([r["namespace"] for r in rows]),
-        "entity": pa.array([r["entity"] for r in rows]),
-        "partition": pa.array([r["partition"] for r in rows], pa.int32()),
-        "timestamp": pa.array([r["timestamp"] for r in rows], ts),
-        "event": pa.array([r["event"] for r in rows]),
-        "queue": pa.array([r["queue"] for r in rows]),
-        "sequence_number": pa.array([r["sequence_number"] for r in rows], pa.int64()),
-        "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
-        "enqueued_time": pa.array([r["enqueued_time"] for r in rows], ts),
-        "reason": pa.array([r["reason"] for r in rows], pa.string()),
-    })
+    table = pa.table(
+        {
+            "namespace": pa.array([r["namespace"] for r in rows]),
+            "entity": pa.array([r["entity"] for r in rows]),
+            "partition": pa.array([r["partition"] for r in rows], pa.int32()),
+            "timestamp": pa.array([r["timestamp"] for r in rows], ts),
+            "event": pa.array([r["event"] for r in rows]),
+            "queue": pa.array([r["queue"] for r in rows]),
+            "sequence_number": pa.array([r["sequence_number"] for r in rows], pa.int64()),
+            "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
+            "enqueued_time": pa.array([r["enqueued_time"] for r in rows], ts),
+            "reason": pa.array([r["reason"] for r in rows], pa.string()),
+        }
+    )
     d = batch_deltas(table, {(NS, Q, 0): 5})
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     t1 = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
-    traffic = {(r["partition"], r["minute"]): (r["enqueued"], r["completed"], r["deadlettered"])
-               for r in d["traffic"]}
+    traffic = {
+        (r["partition"], r["minute"]): (r["enqueued"], r["completed"], r["deadlettered"])
+        for r in d["traffic"]
+    }
     assert traffic == {(0, t0): (3, 0, 0), (0, t1): (0, 2, 0), (1, t0): (0, 0, 1)}
     assert d["reasons"] == [{"namespace": NS, "entity": Q, "reason": None, "count": 1}]
-    assert d["latency"] == [{"namespace": NS, "entity": Q, "partition": 0, "latency_ms": 61_000,
-                             "count": 1}]
-    parts = {r["partition"]: (r["events"], r["new_messages"], r["max_seq"])
-             for r in d["partitions"]}
+    assert d["latency"] == [
+        {"namespace": NS, "entity": Q, "partition": 0, "latency_ms": 61_000, "count": 1}
+    ]
+    parts = {
+        r["partition"]: (r["events"], r["new_messages"], r["max_seq"]) for r in d["partitions"]
+    }
     assert parts == {0: (5, 1, 6), 1: (2, 1, 10)}
     (sess,) = d["sessions"]
     assert (sess["messages"], sess["first_time"], sess["last_time"]) == (
-        1, t0, datetime(2026, 1, 1, 0, 1, 1, tzinfo=UTC))
+        1,
+        t0,
+        datetime(2026, 1, 1, 0, 1, 1, tzinfo=UTC),
+    )

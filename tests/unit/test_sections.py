@@ -285,8 +285,11 @@ def test_delivery_annotations_kept_without_a_stale_lock_token():
     plain = enc_described(0x71, enc_map([(enc_symbol("k"), enc_int(3))])) + props + body
     assert scan_message(plain).tail == plain  # nothing to drop: byte for byte
     # on the way out they go after the header, before the message annotations
-    out = rebuild(s, stamps=[(enc_symbol("x-opt-sequence-number"), enc_long(5))],
-                  delivery_stamps=[(enc_symbol("x-opt-lock-token"), b"\x98" + U.bytes)])
+    out = rebuild(
+        s,
+        stamps=[(enc_symbol("x-opt-sequence-number"), enc_long(5))],
+        delivery_stamps=[(enc_symbol("x-opt-lock-token"), b"\x98" + U.bytes)],
+    )
     m = decode_proton(out)
     assert m.instructions == {"k": 3, "x-opt-lock-token": U}
     assert [code for code, _ in sections_of(out)] == [0x70, 0x71, 0x72, 0x73, 0x75]
@@ -637,7 +640,9 @@ def test_properties_and_body_spans():
     assert props["s"] == "text" and props["i"] == 42 and props["bin"] == b"\x01\x02"
     a, b = s.body_span
     assert decode(s.tail[a:b])[0].value == b"payload"
-    plain = scan_message(enc_described(0x75, enc_binary(b"x")) + enc_described(0x75, enc_binary(b"y")))
+    plain = scan_message(
+        enc_described(0x75, enc_binary(b"x")) + enc_described(0x75, enc_binary(b"y"))
+    )
     assert plain.properties_span is None
     assert plain.tail[plain.body_span[0] : plain.body_span[1]] == plain.tail
 

@@ -95,7 +95,9 @@ def test_amqp_port_per_namespace():
     assert _two_namespaces(0, 0).namespaces[1].amqp_port == 0  # any free port, twice is fine
 
 
-@pytest.mark.parametrize("ports,message", [((5673, 5673), "already the AmqpPort"), ((None, 70000), "out of range")])
+@pytest.mark.parametrize(
+    "ports,message", [((5673, 5673), "already the AmqpPort"), ((None, 70000), "out of range")]
+)
 def test_amqp_port_refused(ports, message):
     from sbemu.config import ConfigError
 

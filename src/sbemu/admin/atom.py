@@ -143,7 +143,13 @@ FIELDS = {
     "SubscriptionDescription": ("subscription", SUBSCRIPTION_FIELDS),
 }
 CORRELATION_FIELDS = (
-    "CorrelationId", "MessageId", "To", "ReplyTo", "Label", "SessionId", "ReplyToSessionId",
+    "CorrelationId",
+    "MessageId",
+    "To",
+    "ReplyTo",
+    "Label",
+    "SessionId",
+    "ReplyToSessionId",
     "ContentType",
 )
 
@@ -207,10 +213,13 @@ class AtomApi:
         except (OSError, StoreError) as exc:
             # The data dir cannot be written (read-only, full, failing disk): nothing was
             # changed (the catalog is written first and rolled back), retry later.
-            log.warning("admin %s %s: the data dir cannot be written: %s", request.method,
-                        request.path, exc)
+            log.warning(
+                "admin %s %s: the data dir cannot be written: %s", request.method, request.path, exc
+            )
             return self._error(
-                request, ns.name, 503,
+                request,
+                ns.name,
+                503,
                 f"The server is busy: the change cannot be stored now ({exc}). Retry later.",
             )
 
@@ -245,8 +254,9 @@ class AtomApi:
             if request.method in ("GET", "HEAD"):
                 return self._empty_feed(request)  # what Azure lists at its root
             raise AtomError(
-                400, "SubCode=40000. Bad Request. The entity name is empty: name a queue, topic, "
-                "subscription or rule in the request path."
+                400,
+                "SubCode=40000. Bad Request. The entity name is empty: name a queue, topic, "
+                "subscription or rule in the request path.",
             )
         low = [p.lower() for p in parts]
         method = request.method
@@ -283,8 +293,16 @@ class AtomApi:
             raise AtomError(405, f"The method {method} is not allowed here.")
 
     # -------------------------------------------------------------- documents
-    def _entry(self, request: Request, ns: str, path: str, title: str, created: int,
-               updated: int, content: str) -> str:
+    def _entry(
+        self,
+        request: Request,
+        ns: str,
+        path: str,
+        title: str,
+        created: int,
+        updated: int,
+        content: str,
+    ) -> str:
         url = f"{self._base(request)}/{quote(path, safe='/$')}?api-version={API_VERSION}"
         return (
             f'<entry xmlns="{ATOM}"><id>{escape(url)}</id><title type="text">{escape(title)}'
@@ -317,8 +335,9 @@ class AtomApi:
         body = '<?xml version="1.0" encoding="utf-8"?>' + entry
         return Response(status, body.encode(), [("Content-Type", XML_TYPE)])
 
-    def _description(self, request: Request, element: str, desc: dict[str, Any],
-                     entity: Entity, prefix: str) -> str:
+    def _description(
+        self, request: Request, element: str, desc: dict[str, Any], entity: Entity, prefix: str
+    ) -> str:
         kind, fields = FIELDS[element]
         counts = self.m.counts(entity, prefix)
         created = int(desc.get("created_ms") or 0)
@@ -346,8 +365,16 @@ class AtomApi:
             elif typ == "size":
                 out.append(_el(name, counts["size"]))
             elif typ == "count":
-                out.append(_el(name, counts["active"] + counts["deferred"] + counts["scheduled"]
-                               + counts["dead_letter"] + counts["transfer_dead_letter"]))
+                out.append(
+                    _el(
+                        name,
+                        counts["active"]
+                        + counts["deferred"]
+                        + counts["scheduled"]
+                        + counts["dead_letter"]
+                        + counts["transfer_dead_letter"],
+                    )
+                )
             elif typ == "created":
                 out.append(_el(name, _time(created)))
             elif typ == "updated":
@@ -382,24 +409,42 @@ class AtomApi:
         element = "QueueDescription" if entity.spec.kind == "queue" else "TopicDescription"
         desc = entity.description
         content = self._description(request, element, desc, entity, "main")
-        return self._entry(request, ns, entity.name, entity.name, int(desc.get("created_ms") or 0),
-                           int(desc.get("updated_ms") or 0), content)
+        return self._entry(
+            request,
+            ns,
+            entity.name,
+            entity.name,
+            int(desc.get("created_ms") or 0),
+            int(desc.get("updated_ms") or 0),
+            content,
+        )
 
-    def _subscription_entry(self, request: Request, ns: str, entity: Entity,
-                            desc: dict[str, Any]) -> str:
+    def _subscription_entry(
+        self, request: Request, ns: str, entity: Entity, desc: dict[str, Any]
+    ) -> str:
         content = self._description(
             request, "SubscriptionDescription", desc, entity, subscription_queue(desc["name"])
         )
         path = f"{entity.name}/Subscriptions/{desc['name']}"
-        return self._entry(request, ns, path, desc["name"], int(desc["created_ms"]),
-                           int(desc["updated_ms"]), content)
+        return self._entry(
+            request,
+            ns,
+            path,
+            desc["name"],
+            int(desc["created_ms"]),
+            int(desc["updated_ms"]),
+            content,
+        )
 
-    def _rule_entry(self, request: Request, ns: str, entity: Entity, sub: str,
-                    rule: RuleSource) -> str:
+    def _rule_entry(
+        self, request: Request, ns: str, entity: Entity, sub: str, rule: RuleSource
+    ) -> str:
         path = f"{entity.name}/Subscriptions/{sub}/Rules/{rule.name}"
         created = rule.created_ms or int(entity.description.get("created_ms") or 0)
-        content = f'<RuleDescription xmlns="{SB}" xmlns:i="{XSI}">{_rule_xml(rule)}' \
-                  f"{_el('CreatedAt', _time(created))}{_el('Name', rule.name)}</RuleDescription>"
+        content = (
+            f'<RuleDescription xmlns="{SB}" xmlns:i="{XSI}">{_rule_xml(rule)}'
+            f"{_el('CreatedAt', _time(created))}{_el('Name', rule.name)}</RuleDescription>"
+        )
         return self._entry(request, ns, path, rule.name, created, created, content)
 
     # -------------------------------------------------------------- namespace and lists
@@ -416,8 +461,8 @@ class AtomApi:
             f"{_el('NamespaceType', 'Messaging')}</NamespaceInfo>"
         )
         return self._entry_response(
-            200, self._entry(request, cfg.name, "$namespaceinfo", cfg.name, started, started,
-                             content)
+            200,
+            self._entry(request, cfg.name, "$namespaceinfo", cfg.name, started, started, content),
         )
 
     def _list_entities(self, request: Request, ns: str, kind: str) -> Response:
@@ -430,7 +475,9 @@ class AtomApi:
         entity = self._topic(ns, topic)
         skip, top = _paging(request)
         subs = self.m.subscriptions(entity)
-        entries = [self._subscription_entry(request, ns, entity, d) for d in subs[skip : skip + top]]
+        entries = [
+            self._subscription_entry(request, ns, entity, d) for d in subs[skip : skip + top]
+        ]
         return self._feed(request, "Subscriptions", entries, len(subs))
 
     def _list_rules(self, request: Request, ns: str, topic: str, sub: str) -> Response:
@@ -440,8 +487,9 @@ class AtomApi:
             raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
         skip, top = _paging(request)
         rules = self.m.rules(entity, sub)
-        entries = [self._rule_entry(request, ns, entity, desc["name"], r)
-                   for r in rules[skip : skip + top]]
+        entries = [
+            self._rule_entry(request, ns, entity, desc["name"], r) for r in rules[skip : skip + top]
+        ]
         return self._feed(request, "Rules", entries, len(rules))
 
     def _topic(self, ns: str, topic: str) -> Entity:
@@ -480,8 +528,11 @@ class AtomApi:
         method = request.method
         if method in ("GET", "HEAD"):
             entity = self.m.entity(ns, topic)
-            desc = self.m.subscription(entity, sub) if entity is not None and \
-                entity.spec.kind == "topic" else None
+            desc = (
+                self.m.subscription(entity, sub)
+                if entity is not None and entity.spec.kind == "topic"
+                else None
+            )
             if entity is None or desc is None:
                 # unlike a queue or topic (an empty feed), a missing subscription is a 404: the
                 # Java admin client reads no feed here (getSubscriptionExists)
@@ -508,11 +559,15 @@ class AtomApi:
         method = request.method
         entity = self.m.entity(ns, topic)
         if method in ("GET", "HEAD"):
-            if entity is None or entity.spec.kind != "topic" or \
-                    self.m.subscription(entity, sub) is None:
+            if (
+                entity is None
+                or entity.spec.kind != "topic"
+                or self.m.subscription(entity, sub) is None
+            ):
                 raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
-            rule = next((r for r in self.m.rules(entity, sub) if r.name.lower() == name.lower()),
-                        None)
+            rule = next(
+                (r for r in self.m.rules(entity, sub) if r.name.lower() == name.lower()), None
+            )
             if rule is None:
                 raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}|{name}' was not found.")
             return self._entry_response(200, self._rule_entry(request, ns, entity, sub, rule))
@@ -608,9 +663,7 @@ def _parse_body(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
         is_nil = child.get(f"{{{XSI}}}nil") == "true"
         try:
             if typ == "raw":
-                given[key] = "".join(
-                    ET.tostring(c, encoding="unicode") for c in child
-                )
+                given[key] = "".join(ET.tostring(c, encoding="unicode") for c in child)
             elif is_nil:
                 given[key] = None
             elif typ == "dur":
@@ -678,7 +731,9 @@ def _rule_xml(rule: RuleSource) -> str:
     if kind == "correlation":
         corr = dict(rule.correlation or {})
         inner = "".join(
-            _el(f, corr[k]) for f in CORRELATION_FIELDS for k in list(corr)
+            _el(f, corr[k])
+            for f in CORRELATION_FIELDS
+            for k in list(corr)
             if k.lower() in (f.lower(), "subject" if f == "Label" else f.lower())
             and k != "Properties"
         )
@@ -724,5 +779,6 @@ def _names_resource(management: Management, request: Request) -> bool:
     if not parts or parts[0].startswith("$"):
         return True
     ns = management.namespace(_host(request)).name
-    return any(management.entity(ns, "/".join(parts[:i])) is not None
-               for i in range(1, len(parts) + 1))
+    return any(
+        management.entity(ns, "/".join(parts[:i])) is not None for i in range(1, len(parts) + 1)
+    )

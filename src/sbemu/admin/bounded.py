@@ -126,9 +126,7 @@ def json_object(body: bytes, max_bytes: int) -> dict[str, Any]:
     if not _json_depth_ok(text):
         raise BodyError(f"JSON nests more than {MAX_JSON_DEPTH} levels deep")
     try:
-        value = json.loads(
-            text, parse_float=_finite, parse_int=_int64, parse_constant=_no_constant
-        )
+        value = json.loads(text, parse_float=_finite, parse_int=_int64, parse_constant=_no_constant)
     except BodyError:
         raise
     except (ValueError, RecursionError) as exc:

@@ -181,12 +181,16 @@ def validate(
     if idle_ms < AUTO_DELETE_MIN_MS and not (old and idle_ms == old.get("auto_delete_on_idle_ms")):
         raise _bad("AutoDeleteOnIdle must be at least 5 minutes (PT5M).")
     if "duplicate_detection_window_ms" in desc and not (
-        AZURE_DUPLICATE_WINDOW_MIN_MS <= desc["duplicate_detection_window_ms"] <= DUPLICATE_WINDOW_MAX_MS
+        AZURE_DUPLICATE_WINDOW_MIN_MS
+        <= desc["duplicate_detection_window_ms"]
+        <= DUPLICATE_WINDOW_MAX_MS
     ):
         raise _bad("DuplicateDetectionHistoryTimeWindow must be between PT20S and P7D.")
     statuses = TOPIC_STATUSES if kind == "topic" else STATUSES
     if desc["status"] not in statuses:
-        raise _bad(f"Status '{desc['status']}' is not valid here: use one of {', '.join(statuses)}.")
+        raise _bad(
+            f"Status '{desc['status']}' is not valid here: use one of {', '.join(statuses)}."
+        )
     if "max_size_mb" in desc:
         size = desc["max_size_mb"]
         if size not in AZURE_MAX_SIZES_MB and size not in TEST_MAX_SIZES_MB:
@@ -382,7 +386,9 @@ class Catalog:
         """The catalog of one namespace (queues, topics, subscriptions), maybe empty."""
         return self._ns(namespace)
 
-    def put(self, namespace: str, kind: str, desc: Mapping[str, Any], topic: str | None = None) -> None:
+    def put(
+        self, namespace: str, kind: str, desc: Mapping[str, Any], topic: str | None = None
+    ) -> None:
         """Add or replace an entity's description and save; raises OSError (and changes
         nothing) when the file cannot be written."""
         before = copy.deepcopy(self.data)

@@ -404,7 +404,9 @@ class Dashboard:
             return Response(303, b"", [("location", "/")])
         if not self.access.check_key(key_name, key):
             self.access.rejections.rejected(
-                key_name, "dashboard login: not a key with the Manage right", request.peer,
+                key_name,
+                "dashboard login: not a key with the Manage right",
+                request.peer,
                 time.time(),
             )
             return Response(303, b"", [("location", "/login?failed=1")])
@@ -506,8 +508,10 @@ class Dashboard:
         router = self.server.router
         assert router is not None
         status = router.set_partition_online(
-            str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME),
-            int_field(body, "partition", 0, MAX_PARTITION), bool_field(body, "online"),
+            str_field(body, "ns", MAX_NAME),
+            str_field(body, "entity", MAX_NAME),
+            int_field(body, "partition", 0, MAX_PARTITION),
+            bool_field(body, "online"),
         )
         log.warning(
             "dashboard: partition %s of %s/%s is now %s",

@@ -30,8 +30,7 @@ def entity_rows(router: Router, rates: PartitionRates, entity: Entity) -> list[d
     per_base: list[dict[str, Any]] = []
     ns_key, name_key = spec.namespace.lower(), entity.name.lower()
     part_rates = {
-        b.partition_id: rates.partition(ns_key, name_key, b.partition_id)
-        for b in entity.partitions
+        b.partition_id: rates.partition(ns_key, name_key, b.partition_id) for b in entity.partitions
     }
     entity_rates = rates.entity(ns_key, name_key, part_rates)
     for kind, queue, sub_name in bases:
@@ -61,8 +60,8 @@ def entity_rows(router: Router, rates: PartitionRates, entity: Entity) -> list[d
                     "rates": part_rates[broker.partition_id],
                 }
             )
-        status_of = entity.settings.status if sub_name is None else (
-            entity.receiver_settings(queue).status
+        status_of = (
+            entity.settings.status if sub_name is None else (entity.receiver_settings(queue).status)
         )
         per_base.append(
             {

@@ -171,15 +171,26 @@ def _undecodable(rec: MessageRecord, pid: int | None, exc: BaseException) -> dic
         "state": MessageState(rec.state).name.lower(),
         "enqueued_ms": rec.enqueued_time_ms,
         "delivery_count": rec.delivery_count,
-        "locked_until_ms": None, "locked": False, "message_id": None, "correlation_id": None,
-        "session_id": None, "reply_to_session_id": None, "partition_key": None,
-        "subject": None, "to": None, "reply_to": None, "content_type": None,
-        "ttl_ms": rec.ttl_ms, "expires_ms": rec.expires_at_ms,
+        "locked_until_ms": None,
+        "locked": False,
+        "message_id": None,
+        "correlation_id": None,
+        "session_id": None,
+        "reply_to_session_id": None,
+        "partition_key": None,
+        "subject": None,
+        "to": None,
+        "reply_to": None,
+        "content_type": None,
+        "ttl_ms": rec.ttl_ms,
+        "expires_ms": rec.expires_at_ms,
         "scheduled_ms": rec.scheduled_enqueue_time_ms,
         "dead_letter_reason": rec.dead_letter_reason,
         "dead_letter_description": rec.dead_letter_description,
-        "dead_letter_source": rec.dead_letter_source, "size": rec.size,
-        "annotations": {}, "application_properties": {},
+        "dead_letter_source": rec.dead_letter_source,
+        "size": rec.size,
+        "annotations": {},
+        "application_properties": {},
         "body": _text_body(f"(the message cannot be decoded here: {type(exc).__name__})", 0),
         "error": f"the message cannot be decoded here: {type(exc).__name__}",
     }
@@ -367,7 +378,9 @@ def build_test_message(form: dict[str, Any], now_ms: int) -> bytes:
     if not isinstance(props, dict):
         raise ArgumentError("properties must be an object of name: value.")
     msg.properties = {  # type: ignore[assignment]  # proton's stub types this as None
-        str(k): v for k, v in props.items() if isinstance(v, str | int | float | bool)
+        str(k): v
+        for k, v in props.items()
+        if isinstance(v, str | int | float | bool)
         and (not isinstance(v, int) or INT64_MIN <= v <= INT64_MAX)
         and (not isinstance(v, float) or math.isfinite(v))
     }

@@ -92,7 +92,9 @@ def json_response(status: int, obj: object) -> Response:
     return Response(status, body, [("Content-Type", "application/json")])
 
 
-def text_response(status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> Response:
+def text_response(
+    status: int, text: str, content_type: str = "text/plain; charset=utf-8"
+) -> Response:
     return Response(status, text.encode(), [("Content-Type", content_type)])
 
 
@@ -443,7 +445,9 @@ async def _read_request_now(
     if length is not None and length.isdigit() and int(length) > max_body:
         raise _Reject(413, f"request body over {max_body} bytes")
     if conn.they_are_waiting_for_100_continue:
-        await transport.send(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        await transport.send(
+            conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+        )
     body = bytearray()
     while True:
         event = await _next_event(conn, transport)
@@ -485,8 +489,12 @@ async def _switch_protocols(
     assert response.upgrade is not None
     if conn.their_state is not h11.MIGHT_SWITCH_PROTOCOL:
         # no Upgrade header (h11 saw none): the route's 101 cannot stand
-        await _write_response(conn, transport, Request("GET", "", {}, {}, b"", "", False),
-                              json_response(400, {"error": "expected an Upgrade request"}))
+        await _write_response(
+            conn,
+            transport,
+            Request("GET", "", {}, {}, b"", "", False),
+            json_response(400, {"error": "expected an Upgrade request"}),
+        )
         return
     head = h11.InformationalResponse(
         status_code=101, headers=response.headers, reason=b"Switching Protocols"
@@ -513,7 +521,9 @@ async def _write_response(
         headers.append(("Cache-Control", "no-store"))
     if response.stream is None:
         headers.append(("Content-Length", str(len(response.body))))
-    head = h11.Response(status_code=response.status, headers=headers, reason=_phrase(response.status))
+    head = h11.Response(
+        status_code=response.status, headers=headers, reason=_phrase(response.status)
+    )
     await transport.send(conn.send(head) or b"")
     if request.method == "HEAD":
         await transport.send(conn.send(h11.EndOfMessage()) or b"")
@@ -532,7 +542,9 @@ async def _write_response(
     await transport.send(conn.send(h11.EndOfMessage()) or b"")
 
 
-async def _send_error(conn: h11.Connection, transport: _Plain | _Tls, status: int, detail: str) -> None:
+async def _send_error(
+    conn: h11.Connection, transport: _Plain | _Tls, status: int, detail: str
+) -> None:
     """Answer a request we could not read, then close."""
     if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
         return

@@ -123,9 +123,9 @@ class Management:
             for t in ns.topics:
                 topics[t.name.lower()] = from_topic_config(t, premium) | {"created_ms": now}
                 for s in t.subscriptions:
-                    subs.setdefault(t.name.lower(), {})[s.name.lower()] = (
-                        from_subscription_config(s) | {"created_ms": now}
-                    )
+                    subs.setdefault(t.name.lower(), {})[s.name.lower()] = from_subscription_config(
+                        s
+                    ) | {"created_ms": now}
                     rules[(t.name.lower(), s.name.lower())] = s.rules
             for key, desc in cat["queues"].items():
                 topics.pop(key, None)
@@ -204,9 +204,7 @@ class Management:
     def entities(self, namespace: str, kind: str) -> list[Entity]:
         """Queues or topics of a namespace, sorted by name (as Azure lists them)."""
         ns = namespace.lower()
-        found = [
-            e for (n, _), e in self.router.entities.items() if n == ns and e.spec.kind == kind
-        ]
+        found = [e for (n, _), e in self.router.entities.items() if n == ns and e.spec.kind == kind]
         return sorted(found, key=lambda e: e.name.lower())
 
     def entity(self, namespace: str, name: str) -> Entity | None:
@@ -240,8 +238,15 @@ class Management:
 
     def counts(self, entity: Entity, prefix: str = MAIN) -> dict[str, int]:
         """Runtime counts summed over all partitions [P17/P18 aggregate]."""
-        total = {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0,
-                 "transfer_dead_letter": 0, "deferred": 0, "size": 0}
+        total = {
+            "active": 0,
+            "dead_letter": 0,
+            "scheduled": 0,
+            "transfer": 0,
+            "transfer_dead_letter": 0,
+            "deferred": 0,
+            "size": 0,
+        }
         queues: list[str]
         if entity.spec.kind == "topic" and prefix == MAIN:
             queues = [q for q in entity.spec.subqueues if "/$" not in q]
@@ -260,8 +265,10 @@ class Management:
                 total["scheduled"] += c["scheduled"]
                 total["deferred"] += c.get("deferred", 0)
                 total["size"] += _size_of(broker, queue)
-                for suffix, key in ((DLQ_SUFFIX, "dead_letter"),
-                                    (TRANSFER_DLQ_SUFFIX, "transfer_dead_letter")):
+                for suffix, key in (
+                    (DLQ_SUFFIX, "dead_letter"),
+                    (TRANSFER_DLQ_SUFFIX, "transfer_dead_letter"),
+                ):
                     if queue + suffix in broker.queues:
                         dc = broker.counts(queue + suffix)
                         total[key] += dc["active"] + dc["deferred"] + dc["scheduled"]
@@ -296,7 +303,9 @@ class Management:
                     f"for the namespace '{ns.name}' has been reached."
                 )
 
-    def _spec(self, ns: NamespaceConfig, kind: str, desc: dict[str, Any], entity: Entity | None) -> EntitySpec:
+    def _spec(
+        self, ns: NamespaceConfig, kind: str, desc: dict[str, Any], entity: Entity | None
+    ) -> EntitySpec:
         if kind == "queue":
             return self.build.queue(ns, queue_config(desc))
         subs: tuple[Any, ...] = ()
@@ -308,7 +317,9 @@ class Management:
         """Create a queue or topic (409 when the name is taken by either)."""
         ns = self.namespace(namespace)
         if self.router.get_entity(ns.name, name) is not None:
-            raise EntityAlreadyExists(f"The messaging entity '{ns.name}:{kind.title()}:{name}' already exists.")
+            raise EntityAlreadyExists(
+                f"The messaging entity '{ns.name}:{kind.title()}:{name}' already exists."
+            )
         if (ns.name.lower(), name.lower()) in self._deleting:
             raise EntityAlreadyExists(
                 f"The messaging entity '{ns.name}:{kind.title()}:{name}' is being deleted; retry "
@@ -349,7 +360,9 @@ class Management:
         if size is not None and count > 1 and size % count == 0 and size // count <= 5120:
             given = given | {"max_size_mb": size // count}  # [P5] the SDK echoes the x16 size
         desc = dict(old)
-        desc.update({k: v for k, v in given.items() if k in old and k not in READ_ONLY and v is not None})
+        desc.update(
+            {k: v for k, v in given.items() if k in old and k not in READ_ONLY and v is not None}
+        )
         for key in ("forward_to", "forward_dead_lettered_messages_to", "user_metadata"):
             if key in old and key not in given:
                 desc[key] = None  # absent from the PUT: cleared, as Azure does
@@ -367,7 +380,9 @@ class Management:
             self.router.update_entity(self._spec(ns, kind, desc, entity))
         entity.touched = True  # AutoDeleteOnIdle: an update is activity
         entity.description = desc | (
-            {"subscriptions": entity.description.get("subscriptions", {})} if kind == "topic" else {}
+            {"subscriptions": entity.description.get("subscriptions", {})}
+            if kind == "topic"
+            else {}
         )
         self._applied(ns, entity)
         log.info("updated %s %s/%s", kind, ns.name, name)
@@ -396,7 +411,9 @@ class Management:
         """The topic's config with this subscription description added or replaced."""
         subs = dict(entity.description.get("subscriptions", {}))
         subs[desc["name"].lower()] = desc
-        return topic_config(entity.description, tuple(subscription_config(d) for d in subs.values()))
+        return topic_config(
+            entity.description, tuple(subscription_config(d) for d in subs.values())
+        )
 
     def _topic(self, namespace: str, topic: str) -> tuple[NamespaceConfig, Entity]:
         ns = self.namespace(namespace)
@@ -405,12 +422,20 @@ class Management:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}' was not found.")
         return ns, entity
 
-    def _sub_parts(self, ns: NamespaceConfig, entity: Entity, desc: dict[str, Any], rules: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
-        spec = self.build.topic(ns, topic_config(entity.description, (subscription_config(desc, rules),)))
+    def _sub_parts(
+        self, ns: NamespaceConfig, entity: Entity, desc: dict[str, Any], rules: tuple[Any, ...]
+    ) -> tuple[Any, dict[str, Any]]:
+        spec = self.build.topic(
+            ns, topic_config(entity.description, (subscription_config(desc, rules),))
+        )
         return spec.subscriptions[0], dict(spec.subqueues)
 
     def create_subscription(
-        self, namespace: str, topic: str, name: str, given: dict[str, Any],
+        self,
+        namespace: str,
+        topic: str,
+        name: str,
+        given: dict[str, Any],
         default_rule: RuleSource | None = None,
     ) -> dict[str, Any]:
         ns, entity = self._topic(namespace, topic)
@@ -425,22 +450,30 @@ class Management:
         self._check_forwarding(ns, self._with_subscription(entity, desc))
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         if default_rule is not None:
-            sub_spec = type(sub_spec)(sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions)
+            sub_spec = type(sub_spec)(
+                sub_spec.name, (default_rule,), sub_spec.dead_letter_on_filter_exceptions
+            )
         with self.catalog.undone_on_error():
-            self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
+            self.catalog.put(
+                ns.name, "subscription", desc, topic=entity.name
+            )  # first: see create_entity
             self.router.add_subscription(ns.name, topic, sub_spec, subqueues)
         entity.description.setdefault("subscriptions", {})[name.lower()] = desc
         self._applied(ns, entity)
         log.info("created subscription %s/%s/%s", ns.name, topic, name)
         return desc
 
-    def update_subscription(self, namespace: str, topic: str, name: str, given: dict[str, Any]) -> dict[str, Any]:
+    def update_subscription(
+        self, namespace: str, topic: str, name: str, given: dict[str, Any]
+    ) -> dict[str, Any]:
         ns, entity = self._topic(namespace, topic)
         old = self.subscription(entity, name)
         if old is None:
             raise EntityNotFound(f"Entity '{ns.name}:Topic:{topic}|{name}' was not found.")
         desc = dict(old)
-        desc.update({k: v for k, v in given.items() if k in old and k not in READ_ONLY and v is not None})
+        desc.update(
+            {k: v for k, v in given.items() if k in old and k not in READ_ONLY and v is not None}
+        )
         for key in ("forward_to", "forward_dead_lettered_messages_to", "user_metadata"):
             if key not in given:
                 desc[key] = None
@@ -454,7 +487,9 @@ class Management:
         desc["updated_ms"] = self.now_ms()
         sub_spec, subqueues = self._sub_parts(ns, entity, desc, (DEFAULT_RULE,))
         with self.catalog.undone_on_error():
-            self.catalog.put(ns.name, "subscription", desc, topic=entity.name)  # first: see create_entity
+            self.catalog.put(
+                ns.name, "subscription", desc, topic=entity.name
+            )  # first: see create_entity
             self.router.update_subscription(ns.name, topic, sub_spec, subqueues)
         entity.touch_subscription(name)  # AutoDeleteOnIdle: an update is activity
         entity.description["subscriptions"][name.lower()] = desc
@@ -552,13 +587,15 @@ def missing_forward_target(configs: dict[str, QueueConfig | TopicConfig]) -> str
     names no entity of `configs` (keyed by lower-case name), as one line; None when all exist."""
     for cfg in configs.values():
         owners: list[tuple[str, Any]] = (
-            [(cfg.name, cfg)] if isinstance(cfg, QueueConfig)
+            [(cfg.name, cfg)]
+            if isinstance(cfg, QueueConfig)
             else [(f"{cfg.name}/Subscriptions/{s.name}", s) for s in cfg.subscriptions]
         )
         for label, owner in owners:
-            for key, target in (("ForwardTo", owner.forward_to),
-                                ("ForwardDeadLetteredMessagesTo",
-                                 owner.forward_dead_lettered_messages_to)):
+            for key, target in (
+                ("ForwardTo", owner.forward_to),
+                ("ForwardDeadLetteredMessagesTo", owner.forward_dead_lettered_messages_to),
+            ):
                 if target is not None and target.lower() not in configs:
                     return (
                         f"The auto-forwarding destination '{target}' ({key} of '{label}') does "
@@ -583,6 +620,3 @@ def _size_of(broker: PartitionBroker, queue: str) -> int:
     if sq is None:
         return 0
     return max(sq.bytes, 0)  # kept per sub-queue by the broker (no message is read)
-
-
-

@@ -85,7 +85,7 @@ def not_found(request: Request, detail: str) -> Response:
     kind = client_format(request.headers)
     if kind == "html":
         page = (
-            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
             "<title>Not found - sbemu</title></head><body>"
             f"<h1>Not found</h1><p>{html.escape(detail)}</p><p>{html.escape(HINT)}</p>"
             '<p><a href="/">Open the dashboard</a></p></body></html>'

@@ -100,27 +100,32 @@ class _Operator:
                         "status": "Available" if healthy else "Limited",
                     }
                 )
-        return json_response(200, body | {
-            "uptime_seconds": round(time.time() - self.server.started_at, 3),
-            "connections": len(self.server.connections),
-            "namespaces": [ns.name for ns in self.server.config.namespaces],
-            "entities": entities,
-        })
+        return json_response(
+            200,
+            body
+            | {
+                "uptime_seconds": round(time.time() - self.server.started_at, 3),
+                "connections": len(self.server.connections),
+                "namespaces": [ns.name for ns in self.server.config.namespaces],
+                "entities": entities,
+            },
+        )
 
     # ------------------------------------------------------------------ partitions
     def partitions(self, request: Request, params: dict[str, str]) -> Response:
         router = self._router()
-        return json_response(200, {
-            "entities": [router.partition_status(e) for e in router.entities.values()]
-        })
+        return json_response(
+            200, {"entities": [router.partition_status(e) for e in router.entities.values()]}
+        )
 
     def partition_command(self, request: Request, params: dict[str, str]) -> Response:
         """POST /partitions/<namespace>/<entity>/<n>/(offline|online)."""
         parts = [unquote(p) for p in params.get("rest", "").strip("/").split("/")]
         if len(parts) < 4 or parts[-1] not in ("offline", "online") or not parts[-2].isdigit():
-            return json_response(400, {
-                "error": "expected /partitions/<namespace>/<entity>/<partition>/(offline|online)"
-            })
+            return json_response(
+                400,
+                {"error": "expected /partitions/<namespace>/<entity>/<partition>/(offline|online)"},
+            )
         namespace, entity = parts[0], "/".join(parts[1:-2])
         if len(parts[-2]) > 9:
             return json_response(404, {"error": f"no partition {parts[-2][:20]} of {entity!r}"})
@@ -141,10 +146,13 @@ class _Operator:
         management = self._management()
         parts = [unquote(p) for p in params.get("rest", "").strip("/").split("/")]
         if len(parts) < 4 or parts[-2].lower() != "status":
-            return json_response(400, {
-                "error": "expected /entities/<namespace>/<entity>[/subscriptions/<name>]"
-                "/status/<Active|Disabled|SendDisabled|ReceiveDisabled>"
-            })
+            return json_response(
+                400,
+                {
+                    "error": "expected /entities/<namespace>/<entity>[/subscriptions/<name>]"
+                    "/status/<Active|Disabled|SendDisabled|ReceiveDisabled>"
+                },
+            )
         namespace, path, value = parts[0], parts[1:-2], parts[-1]
         entity = management.entity(namespace, path[0])
         sub_name = path[2] if len(path) == 3 and path[1].lower() == "subscriptions" else None
@@ -155,9 +163,10 @@ class _Operator:
         kind = "subscription" if sub_name else entity.spec.kind
         allowed = {a.lower(): a for a in ENTITY_STATUSES[kind]}
         if value.lower() not in allowed:
-            return json_response(400, {
-                "error": f"{value!r} is not a {kind} status: use {', '.join(allowed.values())}"
-            })
+            return json_response(
+                400,
+                {"error": f"{value!r} is not a {kind} status: use {', '.join(allowed.values())}"},
+            )
         status = allowed[value.lower()]
         try:
             if sub_name is not None:
@@ -171,14 +180,16 @@ class _Operator:
                 )
             else:
                 current = {k: v for k, v in entity.description.items() if k != "subscriptions"}
-                management.update_entity(
-                    namespace, kind, entity.name, current | {"status": status}
-                )
+                management.update_entity(namespace, kind, entity.name, current | {"status": status})
         except ServiceBusError as exc:
             return json_response(exc.status_code, {"error": exc.description})
         except (OSError, StoreError) as exc:  # the data dir cannot be written: nothing changed
-            log.warning("status of %s/%s not changed: the data dir cannot be written: %s",
-                        namespace, "/".join(path), exc)
+            log.warning(
+                "status of %s/%s not changed: the data dir cannot be written: %s",
+                namespace,
+                "/".join(path),
+                exc,
+            )
             return json_response(
                 503, {"error": f"the change cannot be stored now ({exc}); retry later"}
             )
@@ -200,8 +211,12 @@ class _Operator:
             return json_response(exc.status_code, {"error": exc.description})
         return json_response(
             200,
-            {"namespace": parts[0], "entity": entity, "purged": counts,
-             "total": sum(counts.values())},
+            {
+                "namespace": parts[0],
+                "entity": entity,
+                "purged": counts,
+                "total": sum(counts.values()),
+            },
         )
 
     # ------------------------------------------------------------------ test clock

@@ -138,7 +138,9 @@ class Rule:
     def but(self, **changes: object) -> Rule:
         """A copy with some fields changed (e.g. ``READ.but(refuse=...)``)."""
         fields = {
-            "need": self.need, "audience": self.audience, "locate": self.locate,
+            "need": self.need,
+            "audience": self.audience,
+            "locate": self.locate,
             "refuse": self.refuse,
         }
         fields.update(changes)
@@ -286,9 +288,7 @@ class AccessPolicy:
         if need is Need.PUBLIC:
             read = self._read(rule, request, params, local)
             return Grant("public", can_read=isinstance(read, Grant))
-        writes = need is Need.MANAGE or (
-            need is Need.SAS and request.method not in READ_METHODS
-        )
+        writes = need is Need.MANAGE or (need is Need.SAS and request.method not in READ_METHODS)
         if local and not loopback_host(headers.get("host", "")):
             return Refusal(
                 403,
@@ -300,15 +300,14 @@ class AccessPolicy:
             if why is not None:
                 return Refusal(403, f"cross-origin request refused: {why}")
         if need is Need.SAS:
-            return self._token(headers.get("authorization", ""), rule.locate(request, params),
-                               manage=writes)
+            return self._token(
+                headers.get("authorization", ""), rule.locate(request, params), manage=writes
+            )
         if writes:
             auth = headers.get("authorization", "")
             if auth:
                 return self._token(auth, rule.locate(request, params), manage=True)
-            principal = (
-                Principal("", "") if local else self.access.session(headers, self.clock())
-            )
+            principal = Principal("", "") if local else self.access.session(headers, self.clock())
             if principal is None:
                 return Refusal(
                     401,
@@ -325,8 +324,7 @@ class AccessPolicy:
                     key_name=principal.key_name or None,
                     warn=presented is not None,
                 )
-            return Grant("loopback" if local else "session", principal.key_name,
-                         principal.session)
+            return Grant("loopback" if local else "session", principal.key_name, principal.session)
         return self._read(rule, request, params, local)
 
     def _read(
@@ -369,23 +367,24 @@ class AccessPolicy:
             if key is not None and "Manage" in ns.rights.get(user, frozenset()):
                 if hmac.compare_digest(key.encode(), password.encode()):
                     return Grant("basic", user)
-        return Refusal(401, "HTTP Basic: not a key name and key with the Manage right",
-                       key_name=user)
+        return Refusal(
+            401, "HTTP Basic: not a key name and key with the Manage right", key_name=user
+        )
 
     def _token(self, auth: str, resource: Resource, *, manage: bool) -> Grant | Refusal:
         """A SharedAccessSignature token in ``Authorization`` that a key of the resource's
         namespace signed, unexpired, whose audience covers the resource, with ``Manage`` when
         the request changes something."""
         if not auth:
-            return Refusal(401, "MissingToken: The authorization header was not found.",
-                           warn=False)
+            return Refusal(401, "MissingToken: The authorization header was not found.", warn=False)
         key_name = token_key_name(auth)
         if not auth.startswith(SAS_PREFIX):
             return Refusal(401, "InvalidSignature: not a SharedAccessSignature token.")
         candidates = self._candidates(resource)
         if not candidates:
-            return Refusal(401, f"InvalidAudience: no namespace {resource.namespace!r}.",
-                           key_name=key_name)
+            return Refusal(
+                401, f"InvalidAudience: no namespace {resource.namespace!r}.", key_name=key_name
+            )
         refusal: Refusal | None = None
         now = self.clock()
         for ns in candidates:

@@ -32,7 +32,6 @@ live by what they own: ``serve.py`` (the serve command and its settings), ``oper
 they share. This module parses and dispatches.
 """
 
-
 from __future__ import annotations
 
 import argparse

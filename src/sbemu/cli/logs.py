@@ -25,15 +25,31 @@ def _add_report(subcommands: Any) -> None:
     src.add_argument("--segments", metavar="DIR", help="segment files written by export-logs")
     p.add_argument("--out", metavar="DIR", default="reports", help="tables directory [reports]")
     p.add_argument("--follow", action="store_true", help="keep running (processing-time trigger)")
-    p.add_argument("--interval", type=float, default=5.0, metavar="S",
-                   help="seconds between micro-batches with --follow [5]")
-    p.add_argument("--max-records-per-batch", type=int, metavar="N",
-                   help="cap on log records per micro-batch (LMDB source)")
-    p.add_argument("--max-files-per-batch", type=int, metavar="N",
-                   help="cap on segment files per micro-batch (--segments)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between micro-batches with --follow [5]",
+    )
+    p.add_argument(
+        "--max-records-per-batch",
+        type=int,
+        metavar="N",
+        help="cap on log records per micro-batch (LMDB source)",
+    )
+    p.add_argument(
+        "--max-files-per-batch",
+        type=int,
+        metavar="N",
+        help="cap on segment files per micro-batch (--segments)",
+    )
     p.add_argument("--master", metavar="URL", help="Spark master [local[*]]")
-    p.add_argument("--html", action="store_true",
-                   help="also write OUT/report.html: charts, self-contained, works offline")
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="also write OUT/report.html: charts, self-contained, works offline",
+    )
     p.set_defaults(handler=_run_report)
 
 
@@ -89,13 +105,28 @@ def _add_export_logs(subcommands: Any) -> None:
     )
     p.add_argument("--data-dir", metavar="D", help="emulator data directory (default: .sbemu)")
     p.add_argument("--to", metavar="DIR", required=True, help="segment directory")
-    p.add_argument("--segment-records", type=int, default=DEFAULT_SEGMENT_RECORDS, metavar="N",
-                   help=f"records per full segment [{DEFAULT_SEGMENT_RECORDS}]")
+    p.add_argument(
+        "--segment-records",
+        type=int,
+        default=DEFAULT_SEGMENT_RECORDS,
+        metavar="N",
+        help=f"records per full segment [{DEFAULT_SEGMENT_RECORDS}]",
+    )
     p.add_argument("--follow", action="store_true", help="keep tailing until Ctrl-C")
-    p.add_argument("--poll-interval", type=float, default=1.0, metavar="S",
-                   help="seconds between polls with --follow [1]")
-    p.add_argument("--flush-interval", type=float, default=5.0, metavar="S",
-                   help="with --follow, write a partial tail segment after S seconds [5]")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between polls with --follow [1]",
+    )
+    p.add_argument(
+        "--flush-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="with --follow, write a partial tail segment after S seconds [5]",
+    )
     p.set_defaults(handler=_run_export_logs)
 
 

@@ -39,8 +39,6 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def _add_purge(subcommands: Any) -> None:
     purge = subcommands.add_parser(
         "purge",
@@ -80,7 +78,7 @@ def _admin_call(args: Any, method: str, path: str, timeout: float) -> dict[str, 
     import urllib.error
     import urllib.request
 
-    base = (args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300")
+    base = args.admin_url or os.environ.get("SBEMU_ADMIN_URL") or "http://127.0.0.1:5300"
     base = base.rstrip("/")
     data = b"" if method == "POST" else None
     request = urllib.request.Request(base + path, data=data, method=method)
@@ -174,8 +172,10 @@ def _run_cert(args: Any) -> int:
     except OSError as exc:
         return _fail(f"cannot write the CA bundle in {ca_file.parent}: {exc.strerror or exc}")
     if system is None:
-        print("sbemu: warning: no system CA file found; the bundle holds only sbemu's CA",
-              file=sys.stderr)
+        print(
+            "sbemu: warning: no system CA file found; the bundle holds only sbemu's CA",
+            file=sys.stderr,
+        )
     print(bundle.resolve())
     return 0
 
@@ -211,11 +211,16 @@ def _add_partition(subcommands: Any) -> None:
     )
     part.add_argument("action", choices=("offline", "online", "status"))
     part.add_argument(
-        "entity", metavar="NAMESPACE/ENTITY", nargs="?",
+        "entity",
+        metavar="NAMESPACE/ENTITY",
+        nargs="?",
         help="the queue or topic, e.g. sbemulatorns/queue.partitioned (optional for status)",
     )
     part.add_argument(
-        "partition", metavar="N", type=int, nargs="?",
+        "partition",
+        metavar="N",
+        type=int,
+        nargs="?",
         help="the partition number, 0 to the entity's partition count - 1 (the number "
         "`status` and the dashboard show, and the top 16 bits of a message's sequence number); "
         "required for offline and online",
@@ -240,7 +245,8 @@ def _run_partition(args: Any) -> int:
         if args.entity:
             wanted = args.entity.strip("/").lower()
             found = [
-                e for e in body.get("entities", [])
+                e
+                for e in body.get("entities", [])
                 if f"{e['namespace']}/{e['entity']}".lower() == wanted
             ]
             if not found:
@@ -263,6 +269,8 @@ def _run_partition(args: Any) -> int:
     if args.json:
         print(_json.dumps(body, indent=2))
     else:
-        print(f"partition {args.partition} of {args.entity} is now {args.action}; "
-              f"the entity is {body.get('status', '?')}")
+        print(
+            f"partition {args.partition} of {args.entity} is now {args.action}; "
+            f"the entity is {body.get('status', '?')}"
+        )
     return 0

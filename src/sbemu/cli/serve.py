@@ -451,8 +451,13 @@ async def _announce(server: Any, config: Config, settings: Settings) -> bool:
     lines = ready_lines(config, settings.host, server.amqp_port, server.admin_port)
     lines += namespace_port_lines(config, settings.host, server.namespace_ports)
     lines += endpoint_lines(
-        config, settings.host, server.admin_port, server.tls_port, server.ws_port,
-        server.unserved, str(settings.data_dir / "tls" / "rootCA.pem"),
+        config,
+        settings.host,
+        server.admin_port,
+        server.tls_port,
+        server.ws_port,
+        server.unserved,
+        str(settings.data_dir / "tls" / "rootCA.pem"),
     )
     for line in lines:
         print(line)

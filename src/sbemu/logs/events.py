@@ -25,9 +25,24 @@ __all__ = [
 
 # The columns of the event stream, in order (the Spark schema lives in sparkjobs/source.py).
 EVENT_COLUMNS = (
-    "namespace", "entity", "queue", "partition", "offset", "timestamp", "event", "key",
-    "sequence_number", "message_id", "session_id", "partition_key", "enqueued_time", "size",
-    "delivery_count", "reason", "properties", "body",
+    "namespace",
+    "entity",
+    "queue",
+    "partition",
+    "offset",
+    "timestamp",
+    "event",
+    "key",
+    "sequence_number",
+    "message_id",
+    "session_id",
+    "partition_key",
+    "enqueued_time",
+    "size",
+    "delivery_count",
+    "reason",
+    "properties",
+    "body",
 )
 
 
@@ -70,11 +85,23 @@ def log_to_event_columns(values: list[bytes]) -> dict[str, list[Any]]:
 # converts the whole list of dicts in C++, missing keys as nulls). "properties" and "body" stay
 # encoded here: most records have neither, and those that do are decoded one by one.
 _RECORD_STRUCT = (
-    ("v", "int64"), ("ns", "string"), ("entity", "string"), ("queue", "string"),
-    ("partition", "int32"), ("offset", "int64"), ("event", "string"), ("seq", "int64"),
-    ("message_id", "string"), ("session_id", "string"), ("partition_key", "string"),
-    ("enqueued_ms", "int64"), ("event_ms", "int64"), ("size", "int64"),
-    ("delivery_count", "int32"), ("reason", "string"), ("properties", "binary"),
+    ("v", "int64"),
+    ("ns", "string"),
+    ("entity", "string"),
+    ("queue", "string"),
+    ("partition", "int32"),
+    ("offset", "int64"),
+    ("event", "string"),
+    ("seq", "int64"),
+    ("message_id", "string"),
+    ("session_id", "string"),
+    ("partition_key", "string"),
+    ("enqueued_ms", "int64"),
+    ("event_ms", "int64"),
+    ("size", "int64"),
+    ("delivery_count", "int32"),
+    ("reason", "string"),
+    ("properties", "binary"),
     ("body", "binary"),
 )
 
@@ -83,14 +110,34 @@ def _arrow_type(kind: str) -> Any:
     import pyarrow as pa
 
     return {
-        "int32": pa.int32(), "int64": pa.int64(), "string": pa.string(), "binary": pa.binary(),
-        "timestamp": pa.timestamp("us", tz="UTC"), "map": pa.map_(pa.string(), pa.string()),
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "string": pa.string(),
+        "binary": pa.binary(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "map": pa.map_(pa.string(), pa.string()),
     }[kind]
 
 
 _EVENT_KINDS = (
-    "string", "string", "string", "int32", "int64", "timestamp", "string", "string", "int64",
-    "string", "string", "string", "timestamp", "int64", "int32", "string", "map", "binary",
+    "string",
+    "string",
+    "string",
+    "int32",
+    "int64",
+    "timestamp",
+    "string",
+    "string",
+    "int64",
+    "string",
+    "string",
+    "string",
+    "timestamp",
+    "int64",
+    "int32",
+    "string",
+    "map",
+    "binary",
 )
 
 
@@ -229,8 +276,13 @@ def _ints(np: Any, words: Callable[[Any], Any], pos: Any, t: Any, null: Any) -> 
                 v = raw[m] >> np.uint64(8 * (8 - width))
                 if signed:
                     bits = 8 * width
-                    v = v.astype(np.int64) if bits == 64 else (
-                        v.astype(np.int64) - ((v >> np.uint64(bits - 1)).astype(np.int64) << bits)
+                    v = (
+                        v.astype(np.int64)
+                        if bits == 64
+                        else (
+                            v.astype(np.int64)
+                            - ((v >> np.uint64(bits - 1)).astype(np.int64) << bits)
+                        )
                     )
                 elif width == 8 and (v >> np.uint64(63)).any():
                     return None, None  # above int64: the per-record path says what to do
@@ -245,9 +297,7 @@ def _ints(np: Any, words: Callable[[Any], Any], pos: Any, t: Any, null: Any) -> 
     ), size
 
 
-def _bytes(
-    np: Any, pa: Any, buf: Any, pos: Any, t: Any, null: Any, kind: str
-) -> tuple[Any, Any]:
+def _bytes(np: Any, pa: Any, buf: Any, pos: Any, t: Any, null: Any, kind: str) -> tuple[Any, Any]:
     """A string or binary column (fixstr/str8..32 or bin8..32, or nil); (None, None) on
     other types."""
     codes = _STR if kind == "string" else _BIN
@@ -280,7 +330,8 @@ def _bytes(
     data = buf[index]
     arrow_type = pa.string() if kind == "string" else pa.binary()
     column = pa.Array.from_buffers(
-        arrow_type, len(t),
+        arrow_type,
+        len(t),
         [_validity(np, pa, null), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
     )
     if kind == "string":
@@ -314,10 +365,22 @@ def log_to_event_table(values: list[bytes]) -> Any:
         return pc.multiply(t[name], 1000).cast(pa.timestamp("us", tz="UTC"))
 
     columns = [
-        t["ns"], t["entity"], t["queue"], t["partition"], t["offset"], micros("event_ms"),
-        t["event"], pc.coalesce(t["session_id"], t["partition_key"]), t["seq"],
-        t["message_id"], t["session_id"], t["partition_key"], micros("enqueued_ms"),
-        t["size"], t["delivery_count"], t["reason"],
+        t["ns"],
+        t["entity"],
+        t["queue"],
+        t["partition"],
+        t["offset"],
+        micros("event_ms"),
+        t["event"],
+        pc.coalesce(t["session_id"], t["partition_key"]),
+        t["seq"],
+        t["message_id"],
+        t["session_id"],
+        t["partition_key"],
+        micros("enqueued_ms"),
+        t["size"],
+        t["delivery_count"],
+        t["reason"],
         decode_sparse(t["properties"], _map_items, schema.field("properties").type),
         decode_sparse(t["body"], decode_body, pa.binary()),
     ]

@@ -39,7 +39,13 @@ from sbemu.logs.segments import (
     write_segment,
 )
 
-__all__ = ["DEFAULT_SEGMENT_RECORDS", "ExportStats", "export_logs", "export_pass", "segment_columns"]
+__all__ = [
+    "DEFAULT_SEGMENT_RECORDS",
+    "ExportStats",
+    "export_logs",
+    "export_pass",
+    "segment_columns",
+]
 
 DEFAULT_SEGMENT_RECORDS = 10_000
 _RECORD_KEYS = tuple(name for name, _kind in SEGMENT_FIELDS if name != "segment_version")

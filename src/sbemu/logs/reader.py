@@ -97,7 +97,9 @@ def discover_partitions(data_dir: str | os.PathLike[str]) -> list[LogPartition]:
                 m = PARTITION_RE.match(part.name)
                 if m and os.path.exists(os.path.join(part.path, "data.mdb")):
                     found.append(
-                        LogPartition(f"{ns.name}/{ent.name}/{part.name}", part.path, int(m.group(1)))
+                        LogPartition(
+                            f"{ns.name}/{ent.name}/{part.name}", part.path, int(m.group(1))
+                        )
                     )
     return found
 

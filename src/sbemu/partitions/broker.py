@@ -375,7 +375,11 @@ class PartitionBroker:
                 return None
             if session is not None:
                 self.lock_table.touch_session(session, now_ms)  # a delivery is activity on it
-            if rec.expires_at_ms is not None and rec.expires_at_ms <= now_ms and sq.settings.expires:
+            if (
+                rec.expires_at_ms is not None
+                and rec.expires_at_ms <= now_ms
+                and sq.settings.expires
+            ):
                 self.moves.expire(sq, rec, now_ms)
                 continue
             if peek_lock:
@@ -455,9 +459,7 @@ class PartitionBroker:
         return lock
 
     # ---------------------------------------------------------------- settlement
-    def complete(
-        self, key: int, now_ms: int, done: Done | None, lazy: bool = False
-    ) -> None:
+    def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
         """Delete a locked message; `done` runs after the commit (None: nobody waits).
 
         `lazy`: the client settled its accept without waiting for an outcome, so the
@@ -530,9 +532,7 @@ class PartitionBroker:
         self.moves.log(lock.queue, LogEvent.RELEASED, rec, now_ms)
         self.on_ready(lock.queue.name)
 
-    def defer(
-        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
-    ) -> None:
+    def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
         """Set a locked message aside; it is fetched later by sequence number."""
         lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
@@ -648,7 +648,9 @@ class PartitionBroker:
 
     def next_deadline(self) -> int | None:
         """The earliest time (ms) on_timer has work, or None."""
-        times = [t for t in (self.lock_table.next_deadline(), self.deadlines.next_due()) if t is not None]
+        times = [
+            t for t in (self.lock_table.next_deadline(), self.deadlines.next_due()) if t is not None
+        ]
         if self.reader.scanning and self.reader.session_scans():
             times.append(0)  # a restart's session scan goes on at every tick
         return min(times) if times else None
@@ -671,7 +673,11 @@ class PartitionBroker:
     ) -> SessionLock | None:
         """Lock a named session, or the next available one (None if there is none)."""
         sq = self.queues[queue]
-        if session_id is None and sq.session_scan is not None and sq.available_session(now_ms) is None:
+        if (
+            session_id is None
+            and sq.session_scan is not None
+            and sq.available_session(now_ms) is None
+        ):
             # one chunk now (bounded); the timer ticks read the rest and wake waiters
             self.reader.scan_chunk(sq)
         return self.lock_table.accept_session(sq, session_id, owner, now_ms)

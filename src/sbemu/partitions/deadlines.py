@@ -107,7 +107,11 @@ class Deadlines:
             if rec.state != MessageState.SCHEDULED and rec.expires_at_ms is not None:
                 self.derived(rec.expires_at_ms)  # no timer stored
             return
-        at = rec.scheduled_enqueue_time_ms if rec.state == MessageState.SCHEDULED else rec.expires_at_ms
+        at = (
+            rec.scheduled_enqueue_time_ms
+            if rec.state == MessageState.SCHEDULED
+            else rec.expires_at_ms
+        )
         assert at is not None  # timer_key made a key from it
         self.staging.batch.put_deadline(key)
         if self.batch_deadline_min is None or at < self.batch_deadline_min:

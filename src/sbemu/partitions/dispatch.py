@@ -337,8 +337,6 @@ class EntityView:
             if not broker.health.serving:
                 continue
             pid = broker.partition_id if self.entity.partitioned else None
-            found.extend(
-                (rec, pid) for rec in broker.peek(self.queue, from_seq, count, session_id)
-            )
+            found.extend((rec, pid) for rec in broker.peek(self.queue, from_seq, count, session_id))
         found.sort(key=lambda item: item[0].sequence_number)
         return found[:count]

@@ -353,8 +353,10 @@ class Entity:
         broker = self.partitions[pid]
 
         def on_done(error: Exception | None) -> None:
-            if error is not None and keyless and (
-                not broker.health.accepting or isinstance(error, QuotaExceeded)
+            if (
+                error is not None
+                and keyless
+                and (not broker.health.accepting or isinstance(error, QuotaExceeded))
             ):
                 if attempt + 1 < len(self.partitions):
                     try:
@@ -495,9 +497,7 @@ class Entity:
         for pid in self._route(messages):
             self._check_available(pid)
 
-    def complete(
-        self, key: int, now_ms: int, done: Done | None, lazy: bool = False
-    ) -> None:
+    def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
         """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
         be None; see PartitionBroker.complete)."""
         self._check_settle(self._broker_for(key), key).complete(key, now_ms, done, lazy)
@@ -545,9 +545,7 @@ class Entity:
         """Abandon a locked message (delivery count + 1)."""
         self._check_settle(self._broker_for(key), key).abandon(key, now_ms, overrides, done)
 
-    def defer(
-        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
-    ) -> None:
+    def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
         """Defer a locked message."""
         self._check_settle(self._broker_for(key), key).defer(key, now_ms, overrides, done)
 
@@ -561,7 +559,9 @@ class Entity:
         done: Done,
     ) -> None:
         """Dead-letter a locked message."""
-        self._check_settle(self._broker_for(key), key).dead_letter(key, now_ms, reason, description, overrides, done)
+        self._check_settle(self._broker_for(key), key).dead_letter(
+            key, now_ms, reason, description, overrides, done
+        )
 
     def release(self, key: int, now_ms: int) -> None:
         """Unlock without counting a delivery."""
@@ -635,7 +635,9 @@ class Entity:
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
             if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms):
-                raise MessageNotFound(f"The scheduled message with sequence number {seq} was not found.")
+                raise MessageNotFound(
+                    f"The scheduled message with sequence number {seq} was not found."
+                )
             brokers.append(broker)
         if not brokers:
             done(None)

@@ -190,7 +190,9 @@ class Forwarder:
 
     def forget(self, entity: ForwardingEntity) -> None:
         """The entity was deleted: drop its sources."""
-        for src in [s for s in self._pending | self._busy | set(self._retry_at) if s.entity is entity]:
+        for src in [
+            s for s in self._pending | self._busy | set(self._retry_at) if s.entity is entity
+        ]:
             self._pending.discard(src)
             self._busy.discard(src)
             self._retry_at.pop(src, None)
@@ -223,7 +225,10 @@ class Forwarder:
         sq = broker.queues.get(queue)
         if target is None or sq is None or not broker.health.serving:
             return
-        if self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower())) is not entity:
+        if (
+            self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower()))
+            is not entity
+        ):
             return  # deleted
         recs = broker.take_ready(queue, STEP)
         if not recs:
@@ -232,7 +237,9 @@ class Forwarder:
         dest = self.router.entities.get((ns.lower(), target.lower()))
         tdlq = base_of(queue) + TRANSFER_DLQ_SUFFIX
         prefix = f"{ns.lower()}/{entity.name.lower()}/{broker.partition_id}/{queue}/".encode()
-        groups: dict[PartitionBroker, list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]]] = {}
+        groups: dict[
+            PartitionBroker, list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]]
+        ] = {}
         done_markers: list[tuple[PartitionBroker, bytes]] = []
         retry: list[MessageRecord] = []
         for rec in recs:
@@ -245,7 +252,9 @@ class Forwarder:
             db = dest.partitions[_dest_partition(dest, rec, marker)]
             if marker in self._markers.get(db, ()):
                 # applied before a crash: only the source copy is left to delete
-                broker.forward_out(queue, rec.sequence_number, now_ms, reason=f"forwarded to {dest.name}")
+                broker.forward_out(
+                    queue, rec.sequence_number, now_ms, reason=f"forwarded to {dest.name}"
+                )
                 done_markers.append((db, marker))
                 self.transferred += 1
                 continue
@@ -254,7 +263,12 @@ class Forwarder:
                 continue
             if not db.health.accepting:
                 self._dead_letter(
-                    broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                    broker,
+                    queue,
+                    tdlq,
+                    rec,
+                    now_ms,
+                    FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
                 )
                 continue
@@ -269,7 +283,12 @@ class Forwarder:
             routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
             if db.health.quota_error(incoming.size * len(routes)) is not None:
                 self._dead_letter(  # checked before its MessageId enters the history
-                    broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                    broker,
+                    queue,
+                    tdlq,
+                    rec,
+                    now_ms,
+                    FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
                 )
                 continue
@@ -309,7 +328,12 @@ class Forwarder:
         if db.health.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
             for rec, _marker, _, _ in items:  # no room: refused before any marker is written
                 self._dead_letter(
-                    broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                    broker,
+                    queue,
+                    tdlq,
+                    rec,
+                    now_ms,
+                    FULL_REASON,
                     f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
                 )
             step_done(None)
@@ -327,7 +351,12 @@ class Forwarder:
             elif isinstance(error, QuotaExceeded):
                 for rec, _marker, _, _ in items:
                     self._dead_letter(
-                        broker, queue, tdlq, rec, now_ms, FULL_REASON,
+                        broker,
+                        queue,
+                        tdlq,
+                        rec,
+                        now_ms,
+                        FULL_REASON,
                         f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
                     )
             else:  # the destination partition failed: the messages wait and are retried
@@ -404,7 +433,12 @@ def _carry_properties(routes: list[Route], carried: dict[str, bytes] | None) -> 
     if not carried:
         return routes
     return [
-        Route(r.queue, {**carried, **(r.overrides or {})}, r.dead_letter_reason, r.dead_letter_description)
+        Route(
+            r.queue,
+            {**carried, **(r.overrides or {})},
+            r.dead_letter_reason,
+            r.dead_letter_description,
+        )
         for r in routes
     ]
 
@@ -428,7 +462,9 @@ def transfer_counts(entity: ForwardingEntity) -> dict[str, dict[str, int]]:
     return out
 
 
-def _refusal(dest: ForwardingEntity | None, target: str, rec: MessageRecord) -> tuple[str, str] | None:
+def _refusal(
+    dest: ForwardingEntity | None, target: str, rec: MessageRecord
+) -> tuple[str, str] | None:
     """Why a message cannot be forwarded at all (reason, description), or None."""
     if dest is None:
         return NOT_FOUND_REASON, f"The auto-forwarding destination '{target}' does not exist."
@@ -454,7 +490,9 @@ def _dest_partition(dest: ForwardingEntity, rec: MessageRecord, marker: bytes) -
         return 0
     try:
         key = partition_key_of(
-            rec.session_id, rec.partition_key, rec.message_id,
+            rec.session_id,
+            rec.partition_key,
+            rec.message_id,
             dest.spec.requires_duplicate_detection,
         )
     except ServiceBusError:

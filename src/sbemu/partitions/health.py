@@ -41,12 +41,24 @@ class Health:
     """Quota, disk room, store faults and their back-off, and operator holds of one partition."""
 
     __slots__ = (
-        "store", "entity", "partition_id", "partitioned", "max_bytes", "stored_bytes",
-        "full_at", "faulted", "held_offline", "reason", "fault_retry_at_ms", "backoff_ms",
+        "store",
+        "entity",
+        "partition_id",
+        "partitioned",
+        "max_bytes",
+        "stored_bytes",
+        "full_at",
+        "faulted",
+        "held_offline",
+        "reason",
+        "fault_retry_at_ms",
+        "backoff_ms",
         "room_checked_ms",
     )
 
-    def __init__(self, store: PartitionStore, entity: str, partition_id: int, partitioned: bool) -> None:
+    def __init__(
+        self, store: PartitionStore, entity: str, partition_id: int, partitioned: bool
+    ) -> None:
         self.store = store
         self.entity = entity
         self.partition_id = partition_id
@@ -78,9 +90,9 @@ class Health:
         """Whether new messages may fit: the stored bytes are below MaxSizeInMegabytes and no
         send was refused for the quota since messages were last removed, and the store's disk
         has room beyond its reserve (PartitionStore.measure_room)."""
-        return not self.store.room_low and (self.max_bytes <= 0 or (
-            self.stored_bytes < self.max_bytes and self.full_at is None
-        ))
+        return not self.store.room_low and (
+            self.max_bytes <= 0 or (self.stored_bytes < self.max_bytes and self.full_at is None)
+        )
 
     @property
     def state(self) -> PartitionHealth:

@@ -203,9 +203,12 @@ def save_idle_times(data_dir: Path, times: dict[SavedKey, int], clean: bool) -> 
     body: dict[str, Any] = {
         "format": FORMAT,
         "clean": clean,
-        "last_active_ms": [[ns, name, sub, ms] for (ns, name, sub), ms in sorted(
-            times.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] or "")
-        )],
+        "last_active_ms": [
+            [ns, name, sub, ms]
+            for (ns, name, sub), ms in sorted(
+                times.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] or "")
+            )
+        ],
     }
     atomic_write(Path(data_dir) / IDLE_FILE, json.dumps(body, indent=1).encode())
 
@@ -226,7 +229,5 @@ def load_idle_times(data_dir: Path) -> tuple[dict[SavedKey, int], bool]:
     except FileNotFoundError:
         return {}, True
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning(
-            "%s is unreadable (%s): AutoDeleteOnIdle clocks start again now", path, exc
-        )
+        log.warning("%s is unreadable (%s): AutoDeleteOnIdle clocks start again now", path, exc)
         return {}, True

@@ -87,6 +87,7 @@ def check_layout(base: Path, spec: EntitySpec) -> None:
     # dir would not open again
     atomic_write(manifest, json.dumps(wanted).encode())
 
+
 def _torn_manifest(base: Path, spec: EntitySpec, wanted: dict[str, Any]) -> dict[str, Any]:
     """An entity.json left empty or torn (by an older sbemu's plain write, cut by a crash
     or a disk error): the partition directories on disk tell the layout. When they match

@@ -76,7 +76,9 @@ class LockTable:
         (expired() may be popping this very list)."""
         heap = self.heap
         if len(heap) > 2 * len(self.by_key) + LOCK_HEAP_SLACK:
-            heap[:] = [(k.until_ms, k.seq, k.key) for k in self.by_key.values() if k.session is None]
+            heap[:] = [
+                (k.until_ms, k.seq, k.key) for k in self.by_key.values() if k.session is None
+            ]
             heapq.heapify(heap)
 
     def renewed(self, lock: Lock) -> None:
@@ -130,7 +132,11 @@ class LockTable:
         """The live lock `owner` (None: anyone) holds on a session; raises lock-lost."""
         sess = sq.sessions.get(session_id)
         lock = sess.lock if sess is not None else None
-        if lock is None or lock.until_ms <= now_ms or (owner is not None and lock.owner is not owner):
+        if (
+            lock is None
+            or lock.until_ms <= now_ms
+            or (owner is not None and lock.owner is not owner)
+        ):
             raise SessionLockLost(
                 f"The session lock for session '{session_id}' has expired or is not held by "
                 "this receiver."

@@ -133,13 +133,29 @@ class MessageRecord:
     def copy(self) -> MessageRecord:
         """A shallow copy (bytes are immutable, overrides dict is copied)."""
         return MessageRecord(
-            self.sequence_number, self.enqueued_time_ms, self.state, self.delivery_count,
-            self.message_id, self.session_id, self.partition_key, self.ttl_ms,
-            self.expires_at_ms, self.durable, self.priority, self.annotation_count,
-            self.annotations, self.tail, self.size, self.scheduled_enqueue_time_ms,
-            self.dead_letter_reason, self.dead_letter_description, self.dead_letter_source,
+            self.sequence_number,
+            self.enqueued_time_ms,
+            self.state,
+            self.delivery_count,
+            self.message_id,
+            self.session_id,
+            self.partition_key,
+            self.ttl_ms,
+            self.expires_at_ms,
+            self.durable,
+            self.priority,
+            self.annotation_count,
+            self.annotations,
+            self.tail,
+            self.size,
+            self.scheduled_enqueue_time_ms,
+            self.dead_letter_reason,
+            self.dead_letter_description,
+            self.dead_letter_source,
             dict(self.property_overrides) if self.property_overrides else None,
-            self.original_sequence_number, self.properties_span, self.body_span,
+            self.original_sequence_number,
+            self.properties_span,
+            self.body_span,
             self.transfer_hops,
         )
 
@@ -153,12 +169,31 @@ def encode_message(r: MessageRecord) -> bytes:
         return _encode_large(r)
     return _PACKER.pack(
         [
-            MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
-            r.delivery_count, r.message_id, r.session_id, r.partition_key, r.ttl_ms,
-            r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations, r.tail,
-            r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
-            r.dead_letter_description, r.dead_letter_source, r.property_overrides,
-            r.original_sequence_number, r.properties_span, r.body_span, r.transfer_hops,
+            MESSAGE_SCHEMA_VERSION,
+            r.sequence_number,
+            r.enqueued_time_ms,
+            int(r.state),
+            r.delivery_count,
+            r.message_id,
+            r.session_id,
+            r.partition_key,
+            r.ttl_ms,
+            r.expires_at_ms,
+            r.durable,
+            r.priority,
+            r.annotation_count,
+            r.annotations,
+            r.tail,
+            r.size,
+            r.scheduled_enqueue_time_ms,
+            r.dead_letter_reason,
+            r.dead_letter_description,
+            r.dead_letter_source,
+            r.property_overrides,
+            r.original_sequence_number,
+            r.properties_span,
+            r.body_span,
+            r.transfer_hops,
         ]
     )
 
@@ -211,9 +246,30 @@ def decode_message(data: bytes) -> MessageRecord:
             rec.transfer_hops = 0
         return rec
     return MessageRecord(
-        f[1], f[2], MessageState(f[3]), f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12],
-        f[13], f[14], f[15], f[16], f[17], f[18], f[19], f[20], f[21],
-        _span(f, 22), _span(f, 23), int(f[24]) if len(f) > 24 and f[24] else 0,
+        f[1],
+        f[2],
+        MessageState(f[3]),
+        f[4],
+        f[5],
+        f[6],
+        f[7],
+        f[8],
+        f[9],
+        f[10],
+        f[11],
+        f[12],
+        f[13],
+        f[14],
+        f[15],
+        f[16],
+        f[17],
+        f[18],
+        f[19],
+        f[20],
+        f[21],
+        _span(f, 22),
+        _span(f, 23),
+        int(f[24]) if len(f) > 24 and f[24] else 0,
     )
 
 
@@ -242,8 +298,13 @@ def encode_log(
     `body`: its encoded body sections, only `with_body` (else None).
     """
     return encode_log_after(
-        log_prefix(namespace, entity, queue, partition), offset, event, record, event_ms,
-        reason, with_body,
+        log_prefix(namespace, entity, queue, partition),
+        offset,
+        event,
+        record,
+        event_ms,
+        reason,
+        with_body,
     )
 
 

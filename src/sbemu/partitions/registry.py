@@ -121,8 +121,7 @@ def update_subscription(
         entity.spec,
         subqueues={**entity.spec.subqueues, **subqueues},
         subscriptions=tuple(
-            spec if s.name.lower() == spec.name.lower() else s
-            for s in entity.spec.subscriptions
+            spec if s.name.lower() == spec.name.lower() else s for s in entity.spec.subscriptions
         ),
     )
 
@@ -143,9 +142,7 @@ def remove_subscription(
     entity.spec = dataclasses.replace(
         entity.spec,
         subqueues={q: s for q, s in entity.spec.subqueues.items() if q not in gone},
-        subscriptions=tuple(
-            s for s in entity.spec.subscriptions if s.name.lower() != name.lower()
-        ),
+        subscriptions=tuple(s for s in entity.spec.subscriptions if s.name.lower() != name.lower()),
     )
 
 

@@ -212,7 +212,9 @@ class Router:
                 if view.session_waiters:
                     view.expire_waiters(now_ms)
             for broker in entity.partitions:
-                if not broker.health.serving and not (broker.health.faulted and broker.recover(now_ms)):
+                if not broker.health.serving and not (
+                    broker.health.faulted and broker.recover(now_ms)
+                ):
                     continue  # offline: its locks and timers wait until it is back
                 broker.health.check_room(now_ms)
                 deadline = broker.next_deadline()
@@ -236,7 +238,10 @@ class Router:
         if not stores:
             return
         # this tick's share of a full round per RELEASE_RESIDENT_MS (at least one store)
-        due = self._release_credit + len(stores) * min(elapsed, RELEASE_RESIDENT_MS) / RELEASE_RESIDENT_MS
+        due = (
+            self._release_credit
+            + len(stores) * min(elapsed, RELEASE_RESIDENT_MS) / RELEASE_RESIDENT_MS
+        )
         count = min(len(stores), int(due))
         self._release_credit = due - count
         start = self._release_next % len(stores)

@@ -77,7 +77,7 @@ def resolve_view_name(entity_names: Iterable[str], path: str) -> tuple[str, str]
     marker = "/subscriptions/"
     idx = lowered.rfind(marker)
     if idx > 0 and lowered[:idx] in names:
-        sub_name = lowered[idx + len(marker):]
+        sub_name = lowered[idx + len(marker) :]
         suffix = sub.removeprefix(MAIN)
         return lowered[:idx], f"subscriptions/{sub_name}{suffix}"
     raise EntityNotFound(f"The messaging entity '{path}' could not be found.")

@@ -77,9 +77,7 @@ def check_receive(kind: str, path: str, status: EntityStatus, topic: EntityStatu
     """Raise EntityDisabled when receiving from (or settling on) this queue or subscription is
     not allowed now; `topic` is the status of a subscription's topic."""
     if topic is EntityStatus.DISABLED:
-        raise EntityDisabled(
-            f"Receiving from {kind} '{path}' is disabled: its topic is Disabled."
-        )
+        raise EntityDisabled(f"Receiving from {kind} '{path}' is disabled: its topic is Disabled.")
     if not status.can_receive:
         raise EntityDisabled(
             f"Receiving from {kind} '{path}' is disabled: the messaging entity is "

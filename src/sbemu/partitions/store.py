@@ -162,8 +162,14 @@ class WriteBatch:
 
     def __bool__(self) -> bool:
         return bool(
-            self.ops or self.meta or self.log or self.session_ops or self.deadlines
-            or self.dedup or self.dedup_sweep_before is not None or self.markers
+            self.ops
+            or self.meta
+            or self.log
+            or self.session_ops
+            or self.deadlines
+            or self.dedup
+            or self.dedup_sweep_before is not None
+            or self.markers
         )
 
 
@@ -189,7 +195,10 @@ def deadline_key(at_ms: int, kind: int, seq: int, queue: str) -> bytes:
 def parse_deadline_key(key: bytes) -> tuple[int, int, int, str]:
     """(due time ms, kind, sequence number, sub-queue) of a deadline_key()."""
     return (
-        _U64.unpack_from(key, 0)[0], key[8], _U64.unpack_from(key, 9)[0], key[17:].decode("utf-8")
+        _U64.unpack_from(key, 0)[0],
+        key[8],
+        _U64.unpack_from(key, 9)[0],
+        key[17:].decode("utf-8"),
     )
 
 

@@ -66,7 +66,6 @@ class Lock:
         return token_of(self.key)
 
 
-
 @dataclass(slots=True, eq=False)
 class SessionLock:
     """One receiver's exclusive hold on a session [contract 4.4]."""
@@ -82,7 +81,13 @@ class SessionState:
     """One session of a session-enabled sub-queue: its ready line, lock and state."""
 
     __slots__ = (
-        "session_id", "ready", "ready_set", "lock", "state", "state_changed_ms", "messages"
+        "session_id",
+        "ready",
+        "ready_set",
+        "lock",
+        "state",
+        "state_changed_ms",
+        "messages",
     )
 
     def __init__(self, session_id: str) -> None:
@@ -234,7 +239,9 @@ class SubQueue:
         """Sessions with messages or state (or, with changed_after_ms, whose state changed since)."""
         if changed_after_ms is not None:
             return sorted(
-                sid for sid, sess in self.sessions.items() if sess.state_changed_ms > changed_after_ms
+                sid
+                for sid, sess in self.sessions.items()
+                if sess.state_changed_ms > changed_after_ms
             )
         with_messages = {sid for sid, sess in self.sessions.items() if sess.messages > 0}
         with_state = {sid for sid, sess in self.sessions.items() if sess.state is not None}

@@ -45,7 +45,13 @@ MAX_SQL_FILTERS_PER_TOPIC = 2_000
 MAX_CORRELATION_FILTERS_PER_TOPIC = 100_000
 # System properties a rule action may change, and so must be written back to the message.
 WRITABLE_SYSTEM = (
-    "MessageId", "To", "Label", "ReplyTo", "CorrelationId", "ContentType", "SessionId",
+    "MessageId",
+    "To",
+    "Label",
+    "ReplyTo",
+    "CorrelationId",
+    "ContentType",
+    "SessionId",
     "ReplyToSessionId",
 )
 SYSTEM_OVERRIDE_PREFIX = "\x00sys."  # understood by protocol.sections.build_message
@@ -113,7 +119,9 @@ class RuleSource:
             name=str(data["name"]),
             filter_type=str(data["filter_type"]),
             sql_expression=data.get("sql_expression"),  # type: ignore[arg-type]
-            correlation=_correlation_json(corr, _from_json_value) if isinstance(corr, dict) else None,
+            correlation=_correlation_json(corr, _from_json_value)
+            if isinstance(corr, dict)
+            else None,
             action_expression=data.get("action_expression"),  # type: ignore[arg-type]
             created_ms=int(data.get("created_ms") or 0),  # type: ignore[call-overload]  # an int in rules.json
             parameters=_values_from_json(data.get("parameters")),
@@ -301,8 +309,12 @@ class Subscriptions:
         self._check_quota(rule)
         if not source.created_ms:
             source = RuleSource(
-                source.name, source.filter_type, source.sql_expression, source.correlation,
-                source.action_expression, now_ms,
+                source.name,
+                source.filter_type,
+                source.sql_expression,
+                source.correlation,
+                source.action_expression,
+                now_ms,
             )
         before = sub.sources
         sub.sources = [*before, source]
@@ -359,9 +371,7 @@ class Subscriptions:
         if not self.rules_path.exists():
             return {}
         data = json.loads(self.rules_path.read_text())
-        return {
-            sub: [RuleSource.from_json(item) for item in items] for sub, items in data.items()
-        }
+        return {sub: [RuleSource.from_json(item) for item in items] for sub, items in data.items()}
 
     def _write_rules_or_undo(self, undo: Callable[[], object]) -> None:
         """_write_rules(); when the file cannot be written (a read-only or failing disk) the

@@ -219,7 +219,9 @@ class Transitions:
                     )
                 event = LogEvent.SCHEDULED if state == MessageState.SCHEDULED else LogEvent.ENQUEUED
                 events[event] += 1
-                put_log((offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body)))
+                put_log(
+                    (offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body))
+                )
                 offset += 1
                 if route.dead_letter_reason is not None:
                     events[LogEvent.DEADLETTERED] += 1
@@ -275,9 +277,7 @@ class Transitions:
         return numbers
 
     @staticmethod
-    def new_record(
-        sq: SubQueue, msg: IncomingMessage, seq: int, now_ms: int
-    ) -> MessageRecord:
+    def new_record(sq: SubQueue, msg: IncomingMessage, seq: int, now_ms: int) -> MessageRecord:
         # The effective TTL is the smaller of the message's and the entity's default.
         ttl = msg.ttl_ms
         default = sq.settings.default_ttl_ms
@@ -291,11 +291,30 @@ class Transitions:
             scheduled = None
         start = scheduled if scheduled is not None else now_ms
         return MessageRecord(  # positional (one call per message): the fields in their order
-            seq, now_ms, state, 0, msg.message_id, msg.session_id, msg.partition_key, ttl,
-            (start + ttl) if ttl is not None else None, msg.durable, msg.priority,
-            msg.annotation_count, msg.annotations, msg.tail, msg.size, scheduled,
-            None, None, None, None,  # dead-letter reason, description, source; overrides
-            msg.original_sequence_number, msg.properties_span, msg.body_span, msg.transfer_hops,
+            seq,
+            now_ms,
+            state,
+            0,
+            msg.message_id,
+            msg.session_id,
+            msg.partition_key,
+            ttl,
+            (start + ttl) if ttl is not None else None,
+            msg.durable,
+            msg.priority,
+            msg.annotation_count,
+            msg.annotations,
+            msg.tail,
+            msg.size,
+            scheduled,
+            None,
+            None,
+            None,
+            None,  # dead-letter reason, description, source; overrides
+            msg.original_sequence_number,
+            msg.properties_span,
+            msg.body_span,
+            msg.transfer_hops,
         )
 
     # ---------------------------------------------------------------- the moves

@@ -62,12 +62,16 @@ class LinkAttach:
         _grants: cbs.Grants
         _links: dict[Link, LinkState]
         _remote_links: int
+
         def condition_for(self, exc: ServiceBusError) -> Condition: ...
+
         id: int
         namespace: NamespaceInfo
         now: float
+
         @property
         def now_ms(self) -> int: ...
+
         on_output: Callable[[], None]
         services: Services
 
@@ -75,6 +79,7 @@ class LinkAttach:
         def send_deliveries(
             self, state: ReceiveLink, taken: Taken, partition_id: int | None
         ) -> None: ...
+
         transactions: TransactionCoordinator
 
     def _on_link_remote_open(self, link: Link) -> None:
@@ -162,9 +167,7 @@ class LinkAttach:
             link.rcv_settle_mode = Link.RCV_FIRST
             link.max_message_size = message_limit(getattr(state, "entity", None), self.namespace)
             if isinstance(state, SendLink):  # the SDKs size their batches from it
-                link.properties = {
-                    symbol(BATCH_SIZE_PROPERTY): batch_limit(self.namespace)
-                }
+                link.properties = {symbol(BATCH_SIZE_PROPERTY): batch_limit(self.namespace)}
         else:
             link.snd_settle_mode = link.remote_snd_settle_mode
             link.rcv_settle_mode = link.remote_rcv_settle_mode
@@ -216,9 +219,7 @@ class LinkAttach:
 
         state.view.wait_for_session(state, self.now_ms + wait_ms, on_session)
 
-    def _open_session_link(
-        self, link: Link, state: ReceiveLink, session: SessionHandle
-    ) -> None:
+    def _open_session_link(self, link: Link, state: ReceiveLink, session: SessionHandle) -> None:
         state.session = session
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
@@ -226,9 +227,7 @@ class LinkAttach:
         reply = session_filter_reply(link.remote_source.filter, session.session_id)
         link.source.filter.clear()
         link.source.filter.put_dict({symbol("com.microsoft:session-filter"): reply})
-        link.properties = {
-            symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)
-        }
+        link.properties = {symbol("com.microsoft:locked-until-utc"): dotnet_ticks(session.until_ms)}
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         link.max_message_size = message_limit(state.entity, self.namespace)

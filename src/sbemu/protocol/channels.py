@@ -49,8 +49,16 @@ class EndedChannelFilter:
     """Input filter for one connection's AMQP byte stream (after SASL)."""
 
     __slots__ = (
-        "_carry", "_started", "_skip", "_dropping", "_ended", "_off", "connection_id",
-        "_next_id", "_requests", "_continuing",
+        "_carry",
+        "_started",
+        "_skip",
+        "_dropping",
+        "_ended",
+        "_off",
+        "connection_id",
+        "_next_id",
+        "_requests",
+        "_continuing",
     )
 
     def __init__(self, connection_id: int = 0) -> None:
@@ -230,7 +238,11 @@ class EndedChannelFilter:
             return None
         log.debug(
             "connection %d: request transfer on channel %d handle %d renumbered %s -> %d",
-            self.connection_id, channel, handle, delivery_id, expected,
+            self.connection_id,
+            channel,
+            handle,
+            delivery_id,
+            expected,
         )
         return self._rewrite(buf, pos, body, perf_end, fields, expected, channel)
 

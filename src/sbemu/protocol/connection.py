@@ -365,9 +365,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                 ):
                     continue
             path = view.address if view is not None else entity.name
-            self.close_link(
-                link, EntityNotFound(f"The messaging entity '{path}' was deleted.")
-            )
+            self.close_link(link, EntityNotFound(f"The messaging entity '{path}' was deleted."))
             detached += 1
         if detached:
             self.on_output()
@@ -521,7 +519,9 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             entity, tier = state.entity, self.namespace.max_message_size
             try:  # sizes.message_limit / batch_limit, inline on the hot path
                 messages = scan_transfer(
-                    data, entity.spec.max_message_size or tier, entity.subscriptions is not None,
+                    data,
+                    entity.spec.max_message_size or tier,
+                    entity.subscriptions is not None,
                     tier,
                 )
             except ServiceBusError as exc:
@@ -696,9 +696,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
 
-    def send_deliveries(
-        self, state: ReceiveLink, taken: Taken, partition_id: int | None
-    ) -> None:
+    def send_deliveries(self, state: ReceiveLink, taken: Taken, partition_id: int | None) -> None:
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
         lib, ffi = _lib, _ffi
         unsettled = state.unsettled

@@ -46,15 +46,21 @@ class IncomingTransfers:
     """The part of AmqpConnection this module owns (see the module docstring)."""
 
     if TYPE_CHECKING:  # what it uses of AmqpConnection
+
         def _flush_replies(self, reply: ReplyLink) -> None: ...
+
         _links: dict[Link, LinkState]
+
         def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None: ...
         def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None: ...
         def close_link(self, link: Link, exc: ServiceBusError) -> None: ...
         def condition_for(self, exc: ServiceBusError) -> Condition: ...
+
         namespace: NamespaceInfo
+
         @property
         def now_ms(self) -> int: ...
+
         on_output: Callable[[], None]
         transactions: TransactionCoordinator
 
@@ -129,9 +135,11 @@ class IncomingTransfers:
             return
         try:
             messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(self.namespace),
-                )
+                data,
+                message_limit(state.entity, self.namespace),
+                state.entity.subscriptions is not None,
+                batch_limit(self.namespace),
+            )
             state.entity.send(
                 messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
             )
@@ -145,9 +153,11 @@ class IncomingTransfers:
         try:
             txn = self.transactions.transaction(data_fields[0])
             messages = scan_transfer(
-                    data, message_limit(state.entity, self.namespace),
-                    state.entity.subscriptions is not None, batch_limit(self.namespace),
-                )
+                data,
+                message_limit(state.entity, self.namespace),
+                state.entity.subscriptions is not None,
+                batch_limit(self.namespace),
+            )
             if state.entity.spec.requires_session:
                 for msg in messages:
                     if msg.session_id is None:

@@ -51,10 +51,6 @@ class Limits:
 
         return cls(
             max_connections=int(number(ENV_MAX_CONNECTIONS, base.max_connections, int)),
-            max_links_per_connection=int(
-                number(ENV_MAX_LINKS, base.max_links_per_connection, int)
-            ),
-            handshake_timeout=float(
-                number(ENV_HANDSHAKE_TIMEOUT, base.handshake_timeout, float)
-            ),
+            max_links_per_connection=int(number(ENV_MAX_LINKS, base.max_links_per_connection, int)),
+            handshake_timeout=float(number(ENV_HANDSHAKE_TIMEOUT, base.handshake_timeout, float)),
         )

@@ -81,9 +81,7 @@ class ReceiverOwner(Protocol):
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         """Encode and send one message on the receiver's link."""
 
-    def send_deliveries(
-        self, state: ReceiveLink, taken: Taken, partition_id: int | None
-    ) -> None:
+    def send_deliveries(self, state: ReceiveLink, taken: Taken, partition_id: int | None) -> None:
         """Encode and send messages of one partition on the receiver's link, in order."""
 
     def close_link(self, link: Link, exc: ServiceBusError) -> None:
@@ -285,12 +283,23 @@ _SESSION_FILTER_TYPE = (
     "type but we found type '{}' associated with key 'com.microsoft:session-filter'."
 )
 _DOTNET_TYPES = {
-    "int32": "System.Int32", "int": "System.Int64", "long": "System.Int64",
-    "uint": "System.UInt32", "ulong": "System.UInt64", "ubyte": "System.Byte",
-    "byte": "System.SByte", "short": "System.Int16", "ushort": "System.UInt16",
-    "bool": "System.Boolean", "float": "System.Double", "float32": "System.Single",
-    "memoryview": "System.ArraySegment`1[System.Byte]", "bytes": "System.ArraySegment`1[System.Byte]",
-    "UUID": "System.Guid", "timestamp": "System.DateTime", "char": "System.Char",
+    "int32": "System.Int32",
+    "int": "System.Int64",
+    "long": "System.Int64",
+    "uint": "System.UInt32",
+    "ulong": "System.UInt64",
+    "ubyte": "System.Byte",
+    "byte": "System.SByte",
+    "short": "System.Int16",
+    "ushort": "System.UInt16",
+    "bool": "System.Boolean",
+    "float": "System.Double",
+    "float32": "System.Single",
+    "memoryview": "System.ArraySegment`1[System.Byte]",
+    "bytes": "System.ArraySegment`1[System.Byte]",
+    "UUID": "System.Guid",
+    "timestamp": "System.DateTime",
+    "char": "System.Char",
     "Described": "Microsoft.ServiceBus.Messaging.Amqp.Encoding.DescribedType",
     "dict": "Microsoft.ServiceBus.Messaging.Amqp.Encoding.AmqpMap",
     "list": "System.Collections.Generic.List`1[System.Object]",

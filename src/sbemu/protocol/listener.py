@@ -106,8 +106,10 @@ class AmqpProtocol(asyncio.Protocol):
         elif transport.get_extra_info("sslcontext") is not None:
             self.transport_kind = "amqps"
         sock = transport.get_extra_info("socket")
-        if _QUICKACK is not None and sock is not None and sock.family in (
-            socket.AF_INET, socket.AF_INET6
+        if (
+            _QUICKACK is not None
+            and sock is not None
+            and sock.family in (socket.AF_INET, socket.AF_INET6)
         ):
             option = _QUICKACK
 

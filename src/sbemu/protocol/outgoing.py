@@ -36,7 +36,10 @@ _CLIENT_DA = b"\x00\x53\x71"  # a tail starting so holds the sender's delivery-a
 # Stamps as encode_delivery writes them: sequence number as long (0x81 when beyond smalllong),
 # enqueued time and locked-until as timestamps (0x83), partition id as short (0x61).
 _K_SEQ, _K_ENQ, _K_LOCK, _K_PID = (
-    K_SEQUENCE + b"\x81", K_ENQUEUED + b"\x83", K_LOCKED_UNTIL + b"\x83", K_PARTITION_ID + b"\x61"
+    K_SEQUENCE + b"\x81",
+    K_ENQUEUED + b"\x83",
+    K_LOCKED_UNTIL + b"\x83",
+    K_PARTITION_ID + b"\x61",
 )
 _STAMPS = struct.Struct(f">{len(_K_SEQ)}sq{len(_K_ENQ)}sq{len(_K_LOCK)}sq")
 _STAMPS_PID = struct.Struct(f">{len(_K_SEQ)}sq{len(_K_ENQ)}sq{len(_K_LOCK)}sq{len(_K_PID)}sh")
@@ -84,13 +87,17 @@ def delivery_bytes(
             rec, partition_id, locked_until_ms, delivery_stamps=lock_token_stamp(lock_key)
         )
     if partition_id is None:
-        stamps = _STAMPS.pack(
-            _K_SEQ, seq, _K_ENQ, rec.enqueued_time_ms, _K_LOCK, locked_until_ms
-        )
+        stamps = _STAMPS.pack(_K_SEQ, seq, _K_ENQ, rec.enqueued_time_ms, _K_LOCK, locked_until_ms)
         count = rec.annotation_count + 3
     else:
         stamps = _STAMPS_PID.pack(
-            _K_SEQ, seq, _K_ENQ, rec.enqueued_time_ms, _K_LOCK, locked_until_ms, _K_PID,
+            _K_SEQ,
+            seq,
+            _K_ENQ,
+            rec.enqueued_time_ms,
+            _K_LOCK,
+            locked_until_ms,
+            _K_PID,
             partition_id,
         )
         count = rec.annotation_count + 4

@@ -204,8 +204,15 @@ def build_message(
 SYSTEM_OVERRIDE_PREFIX = "\x00sys."
 REMOVE = b""
 _SYSTEM_FIELDS = {
-    "MessageId": 0, "To": 2, "Label": 3, "Subject": 3, "ReplyTo": 4, "CorrelationId": 5,
-    "ContentType": 6, "SessionId": 10, "ReplyToSessionId": 12,
+    "MessageId": 0,
+    "To": 2,
+    "Label": 3,
+    "Subject": 3,
+    "ReplyTo": 4,
+    "CorrelationId": 5,
+    "ContentType": 6,
+    "SessionId": 10,
+    "ReplyToSessionId": 12,
 }
 
 
@@ -252,7 +259,7 @@ def _apply_system_overrides(tail: bytes, system: Mapping[str, bytes]) -> bytes:
     """Rewrite properties-section fields; other fields keep their original encodings."""
     start, end, fields = _properties_fields(tail)
     for key, value in system.items():
-        index = _SYSTEM_FIELDS.get(key[len(SYSTEM_OVERRIDE_PREFIX):])
+        index = _SYSTEM_FIELDS.get(key[len(SYSTEM_OVERRIDE_PREFIX) :])
         if index is None:
             continue
         while len(fields) <= index:

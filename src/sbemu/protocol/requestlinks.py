@@ -39,8 +39,10 @@ class RequestLinks:
         namespace: NamespaceInfo
         now: float
         on_output: Callable[[], None]
+
         @property
         def now_ms(self) -> int: ...
+
         peer: str
         services: Services
 
@@ -83,7 +85,9 @@ class RequestLinks:
             self._grants.add(grant, self.now)
         else:
             self.services.rejections.rejected(
-                token_key_name(request.body), f"$cbs put-token: {description}", self.peer,
+                token_key_name(request.body),
+                f"$cbs put-token: {description}",
+                self.peer,
                 self.now,
             )
         from proton import int32

@@ -73,7 +73,10 @@ class SaslServer:
         self._buf += data
         if self.state == SaslState.AWAIT_HEADER:
             if len(self._buf) < 8:
-                if not (SASL_HEADER.startswith(bytes(self._buf)) or AMQP_HEADER.startswith(bytes(self._buf))):
+                if not (
+                    SASL_HEADER.startswith(bytes(self._buf))
+                    or AMQP_HEADER.startswith(bytes(self._buf))
+                ):
                     self._fail_header()
                 return
             header = bytes(self._buf[:8])

@@ -153,4 +153,6 @@ def _map_entries(buf: bytes, vpos: int, end: int) -> tuple[bytes, int]:
     if c == 0x40:
         return b"", 0
     raise SectionError(f"annotations must be a map, not constructor {c:#04x}")
+
+
 _DELIVERY_ANNOTATIONS_PREFIX = b"\x00\x53\x71"

@@ -14,7 +14,6 @@ emits ``0x00 0x53 <code>`` because pyamqp reads the section code at byte 2
 (contract §1.6).
 """
 
-
 from __future__ import annotations
 
 import uuid
@@ -113,9 +112,13 @@ _STRUCTURED = frozenset(
     {MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
 )
 _SECTION_NAMES = {
-    HEADER: "header", MESSAGE_ANNOTATIONS: "message-annotations", PROPERTIES: "properties",
-    APPLICATION_PROPERTIES: "application-properties", AMQP_SEQUENCE: "amqp-sequence",
-    AMQP_VALUE: "amqp-value", FOOTER: "footer",
+    HEADER: "header",
+    MESSAGE_ANNOTATIONS: "message-annotations",
+    PROPERTIES: "properties",
+    APPLICATION_PROPERTIES: "application-properties",
+    AMQP_SEQUENCE: "amqp-sequence",
+    AMQP_VALUE: "amqp-value",
+    FOOTER: "footer",
 }
 
 

@@ -43,6 +43,7 @@ class TransactionHost(Protocol):
     def condition_for(self, exc: ServiceBusError) -> Condition:
         """The AMQP error a client sees for `exc` (counted for /metrics)."""
 
+
 DECLARE = 0x31
 DISCHARGE = 0x32
 DECLARED = 0x33
@@ -241,9 +242,7 @@ class TransactionCoordinator:
             for staged in txn.settlements:
                 staged.entity.check_lock(staged.token.int, now_ms)
         except ServiceBusError as exc:
-            self._reject(
-                delivery, "amqp:transaction:rollback", f"Commit failed: {exc.description}"
-            )
+            self._reject(delivery, "amqp:transaction:rollback", f"Commit failed: {exc.description}")
             return
         ops: list[Callable[[Callable[[Exception | None], None]], None]] = []
         # The ignores below: mypy cannot infer lambdas that bind through default arguments.

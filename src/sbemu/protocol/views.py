@@ -68,4 +68,3 @@ def encode_property(value: object) -> bytes:
 def encode_symbol(value: object) -> bytes:
     """Encode a system property that travels as a symbol (content-type)."""
     return codec.enc_symbol(str(value))
-

@@ -57,14 +57,16 @@ def accept_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
     raises HandshakeRefused for a request that is not one [RFC 6455 4.2.1]."""
     if "websocket" not in (t.lower() for t in _tokens(headers.get("upgrade"))):
         raise HandshakeRefused(
-            426, f"{PATH} speaks AMQP over WebSockets only: send an Upgrade: websocket request",
+            426,
+            f"{PATH} speaks AMQP over WebSockets only: send an Upgrade: websocket request",
             (("Upgrade", "websocket"), ("Connection", "Upgrade")),
         )
     if "upgrade" not in (t.lower() for t in _tokens(headers.get("connection"))):
         raise HandshakeRefused(400, "a WebSocket upgrade needs Connection: Upgrade")
     if headers.get("sec-websocket-version", "").strip() != WEBSOCKET_VERSION:
         raise HandshakeRefused(
-            426, "unsupported WebSocket version: use 13",
+            426,
+            "unsupported WebSocket version: use 13",
             (("Sec-WebSocket-Version", WEBSOCKET_VERSION),),
         )
     key = headers.get("sec-websocket-key", "").strip()
@@ -77,7 +79,8 @@ def accept_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
         chosen = OASIS_SUBPROTOCOL
     else:
         raise HandshakeRefused(
-            400, f"AMQP over WebSockets needs the subprotocol {SUBPROTOCOL} "
+            400,
+            f"AMQP over WebSockets needs the subprotocol {SUBPROTOCOL} "
             f"(Sec-WebSocket-Protocol); offered: {', '.join(offered) or 'none'}",
         )
     return [

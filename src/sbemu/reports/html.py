@@ -78,37 +78,48 @@ def _line_chart(title: str, minutes: Sequence[datetime], series: dict[str, list[
     def y(v: float) -> float:
         return top + (h - top - bottom) * (1 - v / ymax)
 
-    parts = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-             f'aria-label="{_e(title)}">']
+    parts = [
+        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{_e(title)}">'
+    ]
     for k in range(5):  # grid and y labels
         v = ymax * k / 4
-        parts.append(f'<line x1="{left}" x2="{w - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-                     'class="grid"/>')
+        parts.append(
+            f'<line x1="{left}" x2="{w - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
+        )
         parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
     for i in sorted({0, n - 1, *range(0, n, max(1, n // 6))}):
         if 0 <= i < n:
-            parts.append(f'<text x="{x(i):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
-                         f'{minutes[i].strftime("%H:%M")}</text>')
+            parts.append(
+                f'<text x="{x(i):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
+                f"{minutes[i].strftime('%H:%M')}</text>"
+            )
     for name, colour in SERIES:
         values = series.get(name)
         if not values or not any(values):
             continue
         pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
         if n == 1:
-            parts.append(f'<circle cx="{x(0):.1f}" cy="{y(values[0]):.1f}" r="4" '
-                         f'fill="{colour}"><title>{name}: {values[0]}</title></circle>')
+            parts.append(
+                f'<circle cx="{x(0):.1f}" cy="{y(values[0]):.1f}" r="4" '
+                f'fill="{colour}"><title>{name}: {values[0]}</title></circle>'
+            )
         else:
-            parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" '
-                         f'stroke-width="2"><title>{name}</title></polyline>')
+            parts.append(
+                f'<polyline points="{pts}" fill="none" stroke="{colour}" '
+                f'stroke-width="2"><title>{name}</title></polyline>'
+            )
     parts.append("</svg>")
     legend = "".join(
         f'<span class="key"><i style="background:{c}"></i>{n} {sum(series.get(n, []))}</span>'
-        for n, c in SERIES if any(series.get(n, []))
+        for n, c in SERIES
+        if any(series.get(n, []))
     )
     first, last = minutes[0], minutes[-1]
     span = f"{first:%Y-%m-%d %H:%M} – {last:%Y-%m-%d %H:%M} UTC"
-    return f'<figure><figcaption>{_e(title)} <small>{span}</small></figcaption>{"".join(parts)}' \
-           f'<div class="legend">{legend}</div></figure>'
+    return (
+        f"<figure><figcaption>{_e(title)} <small>{span}</small></figcaption>{''.join(parts)}"
+        f'<div class="legend">{legend}</div></figure>'
+    )
 
 
 def _bar_rows(title: str, rows: list[tuple[str, list[tuple[str, float, str]]]], unit: str) -> str:
@@ -116,18 +127,26 @@ def _bar_rows(title: str, rows: list[tuple[str, list[tuple[str, float, str]]]], 
     bar_h, gap, label_w, w = 12, 10, 230, 720
     vmax = max([1.0, *(v for _l, bars in rows for _n, v, _c in bars)])
     height = sum(len(bars) * bar_h + gap for _l, bars in rows) + 10
-    parts = [f'<svg viewBox="0 0 {w} {height}" width="{w}" height="{height}" role="img" '
-             f'aria-label="{_e(title)}">']
+    parts = [
+        f'<svg viewBox="0 0 {w} {height}" width="{w}" height="{height}" role="img" '
+        f'aria-label="{_e(title)}">'
+    ]
     yy = 5
     for label, bars in rows:
-        parts.append(f'<text x="{label_w - 8}" y="{yy + bar_h * len(bars) / 2 + 4:.1f}" '
-                     f'text-anchor="end">{_e(label)}</text>')
+        parts.append(
+            f'<text x="{label_w - 8}" y="{yy + bar_h * len(bars) / 2 + 4:.1f}" '
+            f'text-anchor="end">{_e(label)}</text>'
+        )
         for name, value, colour in bars:
             bw = (w - label_w - 90) * value / vmax
-            parts.append(f'<rect x="{label_w}" y="{yy}" width="{bw:.1f}" height="{bar_h - 2}" '
-                         f'fill="{colour}"><title>{_e(name)}: {_fmt(value)} {unit}</title></rect>')
-            parts.append(f'<text x="{label_w + bw + 4:.1f}" y="{yy + bar_h - 3}" class="val">'
-                         f'{_e(name)} {_fmt(value)}</text>')
+            parts.append(
+                f'<rect x="{label_w}" y="{yy}" width="{bw:.1f}" height="{bar_h - 2}" '
+                f'fill="{colour}"><title>{_e(name)}: {_fmt(value)} {unit}</title></rect>'
+            )
+            parts.append(
+                f'<text x="{label_w + bw + 4:.1f}" y="{yy + bar_h - 3}" class="val">'
+                f"{_e(name)} {_fmt(value)}</text>"
+            )
             yy += bar_h
         yy += gap
     parts.append("</svg>")
@@ -140,23 +159,31 @@ def _heatmap(ns: str, entity: str, counts: Sequence[int]) -> str:
     top = max(counts) or 1
     rows = (len(counts) + cols - 1) // cols
     w, h = cols * cell + 2, rows * cell + 2
-    parts = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-             f'aria-label="partition skew of {_e(entity)}">']
+    parts = [
+        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="partition skew of {_e(entity)}">'
+    ]
     for p, n in enumerate(counts):
         x, y = 1 + (p % cols) * cell, 1 + (p // cols) * cell
         shade = n / top
         fill = f"rgb({int(247 - 239 * shade)},{int(251 - 170 * shade)},{int(255 - 99 * shade)})"
         text = "#fff" if shade > 0.55 else "#222"
-        parts.append(f'<rect x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
-                     f'fill="{fill}"><title>partition {p}: {n} message(s)</title></rect>')
-        parts.append(f'<text x="{x + cell / 2 - 1}" y="{y + cell / 2 + 3}" text-anchor="middle" '
-                     f'style="fill:{text}" class="cell">{_fmt(n)}</text>')
+        parts.append(
+            f'<rect x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
+            f'fill="{fill}"><title>partition {p}: {n} message(s)</title></rect>'
+        )
+        parts.append(
+            f'<text x="{x + cell / 2 - 1}" y="{y + cell / 2 + 3}" text-anchor="middle" '
+            f'style="fill:{text}" class="cell">{_fmt(n)}</text>'
+        )
     parts.append("</svg>")
     mean = sum(counts) / len(counts)
     ratio = f"{max(counts) / mean:.2f}" if mean else "-"
-    return (f"<figure><figcaption>{_e(ns)} / {_e(entity)} <small>{len(counts)} partitions, "
-            f"{sum(counts)} messages, max/mean {ratio}</small></figcaption>{''.join(parts)}"
-            "</figure>")
+    return (
+        f"<figure><figcaption>{_e(ns)} / {_e(entity)} <small>{len(counts)} partitions, "
+        f"{sum(counts)} messages, max/mean {ratio}</small></figcaption>{''.join(parts)}"
+        "</figure>"
+    )
 
 
 def render(out: str, *, now: datetime | None = None) -> str:
@@ -181,42 +208,90 @@ def render(out: str, *, now: datetime | None = None) -> str:
             minutes.append(t)
             t += timedelta(minutes=1)
         if len(minutes) == 24 * 60 and last not in minutes:
-            minutes = sorted(by_minute)[-24 * 60:]
+            minutes = sorted(by_minute)[-24 * 60 :]
         series = {n: [by_minute.get(m, {}).get(n, 0) for m in minutes] for n, _c in SERIES}
         charts.append(_line_chart(f"{key[0]} / {key[1]}", minutes, series))
     sections.append(("Traffic per minute", "".join(charts) or "<p>No traffic yet.</p>"))
 
-    lat = sorted(read_rows(out, "latency"), key=lambda r: (r["namespace"], r["entity"],
-                                                           r["partition"]))
-    rows = [(f'{r["entity"]} [{r["partition"]}] ({r["completed"]})',
-             [(n.removesuffix("_ms"), float(r[n]), c) for n, c in PCTS]) for r in lat]
-    sections.append(("Latency, enqueue to complete (ms)",
-                     _bar_rows("p50 / p95 / p99 per entity [partition] (completed)", rows, "ms")
-                     if rows else "<p>No completed messages yet.</p>"))
+    lat = sorted(
+        read_rows(out, "latency"), key=lambda r: (r["namespace"], r["entity"], r["partition"])
+    )
+    rows = [
+        (
+            f"{r['entity']} [{r['partition']}] ({r['completed']})",
+            [(n.removesuffix("_ms"), float(r[n]), c) for n, c in PCTS],
+        )
+        for r in lat
+    ]
+    sections.append(
+        (
+            "Latency, enqueue to complete (ms)",
+            _bar_rows("p50 / p95 / p99 per entity [partition] (completed)", rows, "ms")
+            if rows
+            else "<p>No completed messages yet.</p>",
+        )
+    )
 
-    reasons = sorted(read_rows(out, "deadletter_reasons"),
-                     key=lambda r: (-r["count"], r["namespace"], r["entity"], r["reason"] or ""))
-    rows = [(f'{r["entity"]}: {r["reason"] if r["reason"] is not None else "(none)"}',
-             [("count", float(r["count"]), "#d62728")]) for r in reasons]
-    sections.append(("Dead-letter reasons",
-                     _bar_rows("dead-lettered messages by reason", rows, "")
-                     if rows else "<p>Nothing dead-lettered.</p>"))
+    reasons = sorted(
+        read_rows(out, "deadletter_reasons"),
+        key=lambda r: (-r["count"], r["namespace"], r["entity"], r["reason"] or ""),
+    )
+    rows = [
+        (
+            f"{r['entity']}: {r['reason'] if r['reason'] is not None else '(none)'}",
+            [("count", float(r["count"]), "#d62728")],
+        )
+        for r in reasons
+    ]
+    sections.append(
+        (
+            "Dead-letter reasons",
+            _bar_rows("dead-lettered messages by reason", rows, "")
+            if rows
+            else "<p>Nothing dead-lettered.</p>",
+        )
+    )
 
     skew = sorted(read_rows(out, "partition_skew"), key=lambda r: (r["namespace"], r["entity"]))
-    maps = [_heatmap(r["namespace"], r["entity"], r["messages_per_partition"])
-            for r in skew if r["partitions"] > 1]
+    maps = [
+        _heatmap(r["namespace"], r["entity"], r["messages_per_partition"])
+        for r in skew
+        if r["partitions"] > 1
+    ]
     sections.append(("Partition skew", "".join(maps) or "<p>No partitioned entity yet.</p>"))
 
     summary = summary_rows(out)
-    head = "".join(f"<th>{_e(c)}</th>" for c in ("namespace", "entity", "enqueued", "completed",
-                                                   "deadlettered", "p95 ms", "partitions",
-                                                   "max/mean", "sessions"))
+    head = "".join(
+        f"<th>{_e(c)}</th>"
+        for c in (
+            "namespace",
+            "entity",
+            "enqueued",
+            "completed",
+            "deadlettered",
+            "p95 ms",
+            "partitions",
+            "max/mean",
+            "sessions",
+        )
+    )
     body = "".join(
-        "<tr>" + "".join(f"<td>{_e('-' if v is None else v)}</td>" for v in (
-            s["namespace"], s["entity"], s["enqueued"], s["completed"], s["deadlettered"],
-            s["p95_ms"], s["partitions"],
-            None if s["max_over_mean"] is None else f'{s["max_over_mean"]:.2f}', s["sessions"],
-        )) + "</tr>"
+        "<tr>"
+        + "".join(
+            f"<td>{_e('-' if v is None else v)}</td>"
+            for v in (
+                s["namespace"],
+                s["entity"],
+                s["enqueued"],
+                s["completed"],
+                s["deadlettered"],
+                s["p95_ms"],
+                s["partitions"],
+                None if s["max_over_mean"] is None else f"{s['max_over_mean']:.2f}",
+                s["sessions"],
+            )
+        )
+        + "</tr>"
         for s in summary
     )
     parts = [f"<section><h2>{_e(t)}</h2>{c}</section>" for t, c in sections]
@@ -237,6 +312,6 @@ margin-right:4px}}
 <h1>sbemu report</h1>
 <p>Tables in <code>{_e(os.path.abspath(out))}</code>, rendered {now:%Y-%m-%d %H:%M:%S} UTC.</p>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
-{''.join(parts)}
+{"".join(parts)}
 </body></html>
 """

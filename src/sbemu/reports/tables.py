@@ -60,34 +60,61 @@ BATCH_META = b"sbemu.batch"
 # Column names and kinds of every table (the order Spark and the tests see).
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "traffic_by_minute": (
-        ("namespace", "string"), ("entity", "string"), ("partition", "int32"),
-        ("minute", "timestamp"), *((name, "int64") for name in TRAFFIC_EVENTS),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("partition", "int32"),
+        ("minute", "timestamp"),
+        *((name, "int64") for name in TRAFFIC_EVENTS),
     ),
     "deadletter_reasons": (
-        ("namespace", "string"), ("entity", "string"), ("reason", "string"), ("count", "int64"),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("reason", "string"),
+        ("count", "int64"),
     ),
     "latency": (
-        ("namespace", "string"), ("entity", "string"), ("partition", "int32"),
-        ("completed", "int64"), ("p50_ms", "double"), ("p95_ms", "double"),
-        ("p99_ms", "double"), ("max_ms", "int64"),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("partition", "int32"),
+        ("completed", "int64"),
+        ("p50_ms", "double"),
+        ("p95_ms", "double"),
+        ("p99_ms", "double"),
+        ("max_ms", "int64"),
     ),
     "partition_skew": (
-        ("namespace", "string"), ("entity", "string"), ("partitions", "int64"),
-        ("messages", "int64"), ("min_per_partition", "int64"), ("max_per_partition", "int64"),
-        ("mean_per_partition", "double"), ("max_over_mean", "double"),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("partitions", "int64"),
+        ("messages", "int64"),
+        ("min_per_partition", "int64"),
+        ("max_per_partition", "int64"),
+        ("mean_per_partition", "double"),
+        ("max_over_mean", "double"),
         ("messages_per_partition", "list<int64>"),
     ),
     "sessions": (
-        ("namespace", "string"), ("entity", "string"), ("session_id", "string"),
-        ("messages", "int64"), ("first_time", "timestamp"), ("last_time", "timestamp"),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("session_id", "string"),
+        ("messages", "int64"),
+        ("first_time", "timestamp"),
+        ("last_time", "timestamp"),
     ),
     "_state/latency_histogram": (
-        ("namespace", "string"), ("entity", "string"), ("partition", "int32"),
-        ("latency_ms", "int64"), ("count", "int64"),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("partition", "int32"),
+        ("latency_ms", "int64"),
+        ("count", "int64"),
     ),
     "_state/partition_messages": (
-        ("namespace", "string"), ("entity", "string"), ("partition", "int32"),
-        ("messages", "int64"), ("max_seq", "int64"), ("max_seq_before", "int64"),
+        ("namespace", "string"),
+        ("entity", "string"),
+        ("partition", "int32"),
+        ("messages", "int64"),
+        ("max_seq", "int64"),
+        ("max_seq_before", "int64"),
     ),
 }
 
@@ -276,12 +303,23 @@ class TableStore:
             return combine
 
         for (ns, ent, day), rows in groups(traffic, lambda r: _day(r["minute"])).items():
-            self._merge("traffic_by_minute", self.path("traffic_by_minute", ns, ent, day),
-                        ("namespace", "entity", "partition", "minute"), rows,
-                        add(TRAFFIC_EVENTS), batch)
+            self._merge(
+                "traffic_by_minute",
+                self.path("traffic_by_minute", ns, ent, day),
+                ("namespace", "entity", "partition", "minute"),
+                rows,
+                add(TRAFFIC_EVENTS),
+                batch,
+            )
         for (ns, ent, _), rows in groups(reasons, lambda r: "all").items():
-            self._merge("deadletter_reasons", self.path("deadletter_reasons", ns, ent, "all"),
-                        ("namespace", "entity", "reason"), rows, add(("count",)), batch)
+            self._merge(
+                "deadletter_reasons",
+                self.path("deadletter_reasons", ns, ent, "all"),
+                ("namespace", "entity", "reason"),
+                rows,
+                add(("count",)),
+                batch,
+            )
 
         def session_combine(row: dict[str, Any], d: dict[str, Any]) -> None:
             row["messages"] += d["messages"]
@@ -289,33 +327,56 @@ class TableStore:
             row["last_time"] = max(row["last_time"], d["last_time"])
 
         for (ns, ent, bucket), rows in groups(sessions, _session_bucket).items():
-            self._merge("sessions", self.path("sessions", ns, ent, bucket),
-                        ("namespace", "entity", "session_id"), rows, session_combine, batch)
+            self._merge(
+                "sessions",
+                self.path("sessions", ns, ent, bucket),
+                ("namespace", "entity", "session_id"),
+                rows,
+                session_combine,
+                batch,
+            )
 
         for (ns, ent, _), rows in groups(latency, lambda r: "all").items():
-            self._merge("_state/latency_histogram",
-                        self.path("_state/latency_histogram", ns, ent, "all"),
-                        ("namespace", "entity", "partition", "latency_ms"), rows,
-                        add(("count",)), batch)
+            self._merge(
+                "_state/latency_histogram",
+                self.path("_state/latency_histogram", ns, ent, "all"),
+                ("namespace", "entity", "partition", "latency_ms"),
+                rows,
+                add(("count",)),
+                batch,
+            )
 
         def remember(row: dict[str, Any]) -> None:  # the state before this batch, for replays
             row["max_seq_before"] = row["max_seq"]
 
         def partition_combine(row: dict[str, Any], d: dict[str, Any]) -> None:
             row["messages"] += d["messages"]
-            if d["max_seq"] is not None and (row["max_seq"] is None or d["max_seq"] > row["max_seq"]):
+            if d["max_seq"] is not None and (
+                row["max_seq"] is None or d["max_seq"] > row["max_seq"]
+            ):
                 row["max_seq"] = d["max_seq"]
 
         part_rows = [
-            {"namespace": r["namespace"], "entity": r["entity"], "partition": r["partition"],
-             "messages": r["new_messages"], "max_seq": r["max_seq"], "max_seq_before": None}
+            {
+                "namespace": r["namespace"],
+                "entity": r["entity"],
+                "partition": r["partition"],
+                "messages": r["new_messages"],
+                "max_seq": r["max_seq"],
+                "max_seq_before": None,
+            }
             for r in partitions
         ]
         for (ns, ent, _), rows in groups(part_rows, lambda r: "all").items():
-            self._merge("_state/partition_messages",
-                        self.path("_state/partition_messages", ns, ent, "all"),
-                        ("namespace", "entity", "partition"), rows, partition_combine, batch,
-                        prepare=remember)
+            self._merge(
+                "_state/partition_messages",
+                self.path("_state/partition_messages", ns, ent, "all"),
+                ("namespace", "entity", "partition"),
+                rows,
+                partition_combine,
+                batch,
+                prepare=remember,
+            )
 
         for ns, ent in sorted(touched):
             self._derive_latency(ns, ent)
@@ -350,9 +411,18 @@ class TableStore:
         for part in sorted(per):
             h = per[part]
             p50, p95, p99 = percentiles(h, (0.5, 0.95, 0.99))
-            rows.append({"namespace": ns, "entity": ent, "partition": part,
-                         "completed": sum(h.values()), "p50_ms": round(p50, 3),
-                         "p95_ms": round(p95, 3), "p99_ms": round(p99, 3), "max_ms": max(h)})
+            rows.append(
+                {
+                    "namespace": ns,
+                    "entity": ent,
+                    "partition": part,
+                    "completed": sum(h.values()),
+                    "p50_ms": round(p50, 3),
+                    "p95_ms": round(p95, 3),
+                    "p99_ms": round(p99, 3),
+                    "max_ms": max(h),
+                }
+            )
         if rows:
             self._write(self.path("latency", ns, ent, "all"), "latency", rows, None)
 
@@ -365,11 +435,17 @@ class TableStore:
             per.setdefault(p, 0)
         counts = [per[p] for p in sorted(per)]
         mean = sum(counts) / len(counts)
-        row = {"namespace": ns, "entity": ent, "partitions": len(counts),
-               "messages": sum(counts), "min_per_partition": min(counts),
-               "max_per_partition": max(counts), "mean_per_partition": mean,
-               "max_over_mean": max(counts) / mean if mean > 0 else None,
-               "messages_per_partition": counts}
+        row = {
+            "namespace": ns,
+            "entity": ent,
+            "partitions": len(counts),
+            "messages": sum(counts),
+            "min_per_partition": min(counts),
+            "max_per_partition": max(counts),
+            "mean_per_partition": mean,
+            "max_over_mean": max(counts) / mean if mean > 0 else None,
+            "messages_per_partition": counts,
+        }
         self._write(self.path("partition_skew", ns, ent, "all"), "partition_skew", [row], None)
 
 
@@ -395,9 +471,15 @@ def summary_rows(out: str) -> list[dict[str, Any]]:
     def row(r: Mapping[str, Any]) -> dict[str, Any]:
         key = (r["namespace"], r["entity"])
         if key not in per:
-            per[key] = {"namespace": key[0], "entity": key[1], "partitions": None,
-                        "max_over_mean": None, **{n: 0 for n in TRAFFIC_EVENTS},
-                        "p95_ms": None, "sessions": 0}
+            per[key] = {
+                "namespace": key[0],
+                "entity": key[1],
+                "partitions": None,
+                "max_over_mean": None,
+                **{n: 0 for n in TRAFFIC_EVENTS},
+                "p95_ms": None,
+                "sessions": 0,
+            }
         return per[key]
 
     for r in read_rows(out, "partition_skew"):
@@ -421,8 +503,18 @@ def summary_rows(out: str) -> list[dict[str, Any]]:
 
 SENT_EVENTS = ("enqueued", "scheduled")
 DLQ_SUFFIX = "/$deadletterqueue"
-DELTA_COLUMNS = ("namespace", "entity", "partition", "timestamp", "event", "queue",
-                 "sequence_number", "session_id", "enqueued_time", "reason")
+DELTA_COLUMNS = (
+    "namespace",
+    "entity",
+    "partition",
+    "timestamp",
+    "event",
+    "queue",
+    "sequence_number",
+    "session_id",
+    "enqueued_time",
+    "reason",
+)
 
 
 def _micros(column: Any) -> Any:
@@ -481,14 +573,13 @@ def batch_deltas(
             "row": pa.array(range(events.num_rows), pa.int64()),
         }
     )
-    prev_col = (
-        t.join(prev, keys, join_type="left outer").sort_by("row").column("prev_max_seq")
-    )
+    prev_col = t.join(prev, keys, join_type="left outer").sort_by("row").column("prev_max_seq")
     fresh = pc.and_kleene(sent, pc.or_kleene(pc.is_null(prev_col), pc.greater(seq, prev_col)))
     null64 = pa.scalar(None, pa.int64())
     done = pc.and_(
-        pc.and_(pc.equal(ev, "completed"),
-                pc.invert(pc.ends_with(events.column("queue"), DLQ_SUFFIX))),
+        pc.and_(
+            pc.equal(ev, "completed"), pc.invert(pc.ends_with(events.column("queue"), DLQ_SUFFIX))
+        ),
         pc.is_valid(enq),
     )
     done = pc.fill_null(done, False)
@@ -518,29 +609,64 @@ def batch_deltas(
         [(f"is_{n}", "sum") for n in TRAFFIC_EVENTS]
     )
     out_traffic = [
-        {**{k: r[k] for k in keys}, "minute": _utc(r["minute"]),
-         **{n: r[f"is_{n}_sum"] for n in TRAFFIC_EVENTS}}
+        {
+            **{k: r[k] for k in keys},
+            "minute": _utc(r["minute"]),
+            **{n: r[f"is_{n}_sum"] for n in TRAFFIC_EVENTS},
+        }
         for r in rows(traffic)
     ]
-    reasons = x.filter(pc.equal(x.column("event"), "deadlettered")).group_by(
-        ["namespace", "entity", "reason"]).aggregate([("event", "count")])
-    out_reasons = [{"namespace": r["namespace"], "entity": r["entity"], "reason": r["reason"],
-                    "count": r["event_count"]} for r in rows(reasons)]
-    lat = x.filter(x.column("done")).group_by([*keys, "latency_ms"]).aggregate(
-        [("event", "count")])
-    out_latency = [{**{k: r[k] for k in keys}, "latency_ms": r["latency_ms"],
-                    "count": r["event_count"]} for r in rows(lat)]
+    reasons = (
+        x.filter(pc.equal(x.column("event"), "deadlettered"))
+        .group_by(["namespace", "entity", "reason"])
+        .aggregate([("event", "count")])
+    )
+    out_reasons = [
+        {
+            "namespace": r["namespace"],
+            "entity": r["entity"],
+            "reason": r["reason"],
+            "count": r["event_count"],
+        }
+        for r in rows(reasons)
+    ]
+    lat = x.filter(x.column("done")).group_by([*keys, "latency_ms"]).aggregate([("event", "count")])
+    out_latency = [
+        {**{k: r[k] for k in keys}, "latency_ms": r["latency_ms"], "count": r["event_count"]}
+        for r in rows(lat)
+    ]
     parts = x.group_by(keys).aggregate(
-        [("event", "count"), ("new_seq", "count_distinct", distinct), ("sent_seq", "max")])
-    out_parts = [{**{k: r[k] for k in keys}, "events": r["event_count"],
-                  "new_messages": r["new_seq_count_distinct"], "max_seq": r["sent_seq_max"]}
-                 for r in rows(parts)]
-    sess = x.filter(pc.is_valid(x.column("session_id"))).group_by(
-        ["namespace", "entity", "session_id"]).aggregate(
-        [("new_seq", "count_distinct", distinct), ("ts", "min"), ("ts", "max")])
-    out_sessions = [{"namespace": r["namespace"], "entity": r["entity"],
-                     "session_id": r["session_id"], "messages": r["new_seq_count_distinct"],
-                     "first_time": _utc(r["ts_min"]), "last_time": _utc(r["ts_max"])}
-                    for r in rows(sess)]
-    return {"traffic": out_traffic, "reasons": out_reasons, "latency": out_latency,
-            "partitions": out_parts, "sessions": out_sessions}
+        [("event", "count"), ("new_seq", "count_distinct", distinct), ("sent_seq", "max")]
+    )
+    out_parts = [
+        {
+            **{k: r[k] for k in keys},
+            "events": r["event_count"],
+            "new_messages": r["new_seq_count_distinct"],
+            "max_seq": r["sent_seq_max"],
+        }
+        for r in rows(parts)
+    ]
+    sess = (
+        x.filter(pc.is_valid(x.column("session_id")))
+        .group_by(["namespace", "entity", "session_id"])
+        .aggregate([("new_seq", "count_distinct", distinct), ("ts", "min"), ("ts", "max")])
+    )
+    out_sessions = [
+        {
+            "namespace": r["namespace"],
+            "entity": r["entity"],
+            "session_id": r["session_id"],
+            "messages": r["new_seq_count_distinct"],
+            "first_time": _utc(r["ts_min"]),
+            "last_time": _utc(r["ts_max"]),
+        }
+        for r in rows(sess)
+    ]
+    return {
+        "traffic": out_traffic,
+        "reasons": out_reasons,
+        "latency": out_latency,
+        "partitions": out_parts,
+        "sessions": out_sessions,
+    }

@@ -19,8 +19,10 @@ from .preparers import AbstractPreparer
 def _servicebus_values() -> dict[str, str]:
     host = servers.private_admin_host()
     return {
-        "servicebus_connection_str": (f"Endpoint=sb://{host}/;SharedAccessKeyName="
-                                      f"{servers.KEY_NAME};SharedAccessKey={servers.KEY}"),
+        "servicebus_connection_str": (
+            f"Endpoint=sb://{host}/;SharedAccessKeyName="
+            f"{servers.KEY_NAME};SharedAccessKey={servers.KEY}"
+        ),
         "servicebus_fully_qualified_namespace": host,
         "servicebus_sas_policy": servers.KEY_NAME,
         "servicebus_sas_key": servers.KEY,

@@ -65,6 +65,7 @@ class AbstractPreparer:
             return name
 
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
                 name = prepare(kwargs)
@@ -73,6 +74,7 @@ class AbstractPreparer:
                 finally:
                     preparer.remove_resource(name, **kwargs)
         else:
+
             @functools.wraps(fn)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 name = prepare(kwargs)
@@ -95,9 +97,14 @@ class ResourceGroupPreparer(AbstractPreparer):
 
     provides = ("resource_group", "location")
 
-    def __init__(self, name_prefix: str = "", parameter_name: str = "resource_group",
-                 parameter_name_for_location: str = "location", location: str = "local",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name_prefix: str = "",
+        parameter_name: str = "resource_group",
+        parameter_name_for_location: str = "location",
+        location: str = "local",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(name_prefix, **kwargs)
         self.parameter_name = parameter_name
         self.parameter_name_for_location = parameter_name_for_location
@@ -107,8 +114,10 @@ class ResourceGroupPreparer(AbstractPreparer):
         return (self.parameter_name, self.parameter_name_for_location)
 
     def create_resource(self, name: str, **kwargs: Any) -> dict[str, Any]:
-        return {self.parameter_name: FakeResource(name, f"/resourceGroups/{name}"),
-                self.parameter_name_for_location: self.location}
+        return {
+            self.parameter_name: FakeResource(name, f"/resourceGroups/{name}"),
+            self.parameter_name_for_location: self.location,
+        }
 
 
 CachedResourceGroupPreparer = functools.partial(ResourceGroupPreparer, use_cache=True)

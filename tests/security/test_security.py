@@ -11,6 +11,7 @@ from hardening.common import KEY, KEY_NAME, Server, make_config, queue_def
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
+from sbemu.rejections import BURST
 from sbemu.sas import make_sas_token
 
 POLICIES = [
@@ -212,9 +213,11 @@ def test_rejections_are_rate_limited(server):
     finally:
         conn.close()
     log = server.stderr_path.read_text(errors="replace")
-    # at most 10 lines a minute (this module's earlier refusals share the budget; the exact
-    # counting is tests/unit/test_admin_policy.py's): 40 refusals did not make 40 lines
-    assert log.count("'flooder'") <= 10
+    # at most BURST (10) lines per 60 s window (this module's earlier refusals share the
+    # budget; the exact counting is tests/unit/test_admin_policy.py's). The 40 refusals take
+    # far less than a window, but they may straddle one boundary (seen in a full run under
+    # load: 12 lines), so two windows' worth at most: 40 refusals did not make 40 lines.
+    assert log.count("'flooder'") <= 2 * BURST
     assert log.count("rejected credentials from") <= 20
 
 

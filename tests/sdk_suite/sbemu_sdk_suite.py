@@ -23,6 +23,7 @@ import servers
 
 HERE = Path(__file__).resolve().parent
 NOT_APPLICABLE = HERE / "not_applicable.txt"
+KNOWN_FAILURES = HERE / "known_failures.txt"
 
 
 def load_not_applicable(path: Path = NOT_APPLICABLE) -> list[tuple[str, str]]:
@@ -74,6 +75,17 @@ def test_proxy() -> Iterator[None]:
 @pytest.hookimpl(trylast=True)  # after -k / -m: count only what the run selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     entries = load_not_applicable()
+    for item in items:  # open defects: run, reported, and strict (a pass fails the run)
+        known = next(
+            (
+                r
+                for p, r in load_not_applicable(KNOWN_FAILURES)
+                if fnmatch.fnmatchcase(item.nodeid, p)
+            ),
+            None,
+        )
+        if known is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"KNOWN FAILURE: {known}"))
     keep, dropped = [], []
     for item in items:
         reason = next((r for p, r in entries if fnmatch.fnmatchcase(item.nodeid, p)), None)
@@ -110,6 +122,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "azure-servicebus live tests against sbemu")
     for nodeid, reason in sorted(not_applicable.items()):
         terminalreporter.write_line(f"NOT APPLICABLE {nodeid}: {reason}")
+    known = [r for r in stats.get("xfailed", []) if "KNOWN FAILURE" in getattr(r, "wasxfail", "")]
+    for report in known:
+        terminalreporter.write_line(f"FAILED (known, open defect) {report.nodeid}")
+    terminalreporter.write_line(f"sdk-suite: {len(known)} known failures (open defects)")
     terminalreporter.write_line(
         f"sdk-suite: {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['error']} errors, {counts['skipped']} skipped and {counts['xfailed']} xfailed "

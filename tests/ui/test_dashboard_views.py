@@ -191,6 +191,14 @@ def test_explorer_page_size_search_and_export(ui_server: Any, browser: Any, tmp_
     assert all(m["body"]["text"].startswith("item ") for m in doc["messages"])
 
 
+def rate_value(text: str) -> float:
+    """A rate as the dashboard prints it ("0", "12.5", "1.0k", "12k") as a number."""
+    text = text.strip()
+    if text.endswith("k"):
+        return float(text[:-1]) * 1000
+    return float(text or 0)
+
+
 def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
     stop = threading.Event()
 
@@ -211,7 +219,7 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
     try:
         open_entity(browser, ui_server, "orders")
         wait_for(
-            browser, lambda d: float(text_of(d, '#entity-cards [data-rate="incoming"]') or 0) > 0
+            browser, lambda d: rate_value(text_of(d, '#entity-cards [data-rate="incoming"]')) > 0
         )
 
         # one partition key: one partition takes the load, the others stay at 0
@@ -219,7 +227,7 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
             return [
                 r.get_attribute("data-partition")
                 for r in css_all(d, "#partitions tr[data-partition]")
-                if float(r.find_element("css selector", '[data-rate="incoming"]').text or 0) > 0
+                if rate_value(r.find_element("css selector", '[data-rate="incoming"]').text) > 0
             ]
 
         wait_for(browser, lambda d: len(busy(d)) == 1)
@@ -227,7 +235,7 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
         open_page(browser, ui_server, "/entities")
         filter_entities(browser, "")  # (the filter outlives the page within one load)
         row = f'tr[data-entity="{NS}/orders"]'
-        wait_for(browser, lambda d: float(text_of(d, f'{row} [data-rate="incoming"]') or 0) > 0)
+        wait_for(browser, lambda d: rate_value(text_of(d, f'{row} [data-rate="incoming"]')) > 0)
         assert text_of(browser, f'tr[data-entity="{NS}/paused"] [data-rate="incoming"]') == "0"
     finally:
         stop.set()

@@ -183,3 +183,36 @@ func TestLockRenewal(t *testing.T) {
 		})
 	}
 }
+
+// Receive-and-delete deliveries carry an empty delivery tag, written as a zero-length binary:
+// go-amqp closes the link on a first transfer whose tag is null (issue 23).
+func TestReceiveAndDelete(t *testing.T) {
+	t.Parallel()
+	for _, partitioned := range kinds() {
+		t.Run(kindName(partitioned), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q := newQueue(t, partitioned, nil)
+			c := client(t)
+			sender, err := c.NewSender(q, nil)
+			require.NoError(t, err)
+			for _, b := range []string{"d0", "d1", "d2"} {
+				require.NoError(t, sender.SendMessage(ctx, msg(b), nil))
+			}
+			r, err := c.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{
+				ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete,
+			})
+			require.NoError(t, err)
+			got := receive(t, r, 3)
+			require.Equal(t, []string{"d0", "d1", "d2"}, bodies(got))
+			for _, m := range got {
+				require.Nil(t, m.LockedUntil, "no lock in receive-and-delete mode")
+			}
+			require.Empty(t, receiveNone(t, r))
+			// gone from the queue: a peek-lock receiver finds nothing
+			locked, err := c.NewReceiverForQueue(q, nil)
+			require.NoError(t, err)
+			require.Empty(t, receiveNone(t, locked))
+		})
+	}
+}

@@ -30,9 +30,9 @@ def test_lock_token_in_delivery_annotations(server: ServerProcess) -> None:
             assert m.raw_amqp_message.delivery_annotations == {}
             assert m.raw_amqp_message.footer is None
             assert m.lock_token is None
-            # settled, but still a tag: proton would write an empty one as null, which go-amqp
-            # refuses on a first transfer (the Go SDK's receive-and-delete)
-            assert m._delivery_tag and len(m._delivery_tag) == 8
+            # settled: an empty tag, sent as a zero-length binary (not null: go-amqp refuses a
+            # first transfer without a tag) [issue 23]
+            assert m._delivery_tag == b""
 
 
 def test_sender_delivery_annotations_and_footer_reach_the_receiver(server: ServerProcess) -> None:

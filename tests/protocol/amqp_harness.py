@@ -329,7 +329,7 @@ def perf_field_map(frame: Frame, index: int) -> dict[Any, tuple[Typed, Typed]]:
 def raw_tag(delivery: Delivery) -> bytes:
     """The delivery tag as raw bytes (the binding decodes tags as UTF-8)."""
     tag = _lib.pn_delivery_tag(delivery._impl)
-    return bytes(_ffi.unpack(tag.start, tag.size))
+    return bytes(_ffi.unpack(tag.start, tag.size)) if tag.size else b""  # empty: start is NULL
 
 
 # ------------------------------------------------------------------------------ the pair

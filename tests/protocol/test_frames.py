@@ -57,3 +57,68 @@ def test_split_anywhere_gives_the_same_bytes() -> None:
     # a full frame is never touched
     full = _frame(0x17, [b"\x40"])
     assert FramePadder().feed(HEADER + full) == HEADER + full
+
+
+# A transfer's delivery tag: proton writes an empty one as null; Azure, and go-amqp on a first
+# transfer, need a zero-length binary there [issue 23].
+
+
+def test_a_null_delivery_tag_becomes_an_empty_binary() -> None:
+    payload = b"\x00Sw\xa1\x05hello"
+    for handle, delivery_id in ((b"\x43", b"\x43"), (b"\x52\x07", b"\x70\x00\x01\x00\x00")):
+        fields = [handle, delivery_id, b"\x40", b"\x43", b"\x41"]  # ..., format 0, settled
+        count, got, rest = _fields(FramePadder().feed(HEADER + _frame(0x14, fields, payload))[8:])
+        assert count == 11
+        assert got == handle + delivery_id + b"\xa0\x00\x43\x41" + b"\x40" * 6
+        assert rest == payload
+
+
+def test_a_continuation_without_delivery_id_gets_the_empty_tag_too() -> None:
+    # proton repeats the (empty) tag on each frame of a delivery: all agree on b""
+    fields = [b"\x43", b"\x40", b"\x40", b"\x43", b"\x41", b"\x41"]  # more=true
+    count, got, _ = _fields(FramePadder().feed(HEADER + _frame(0x14, fields, b"x" * 9))[8:])
+    assert got == b"\x43\x40\xa0\x00\x43\x41\x41" + b"\x40" * 5
+
+
+def test_other_tags_and_other_performatives_are_untouched() -> None:
+    tagged = [b"\x43", b"\x43", b"\xa0\x02ab", b"\x43"]
+    _, got, _ = _fields(FramePadder().feed(HEADER + _frame(0x14, tagged))[8:])
+    assert got == b"\x43\x43\xa0\x02ab\x43" + b"\x40" * 7
+    # a disposition's third field (last) may be null: not a tag
+    disposition = [b"\x41", b"\x43", b"\x40", b"\x41"]
+    _, got, _ = _fields(FramePadder().feed(HEADER + _frame(0x15, disposition))[8:])
+    assert got == b"\x41\x43\x40\x41\x40\x40"
+    # a transfer whose fields stop before the tag is only padded (no tag to rewrite)
+    _, got, _ = _fields(FramePadder().feed(HEADER + _frame(0x14, [b"\x43", b"\x43"]))[8:])
+    assert got == b"\x43\x43" + b"\x40" * 9
+
+
+def test_a_full_transfer_with_a_null_tag_is_rewritten_and_a_wide_list_stays_wide() -> None:
+    full = [b"\x43", b"\x43", b"\x40"] + [b"\x40"] * 8
+    out = FramePadder().feed(HEADER + _frame(0x14, full, b"p"))[8:]
+    count, got, rest = _fields(out)
+    assert (count, got, rest) == (11, b"\x43\x43\xa0\x00" + b"\x40" * 8, b"p")
+    wide = FramePadder().feed(HEADER + _frame(0x14, full[:4], b"p", wide=True))[8:]
+    body = wide[8:]
+    assert wide[:4] == struct.pack(">I", len(wide))
+    assert body[3] == 0xC0 and body[5] == 11  # re-encoded as list8: it fits
+    assert body[6:-1] == b"\x43\x43\xa0\x00\x40" + b"\x40" * 7
+
+
+def test_the_empty_tag_decodes_as_an_empty_binary_in_proton() -> None:
+    from proton import Data
+
+    fields = [b"\x43", b"\x43", b"\x40", b"\x43", b"\x41"]
+    out = FramePadder().feed(HEADER + _frame(0x14, fields))[8:]
+    data = Data()
+    data.decode(out[8:])
+    data.rewind()
+    data.next()
+    data.enter()
+    data.next()  # the descriptor
+    data.next()  # the list
+    data.enter()
+    values = []
+    while data.next():
+        values.append((data.type(), data.get_object()))
+    assert values[2] == (Data.BINARY, b"")

@@ -23,6 +23,7 @@ from amqp_harness import (
     frame_bytes,
     message_sections,
     perf_field_map,
+    perf_types,
     raw_tag,
     sas_token,
     section_list,
@@ -192,6 +193,30 @@ def test_receive_and_delete_presettled(pair):
         assert "x-opt-locked-until" not in _annotations(raw)
     rcv2 = pair.receiver(Q, credit=5)
     assert pair.take(rcv2) == []
+
+
+def test_receive_and_delete_tag_is_an_empty_binary_on_the_wire(pair):
+    """A pre-settled delivery's tag is empty, as Azure's (the Python SDK's backcompat test wants
+    none), and written as a zero-length binary, never null: go-amqp closes the link on a first
+    transfer without a delivery-tag [issue 23]."""
+    _send_n(pair, Q, 2)
+    mark = pair.mark()
+    rcv = pair.receiver(Q, credit=5, peek_lock=False)
+    assert [raw_tag(dlv) for dlv, _ in pair.take(rcv)] == [b"", b""]
+    transfers = [f for f in pair.frames_since(mark) if f.code == TRANSFER]
+    assert len(transfers) == 2
+    for frame in transfers:
+        tag = perf_types(frame)[2]
+        assert (tag.type, tag.value) == (Data.BINARY, b"")
+        assert len(perf_types(frame)) == 11  # still padded to the full field count
+    # a peek-locked delivery keeps its lock token as its tag
+    rcv.close()
+    pair.pump()
+    _send_n(pair, Q, 1)
+    mark = pair.mark()
+    ((dlv, _),) = pair.take(pair.receiver(Q, credit=1))
+    (frame,) = [f for f in pair.frames_since(mark) if f.code == TRANSFER]
+    assert perf_types(frame)[2].value == raw_tag(dlv) and len(raw_tag(dlv)) == 16
 
 
 # ------------------------------------------------------------------------------ settlement

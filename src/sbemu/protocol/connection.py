@@ -713,13 +713,13 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                 lib.pn_link_advance(link)
                 unsettled[tag] = key
             else:
-                # no lock: the delivery-annotations the service sends are the sender's or {}.
-                # The tag stays a short counter: proton writes an empty tag as null, and
-                # go-amqp closes the link on a first transfer without a delivery-tag (the Go
-                # SDK's own TestNewClientUsingSharedAccessSignature, receive-and-delete).
+                # no lock: the delivery-annotations the service sends are the sender's or {},
+                # and the delivery tag is empty (a settled delivery needs no unique tag
+                # [AMQP 2.6.12]; the SDK suite's backcompat tests expect delivery_tag None).
+                # proton writes it as null; frames.py sends it as an empty binary, which
+                # go-amqp requires on a first transfer [issue 23].
                 data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
-                tag = next(self._tag_counter).to_bytes(8, "big")
-                delivery = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+                delivery = lib.pn_delivery(link, (0, _NULL))
                 lib.pn_link_send(link, data, len(data))
                 lib.pn_link_advance(link)
                 lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]

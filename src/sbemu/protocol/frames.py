@@ -5,6 +5,10 @@ azure-servicebus 7.14 and earlier index performative fields by position (and rea
 payload at index 11), so every performative must carry all its fields, with explicit nulls,
 the way Microsoft's own stack writes them. This module rewrites only the list header of each
 AMQP frame's performative; payloads are copied untouched. Cost: a few microseconds per frame.
+
+It also writes an empty delivery tag the way Azure does, as a zero-length binary: proton writes
+an empty tag as null, which go-amqp refuses on a first transfer ("received message without a
+delivery-tag"), while the Python SDK's receive-and-delete deliveries expect an empty tag.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ import struct
 _U32 = struct.Struct(">I")
 _NULL = 0x40
 _LIST8_HEAD = struct.Struct(">BBB")
+_TRANSFER = 0x14
+_EMPTY_BINARY = b"\xa0\x00"  # vbin8 of length 0: the delivery tag proton writes as null
+# bytes taken by a uint field by its constructor (uint0, smalluint, uint) [AMQP 1.6.4]
+_UINT_WIDTH = {0x43: 1, 0x52: 2, 0x70: 5}
 # descriptor code -> number of fields of the performative [AMQP 2.7]
 FIELD_COUNTS = {
     0x10: 10,  # open
@@ -131,7 +139,8 @@ def _pad_frame(
     ):
         out.append(view[pos:end])
         return
-    full = FIELD_COUNTS.get(buf[body + 2])
+    code = buf[body + 2]
+    full = FIELD_COUNTS.get(code)
     lpos = body + 3
     ctor = buf[lpos]
     if full is None:
@@ -148,15 +157,17 @@ def _pad_frame(
     else:
         out.append(view[pos:end])
         return
-    if count >= full:
+    tag_at = _null_tag_at(buf, items_start, items_end) if code == _TRANSFER and count > 2 else -1
+    if count >= full and tag_at < 0:
         out.append(view[pos:end])
         return
-    nulls = _NULLS[full - count]
-    length = items_end - items_start + len(nulls)  # the padded items
+    nulls = _NULLS[full - count] if count < full else b""
+    length = items_end - items_start + len(nulls) + (tag_at >= 0)  # the padded items
+    fields = full if full > count else count
     if length + 1 <= 255:
-        head = _LIST8_HEAD.pack(0xC0, length + 1, full)
+        head = _LIST8_HEAD.pack(0xC0, length + 1, fields)
     else:
-        head = b"\xd0" + _U32.pack(length + 4) + _U32.pack(full)
+        head = b"\xd0" + _U32.pack(length + 4) + _U32.pack(fields)
     # frame size: header (4 size bytes + the rest up to the list) + new list + payload
     padded = lpos - pos + len(head) + length + end - items_end
     if limit and padded > limit:
@@ -165,8 +176,30 @@ def _pad_frame(
     out.append(_U32.pack(padded))
     out.append(view[pos + 4 : lpos])
     out.append(head)
+    if tag_at >= 0:
+        out.append(view[items_start:tag_at])
+        out.append(_EMPTY_BINARY)
+        items_start = tag_at + 1
     if items_end > items_start:
         out.append(view[items_start:items_end])
     out.append(nulls)
     if items_end < end:
         out.append(view[items_end:end])  # a transfer's payload
+
+
+def _null_tag_at(buf: bytes | bytearray, pos: int, items_end: int) -> int:
+    """Where a transfer's delivery tag is written as null (its third field), else -1.
+
+    `pos` is where the transfer's fields start: handle and delivery-id are uints (delivery-id
+    may be null on a continuation frame)."""
+    width = _UINT_WIDTH.get(buf[pos], 0)
+    if not width:
+        return -1
+    pos += width
+    if pos >= items_end:
+        return -1
+    width = _UINT_WIDTH.get(buf[pos], 1 if buf[pos] == _NULL else 0)
+    if not width:
+        return -1
+    pos += width
+    return pos if pos < items_end and buf[pos] == _NULL else -1

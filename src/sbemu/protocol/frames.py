@@ -22,6 +22,7 @@ _TRANSFER = 0x14
 _EMPTY_BINARY = b"\xa0\x00"  # vbin8 of length 0: the delivery tag proton writes as null
 # bytes taken by a uint field by its constructor (uint0, smalluint, uint) [AMQP 1.6.4]
 _UINT_WIDTH = {0x43: 1, 0x52: 2, 0x70: 5}
+_ID_WIDTH = {**_UINT_WIDTH, _NULL: 1}
 # descriptor code -> number of fields of the performative [AMQP 2.7]
 FIELD_COUNTS = {
     0x10: 10,  # open
@@ -157,7 +158,13 @@ def _pad_frame(
     else:
         out.append(view[pos:end])
         return
-    tag_at = _null_tag_at(buf, items_start, items_end) if code == _TRANSFER and count > 2 else -1
+    tag_at = -1
+    if code == _TRANSFER and count > 2:  # where its delivery tag is null, if it is (inline: hot)
+        at = items_start + _UINT_WIDTH.get(buf[items_start], size)  # handle
+        if at < items_end:
+            at += _ID_WIDTH.get(buf[at], size)  # delivery-id (null on a continuation)
+            if at < items_end and buf[at] == _NULL:
+                tag_at = at
     if count >= full and tag_at < 0:
         out.append(view[pos:end])
         return
@@ -186,20 +193,3 @@ def _pad_frame(
     if items_end < end:
         out.append(view[items_end:end])  # a transfer's payload
 
-
-def _null_tag_at(buf: bytes | bytearray, pos: int, items_end: int) -> int:
-    """Where a transfer's delivery tag is written as null (its third field), else -1.
-
-    `pos` is where the transfer's fields start: handle and delivery-id are uints (delivery-id
-    may be null on a continuation frame)."""
-    width = _UINT_WIDTH.get(buf[pos], 0)
-    if not width:
-        return -1
-    pos += width
-    if pos >= items_end:
-        return -1
-    width = _UINT_WIDTH.get(buf[pos], 1 if buf[pos] == _NULL else 0)
-    if not width:
-        return -1
-    pos += width
-    return pos if pos < items_end and buf[pos] == _NULL else -1

@@ -192,4 +192,3 @@ def _pad_frame(
     out.append(nulls)
     if items_end < end:
         out.append(view[items_end:end])  # a transfer's payload
-

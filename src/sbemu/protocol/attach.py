@@ -50,6 +50,9 @@ from .transactions import (
 
 _DETACHED = LinkPhase.DETACHED
 _WAITING = LinkPhase.WAITING
+# How long a next-available-session attach waits when the client names no com.microsoft:timeout:
+# the service's operation timeout ("within the allotted timeout of 00:01:05") [issue 23]
+NEXT_SESSION_WAIT_MS = 65_000
 log = logging.getLogger("sbemu.connection")
 
 
@@ -190,7 +193,7 @@ class LinkAttach:
             return
         props = link.remote_properties or {}
         timeout = next((v for k, v in props.items() if str(k) == "com.microsoft:timeout"), None)
-        wait_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else 60_000
+        wait_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else NEXT_SESSION_WAIT_MS
         advance(state, LinkPhase.WAITING)
         self._links[link] = state
 
@@ -206,8 +209,8 @@ class LinkAttach:
                     self._refuse(
                         link,
                         OperationTimeout(
-                            "The operation did not complete within the allotted timeout: no "
-                            "session with messages became available."
+                            "The operation did not complete within the allotted timeout of "
+                            f"{timespan(wait_ms)}: no session with messages became available."
                         ),
                     )
                 else:
@@ -290,3 +293,15 @@ class LinkAttach:
             state.view.cancel_wait(state)
         if state.session is not None:
             state.session.release(self.now_ms)
+
+
+def timespan(ms: int) -> str:
+    """A duration as .NET prints a TimeSpan, as Azure's timeout descriptions do: 00:01:05,
+    00:00:03.9530000, 1.00:00:00."""
+    seconds, frac = divmod(ms, 1000)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    days, hour = divmod(hours, 24)
+    text = f"{days}." if days else ""
+    text += f"{hour:02d}:{minute:02d}:{sec:02d}"
+    return text + (f".{frac * 10_000:07d}" if frac else "")

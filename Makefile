@@ -123,10 +123,12 @@ java-deps: maven-check
 	@if command -v mvn >/dev/null 2>&1; then $(MAKE) --no-print-directory tests/java/.m2repo/.resolved; fi
 
 # JUnit against a real sbemu that tests/sdk_run.py starts for the run (connection strings and
-# the trust store for the admin client's HTTPS in the environment).
+# the trust store for the admin client's HTTPS in the environment); then the 100 MB messages
+# (LargeMessagesTest, tag "premium") against a Premium server of their own.
 test-java: install java-deps
 	@if command -v mvn >/dev/null 2>&1; then \
-	  $(PY) tests/sdk_run.py -- $(MVN) test; \
+	  $(PY) tests/sdk_run.py -- $(MVN) test && \
+	  $(PY) tests/sdk_run.py --premium -- $(MVN) test -Dsbemu.groups=premium -Dsbemu.excludedGroups=none; \
 	else echo "SKIPPED: Java SDK tests (tests/java): no Maven on this machine"; fi
 
 # The Go SDK suite (tests/go: azservicebus and its admin package, pinned by go.sum) and the

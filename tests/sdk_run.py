@@ -12,6 +12,13 @@ hands the server's addresses to CMD in the environment, and stops the server aft
   Go's crypto/x509), ``SBEMU_TRUSTSTORE`` / ``SBEMU_TRUSTSTORE_PASSWORD`` (a PKCS12 trust store
   made by ``keytool`` from the CA, for Java's ``javax.net.ssl.trustStore``);
 - ``SBEMU_TLS_PORT`` (AMQPS), ``SBEMU_WS_PORT`` (AMQP over WebSockets, ws and wss);
+- ``SBEMU_PID``: the server's process id (the large-message test samples its memory).
+
+``--premium`` serves a Premium namespace instead (queues ``huge-tcp`` and ``huge-wss`` with
+MaxMessageSizeInKilobytes 102400, Azure's 100 MB messages; the default key only), for the Java
+suite's LargeMessagesTest. A Java client over TLS or WebSockets names no namespace the server
+could route by (its AMQP open carries the custom endpoint's host), so the Premium namespace is
+the server's only one.
 - ``SERVICEBUS_*``: the variables the Go module's own live tests read.
 
 ``--azure-ports`` runs all that in a network namespace of its own with Azure's ports (AMQPS on
@@ -49,6 +56,35 @@ KEYS = {  # key name -> (key, rights)
     "listenonly": ("LISTEN_ONLY_KEY_VALUE", ["Listen"]),
 }
 TRUSTSTORE_PASSWORD = "changeit"
+
+
+# --premium: a Premium namespace (Azure's large messages) instead, for the Java suite's
+# LargeMessagesTest (JUnit tag "premium"): queues that take 100 MB messages
+PREMIUM_QUEUES = ("huge-tcp", "huge-wss")
+
+
+def premium_config() -> dict[str, object]:
+    return {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": NAMESPACE,
+                    "PremiumMessagingPartitions": 1,
+                    "Queues": [
+                        {
+                            "Name": name,
+                            "Properties": {
+                                "MaxMessageSizeInKilobytes": 102400,
+                                "LockDuration": "PT5M",
+                            },
+                        }
+                        for name in PREMIUM_QUEUES
+                    ],
+                }
+            ],
+            "Logging": {"Type": "Console"},
+        }
+    }
 
 
 def config() -> dict[str, object]:
@@ -139,6 +175,7 @@ def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]
         "SERVICEBUS_ENDPOINT_PREMIUM": "localhost" if azure_ports else f"localhost:{admin_port}",
         "SBEMU_AZURE_PORTS": "1" if azure_ports else "0",
     }
+    env["SBEMU_PID"] = str(ready.pid)
     if ready.tls_port is not None:
         env["SBEMU_TLS_PORT"] = str(ready.tls_port)
     if ready.ws_port is not None:
@@ -188,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         "does, in a network namespace of its own (root); SERVICEBUS_* then hold "
         "Azure's connection string form (Endpoint=sb://localhost/, no flag)",
     )
+    parser.add_argument(
+        "--premium",
+        action="store_true",
+        help="serve a Premium namespace whose queues huge-tcp and huge-wss take 100 MB messages",
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
@@ -203,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             return in_own_netns(argv)
     folder = Path(tempfile.mkdtemp(prefix="sbemu-sdk-"))
     config_path = folder / "config.json"
-    config_path.write_text(json.dumps(config()))
+    config_path.write_text(json.dumps(premium_config() if args.premium else config()))
     server = SbemuProcess(
         config=config_path,
         data_dir=folder / "data",

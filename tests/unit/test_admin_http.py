@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -10,10 +11,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from sbemu.admin import HttpRoutes, Request, Response, json_response, start_admin
 from sbemu.admin.access import Access
 from sbemu.admin.certs import ca_path, ensure_certificates, server_ssl_context
+from sbemu.admin.http import _Tls
 from sbemu.admin.policy import PUBLIC, AccessPolicy
 
 
@@ -350,3 +353,43 @@ async def test_expect_100_continue_is_answered(port: int) -> None:
         assert status == 200 and json.loads(raw)["body"] == "{}"
     finally:
         writer.close()
+
+
+def test_a_tls_stream_whose_socket_failed_closes_without_raising(tmp_path: Path) -> None:
+    """Defect seen with the Go SDK over wss on the admin port: a peer that reset the
+    connection failed a write, uvloop closed the transport, and the upgraded connection's end
+    (close_notify written to the dead transport) raised "the handler is closed" and logged a
+    traceback. The server runs on uvloop, which raises there (asyncio only logs)."""
+    ensure_certificates(tmp_path)
+
+    async def scenario() -> None:
+        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        accepted = asyncio.get_running_loop().create_future()
+        server = await asyncio.start_server(
+            lambda r, w: accepted.set_result((r, w)), "127.0.0.1", 0
+        )
+        trusting = ssl.create_default_context(cafile=str(ca_path(tmp_path)))
+        connecting = asyncio.ensure_future(
+            asyncio.open_connection(
+                "127.0.0.1",
+                server.sockets[0].getsockname()[1],
+                ssl=trusting,
+                server_hostname="localhost",
+            )
+        )
+        reader, writer = await accepted
+        tls = _Tls(server_ssl_context(tmp_path), reader, writer, b"")
+        await tls.handshake()
+        client_reader, client = await connecting
+        writer.transport.abort()  # what a failed write leaves: a closed transport
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await client_reader.read()  # the peer saw it go: the handle is closed by now
+        tls.write_nowait(b"after the failure")
+        tls.close()
+        assert writer.is_closing()
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())

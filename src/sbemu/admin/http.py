@@ -233,7 +233,8 @@ class _Tls:
 
     def write_nowait(self, data: bytes) -> None:
         self._obj.write(data)
-        self._writer.write(self._out.read())
+        if not self._writer.is_closing():  # a dropped peer: uvloop raises on a closed handle
+            self._writer.write(self._out.read())
 
     def write_buffer_size(self) -> int:
         return self._writer.transport.get_write_buffer_size()
@@ -242,11 +243,15 @@ class _Tls:
         await self._writer.drain()
 
     def close(self) -> None:
-        try:
-            self._obj.unwrap()  # close_notify
-        except ssl.SSLError:
-            pass
-        self._writer.write(self._out.read())
+        """Send close_notify and close; after the socket failed (a write met a reset peer),
+        only close: writing to the dead transport raised, and the upgraded connection's end
+        logged a traceback."""
+        if not self._writer.is_closing():
+            try:
+                self._obj.unwrap()  # close_notify
+            except ssl.SSLError:
+                pass
+            self._writer.write(self._out.read())
         self._writer.close()
 
     def is_closing(self) -> bool:

@@ -279,9 +279,18 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                     if limit <= 0:
                         self.more_output = True
                         break
-            if transport.capacity() < 0 and transport.pending() <= 0 and not self.closed:
+            if (
+                transport.capacity() < 0
+                and transport.pending() <= 0
+                and not self.closed
+                and not self._detach_hold.holding()
+            ):
                 # proton stopped reading (a frame it could not decode) and has nothing left
-                # to say: close the socket rather than leave a silent connection open.
+                # to say: close the socket rather than leave a silent connection open. Not
+                # while a close reply is held: after the peer's close frame proton reads no
+                # more, and the held dispositions and close must still go out (Java's
+                # processor closed its connection right after its last complete and was cut
+                # off: "didn't receive the disposition acknowledgment").
                 log.info("connection %d: input closed by the engine; closing", self.id)
                 self.closed = True
             if pieces:

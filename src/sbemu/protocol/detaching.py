@@ -69,6 +69,10 @@ class DetachHold:
             answers.append(answer)
         return answers
 
+    def holding(self) -> bool:
+        """Whether a reply is held (the peer may have closed its input: wait for our answer)."""
+        return bool(self._held)
+
     def next_deadline(self) -> float | None:
         """When the first held reply must go regardless, if any is held."""
         return min(until for until, _, _ in self._held.values()) if self._held else None

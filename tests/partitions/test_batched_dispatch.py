@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
-from test_store_broker import MAIN, Harness, msg
+from test_store_broker import DLQ, MAIN, Harness, msg
 
 from sbemu.partitions.dispatch import DISPATCH_RUN, Taken
 from sbemu.partitions.records import LogEvent, decode_log
@@ -215,3 +215,30 @@ def test_complete_lazy_skips_an_expired_lock_and_the_message_comes_back(h):
     rcv.left = 1
     view.dispatch(later)
     assert rcv.runs[-1][1][0][0].delivery_count == 1  # delivered again
+
+
+def test_complete_lazy_removes_runs_of_two_sub_queues_and_their_counts_survive_a_restart(broker_h):
+    """The completions of one call are removed a run per sub-queue (Transitions.remove_run):
+    interleaved runs of the queue and its dead-letter queue leave the counts, the bytes and
+    the store as completing them one by one would."""
+    b = broker_h.broker
+    broker_h.send(*[msg(i) for i in range(6)])
+    for _ in range(2):  # two dead-lettered, then locked on the dead-letter queue
+        _, lock = b.take_next(MAIN, 1000, True)
+        b.dead_letter(lock.key, 1000, "why", "because", None, lambda e: None)
+    broker_h.commit()
+    main = [lock.key for _, lock in b.take_batch(MAIN, 1000, 4)]
+    dlq = [b.take_next(DLQ, 1000, True)[1].key for _ in range(2)]
+    stored = b.health.stored_bytes
+    size = b.queues[MAIN].bytes // 4
+    b.complete_lazy([main[0], main[1], dlq[0], main[2], dlq[1]], 1000)  # four runs
+    assert b.counts(MAIN)["active"] == 1 and b.counts(DLQ)["active"] == 0
+    assert b.queues[MAIN].bytes == size and b.queues[DLQ].bytes == 0
+    assert b.health.stored_bytes == stored - 5 * size  # three and two completed
+    broker_h.commit()
+    broker_h.reopen()
+    b = broker_h.broker
+    assert b.counts(MAIN)["active"] == 1 and b.counts(DLQ)["active"] == 0
+    assert b.queues[MAIN].bytes == size
+    assert [r.message_id for r in b.peek(MAIN, 0, 10)] == [msg(5).message_id]
+    assert b.peek(DLQ, 0, 10) == []

@@ -479,8 +479,8 @@ class PartitionBroker:
         a message whose lock was lost comes back as if its lock had expired, unannounced."""
         table = self.lock_table
         locks = table.by_key
-        log_run = self.staging.log_run
-        run: list[MessageRecord] = []  # completed messages of `sq`, logged together
+        log_run, remove_run = self.staging.log_run, self.moves.remove_run
+        run: list[MessageRecord] = []  # completed messages of `sq`, removed and logged together
         sq: SubQueue | None = None
         try:
             for key in keys:
@@ -497,19 +497,20 @@ class PartitionBroker:
                         continue
                 if lock.queue is not sq:
                     if run and sq is not None:
-                        log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
-                        run = []
+                        done, run = run, []
+                        remove_run(sq, done, True)
+                        log_run(sq.name, LogEvent.COMPLETED, done, now_ms, lazy=True)
                     sq = lock.queue
                 # LockTable.unlock(), the lock heap trimmed once for the whole run
                 del locks[key]
                 del sq.locks[lock.seq]
                 rec = lock.record
                 assert rec is not None  # every lock carries its message
-                self.moves.remove(sq, rec, True)
                 run.append(rec)
-            if run and sq is not None:
-                log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
         finally:
+            if run and sq is not None:  # what was unlocked is removed, whatever happened
+                remove_run(sq, run, True)
+                log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
             table.trim()
 
     def abandon(

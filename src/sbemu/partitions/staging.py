@@ -94,6 +94,22 @@ class Staging:
         sq.buffer.pop(seq, None)
         self.dirty(lazy)
 
+    def delete_run(self, sq: SubQueue, seqs: Sequence[int], lazy: bool = False) -> None:
+        """delete() for each of `seqs` (messages of `sq`), the bookkeeping once per run."""
+        name, gen, overlay = sq.name, self.gen, self.overlay
+        ops = self.batch.ops
+        keys = self._gen_keys.get(gen)
+        if keys is None:
+            keys = self._gen_keys[gen] = []
+        pop = sq.buffer.pop
+        for seq in seqs:
+            ops.append((1, name, seq, None))  # WriteBatch.delete
+            key = (name, seq)
+            overlay[key] = (None, gen)  # remember(name, seq, None)
+            keys.append(key)
+            pop(seq, None)
+        self.dirty(lazy)
+
     def remember(self, queue: str, seq: int, rec: MessageRecord | None) -> None:
         """Show a staged record (None: deleted) through the overlay until its batch lands."""
         key = (queue, seq)

@@ -242,3 +242,35 @@ def test_complete_lazy_removes_runs_of_two_sub_queues_and_their_counts_survive_a
     assert b.queues[MAIN].bytes == size
     assert [r.message_id for r in b.peek(MAIN, 0, 10)] == [msg(5).message_id]
     assert b.peek(DLQ, 0, 10) == []
+
+
+def test_take_batch_takes_messages_back_in_line_before_the_buffer_run(tmp_path):
+    """The buffer's run is taken at once only while nothing waits back in line: an abandoned
+    message (back in line, older than the buffer's) comes first, then the run, in order, across
+    read-ahead refills (more messages than READ_AHEAD)."""
+    from sbemu.partitions.subqueue import READ_AHEAD
+
+    one, run = Harness(tmp_path / "one"), Harness(tmp_path / "run")
+    total = READ_AHEAD * 2 + 5
+    for hh in (one, run):
+        hh.send(*[msg(i) for i in range(total)])
+        first = hh.broker.take_batch(MAIN, 2000, 3)
+        hh.broker.abandon(first[1][1].key, 2000, None, lambda e: None)  # seq 2 back in line
+        hh.commit()
+    singles = []
+    while (got := one.broker.take_next(MAIN, 2000, True)) is not None:
+        singles.append(got[0].sequence_number)
+    taken = [r.sequence_number for r, _ in run.broker.take_batch(MAIN, 2000, total)]
+    assert taken == singles == [2, *range(4, total + 1)]
+
+
+def test_lock_keys_drawn_for_a_run_are_version_4_tokens_of_their_partition():
+    from sbemu.partitions.tokens import make_lock_keys, token_of
+
+    keys = make_lock_keys(7, 50)
+    assert len(set(keys)) == 50
+    for key in keys:
+        token = token_of(key)
+        assert token.version == 4 and token.variant == "specified in RFC 4122"
+        assert partition_of_token(token) == 7
+    assert make_lock_keys(3, 0) == []

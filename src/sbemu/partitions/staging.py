@@ -13,7 +13,8 @@ Lazy writes [issue: lazy completions]: the log record of a peek-lock delivery, o
 completion the client settled without waiting for the outcome, need not be durable before
 anything is answered. They ride with the partition's next commit (a send's), or go at the
 second timer tick that finds them waiting (commits.DirtyPartitions.tick_lazy), instead of
-each costing a commit of its own (with a send, three commits per message at low rates). A batch past LAZY_MAX_WRITES log records commits at once.
+each costing a commit of its own (with a send, three commits per message at low rates). A
+batch past LAZY_MAX_WRITES log records commits at once.
 """
 
 from __future__ import annotations

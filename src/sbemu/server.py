@@ -471,7 +471,7 @@ class Server:
         assert self._loop is not None and self.router is not None
         now_ms = int(self.clock() * 1000)
         self.router.on_timer(now_ms)
-        self.router.flush_lazy()  # lazy writes (see partitions/staging.py) wait one tick at most
+        self.router.tick_lazy()  # lazy writes (see partitions/staging.py) wait two ticks at most
         for entity, sub_queue in self.router.idle_entities(now_ms):
             self._delete_idle(entity, sub_queue)
         self._save_idle_times(now_ms)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
-from test_store_broker import MAIN, Harness, msg
+from test_store_broker import DLQ, MAIN, Harness, msg
 
 from sbemu.partitions.dispatch import DISPATCH_RUN, Taken
 from sbemu.partitions.records import LogEvent, decode_log
@@ -215,3 +215,62 @@ def test_complete_lazy_skips_an_expired_lock_and_the_message_comes_back(h):
     rcv.left = 1
     view.dispatch(later)
     assert rcv.runs[-1][1][0][0].delivery_count == 1  # delivered again
+
+
+def test_complete_lazy_removes_runs_of_two_sub_queues_and_their_counts_survive_a_restart(broker_h):
+    """The completions of one call are removed a run per sub-queue (Transitions.remove_run):
+    interleaved runs of the queue and its dead-letter queue leave the counts, the bytes and
+    the store as completing them one by one would."""
+    b = broker_h.broker
+    broker_h.send(*[msg(i) for i in range(6)])
+    for _ in range(2):  # two dead-lettered, then locked on the dead-letter queue
+        _, lock = b.take_next(MAIN, 1000, True)
+        b.dead_letter(lock.key, 1000, "why", "because", None, lambda e: None)
+    broker_h.commit()
+    main = [lock.key for _, lock in b.take_batch(MAIN, 1000, 4)]
+    dlq = [b.take_next(DLQ, 1000, True)[1].key for _ in range(2)]
+    stored = b.health.stored_bytes
+    size = b.queues[MAIN].bytes // 4
+    b.complete_lazy([main[0], main[1], dlq[0], main[2], dlq[1]], 1000)  # four runs
+    assert b.counts(MAIN)["active"] == 1 and b.counts(DLQ)["active"] == 0
+    assert b.queues[MAIN].bytes == size and b.queues[DLQ].bytes == 0
+    assert b.health.stored_bytes == stored - 5 * size  # three and two completed
+    broker_h.commit()
+    broker_h.reopen()
+    b = broker_h.broker
+    assert b.counts(MAIN)["active"] == 1 and b.counts(DLQ)["active"] == 0
+    assert b.queues[MAIN].bytes == size
+    assert [r.message_id for r in b.peek(MAIN, 0, 10)] == [msg(5).message_id]
+    assert b.peek(DLQ, 0, 10) == []
+
+
+def test_take_batch_takes_messages_back_in_line_before_the_buffer_run(tmp_path):
+    """The buffer's run is taken at once only while nothing waits back in line: an abandoned
+    message (back in line, older than the buffer's) comes first, then the run, in order, across
+    read-ahead refills (more messages than READ_AHEAD)."""
+    from sbemu.partitions.subqueue import READ_AHEAD
+
+    one, run = Harness(tmp_path / "one"), Harness(tmp_path / "run")
+    total = READ_AHEAD * 2 + 5
+    for hh in (one, run):
+        hh.send(*[msg(i) for i in range(total)])
+        first = hh.broker.take_batch(MAIN, 2000, 3)
+        hh.broker.abandon(first[1][1].key, 2000, None, lambda e: None)  # seq 2 back in line
+        hh.commit()
+    singles = []
+    while (got := one.broker.take_next(MAIN, 2000, True)) is not None:
+        singles.append(got[0].sequence_number)
+    taken = [r.sequence_number for r, _ in run.broker.take_batch(MAIN, 2000, total)]
+    assert taken == singles == [2, *range(4, total + 1)]
+
+
+def test_lock_keys_drawn_for_a_run_are_version_4_tokens_of_their_partition():
+    from sbemu.partitions.tokens import make_lock_keys, token_of
+
+    keys = make_lock_keys(7, 50)
+    assert len(set(keys)) == 50
+    for key in keys:
+        token = token_of(key)
+        assert token.version == 4 and token.variant == "specified in RFC 4122"
+        assert partition_of_token(token) == 7
+    assert make_lock_keys(3, 0) == []

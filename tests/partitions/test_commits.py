@@ -251,3 +251,40 @@ def test_worker_threads_commit_concurrently_and_hand_back_on_the_turn_thread(h):
         assert sum(b.store.entries(MAIN) for b in q.partitions) == 64
     finally:
         threads.shutdown()
+
+
+def test_lazy_writes_wait_for_a_commit_to_ride_with_and_at_most_two_ticks():
+    """A partition with only lazy writes is committed by the timer tick only once it has
+    waited a whole tick with no commit of its own (the busy partitions of a 16-partition
+    entity take theirs along and make no commits at the tick); flush_lazy (a stop) commits
+    every one at once."""
+    from sbemu.partitions.commits import DirtyPartitions
+
+    wakes: list[int] = []
+    parts = DirtyPartitions(lambda: wakes.append(1))
+    idle, busy, late = object(), object(), object()  # partitions: only identity matters
+    parts.mark_lazy(idle)  # type: ignore[arg-type]
+    parts.mark_lazy(busy)  # type: ignore[arg-type]
+    parts.tick_lazy()  # first tick: both wait
+    assert parts.dirty == set() and wakes == []
+    parts.mark(busy)  # type: ignore[arg-type]  # a send: its commit takes the lazy writes
+    assert set(parts.take()) == {busy}
+    parts.mark_lazy(late)  # type: ignore[arg-type]  # after the first tick
+    parts.tick_lazy()  # second tick: `idle` waited a whole tick, `late` did not
+    assert parts.dirty == {idle} and wakes
+    assert set(parts.take()) == {idle}
+    parts.mark_lazy(busy)  # type: ignore[arg-type]  # new lazy writes since its commit
+    parts.tick_lazy()
+    assert parts.dirty == {late}  # busy's are young
+    parts.take()
+    parts.tick_lazy()
+    assert parts.dirty == {busy}
+    parts.take()
+    parts.mark_lazy(idle)  # type: ignore[arg-type]
+    parts.tick_lazy()
+    parts.forget(idle)  # type: ignore[arg-type]  # a removed partition
+    parts.tick_lazy()
+    assert parts.dirty == set()
+    parts.mark_lazy(late)  # type: ignore[arg-type]
+    parts.flush_lazy()  # a stop: everything now
+    assert parts.dirty == {late} and parts.lazy == set() and parts.aged == set()

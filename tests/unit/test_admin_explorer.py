@@ -194,7 +194,7 @@ def test_a_stored_message_too_deep_to_decode_does_not_break_the_page(
     entity = router.entities[("ns", "orders")]
     send(router, {"body": "before"})
     with monkeypatch.context() as patch:  # as an older sbemu stored it: no depth check
-        patch.setattr(sections, "within_depth", lambda *args: True)
+        patch.setattr(sections, "too_deep", lambda *args: False)
         errors: list[Exception | None] = []
         explorer.send_bytes(WIRE_CODEC, entity, deep, 4 * MAX, NOW, errors.append)
         pump(router)

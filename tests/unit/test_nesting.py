@@ -8,7 +8,7 @@ import pytest
 from sbemu.errors import ArgumentError
 from sbemu.protocol.codec import enc_described, enc_list, enc_map, enc_string, enc_symbol
 from sbemu.protocol.messages import scan_transfer
-from sbemu.protocol.nesting import MAX_VALUE_DEPTH, within_depth
+from sbemu.protocol.nesting import MAX_VALUE_DEPTH, too_deep, within_depth
 from sbemu.protocol.sections import (
     AMQP_SEQUENCE,
     AMQP_VALUE,
@@ -16,6 +16,7 @@ from sbemu.protocol.sections import (
     DATA,
     FOOTER,
     MESSAGE_ANNOTATIONS,
+    PROPERTIES,
     SectionTooDeep,
     read_application_properties,
     scan_message,
@@ -125,3 +126,59 @@ def test_data_sections_are_opaque_and_not_walked() -> None:
     body = bytes(range(256)) * 64  # every compound constructor byte, many times
     data = section(DATA, b"\xb0" + len(body).to_bytes(4, "big") + body)
     scan_message(data)  # a data section is never refused for what its bytes look like
+
+
+@pytest.mark.parametrize("shape", [nested_lists, nested_maps, nested_arrays, nested_described])
+def test_the_cheap_bounds_agree_with_the_walk(shape) -> None:  # type: ignore[no-untyped-def]
+    """too_deep lets a value through on its length or its count of constructor bytes only when
+    the walk would: at every depth around the limit, and with limits at and below the depth."""
+    for depth in (1, 2, MAX_VALUE_DEPTH - 1, MAX_VALUE_DEPTH, MAX_VALUE_DEPTH + 1, 40, 5000):
+        data = shape(depth)
+        assert too_deep(data, 0, len(data)) is (depth > MAX_VALUE_DEPTH), (shape.__name__, depth)
+    for depth in range(1, 40):
+        data = shape(depth)
+        for limit in range(1, depth + 2):
+            walked = not within_depth(data, 0, len(data), limit)
+            assert too_deep(data, 0, len(data), limit) is walked, (shape.__name__, depth, limit)
+
+
+def test_flat_values_full_of_zero_bytes_are_accepted() -> None:
+    """Numbers hold 0x00 bytes (what a described value starts with): a flat map of many longs
+    passes the count and is walked, and accepted."""
+    longs = enc_map([(enc_string(f"k{i}"), b"\x81" + bytes(8)) for i in range(20)])
+    assert not too_deep(longs, 0, len(longs))
+    scan_message(section(APPLICATION_PROPERTIES, longs) + section(DATA, b"\xa0\x01x"))
+
+
+def properties(*fields: bytes) -> bytes:
+    return section(PROPERTIES, enc_list(list(fields)))
+
+
+@pytest.mark.parametrize(
+    "field", [0, 1, 5, 13], ids=["message-id", "user-id", "correlation-id", "past-the-13"]
+)
+def test_properties_fields_nesting_beyond_the_limit_are_refused(field: int) -> None:
+    """The properties list is checked field by field as the scan walks it: a field is level 2
+    (a wanted one decoded, an unwanted one skipped, either way checked first)."""
+    null = b"\x40"
+
+    def with_field(value: bytes) -> bytes:
+        fields = [null] * max(field + 1, 1)
+        fields[field] = value
+        return properties(*fields) + section(DATA, b"\xa0\x01x")
+
+    scan_message(with_field(nested_lists(MAX_VALUE_DEPTH - 1)))  # 32 levels with the list
+    with pytest.raises(SectionTooDeep, match="properties nests more than 32 levels"):
+        scan_message(with_field(nested_lists(MAX_VALUE_DEPTH)))
+    with pytest.raises(SectionTooDeep):
+        scan_message(with_field(nested_described(MAX_VALUE_DEPTH)))
+
+
+def test_a_deep_list32_properties_field_is_refused() -> None:
+    """list32 properties (as proton writes a long one) are walked field by field too."""
+    wide = nested_lists(MAX_VALUE_DEPTH) + b"\xa1\xff" + b"x" * 255  # over 255 bytes
+    data = section(
+        PROPERTIES, b"\xd0" + (len(wide) + 4).to_bytes(4, "big") + (2).to_bytes(4, "big") + wide
+    )
+    with pytest.raises(SectionTooDeep, match="properties nests more than 32 levels"):
+        scan_message(data + section(DATA, b"\xa0\x01x"))

@@ -55,7 +55,7 @@ from .subqueue import (
     SubQueueReader,
     SubQueueSettings,
 )
-from .tokens import make_lock_key
+from .tokens import make_lock_key, make_lock_keys
 from .transitions import Route, Transitions, merge_overrides
 
 DLQ_SUFFIX = "/$deadletterqueue"
@@ -397,7 +397,7 @@ class PartitionBroker:
         out: list[tuple[MessageRecord, Lock | None]] = []
         if sq.settings.requires_session:
             return out
-        pop = self.reader.pop_ready
+        pop_run = self.reader.pop_run
         expires = sq.settings.expires
         until = now_ms + sq.settings.lock_duration_ms
         pid = self.partition_id
@@ -405,21 +405,21 @@ class PartitionBroker:
         sq_locks, locks, heap, push = sq.locks, table.by_key, table.heap, heapq.heappush
         try:
             while len(out) < limit:
-                rec = pop(sq, None)
-                if rec is None:
+                recs = pop_run(sq, limit - len(out))
+                if not recs:
                     break
-                at = rec.expires_at_ms
-                if at is not None and at <= now_ms and expires:
-                    self.moves.expire(sq, rec, now_ms)
-                    continue
-                # LockTable.add() for a message outside sessions, inline
-                seq = rec.sequence_number
-                key = make_lock_key(pid)
-                lock = Lock(key, sq, seq, until, None, rec)
-                sq_locks[seq] = lock
-                locks[key] = lock
-                push(heap, (until, seq, key))
-                out.append((rec, lock))
+                for rec, key in zip(recs, make_lock_keys(pid, len(recs)), strict=True):
+                    at = rec.expires_at_ms
+                    if at is not None and at <= now_ms and expires:
+                        self.moves.expire(sq, rec, now_ms)
+                        continue
+                    # LockTable.add() for a message outside sessions, inline
+                    seq = rec.sequence_number
+                    lock = Lock(key, sq, seq, until, None, rec)
+                    sq_locks[seq] = lock
+                    locks[key] = lock
+                    push(heap, (until, seq, key))
+                    out.append((rec, lock))
         except StoreError:
             if not out:
                 raise  # nothing taken: the caller sees the fault as from take_next
@@ -479,8 +479,8 @@ class PartitionBroker:
         a message whose lock was lost comes back as if its lock had expired, unannounced."""
         table = self.lock_table
         locks = table.by_key
-        log_run = self.staging.log_run
-        run: list[MessageRecord] = []  # completed messages of `sq`, logged together
+        log_run, remove_run = self.staging.log_run, self.moves.remove_run
+        run: list[MessageRecord] = []  # completed messages of `sq`, removed and logged together
         sq: SubQueue | None = None
         try:
             for key in keys:
@@ -497,19 +497,20 @@ class PartitionBroker:
                         continue
                 if lock.queue is not sq:
                     if run and sq is not None:
-                        log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
-                        run = []
+                        done, run = run, []
+                        remove_run(sq, done, True)
+                        log_run(sq.name, LogEvent.COMPLETED, done, now_ms, lazy=True)
                     sq = lock.queue
                 # LockTable.unlock(), the lock heap trimmed once for the whole run
                 del locks[key]
                 del sq.locks[lock.seq]
                 rec = lock.record
                 assert rec is not None  # every lock carries its message
-                self.moves.remove(sq, rec, True)
                 run.append(rec)
-            if run and sq is not None:
-                log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
         finally:
+            if run and sq is not None:  # what was unlocked is removed, whatever happened
+                remove_run(sq, run, True)
+                log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
             table.trim()
 
     def abandon(

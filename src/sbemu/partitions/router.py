@@ -163,6 +163,10 @@ class Router:
         """Make partitions with lazy writes only dirty: they commit in the next turn."""
         self.to_commit.flush_lazy()
 
+    def tick_lazy(self) -> None:
+        """The timer tick's share of the lazy writes (commits.DirtyPartitions.tick_lazy)."""
+        self.to_commit.tick_lazy()
+
     # ---------------------------------------------------------------- lookup
     def lookup(self, namespace: str, path: str) -> tuple[Entity, EntityView]:
         """The entity and view a normalised path names; raises EntityNotFound."""

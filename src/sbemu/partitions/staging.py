@@ -12,8 +12,9 @@ carried them.
 Lazy writes [issue: lazy completions]: the log record of a peek-lock delivery, or a
 completion the client settled without waiting for the outcome, need not be durable before
 anything is answered. They ride with the partition's next commit (a send's), or go at the
-next timer tick, instead of each costing a commit of its own (with a send, three commits
-per message at low rates). A batch past LAZY_MAX_WRITES log records commits at once.
+second timer tick that finds them waiting (commits.DirtyPartitions.tick_lazy), instead of
+each costing a commit of its own (with a send, three commits per message at low rates). A
+batch past LAZY_MAX_WRITES log records commits at once.
 """
 
 from __future__ import annotations
@@ -92,6 +93,22 @@ class Staging:
         self.batch.delete(sq.name, seq)
         self.remember(sq.name, seq, None)
         sq.buffer.pop(seq, None)
+        self.dirty(lazy)
+
+    def delete_run(self, sq: SubQueue, seqs: Sequence[int], lazy: bool = False) -> None:
+        """delete() for each of `seqs` (messages of `sq`), the bookkeeping once per run."""
+        name, gen, overlay = sq.name, self.gen, self.overlay
+        ops = self.batch.ops
+        keys = self._gen_keys.get(gen)
+        if keys is None:
+            keys = self._gen_keys[gen] = []
+        pop = sq.buffer.pop
+        for seq in seqs:
+            ops.append((1, name, seq, None))  # WriteBatch.delete
+            key = (name, seq)
+            overlay[key] = (None, gen)  # remember(name, seq, None)
+            keys.append(key)
+            pop(seq, None)
         self.dirty(lazy)
 
     def remember(self, queue: str, seq: int, rec: MessageRecord | None) -> None:

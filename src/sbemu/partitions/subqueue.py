@@ -14,9 +14,10 @@ import heapq
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from .records import MessageRecord, MessageState, decode_message
-from .store import PartitionStore
+from .store import PartitionStore, StoreError
 from .tokens import token_of
 
 READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
@@ -484,6 +485,29 @@ class SubQueueReader:
             rec = self.get(sq, seq)
             if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
                 return rec
+
+    def pop_run(self, sq: SubQueue, limit: int) -> list[MessageRecord]:
+        """pop_ready(sq, None) up to `limit` times (a sub-queue outside sessions), in one call:
+        while nothing waits back in line, the read-ahead buffer's run is taken at once. A
+        store fault after some were taken hands those over (the next call meets it again)."""
+        out: list[MessageRecord] = []
+        if sq.settings.requires_session:
+            return out
+        buffer, back = sq.buffer, sq.back
+        try:
+            while len(out) < limit:
+                if buffer and not back:  # the buffer is in sequence order, nothing before it
+                    pop = buffer.pop
+                    out.extend([pop(seq) for seq in list(islice(buffer, limit - len(out)))])
+                    continue
+                rec = self.pop_ready(sq, None)
+                if rec is None:
+                    break
+                out.append(rec)
+        except StoreError:
+            if not out:
+                raise
+        return out
 
     def take_ready(self, sq: SubQueue, limit: int) -> list[MessageRecord]:
         """Up to `limit` ready messages of a sub-queue, oldest first, across its sessions

@@ -40,6 +40,13 @@ def make_lock_key(partition_id: int) -> int:
     return (bits & _TOKEN_KEEP) | _TOKEN_V4 | (partition_id & 0xFFFF)
 
 
+def make_lock_keys(partition_id: int, n: int) -> list[int]:
+    """`n` lock keys (make_lock_key) from one draw of random bits: a run of deliveries."""
+    raw = os.urandom(16 * n)
+    keep, low, from_bytes = _TOKEN_KEEP, _TOKEN_V4 | (partition_id & 0xFFFF), int.from_bytes
+    return [(from_bytes(raw[i : i + 16], "big") & keep) | low for i in range(0, 16 * n, 16)]
+
+
 def token_of(key: int) -> uuid.UUID:
     """The lock token (a UUID) whose int is `key`."""
     token = _new_object(_UUID)

@@ -20,7 +20,7 @@ due scheduled message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..completions import Done
@@ -118,6 +118,20 @@ class Transitions:
         self.deadlines.remove(sq, rec)
         self.count(sq, rec.state, -1, -rec.size)
         sq.removed(rec)
+
+    def remove_run(self, sq: SubQueue, recs: Sequence[MessageRecord], lazy: bool = False) -> None:
+        """remove() for each of `recs` (stored messages of `sq`), the counts once per run."""
+        self.staging.delete_run(sq, [rec.sequence_number for rec in recs], lazy)
+        remove_timer, removed, counts = self.deadlines.remove, sq.removed, sq.counts
+        nbytes = 0
+        for rec in recs:
+            remove_timer(sq, rec)
+            counts[rec.state] -= 1
+            nbytes += rec.size
+            removed(rec)
+        sq.bytes -= nbytes
+        self.health.add_stored(-nbytes)
+        self.staging.counts_dirty.add(sq)
 
     def store_new(self, target: SubQueue, rec: MessageRecord, timer: bool) -> None:
         """Stage an active message new to `target` (moved, activated, fanned out)."""

@@ -26,7 +26,7 @@ from sbemu.protocol.codec import (
     enc_string,
 )
 from sbemu.protocol.decimals import DecimalRangeError, rewrite_decimals
-from sbemu.protocol.nesting import MARKERS, MAX_VALUE_DEPTH, OPENERS, within_depth
+from sbemu.protocol.nesting import MAX_VALUE_DEPTH, OPENERS, too_deep
 from sbemu.protocol.rebuild import REMOVE as REMOVE
 from sbemu.protocol.rebuild import SYSTEM_OVERRIDE_PREFIX as SYSTEM_OVERRIDE_PREFIX
 from sbemu.protocol.rebuild import (
@@ -107,9 +107,10 @@ _SINGLE = frozenset(
 )
 
 
-_may_nest = MARKERS.search
+# Sections whose value is checked for depth as a whole; properties (a list, sectioncodes'
+# _ALLOWED) are checked field by field as _property_fields walks them.
 _STRUCTURED = frozenset(
-    {MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
+    {MESSAGE_ANNOTATIONS, APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
 )
 _SECTION_NAMES = {
     HEADER: "header",
@@ -148,6 +149,8 @@ def _property_fields(buf: bytes, vpos: int, end: int) -> list[str | None]:
         if c == 0x40:  # null: by far the most common field value
             p += 1
         elif not (mask >> i) & 1:  # also skips fields beyond the 13 we know
+            if c in OPENERS:  # the list's depth check, field by field (see _scan)
+                _field_depth(buf, p)
             p = _skip(buf, p)
         elif c == 0xA1:
             q = p + 2 + buf[p + 1]
@@ -156,11 +159,26 @@ def _property_fields(buf: bytes, vpos: int, end: int) -> list[str | None]:
             out[i] = buf[p + 2 : q].decode("utf-8")
             p = q
         else:
+            if c in OPENERS:
+                _field_depth(buf, p)
             v, p = _decode(buf, p)
             out[i] = _render(v)
     if p != end:
         raise SectionError("properties fields do not match the list size")
     return out
+
+
+def _field_depth(buf: bytes, p: int) -> None:
+    """Refuse a properties field nesting deeper than its level (2) leaves room for."""
+    if too_deep(buf, p, _skip(buf, p), MAX_VALUE_DEPTH - 1):
+        raise _too_deep(PROPERTIES)
+
+
+def _too_deep(code: int) -> SectionTooDeep:
+    return SectionTooDeep(
+        f"section {_SECTION_NAMES.get(code, hex(code))} nests more than "
+        f"{MAX_VALUE_DEPTH} levels of lists, maps, arrays or described values"
+    )
 
 
 def _header_fields(buf: bytes, vpos: int, end: int) -> tuple[bool, int | None, int | None]:
@@ -248,17 +266,10 @@ def _scan(buf: bytes) -> ScannedMessage:
         code, vpos = _section_code(buf, pos)
         end = _skip(buf, vpos)
         # stored sections that may hold structure (the header is re-built from its fields,
-        # delivery-annotations are dropped, data sections are opaque)
-        if (
-            code in _STRUCTURED
-            and buf[vpos] in OPENERS
-            and _may_nest(buf, vpos + 1, end) is not None
-            and not within_depth(buf, vpos, end)
-        ):
-            raise SectionTooDeep(
-                f"section {_SECTION_NAMES.get(code, hex(code))} nests more than "
-                f"{MAX_VALUE_DEPTH} levels of lists, maps, arrays or described values"
-            )
+        # delivery-annotations are dropped, data sections are opaque, properties are checked
+        # field by field)
+        if code in _STRUCTURED and too_deep(buf, vpos, end):
+            raise _too_deep(code)
         if code in _SINGLE:
             bit = 1 << (code - HEADER)
             if seen & bit:

@@ -26,6 +26,7 @@ from ..config import (
     NamespaceConfig,
     QueueConfig,
     TopicConfig,
+    missing_forward_targets,
 )
 from ..errors import (
     ArgumentError,
@@ -183,7 +184,8 @@ class Management:
         }
         if changed is not None:
             configs[changed.name.lower()] = changed
-        return missing_forward_target(configs)
+        missing = missing_forward_targets(configs.values(), configs.keys())
+        return f"{missing[0]}: create the queue or topic first." if missing else None
 
     def _check_forwarding(self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig) -> None:
         problem = self._forwarding_problem(ns, changed)
@@ -567,28 +569,6 @@ class Management:
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
-
-
-def missing_forward_target(configs: dict[str, QueueConfig | TopicConfig]) -> str | None:
-    """The first ForwardTo / ForwardDeadLetteredMessagesTo (of a queue or subscription) that
-    names no entity of `configs` (keyed by lower-case name), as one line; None when all exist."""
-    for cfg in configs.values():
-        owners: list[tuple[str, Any]] = (
-            [(cfg.name, cfg)]
-            if isinstance(cfg, QueueConfig)
-            else [(f"{cfg.name}/Subscriptions/{s.name}", s) for s in cfg.subscriptions]
-        )
-        for label, owner in owners:
-            for key, target in (
-                ("ForwardTo", owner.forward_to),
-                ("ForwardDeadLetteredMessagesTo", owner.forward_dead_lettered_messages_to),
-            ):
-                if target is not None and target.lower() not in configs:
-                    return (
-                        f"The auto-forwarding destination '{target}' ({key} of '{label}') does "
-                        "not exist: create the queue or topic first."
-                    )
-    return None
 
 
 def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:

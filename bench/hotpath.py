@@ -249,7 +249,7 @@ async def _serve(args: argparse.Namespace) -> None:
         assert server.router is not None
         server.router.flush_lazy()
         server.wake()
-        while server._commits is not None and server._commits.busy():
+        while server.commit_loop is not None and server.commit_loop.busy():
             await asyncio.sleep(0.0005)
         print(json.dumps(probe.stop()), flush=True)
 

@@ -1,11 +1,10 @@
 """Wiring: configuration -> router and partition stores, AMQP listener, admin HTTP, timers.
 
-This is where the event loop meets the core. Once per loop turn (`_turn`) the commit turn
-(sbemu.partitions.commits.GroupCommit) runs the router's pending dispatch and gives every
-partition with pending writes one durable LMDB commit on a worker thread (group commit: one
-transaction per partition per turn, at most one in flight per partition; py-lmdb releases the
-GIL while it syncs, so partitions' fsyncs overlap). Completions run back on the loop, in order,
-after their commit.
+This is where the event loop meets the core: the commit turns run on it (sbemu.commitloop: one
+durable LMDB commit per dirty partition per turn, on worker threads, completions back on the
+loop in order), the timer sweeps locks, TTLs and schedules every TIMER_INTERVAL (at once when a
+TestClock moves), and the admin port (sbemu.admin.site), log retention (sbemu.logs.retention)
+and AutoDeleteOnIdle (sbemu.admin.idledeletion) are started and stopped with the server.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__, endpoints
 from .clock import SYSTEM_CLOCK, Clock, TestClock
+from .commitloop import CommitLoop
 from .config import Config
 from .endpoints import EndpointError, ListenPort
 from .heap import HeapTrimmer, libc_malloc_trim
 from .logs.retention import RETENTION_INTERVAL_MS, trim_logs
 from .offloop import OffLoopJob
 from .partitions.broker import PartitionBroker
-from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
 from .partitions.idle import load_idle_times
 from .partitions.layout import StorageLayoutError, lock_data_dir
 from .partitions.lockfile import sweep_lock_files
@@ -53,13 +52,6 @@ TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
 # wants to hand the result back (Python's default is 5 ms: up to 5 ms more per acknowledgement).
 GIL_SWITCH_INTERVAL = 0.001
 STOP_COMMIT_WAIT = 5.0  # seconds stop() keeps trying to commit what a failing store holds
-# Commits in flight at once across partitions (at most one per partition; see
-# sbemu.partitions.commits). The threads mostly wait in fsync with the GIL released, and
-# concurrent fsyncs share the file system's journal commits. A dirty partition beyond the bound
-# waits for a slot and takes its batch only then, so batches grow where commits would queue:
-# on the 16-partition bench queue 8 cut server CPU per message by a fifth to a third against
-# 16 (fewer, larger commits; half the context switches) at equal or better rates.
-COMMIT_THREADS = 8
 
 
 class StartupError(Exception):
@@ -111,17 +103,13 @@ class Server:
         self._admin_server: Any = None  # sbemu.admin.http.AdminServer
         self.routes: Any = None  # sbemu.admin.routes.HttpRoutes, set by start()
         self._connections: set[AmqpProtocol] = set()
-        self._turn_scheduled = False
-        self._commits: GroupCommit | None = None  # the commit turn, set by start()
-        self._commit_threads: CommitThreads | None = None
-        self._flusher: Flusher | None = None  # output of a turn, written at its end
-        self._idle = asyncio.Event()
+        self.commit_loop: CommitLoop | None = None  # the commit turns, set by start()
         self._timer: asyncio.TimerHandle | None = None
         self._lock_fd: int | None = None
         self.started_at = 0.0
         self.services: Services | None = None  # what AMQP connections share (stats included)
         self.dashboard: Dashboard | None = None
-        self._closed = False  # stores closed and commit pool shut down: turns do nothing
+        self._closed = False  # stores closed: no more sweeps (a TestClock may still move)
         # freed connection buffers go back to the system after a burst of closes (heap.py)
         self._heap = HeapTrimmer(libc_malloc_trim())
         # AMQPS and the WebSocket port (sbemu.endpoints): None = not asked; the bound port
@@ -137,7 +125,7 @@ class Server:
     async def start(self) -> None:
         """Open stores, bind the AMQP and admin listeners; raises StartupError."""
         self._loop = asyncio.get_running_loop()
-        self._flusher = flusher = Flusher(self._loop)
+        flusher = Flusher(self._loop)  # the output of a turn, written at its end
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         try:
             self._lock_fd = lock_data_dir(self.data_dir)
@@ -171,13 +159,14 @@ class Server:
         self.router.forwarder.clean_stale_markers()
         self.router.idle.restore(*load_idle_times(self.data_dir))
         # log retention passes and idle-time saves run here, off the loop (commits have their
-        # own threads, see _start_commits)
+        # own threads: sbemu.commitloop)
         self._executor = executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="sbemu-offloop"
         )
         self._retention = OffLoopJob(self._loop, executor, self._retention_failed)
         self._idle_deletion = IdleDeletion(self.management, self.data_dir, self._loop, executor)
-        self._start_commits()
+        self.commit_loop = CommitLoop(self._loop, self.router, self.clock, flusher)
+        self.commit_loop.wake()  # for what the start-up staged
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         try:
             limits = Limits.from_env()
@@ -323,38 +312,20 @@ class Server:
         if self._retention is not None:  # the pass uses the stores: let it finish first
             await self._retention.wait()
         if self.router is not None:
-            commits = self._commits
             self.router.flush_lazy()  # everything in memory is committed before the stores close
-            self._turn()
-            assert self._loop is not None
-            give_up = self._loop.time() + STOP_COMMIT_WAIT
-            while commits is not None and commits.busy():
-                self._idle.clear()
-                if not commits.inflight:
-                    if self._loop.time() >= give_up:
-                        # A partition whose store keeps failing (a disk gone read-only) cannot
-                        # commit what it holds; none of it was acknowledged, so stop anyway.
-                        log.error(
-                            "stopping with writes a failing store could not commit "
-                            "(none of them was acknowledged)"
-                        )
-                        break
-                    self._turn()
-                    if commits.busy() and not commits.inflight:  # nothing could start: retry
-                        await asyncio.sleep(0.01)
-                    continue
-                await self._idle.wait()
+            if self.commit_loop is not None:
+                await self.commit_loop.drain(STOP_COMMIT_WAIT)
             if self._timer is not None and self._idle_deletion is not None:
                 await self._idle_deletion.stop()  # started: the tracker holds every time
-            # A turn scheduled by the last commit must not dispatch or commit into closed
-            # stores and a shut-down pool (found by make crash-test --sigterm: a traceback).
+            # a turn scheduled by the last commit must not run into closed stores
             self._closed = True
+            if self.commit_loop is not None:
+                self.commit_loop.closed = True
             self.router.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        if self._commit_threads is not None:
-            self._commit_threads.shutdown()
-            self._commit_threads = None
+        if self.commit_loop is not None:
+            self.commit_loop.shutdown()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -371,41 +342,9 @@ class Server:
 
     # ------------------------------------------------------------------ turn work
     def _wake(self) -> None:
-        if not self._turn_scheduled and self._loop is not None:
-            self._turn_scheduled = True
-            self._loop.call_soon(self._turn)
-
-    def _start_commits(self) -> None:
-        """The commit turn, with its worker threads handing finished commits to the loop."""
-        assert self.router is not None and self._loop is not None
-        commits = GroupCommit(
-            self.router, max_inflight=COMMIT_THREADS, max_inflight_per_entity=COMMITS_PER_ENTITY
-        )
-        threads = CommitThreads(COMMIT_THREADS, self._loop.call_soon_threadsafe, self._committed)
-        commits.runner = threads
-        commits.on_error = self._commit_failed
-        commits.on_idle = self._idle.set
-        self._commits, self._commit_threads = commits, threads
-
-    def _turn(self) -> None:
-        self._turn_scheduled = False
-        if self._closed or self._commits is None:
-            return
-        self._commits.turn(int(self.clock() * 1000))
-        if self._flusher is not None:  # what the turn delivered goes out now, not a pass later
-            self._flusher.run()
-
-    def _committed(self, jobs: list[CommitJob]) -> None:
-        """Finished commits, back on the loop: completions and re-commits, then at once a turn
-        for what the completions made ready (the messages a send commit landed go to waiting
-        receivers in this same callback, with the acknowledgements)."""
-        assert self._commits is not None
-        self._commits.finished(jobs)
-        self._turn()
-
-    @staticmethod
-    def _commit_failed(broker: PartitionBroker, error: Exception) -> None:
-        log.error("partition %s/%d: commit failed: %s", broker.entity, broker.partition_id, error)
+        """The router asks for a commit turn."""
+        if self.commit_loop is not None:
+            self.commit_loop.wake()
 
     def _on_timer(self) -> None:
         assert self._loop is not None and self.router is not None
@@ -459,19 +398,9 @@ class Server:
     async def settle(self, brokers: list[PartitionBroker]) -> None:
         """Wait until the given partitions have nothing pending or in flight (and no log
         retention pass runs), so their stores can be closed."""
-        wanted = set(brokers)
-        assert self.router is not None
+        assert self.router is not None and self.commit_loop is not None
         self.router.flush_lazy()
-        while True:
-            assert self._commits is not None
-            self._turn()
-            if not self._commits.busy(wanted):
-                break
-            self._idle.clear()
-            try:
-                await asyncio.wait_for(self._idle.wait(), 0.05)
-            except asyncio.TimeoutError:
-                pass
+        await self.commit_loop.settle(brokers)
         if self._retention is not None:
             await self._retention.wait()
 

@@ -251,7 +251,7 @@ async def _serve(args: argparse.Namespace) -> None:
         server.wake()
         # polled, not spun: each poll is loop work the phase would be charged for (at 0.5 ms
         # a slow fsync under callgrind cost thousands of polls, the settle figure's spread)
-        while server._commits is not None and server._commits.busy():
+        while server.commit_loop is not None and server.commit_loop.busy():
             await asyncio.sleep(0.01)
         print(json.dumps(probe.stop()), flush=True)
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 Clock = Callable[[], float]  # Unix seconds
+SYSTEM_CLOCK: Clock = time.time  # production's clock: the server's default
 
 
 class TestClock:

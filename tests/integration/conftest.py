@@ -501,6 +501,9 @@ def cbs_put_token(
     return int(props.get("status-code", -1)), str(props.get("status-description", ""))
 
 
+# the management-plane tests' clients (admin_support.py): fixtures, so they are imported here
+from admin_support import admin, sb  # noqa: E402, F401
+
 # Test modules import the helpers above as ``from integration_support import ...``: the name
 # "conftest" is ambiguous once other test directories grow their own conftest.py, an alias is
 # not (pytest imports this file before any test module of this directory).

@@ -11,10 +11,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from admin_support import run_js_admin_script, unique
 from azure.core.exceptions import (
     ClientAuthenticationError,
     HttpResponseError,
@@ -36,29 +36,11 @@ from sbemu.sas import make_sas_token
 NS = "sbemulatorns"
 
 
-@pytest.fixture
-def admin(sbemu_server: SbemuServer) -> Iterator[ServiceBusAdministrationClient]:
-    with ServiceBusAdministrationClient.from_connection_string(
-        sbemu_server.admin_connection_string
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def sb(sbemu_server: SbemuServer) -> Iterator[ServiceBusClient]:
-    with ServiceBusClient.from_connection_string(sbemu_server.connection_string) as client:
-        yield client
-
-
 def post(server: SbemuServer, path: str) -> dict:
     """A signed POST (a SAS token of the Manage key), as a real client sends it."""
     status, body = server.request("POST", path, b"")
     assert status == 200, (status, body)
     return json.loads(body)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{os.urandom(4).hex()}"
 
 
 def test_partitioned_queue_lifecycle(
@@ -373,28 +355,7 @@ def test_restart_keeps_runtime_entities_and_listen_policy_cannot_write(tmp_path:
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_js_admin_client(sbemu_server: SbemuServer) -> None:
-    root = Path(__file__).resolve().parents[1] / "js"
-    module = root / "node_modules" / "@azure" / "service-bus"
-    node_path = os.environ.get("NODE_PATH", "")
-    if not module.exists() and not any(
-        (Path(p) / "@azure" / "service-bus").exists() for p in node_path.split(os.pathsep) if p
-    ):
-        pytest.skip("@azure/service-bus is not installed in tests/js/node_modules (make install)")
-    env = dict(
-        os.environ,
-        NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
-        SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string,
-    )
-    out = subprocess.run(
-        ["node", str(root / "admin_client.mjs")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=root,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "admin client ok" in out.stdout
+    run_js_admin_script(sbemu_server, "admin_client.mjs", "admin client ok")
 
 
 def test_readme_plugin_example(sbemu_server: SbemuServer, sbemu_entities: EntityFactory) -> None:

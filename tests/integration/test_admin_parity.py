@@ -5,13 +5,10 @@ real sbemu (the package's pytest plugin: sbemu_server)."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from admin_support import run_js_admin_script, unique
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.management import (
@@ -25,24 +22,6 @@ from azure.servicebus.management import (
 from sbemu.pytest_plugin import SbemuServer
 
 UTC = dt.timezone.utc
-
-
-@pytest.fixture
-def admin(sbemu_server: SbemuServer) -> Iterator[ServiceBusAdministrationClient]:
-    with ServiceBusAdministrationClient.from_connection_string(
-        sbemu_server.admin_connection_string
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def sb(sbemu_server: SbemuServer) -> Iterator[ServiceBusClient]:
-    with ServiceBusClient.from_connection_string(sbemu_server.connection_string) as client:
-        yield client
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{os.urandom(4).hex()}"
 
 
 # ------------------------------------------------------------------ 10: MaxMessageSizeInKilobytes
@@ -310,21 +289,4 @@ def test_topic_runtime_properties_count_sql_and_correlation_filters(
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_js_admin_parity(sbemu_server: SbemuServer) -> None:
     """Items 10, 11, 12 and 14 through @azure/service-bus's ServiceBusAdministrationClient."""
-    root = Path(__file__).resolve().parents[1] / "js"
-    if not (root / "node_modules" / "@azure" / "service-bus").exists():
-        pytest.skip("@azure/service-bus is not installed in tests/js/node_modules (make install)")
-    env = dict(
-        os.environ,
-        NODE_EXTRA_CA_CERTS=str(sbemu_server.ca_file),
-        SBEMU_ADMIN_CONNECTION_STRING=sbemu_server.admin_connection_string,
-    )
-    out = subprocess.run(
-        ["node", str(root / "admin_parity.mjs")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=root,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "admin parity ok" in out.stdout
+    run_js_admin_script(sbemu_server, "admin_parity.mjs", "admin parity ok")

@@ -49,14 +49,6 @@ def _conn_str(server: SbemuServer, key_name: str, key: str, entity: str | None =
 
 
 @pytest.fixture
-def admin(sbemu_server: SbemuServer) -> Iterator[ServiceBusAdministrationClient]:
-    with ServiceBusAdministrationClient.from_connection_string(
-        sbemu_server.admin_connection_string
-    ) as client:
-        yield client
-
-
-@pytest.fixture
 def queues(admin: ServiceBusAdministrationClient) -> Iterator[dict[str, str]]:
     """Two queues; the first gets two rules of its own through the admin API."""
     names = {"own": f"cbs-own-{uuid.uuid4().hex[:6]}", "other": f"cbs-other-{uuid.uuid4().hex[:6]}"}

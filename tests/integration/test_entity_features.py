@@ -81,6 +81,10 @@ QUEUES: list[dict[str, Any]] = [
     queue_def("fw-s-dst", RequiresSession=True),
     queue_def("fw-off-src", ForwardTo="fw-off-dst"),
     queue_def("fw-off-dst"),
+    # loops the configuration accepts, as Azure and the admin API do (sbemu.config.forwarding)
+    queue_def("fw-self", ForwardTo="fw-self"),
+    queue_def("fw-loop-a", ForwardTo="fw-loop-t"),
+    queue_def("fw-loop-b", ForwardTo="fw-loop-a"),
 ]
 TOPICS: list[dict[str, Any]] = [
     topic_def("sched-t", [sub_def("all"), sub_def("red", [sql_rule("r", "color = 'red'")])]),
@@ -95,6 +99,7 @@ TOPICS: list[dict[str, Any]] = [
         [sub_def("all", ForwardTo="fw-q2"), sub_def("red", [sql_rule("r", "color = 'red'")])],
     ),
     topic_def("fw-pt", [sub_def("all", ForwardTo="fw-pq2")], partitioned=True),
+    topic_def("fw-loop-t", [sub_def("s", ForwardTo="fw-loop-b")]),
 ]
 
 
@@ -425,33 +430,38 @@ def test_forward_to_disabled_destination_is_transfer_dead_lettered(
 
 
 @pytest.mark.parametrize(
-    ("queues", "topics", "expected"),
-    [
-        (
-            [queue_def("a", ForwardTo="b"), queue_def("b", ForwardTo="a")],
-            [],
-            "auto-forwarding loop: a -> b -> a",
-        ),
-        (
-            [queue_def("a", ForwardTo="t")],
-            [topic_def("t", [sub_def("s", ForwardTo="a")])],
-            "auto-forwarding loop: a -> t -> t/Subscriptions/s -> a",
-        ),
-        (
-            [queue_def(f"q{i}", ForwardTo=f"q{i + 1}") for i in range(1, 6)] + [queue_def("q6")],
-            [],
-            "auto-forwarding chain of 5 hops (Azure allows 4): q1 -> q2 -> q3 -> q4 -> q5 -> q6",
-        ),
-        ([queue_def("a", ForwardTo="nowhere")], [], "'nowhere' is not a queue or topic"),
-    ],
-    ids=["loop", "loop-through-topic", "too-long", "missing"],
+    ("queue", "subscription"),
+    [("fw-self", None), ("fw-loop-a", "s")],
+    ids=["itself", "loop-through-topic"],
 )
-def test_bad_forwarding_refused_at_start(
-    tmp_path: Path, queues: list[dict[str, Any]], topics: list[dict[str, Any]], expected: str
+def test_configured_forwarding_loop_ends_in_transfer_dead_letter_queue(
+    client: ServiceBusClient, queue: str, subscription: str | None
 ) -> None:
+    """Config.json takes ForwardTo the queue itself and a cycle through a topic, as Azure and
+    the admin API take them: a message going round stops after Azure's 4 hops in the transfer
+    dead-letter queue of the entity that would make the fifth (fw-self itself; on the loop
+    a -> t (1) -> s -> b (2) -> a (3) -> t (4), the subscription s)."""
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage(f"round from {queue}"))
+    if subscription is None:
+        dead = drain(client, queue, 1, sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER)
+    else:
+        with client.get_subscription_receiver(
+            "fw-loop-t",
+            subscription,
+            sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER,
+            receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+            max_wait_time=2,
+        ) as rx:
+            dead = receive_n(rx, 1, timeout=10)
+    assert [str(m) for m in dead] == [f"round from {queue}"]
+    assert dead[0].dead_letter_reason == "MaxTransferHopCountExceeded"
+
+
+def test_missing_forward_destination_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(ServerError) as info:
-        start(tmp_path, queues, topics)
-    assert expected in str(info.value)
+        start(tmp_path, [queue_def("a", ForwardTo="nowhere")], [])
+    assert "'nowhere' is not a queue or topic" in str(info.value)
 
 
 CRASH_QUEUES = [

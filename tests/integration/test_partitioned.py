@@ -96,7 +96,7 @@ def test_same_partition_key_same_partition(sb_client):
     for key, pids in partitions.items():
         assert len(pids) == 1, f"key {key!r} spread over partitions {sorted(pids)}"
     # The wire agrees with the documented stable hash (CRC-32 mod 16, golden vectors in
-    # tests/partitions/test_keys.py): "a" -> 3, "123456789" -> 6.
+    # tests/unit/partitions/test_keys.py): "a" -> 3, "123456789" -> 6.
     for key, pids in partitions.items():
         assert pids == {partition_for_key(key, PARTITIONS)}, key
     assert partitions["a"] == {3} and partitions["123456789"] == {6}

@@ -25,30 +25,12 @@ from azure.servicebus.exceptions import (
     ServiceBusConnectionError,
 )
 from integration_support import KEY, KEY_NAME, SEND_ONLY_KEY, SEND_ONLY_KEY_NAME, ServerProcess
-from tls_support import old_sdk_python, refused_by_cbs
+from tls_support import async_round_trip, old_sdk_python, refused_by_cbs, round_trip, sdk_client
 
 
 def tls_client(server: ServerProcess, **kwargs: Any) -> ServiceBusClient:
     """A client as production code builds it (no emulator flag), aimed at the TLS port."""
-    kwargs.setdefault("connection_verify", str(server.ca_file))
-    return ServiceBusClient.from_connection_string(
-        kwargs.pop("conn_str", server.tls_conn_str()),
-        custom_endpoint_address=f"sb://localhost:{server.tls_port}",
-        transport_type=TransportType.Amqp,
-        retry_total=0,
-        **kwargs,
-    )
-
-
-def round_trip(client: ServiceBusClient, queue: str, body: str) -> None:
-    """Send one message, receive it, complete it; the queue is empty afterwards."""
-    with client.get_queue_sender(queue) as sender:
-        sender.send_messages(ServiceBusMessage(body))
-    with client.get_queue_receiver(queue, max_wait_time=10) as receiver:
-        got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
-        assert [str(m) for m in got] == [body]
-        receiver.complete_message(got[0])
-        assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+    return sdk_client(server, server.tls_port, TransportType.Amqp, **kwargs)
 
 
 @pytest.mark.parametrize("queue", ["q1", "pq"])
@@ -80,25 +62,10 @@ def test_ssl_cert_file_alone_is_not_read_by_the_sdk(
 
 
 def test_async_client_over_amqps(server: ServerProcess) -> None:
-    from azure.servicebus.aio import ServiceBusClient as AsyncClient
-
-    async def run() -> list[str]:
-        client = AsyncClient.from_connection_string(
-            server.tls_conn_str(),
-            custom_endpoint_address=f"sb://localhost:{server.tls_port}",
-            transport_type=TransportType.Amqp,
-            connection_verify=str(server.ca_file),
-        )
-        async with client:
-            async with client.get_queue_sender("q1") as sender:
-                await sender.send_messages(ServiceBusMessage("async amqps"))
-            async with client.get_queue_receiver("q1") as receiver:
-                got = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
-                for message in got:
-                    await receiver.complete_message(message)
-                return [str(m) for m in got]
-
-    assert asyncio.run(run()) == ["async amqps"]
+    got = asyncio.run(
+        async_round_trip(server, server.tls_port, TransportType.Amqp, "q1", "async amqps")
+    )
+    assert got == ["async amqps"]
 
 
 def test_a_client_without_the_ca_refuses_the_server(server: ServerProcess) -> None:

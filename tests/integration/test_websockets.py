@@ -30,7 +30,7 @@ from integration_support import (
     make_config,
     queue_def,
 )
-from tls_support import refused_by_cbs
+from tls_support import async_round_trip, refused_by_cbs, round_trip, sdk_client
 from websocket import ABNF, WebSocketBadStatusException, create_connection
 
 SBEMU_QUEUES = [*DEFAULT_QUEUES, queue_def("sessq", RequiresSession=True)]
@@ -40,25 +40,7 @@ SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 
 def ws_client(server: ServerProcess, port: int, **kwargs: Any) -> ServiceBusClient:
     """A client without the emulator flag over wss to ``port`` (trusting the local CA)."""
-    return ServiceBusClient.from_connection_string(
-        kwargs.pop("conn_str", server.tls_conn_str()),
-        custom_endpoint_address=f"sb://localhost:{port}",
-        transport_type=TransportType.AmqpOverWebsocket,
-        connection_verify=str(server.ca_file),
-        retry_total=0,
-        **kwargs,
-    )
-
-
-def round_trip(client: ServiceBusClient, queue: str, body: str | bytes) -> None:
-    with client.get_queue_sender(queue) as sender:
-        sender.send_messages(ServiceBusMessage(body))
-    with client.get_queue_receiver(queue, max_wait_time=10) as receiver:
-        got = receiver.receive_messages(max_message_count=1, max_wait_time=10)
-        assert len(got) == 1
-        assert b"".join(got[0].body) == (body.encode() if isinstance(body, str) else body)
-        receiver.complete_message(got[0])
-        assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+    return sdk_client(server, port, TransportType.AmqpOverWebsocket, **kwargs)
 
 
 @pytest.mark.parametrize("queue", ["q1", "pq"])
@@ -117,25 +99,12 @@ def test_sessions_scheduling_and_deferral_over_wss(server: ServerProcess) -> Non
 
 
 def test_async_client_over_wss(server: ServerProcess) -> None:
-    from azure.servicebus.aio import ServiceBusClient as AsyncClient
-
-    async def run() -> list[str]:
-        client = AsyncClient.from_connection_string(
-            server.tls_conn_str(),
-            custom_endpoint_address=f"sb://localhost:{server.admin_port}",
-            transport_type=TransportType.AmqpOverWebsocket,
-            connection_verify=str(server.ca_file),
+    got = asyncio.run(
+        async_round_trip(
+            server, server.admin_port, TransportType.AmqpOverWebsocket, "pq", "async wss"
         )
-        async with client:
-            async with client.get_queue_sender("pq") as sender:
-                await sender.send_messages(ServiceBusMessage("async wss"))
-            async with client.get_queue_receiver("pq") as receiver:
-                got = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
-                for message in got:
-                    await receiver.complete_message(message)
-                return [str(m) for m in got]
-
-    assert asyncio.run(run()) == ["async wss"]
+    )
+    assert got == ["async wss"]
 
 
 def test_a_wrong_key_is_refused_over_websockets(server: ServerProcess) -> None:

@@ -214,7 +214,7 @@ def test_rejections_are_rate_limited(server):
         conn.close()
     log = server.stderr_path.read_text(errors="replace")
     # at most BURST (10) lines per 60 s window (this module's earlier refusals share the
-    # budget; the exact counting is tests/unit/test_admin_policy.py's). The 40 refusals take
+    # budget; the exact counting is tests/unit/admin/test_admin_policy.py's). The 40 refusals take
     # far less than a window, but they may straddle one boundary (seen in a full run under
     # load: 12 lines), so two windows' worth at most: 40 refusals did not make 40 lines.
     assert log.count("'flooder'") <= 2 * BURST

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import pytest
 from spark_traffic import NS, bulk_logs, entity_dir
 
 from sbemu.logs import reader as logreader
 from sbemu.logs.export import export_logs
-from sbemu.logs.retention import reader_name, registered_readers
+from sbemu.logs.retention import reader_name, registered_readers, trim_logs
 from sbemu.logs.segments import SEGMENT_RE
+from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.store import PartitionStore
-from sbemu.server import Server
 
 
 def partition_dir(data: str, pid: int = 0) -> str:
@@ -26,9 +25,18 @@ def trim(data: str, cap: int, partitions: int = 1) -> None:
     stores = [PartitionStore(partition_dir(data, p), map_size=1 << 30) for p in range(partitions)]
     try:
         brokers = [
-            SimpleNamespace(store=s, entity="q", partition_id=i) for i, s in enumerate(stores)
+            PartitionBroker(
+                s,
+                namespace=NS,
+                entity="q",
+                partition_id=i,
+                partitioned=partitions > 1,
+                queues={},
+                mark_dirty=lambda b: None,
+            )  # fmt: skip
+            for i, s in enumerate(stores)
         ]
-        Server.trim_logs(SimpleNamespace(log_retention_records=cap), brokers)  # type: ignore[arg-type]
+        trim_logs(brokers, cap)
     finally:
         for s in stores:
             s.close()

@@ -179,7 +179,7 @@ class Dashboard:
             "rates": point,
             "totals": self._totals(),
             "connections": len(conns),
-            "uptime_s": round(time.time() - self.server.started_at, 1),
+            "uptime_s": round(self.server.clock() - self.server.started_at, 1),
         }
 
     # ------------------------------------------------------------------ snapshot (cached)
@@ -227,7 +227,7 @@ class Dashboard:
         conns: list[dict[str, Any]] = [c for c in described if c is not None]
         return {
             "version": __version__,
-            "uptime_s": round(time.time() - server.started_at, 1),
+            "uptime_s": round(server.clock() - server.started_at, 1),
             "started_ms": int(server.started_at * 1000),
             "amqp": f"amqp://{server.host}:{server.amqp_port}",
             "data_dir": str(server.data_dir),
@@ -675,7 +675,7 @@ class Dashboard:
         for ns in namespaces:
             active.add(by_ns.get(ns.lower(), 0), namespace=ns)
         up = metrics.Family("sbemu_uptime_seconds", "gauge", "Seconds since the server started.")
-        up.add(round(time.time() - self.server.started_at, 3))
+        up.add(round(self.server.clock() - self.server.started_at, 3))
         return families + [active, up]
 
 

@@ -3,8 +3,9 @@
 What belongs here: turning descriptions (sbemu.admin.catalog) into router specs, keeping the
 catalog in step, quotas [P19], partitioning rules [P4, P5, P17, P18], and the counts the admin
 API reports. What does not: HTTP and XML (sbemu.admin.atom), sockets, LMDB (the router and its
-brokers). The server hands in the spec builders it uses for configured entities, so a runtime
-entity behaves exactly like a configured one, and ``settle`` (wait until given partitions
+brokers). Runtime entities are built by the same builder as configured ones
+(sbemu.partitions.specs: queue_spec, topic_spec, entity_settings), so a runtime entity behaves
+exactly like a configured one; the server hands in ``settle`` (wait until given partitions
 have no pending or in-flight commit).
 """
 
@@ -15,7 +16,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..config import (
     NamespaceConfig,
     QueueConfig,
     TopicConfig,
+    missing_forward_targets,
 )
 from ..errors import (
     ArgumentError,
@@ -39,7 +40,7 @@ from ..partitions.broker import DLQ_SUFFIX, PartitionBroker
 from ..partitions.entity import Entity
 from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX, forward_target
 from ..partitions.router import Router
-from ..partitions.specs import MAIN, EntitySpec
+from ..partitions.specs import MAIN, EntitySpec, entity_settings, queue_spec, topic_spec
 from ..partitions.subscriptions import RuleSource
 from ..partitions.transitions import SCHEDULED_QUEUE
 from .catalog import (
@@ -55,17 +56,9 @@ from .catalog import (
     validate,
 )
 
-__all__ = ["Management", "SpecBuilders"]
+__all__ = ["Management"]
 
 log = logging.getLogger("sbemu.management")
-
-
-@dataclass(frozen=True)
-class SpecBuilders:
-    """The server's config -> router spec functions (queue_spec, topic_spec)."""
-
-    queue: Callable[[NamespaceConfig, Any], EntitySpec]
-    topic: Callable[[NamespaceConfig, Any], EntitySpec]
 
 
 class Management:
@@ -76,24 +69,18 @@ class Management:
         router: Router,
         namespaces: tuple[NamespaceConfig, ...],
         data_dir: Path,
-        build: SpecBuilders,
         settle: Callable[[list[PartitionBroker]], Awaitable[None]],
         clock: Callable[[], float] = time.time,
-        apply: Callable[[str, QueueConfig | TopicConfig], None] | None = None,
     ) -> None:
         self.router = router
         self.namespaces = {ns.name.lower(): ns for ns in namespaces}
         self.default_namespace = namespaces[0].name.lower()
         self.catalog = Catalog(data_dir)
-        self.build = build
         self.settle = settle
         self.clock = clock
         self.started_ms = self.now_ms()
         self._lock = asyncio.Lock()
         self._deleting: set[tuple[str, str]] = set()  # (namespace, name) until its data is gone
-        # (re)applies an entity's runtime settings (Status, forwarding, idle deletion) at once,
-        # for open links too (Server.apply_entity_config)
-        self.apply = apply
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -138,7 +125,7 @@ class Management:
                     subs.setdefault(topic, {}).update(items)
             for desc in queues.values():
                 self._fill_times(desc, now)
-                entity = self.router.add_entity(self.build.queue(ns, queue_config(desc)))
+                entity = self.router.add_entity(queue_spec(ns, queue_config(desc)))
                 entity.description = desc
                 self._applied(ns, entity)
             for key, desc in topics.items():
@@ -150,7 +137,7 @@ class Management:
                     subscription_config(d, rules.get((key, k), (DEFAULT_RULE,)))
                     for k, d in sub_descs.items()
                 )
-                entity = self.router.add_entity(self.build.topic(ns, topic_config(desc, configs)))
+                entity = self.router.add_entity(topic_spec(ns, topic_config(desc, configs)))
                 entity.description = desc | {"subscriptions": dict(sub_descs)}
                 self._applied(ns, entity)
         for ns in self.namespaces.values():
@@ -177,8 +164,11 @@ class Management:
         return topic_config(desc, subs)
 
     def _applied(self, ns: NamespaceConfig, entity: Entity) -> None:
-        if self.apply is not None:
-            self.apply(ns.name, self.config_of(entity))
+        """(Re)apply an entity's runtime settings (Status, ForwardTo,
+        ForwardDeadLetteredMessagesTo, AutoDeleteOnIdle, and its subscriptions'): they take
+        effect at once, for open links too."""
+        cfg = self.config_of(entity)
+        self.router.apply_settings(ns.name, cfg.name, entity_settings(cfg))
 
     def _forwarding_problem(
         self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig | None = None
@@ -194,7 +184,8 @@ class Management:
         }
         if changed is not None:
             configs[changed.name.lower()] = changed
-        return missing_forward_target(configs)
+        missing = missing_forward_targets(configs.values(), configs.keys())
+        return f"{missing[0]}: create the queue or topic first." if missing else None
 
     def _check_forwarding(self, ns: NamespaceConfig, changed: QueueConfig | TopicConfig) -> None:
         problem = self._forwarding_problem(ns, changed)
@@ -307,11 +298,11 @@ class Management:
         self, ns: NamespaceConfig, kind: str, desc: dict[str, Any], entity: Entity | None
     ) -> EntitySpec:
         if kind == "queue":
-            return self.build.queue(ns, queue_config(desc))
+            return queue_spec(ns, queue_config(desc))
         subs: tuple[Any, ...] = ()
         if entity is not None:
             subs = tuple(subscription_config(d) for d in self.subscriptions(entity))
-        return self.build.topic(ns, topic_config(desc, subs))
+        return topic_spec(ns, topic_config(desc, subs))
 
     def create_entity(self, namespace: str, kind: str, name: str, given: dict[str, Any]) -> Entity:
         """Create a queue or topic (409 when the name is taken by either)."""
@@ -425,9 +416,7 @@ class Management:
     def _sub_parts(
         self, ns: NamespaceConfig, entity: Entity, desc: dict[str, Any], rules: tuple[Any, ...]
     ) -> tuple[Any, dict[str, Any]]:
-        spec = self.build.topic(
-            ns, topic_config(entity.description, (subscription_config(desc, rules),))
-        )
+        spec = topic_spec(ns, topic_config(entity.description, (subscription_config(desc, rules),)))
         return spec.subscriptions[0], dict(spec.subqueues)
 
     def create_subscription(
@@ -580,28 +569,6 @@ class Management:
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
-
-
-def missing_forward_target(configs: dict[str, QueueConfig | TopicConfig]) -> str | None:
-    """The first ForwardTo / ForwardDeadLetteredMessagesTo (of a queue or subscription) that
-    names no entity of `configs` (keyed by lower-case name), as one line; None when all exist."""
-    for cfg in configs.values():
-        owners: list[tuple[str, Any]] = (
-            [(cfg.name, cfg)]
-            if isinstance(cfg, QueueConfig)
-            else [(f"{cfg.name}/Subscriptions/{s.name}", s) for s in cfg.subscriptions]
-        )
-        for label, owner in owners:
-            for key, target in (
-                ("ForwardTo", owner.forward_to),
-                ("ForwardDeadLetteredMessagesTo", owner.forward_dead_lettered_messages_to),
-            ):
-                if target is not None and target.lower() not in configs:
-                    return (
-                        f"The auto-forwarding destination '{target}' ({key} of '{label}') does "
-                        "not exist: create the queue or topic first."
-                    )
-    return None
 
 
 def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:

@@ -11,7 +11,6 @@ that may read), ``GET /partitions``, ``POST /partitions/<ns>/<entity>/<n>/(offli
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -104,7 +103,7 @@ class _Operator:
             200,
             body
             | {
-                "uptime_seconds": round(time.time() - self.server.started_at, 3),
+                "uptime_seconds": round(self.server.clock() - self.server.started_at, 3),
                 "connections": len(self.server.connections),
                 "namespaces": [ns.name for ns in self.server.config.namespaces],
                 "entities": entities,

@@ -56,13 +56,16 @@ Deliberate differences from Microsoft's emulator (which allows one namespace nam
   ``SendDisabled`` for queues and topics, ``ReceiveDisabled`` for queues and subscriptions);
   queues, topics and subscriptions take ``AutoDeleteOnIdle`` (at least 5 minutes, as in
   Azure) and the emulator extension ``SbemuTestAutoDeleteOnIdle`` (at least 1 s, for tests);
-* auto-forwarding loops, chains of more than 4 hops and missing destinations are refused with
-  one line naming the chain.
+* an auto-forwarding destination (``ForwardTo``, ``ForwardDeadLetteredMessagesTo``) must be a
+  queue or topic of the namespace; the entity itself, loops and long chains are accepted, as
+  Azure and the admin API accept them (a message stops after 4 hops in the transfer dead-letter
+  queue with MaxTransferHopCountExceeded): one rule for both, ``forwarding``.
 
 The package: ``model`` (the frozen dataclasses, limits and ConfigError), ``jsonc`` (JSON with
 comments), ``fields`` (typed access with JSON paths), ``durations`` (ISO-8601 and TimeSpan text),
 ``schema`` (the property names allowed at each level), ``entities`` (queues, topics,
-subscriptions, rules), ``reader`` (load_config, parse_config, the namespace checks) and the
+subscriptions, rules), ``forwarding`` (which auto-forwarding destinations are accepted, shared with
+the admin API), ``reader`` (load_config, parse_config, the namespace checks) and the
 embedded default, ``default.json`` (package data). Everything is re-exported here.
 """
 
@@ -72,6 +75,7 @@ from sbemu.config.durations import (
     format_duration_ms,
     parse_duration_ms,
 )
+from sbemu.config.forwarding import MissingForwardTarget, missing_forward_targets
 from sbemu.config.jsonc import (
     ReadOnlyDict,
 )
@@ -120,10 +124,8 @@ from sbemu.config.model import (
     TopicConfig,
 )
 from sbemu.config.reader import (
-    MAX_FORWARD_HOPS,
     default_config,
     default_config_text,
-    forwarding_problem,
     load_config,
     parse_config,
 )
@@ -155,8 +157,8 @@ __all__ = [
     "MAX_CORRELATION_FILTERS_PER_TOPIC",
     "MAX_ENTITIES",
     "MAX_EXPRESSION_LENGTH",
-    "MAX_FORWARD_HOPS",
     "MAX_PARTITIONED_ENTITIES",
+    "MissingForwardTarget",
     "MAX_SQL_FILTERS_PER_TOPIC",
     "MAX_SUBSCRIPTIONS_PER_TOPIC",
     "NamespaceConfig",
@@ -176,7 +178,7 @@ __all__ = [
     "default_config",
     "default_config_text",
     "format_duration_ms",
-    "forwarding_problem",
+    "missing_forward_targets",
     "load_config",
     "parse_config",
     "parse_duration_ms",

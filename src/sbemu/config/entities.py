@@ -70,7 +70,6 @@ def _forward_target(
     path: str,
     key: str,
     entities: Mapping[str, str],
-    own: str | None,
 ) -> str | None:
     value = props.get(key)
     if value is None:
@@ -78,12 +77,9 @@ def _forward_target(
     target = r.string(value, _child(path, key))
     if target == "":
         return None  # Microsoft's sample writes "" for "no forwarding"
-    resolved = entities.get(target.casefold())
-    if resolved is None:
-        r.fail(_child(path, key), f"{target!r} is not a queue or topic of this namespace")
-    if own is not None and resolved.casefold() == own.casefold():
-        r.fail(_child(path, key), f"{resolved!r} cannot forward to itself")
-    return resolved
+    # spelled as the entity is (a destination that does not exist is reported by the reader,
+    # sbemu.config.forwarding); the entity itself is a destination as any other, as in Azure
+    return entities.get(target.casefold(), target)
 
 
 def _status(r: _Reader, props: dict[str, object], path: str, kind: str) -> str:
@@ -235,9 +231,9 @@ def _parse_queue(
         requires_duplicate_detection=common.requires_duplicate_detection,
         duplicate_detection_window_ms=common.duplicate_detection_window_ms,
         requires_session=common.requires_session,
-        forward_to=_forward_target(r, props, p_path, "ForwardTo", entities, name),
+        forward_to=_forward_target(r, props, p_path, "ForwardTo", entities),
         forward_dead_lettered_messages_to=_forward_target(
-            r, props, p_path, "ForwardDeadLetteredMessagesTo", entities, name
+            r, props, p_path, "ForwardDeadLetteredMessagesTo", entities
         ),
         partition_count=count,
         max_size_mb=_max_size(r, props, p_path),
@@ -339,9 +335,9 @@ def _parse_subscription(
         dead_lettering_on_message_expiration=common.dead_lettering_on_message_expiration,
         dead_lettering_on_filter_evaluation_exceptions=common.dead_lettering_on_filter_evaluation_exceptions,
         requires_session=common.requires_session,
-        forward_to=_forward_target(r, props, p_path, "ForwardTo", entities, None),
+        forward_to=_forward_target(r, props, p_path, "ForwardTo", entities),
         forward_dead_lettered_messages_to=_forward_target(
-            r, props, p_path, "ForwardDeadLetteredMessagesTo", entities, None
+            r, props, p_path, "ForwardDeadLetteredMessagesTo", entities
         ),
         rules=tuple(rules) if rules else (DEFAULT_RULE,),
         status=_status(r, props, p_path, "subscription"),

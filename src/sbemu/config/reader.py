@@ -1,5 +1,6 @@
 """Loading: a Config.json file (or the embedded default) validated into a Config, namespace by
-namespace, with auto-forwarding chains checked across the namespace."""
+namespace, with the auto-forwarding destinations checked across the namespace
+(sbemu.config.forwarding)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from sbemu.config.entities import _parse_queue, _parse_sas_policies, _parse_topic
 from sbemu.config.fields import _child, _Reader
+from sbemu.config.forwarding import missing_forward_targets
 from sbemu.config.jsonc import _decode_json
 from sbemu.config.model import (
     DEFAULT_LOGGING_TYPE,
@@ -141,9 +143,13 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
         _parse_topic(r, t, f"{path}.Topics[{i}]", premium, entities)
         for i, t in enumerate(raw_topics)
     )
-    problem = forwarding_problem(queues, topics)
-    if problem is not None:
-        r.fail(path, problem)
+    # the one rule the admin API applies too: the destination exists (loops are accepted)
+    for missing in missing_forward_targets([*queues, *topics]):
+        owner = _owner_path(path, raw_queues, raw_topics, queues, topics, missing.owner)
+        r.fail(
+            _child(owner, missing.key),
+            f"{missing.target!r} is not a queue or topic of this namespace",
+        )
     if premium is None:
         partitioned = sum(q.partitioned for q in queues) + sum(t.partitioned for t in topics)
         if partitioned > MAX_PARTITIONED_ENTITIES:
@@ -176,62 +182,23 @@ def _parse_namespace(r: _Reader, raw: object, path: str) -> NamespaceConfig:
     )
 
 
-MAX_FORWARD_HOPS = 4  # Azure's limit on auto-forwarding hops
-
-
-def forwarding_problem(queues: Sequence[QueueConfig], topics: Sequence[TopicConfig]) -> str | None:
-    """One line naming an auto-forwarding loop or a chain longer than Azure's 4 hops (or a
-    missing destination), or None. ForwardTo and ForwardDeadLetteredMessagesTo both count as
-    hops; a topic passes a message on to each of its subscriptions."""
-    by_name: dict[str, QueueConfig | TopicConfig] = {q.name.casefold(): q for q in queues}
-    by_name.update({t.name.casefold(): t for t in topics})
-
-    def forwards(name: str) -> list[tuple[str, str | None]]:
-        """(node label, its ForwardTo) for what a message sent to `name` reaches."""
-        cfg = by_name.get(name.casefold())
-        if cfg is None:
-            return []
-        if isinstance(cfg, TopicConfig):
-            return [(f"{cfg.name}/Subscriptions/{s.name}", s.forward_to) for s in cfg.subscriptions]
-        return [(cfg.name, cfg.forward_to)]
-
-    def walk(chain: list[str], target: str | None, hops: int) -> str | None:
-        if target is None:
-            return None
-        if target.casefold() not in by_name:
-            return f"auto-forwarding destination {target!r} does not exist: {' -> '.join(chain + [target])}"
-        if hops > MAX_FORWARD_HOPS:
-            return (
-                f"auto-forwarding chain of {hops} hops (Azure allows {MAX_FORWARD_HOPS}): "
-                + " -> ".join(chain + [target])
-            )
-        for label, nxt in forwards(target):
-            step = chain + ([target, label] if label != target else [target])
-            if nxt is not None and any(n.casefold() == label.casefold() for n in chain):
-                return "auto-forwarding loop: " + " -> ".join(step)
-            found = walk(step, nxt, hops + 1)
-            if found is not None:
-                return found
-        return None
-
-    starts: list[tuple[str, str | None]] = []
-    for q in queues:
-        starts += [
-            (q.name, q.forward_to),
-            (f"{q.name}/$DeadLetterQueue", q.forward_dead_lettered_messages_to),
-        ]
-    for t in topics:
-        for sub in t.subscriptions:
-            label = f"{t.name}/Subscriptions/{sub.name}"
-            starts += [
-                (label, sub.forward_to),
-                (f"{label}/$DeadLetterQueue", sub.forward_dead_lettered_messages_to),
-            ]
-    for label, target in starts:
-        found = walk([label], target, 1)
-        if found is not None:
-            return found
-    return None
+def _owner_path(
+    path: str,
+    raw_queues: list[object],
+    raw_topics: list[object],
+    queues: Sequence[QueueConfig],
+    topics: Sequence[TopicConfig],
+    label: str,
+) -> str:
+    """The JSON path of the Properties of the queue or subscription labelled `label`."""
+    for i, q in enumerate(queues):
+        if q.name == label:
+            return f"{path}.Queues[{i}].Properties"
+    for i, t in enumerate(topics):
+        for j, sub in enumerate(t.subscriptions):
+            if f"{t.name}/Subscriptions/{sub.name}" == label:
+                return f"{path}.Topics[{i}].Subscriptions[{j}].Properties"
+    return path
 
 
 def _entity_names(

@@ -16,18 +16,26 @@ The server trims each log (see `plan_trim`):
   fails loudly when it next reads (its offset is below the store's meta ``log_trimmed_below``);
 - without readers and without a cap: never.
 
-No clocks here: callers pass `now_ms`.
+`trim_logs` is one such pass over a server's partitions; the server's timer starts one every
+RETENTION_INTERVAL_MS on a worker thread (never two at once) unless it runs with
+``--keep-logs``. No clocks here: callers pass `now_ms`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..atomicfile import atomic_write
+from ..partitions.store import TRIM_LIMIT, StoreError
+
+log = logging.getLogger(__name__)
 
 READERS_DIR = "readers"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
@@ -94,3 +102,51 @@ def plan_trim(first: int, end: int, readers: dict[str, int], cap: int) -> TrimPl
         return None
     overrun = {name: off for name, off in readers.items() if off < below}
     return TrimPlan(below, overrun)
+
+
+# ------------------------------------------------------------------ the server's pass
+RETENTION_INTERVAL_MS = 10_000  # between the server's retention passes
+CALLS_PER_PASS = 20  # trim_log() calls (each up to TRIM_LIMIT records) per partition and pass
+
+
+class PartitionLog(Protocol):
+    """What a retention pass uses of a partition (partitions.broker.PartitionBroker is one)."""
+
+    @property
+    def entity(self) -> str: ...
+    @property
+    def partition_id(self) -> int: ...
+    @property
+    def log_dir(self) -> str: ...
+
+    def log_bounds(self) -> tuple[int, int]: ...
+    def trim_log(self, below: int) -> int: ...
+
+
+def trim_logs(partitions: Iterable[PartitionLog], cap: int) -> None:
+    """One retention pass over the partitions' logs, keeping at most `cap` records each (0: no
+    cap); runs off the event loop. A reader the cap passes is named in a WARNING, once."""
+    for part in partitions:
+        readers = registered_readers(part.log_dir)
+        if not readers and cap <= 0:
+            continue
+        try:
+            for _ in range(CALLS_PER_PASS):
+                first, end = part.log_bounds()
+                plan = plan_trim(first, end, readers, cap)
+                if plan is None:
+                    break
+                for name, offset in sorted(plan.overrun.items()):
+                    if offset < first:  # passed in an earlier pass: warned then
+                        continue
+                    log.warning(
+                        "partition %s/%d: log retention (--log-retention-records %d) trims "
+                        "below offset %d, past reader %s at offset %d: that reader will fail",
+                        part.entity, part.partition_id, cap, plan.below, name, offset,
+                    )  # fmt: skip
+                if part.trim_log(plan.below) < TRIM_LIMIT:
+                    break
+        except StoreError as exc:
+            log.error(
+                "partition %s/%d: log retention failed: %s", part.entity, part.partition_id, exc
+            )

@@ -192,6 +192,26 @@ class PartitionBroker:
         """Which MessageIds the duplicate history holds from `since` (Unix ms) on."""
         return self.store.dedup_seen(ids, since)
 
+    def commit_batch(self, batch: WriteBatch) -> None:
+        """Write a batch take_commit handed over, in one durable transaction (any thread;
+        raises StoreError, or what lmdb raised)."""
+        self.store.commit(batch)
+
+    # ---------------------------------------------------------------- the partition log
+    @property
+    def log_dir(self) -> str:
+        """The partition's directory, where readers of its log register (logs/retention.py)."""
+        return self.store.path
+
+    def log_bounds(self) -> tuple[int, int]:
+        """(first offset still stored, next offset) of the partition log (any thread)."""
+        return self.store.log_bounds()
+
+    def trim_log(self, below: int) -> int:
+        """Delete up to TRIM_LIMIT log records below offset `below` in one transaction (any
+        thread); returns how many were deleted."""
+        return self.store.trim_log(below)
+
     # ---------------------------------------------------------------- writes
     def remember_ids(self, ids: list[bytes], now_ms: int, sweep_before: int, done: Done) -> None:
         """Store duplicate-detection history in the next commit (with the messages it admits)

@@ -142,7 +142,7 @@ class CommitJob:
     def run(self) -> None:
         """Commit the batch (any thread); a store fault is kept for the completions."""
         try:
-            self.broker.store.commit(self.batch)
+            self.broker.commit_batch(self.batch)
         except Exception as exc:  # StoreError, or anything lmdb raised: the partition is marked
             self.error = exc
 

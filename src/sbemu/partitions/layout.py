@@ -1,5 +1,6 @@
 """How an entity lies on disk: its directory, its manifest, its partition stores.
 
+    <data dir>/.lock                                    held (flock) by the one server using it
     <data dir>/<namespace>/<entity>/entity.json        partition count and partitioning [P4]
     <data dir>/<namespace>/<entity>/partition-NN/       one LMDB store per partition
     <data dir>/<namespace>/<entity>/rules.json          a topic's runtime subscription rules
@@ -11,6 +12,7 @@ Names are lower-cased and percent-quoted. Partitioning can never change on an ex
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Callable
@@ -26,6 +28,25 @@ from .store import PartitionStore, map_size_for
 
 class StorageLayoutError(Exception):
     """The data directory does not match the configuration (e.g. a changed partition count)."""
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """One server per data directory (LMDB would allow two, the in-memory state would not):
+    create it if needed and hold an exclusive flock on its .lock; returns the descriptor to
+    close at the end. Raises StorageLayoutError when it is not usable or in use."""
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StorageLayoutError(f"data dir {data_dir}: not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StorageLayoutError(f"data dir {data_dir}: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise StorageLayoutError(f"data dir {data_dir} is in use by another sbemu process") from exc
+    return fd
 
 
 def entity_dir(data_dir: Path, namespace: str, name: str) -> Path:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..config import NamespaceConfig
 from ..errors import EntityNotFound
 from ..partitions.router import Router, resolve_view_name
 from ..partitions.stats import ServerStats
@@ -24,6 +25,16 @@ class NamespaceInfo:
     keys: dict[str, str]  # SAS key name -> key
     rights: dict[str, frozenset[str]]  # SAS key name -> {"Manage", "Send", "Listen"}
     max_message_size: int
+
+
+def namespace_info(ns: NamespaceConfig) -> NamespaceInfo:
+    """Keys, rights and limits of a configured namespace for the protocol side."""
+    return NamespaceInfo(
+        name=ns.name,
+        keys={p.key_name: p.key for p in ns.sas_policies},
+        rights={p.key_name: frozenset(p.rights) for p in ns.sas_policies},
+        max_message_size=ns.max_message_size_bytes,
+    )
 
 
 @dataclass(slots=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from broker_harness import commit, msg, open_broker
 
-from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
+from sbemu.partitions.broker import DLQ_SUFFIX
 from sbemu.partitions.records import IncomingMessage
-from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.transitions import Route
 
@@ -31,41 +31,16 @@ def _settings(dead_letter_on_expiration: bool) -> dict[str, SubQueueSettings]:
 
 
 def _msg(i: int, ttl: int | None = TTL) -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=ttl,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi",
-        size=10,
-    )
+    return msg(i, ttl)
 
 
 class _Broker:
     def __init__(self, path: Path, dead_letter_on_expiration: bool = True) -> None:
-        self.store = PartitionStore(str(path), map_size=16 << 20)
-        self.broker = PartitionBroker(
-            self.store,
-            namespace="ns",
-            entity="q",
-            partition_id=0,
-            partitioned=False,
-            queues=_settings(dead_letter_on_expiration),
-            mark_dirty=lambda b: None,
-        )
-        self.broker.load()
+        self.broker = open_broker(path, _settings(dead_letter_on_expiration), map_size=16 << 20)
+        self.store = self.broker.store
 
     def commit(self) -> None:
-        taken = self.broker.take_commit()
-        if taken:
-            batch, callbacks = taken
-            if batch:
-                self.store.commit(batch)
-            self.broker.commit_done(callbacks, None)
+        commit(self.broker)
 
     def send(self, *messages: IncomingMessage, now: int = T0) -> None:
         self.broker.enqueue(list(messages), [[Route(MAIN)]] * len(messages), now, lambda e: None)

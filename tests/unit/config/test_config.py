@@ -545,7 +545,6 @@ INVALID = [
     (queue_doc(EnablePartitioning=1), f"{Q}.EnablePartitioning", "expected true or false"),
     (queue_doc(LockDuraton="PT1M"), f"{Q}.LockDuraton", "did you mean 'LockDuration'"),
     (queue_doc(ForwardTo="nowhere"), f"{Q}.ForwardTo", "not a queue or topic"),
-    (queue_doc(ForwardTo="q1"), f"{Q}.ForwardTo", "cannot forward to itself"),
     (
         queue_doc(ForwardDeadLetteredMessagesTo=5),
         f"{Q}.ForwardDeadLetteredMessagesTo",

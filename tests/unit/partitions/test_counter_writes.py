@@ -3,9 +3,11 @@
 and a GIL round trip. After a failed commit every counter is written again, and the counts
 read back after a restart are the true ones. Real LMDB."""
 
+from broker_harness import msg, open_broker
+
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
 from sbemu.partitions.records import IncomingMessage
-from sbemu.partitions.store import PartitionStore, StoreFull
+from sbemu.partitions.store import StoreFull
 
 MAIN = "main"
 SETTINGS = {
@@ -16,33 +18,11 @@ COUNTERS = {f"n:{MAIN}:{k}" for k in "adsb"}
 
 
 def _msg(i: int) -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi",
-        size=10,
-    )
+    return msg(i)
 
 
 def _open(path) -> PartitionBroker:
-    broker = PartitionBroker(
-        PartitionStore(str(path), map_size=64 << 20),
-        namespace="ns",
-        entity="q",
-        partition_id=0,
-        partitioned=False,
-        queues=SETTINGS,
-        mark_dirty=lambda _b: None,
-        mark_lazy=lambda _b: None,
-    )
-    broker.load()
-    return broker
+    return open_broker(path, SETTINGS, mark_lazy=lambda _b: None)
 
 
 def _counters_written(broker: PartitionBroker, error: Exception | None = None) -> set[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,10 +13,11 @@ from sbemu.logs.retention import (
     reader_name,
     register_reader,
     registered_readers,
+    trim_logs,
 )
+from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
 from sbemu.partitions.store import PartitionStore, WriteBatch, key_of
-from sbemu.server import Server
 
 NOW = 1_700_000_000_000
 
@@ -111,9 +111,11 @@ def test_trim_log_below_and_bounded(store):
 
 
 def _server_pass(tmp_path, store, cap, caplog=None):
-    fake = SimpleNamespace(log_retention_records=cap)
-    broker = SimpleNamespace(store=store, entity="q", partition_id=0)
-    Server.trim_logs(fake, [broker])  # type: ignore[arg-type]
+    broker = PartitionBroker(
+        store, namespace="ns", entity="q", partition_id=0, partitioned=False, queues={},
+        mark_dirty=lambda b: None,
+    )  # fmt: skip
+    trim_logs([broker], cap)
 
 
 def test_server_pass_trims_below_the_slowest_reader(tmp_path, store):

@@ -10,12 +10,11 @@ import pytest
 
 from sbemu.admin import management as management_module
 from sbemu.admin.catalog import CATALOG_FILE
-from sbemu.admin.management import Management, SpecBuilders
+from sbemu.admin.management import Management
 from sbemu.config import parse_config
 from sbemu.errors import ArgumentError, EntityAlreadyExists, InvalidOperation, QuotaExceeded
 from sbemu.partitions.router import Router
 from sbemu.protocol.views import encode_property, encode_symbol
-from sbemu.server import queue_spec, topic_spec
 
 
 def make_config(premium: int | None = None, queues: list[dict] | None = None):  # noqa: ANN201
@@ -31,7 +30,7 @@ async def settle(brokers: list) -> None:  # nothing is in flight in these tests
 
 def open_management(data: Path, config) -> tuple[Router, Management]:  # noqa: ANN001
     router = Router(data, lambda: None, encode_property, encode_symbol)
-    mgmt = Management(router, config.namespaces, data, SpecBuilders(queue_spec, topic_spec), settle)
+    mgmt = Management(router, config.namespaces, data, settle)
     mgmt.seed()
     return router, mgmt
 

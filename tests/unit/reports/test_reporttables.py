@@ -156,7 +156,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_sbemu_never_imports_sparkjobs_or_pyspark():
     """Dependencies point one way: sparkjobs -> sbemu (issue 16 step 1)."""
-    src = Path(__file__).resolve().parents[2] / "src" / "sbemu"
+    src = Path(__file__).resolve().parents[3] / "src" / "sbemu"
     offenders = {
         str(p.relative_to(src)): sorted(
             n for n in _imports(p) if n.split(".")[0] in ("sparkjobs", "pyspark")

@@ -3,49 +3,26 @@ TTL passed, so memory grew with throughput rather than with the backlog. On the 
 [issue 10] a message's timer is deleted with it (and a message with the default TTL stores none):
 neither memory nor the deadlines database grows with the messages sent and completed."""
 
-from sbemu.partitions.broker import PartitionBroker, Route, SubQueueSettings
+from broker_harness import commit as commit_broker
+from broker_harness import msg, open_broker
+
+from sbemu.partitions.broker import Route, SubQueueSettings
 from sbemu.partitions.records import IncomingMessage
-from sbemu.partitions.store import PartitionStore
 
 MAIN = "main"
 SETTINGS = {MAIN: SubQueueSettings(60_000, 10, 3_600_000, False, None)}
 
 
 def _msg(i: int) -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi",
-        size=10,
-    )
+    return msg(i)
 
 
 def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
-    store = PartitionStore(str(tmp_path / "p0"), map_size=256 << 20)
-    broker = PartitionBroker(
-        store,
-        namespace="ns",
-        entity="q",
-        partition_id=0,
-        partitioned=False,
-        queues=SETTINGS,
-        mark_dirty=lambda b: None,
-    )
-    broker.load()
+    broker = open_broker(tmp_path / "p0", SETTINGS, map_size=256 << 20)
+    store = broker.store
 
     def commit() -> None:
-        taken = broker.take_commit()
-        if taken:
-            batch, callbacks = taken
-            if batch:
-                store.commit(batch)
-            broker.commit_done(callbacks, None)
+        commit_broker(broker)
 
     now = 1_000
     for round_no in range(30):  # 30 x 500 messages sent and completed, within their TTL

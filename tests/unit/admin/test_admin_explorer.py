@@ -13,9 +13,10 @@ from sbemu.config import NamespaceConfig, QueueConfig
 from sbemu.errors import ArgumentError
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
+from sbemu.partitions.specs import queue_spec
 from sbemu.partitions.stats import totals
 from sbemu.protocol.views import encode_property, encode_symbol
-from sbemu.server import WIRE_CODEC, queue_spec
+from sbemu.protocol.wirecodec import WIRE_CODEC
 
 NOW = 1_800_000_000_000
 MAX = 256 * 1024

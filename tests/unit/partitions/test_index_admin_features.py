@@ -5,11 +5,10 @@ scheduled topic messages fanned out from a cold store, forwarding's outbox moves
 """
 
 import pytest
-from test_store_broker import DLQ, MAIN, Harness, msg
+from broker_harness import DLQ, MAIN, Harness, msg, open_broker
+from broker_harness import commit as commit_broker
 
-from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import LogEvent, MessageState, decode_log
-from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.transitions import SCHEDULED_QUEUE, Route
 
@@ -95,23 +94,13 @@ TOPIC_QUEUES = {
 
 
 def open_topic(path):
-    store = PartitionStore(str(path), map_size=64 << 20)
-    broker = PartitionBroker(
-        store, namespace="ns", entity="t", partition_id=0, partitioned=False,
-        queues=TOPIC_QUEUES, mark_dirty=lambda b: None,
-    )  # fmt: skip
-    broker.load()
+    broker = open_broker(path, TOPIC_QUEUES, entity="t")
     broker.fan_out = lambda rec: [Route(SUB_A), Route(SUB_B)]
-    return store, broker
+    return broker.store, broker
 
 
 def commit(store, broker):
-    taken = broker.take_commit()
-    if taken:
-        batch, callbacks = taken
-        if batch:
-            store.commit(batch)
-        broker.commit_done(callbacks, None)
+    commit_broker(broker)
 
 
 def test_scheduled_topic_message_fans_out_from_a_cold_store(tmp_path):

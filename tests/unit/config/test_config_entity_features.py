@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sbemu.config import ConfigError, parse_config
+from sbemu.config import ConfigError, QueueConfig, missing_forward_targets, parse_config
 
 
 def doc(queues: list[dict[str, Any]], topics: list[dict[str, Any]] | None = None) -> dict:
@@ -48,23 +48,29 @@ def test_auto_delete_on_idle_minimum_and_extension() -> None:
         )
 
 
-def test_forwarding_chain_checks() -> None:
-    ok = [
-        q("a", ForwardTo="b"),
-        q("b", ForwardTo="c"),
-        q("c", ForwardTo="d"),
-        q("d", ForwardTo="e"),
-        q("e"),
-    ]
-    parse_config(doc(ok), "t")  # 4 hops: allowed
-    with pytest.raises(ConfigError, match="chain of 5 hops"):
-        parse_config(doc([*ok[:-1], q("e", ForwardTo="f"), q("f")]), "t")
-    with pytest.raises(ConfigError, match="loop: a -> b -> a"):
-        parse_config(doc([q("a", ForwardTo="b"), q("b", ForwardTo="a")]), "t")
+def test_forwarding_accepts_what_the_admin_api_accepts() -> None:
+    """One rule with the admin API (sbemu.config.forwarding): the entity itself, loops and
+    chains longer than Azure's 4 hops are accepted (a message stops after 4 hops in the
+    transfer dead-letter queue); only a destination that does not exist is refused."""
+    chain = [q(n, ForwardTo=nxt) for n, nxt in zip("abcde", "bcdef", strict=True)] + [q("f")]
+    parse_config(doc(chain), "t")  # 5 hops
+    cfg = parse_config(doc([q("a", ForwardTo="A")]), "t")  # itself, spelled as it is
+    assert cfg.namespaces[0].queues[0].forward_to == "a"
+    parse_config(doc([q("a", ForwardTo="b"), q("b", ForwardTo="a")]), "t")
     dlq_loop = [
         q("a", ForwardDeadLetteredMessagesTo="b"),
         q("b", ForwardTo="c"),
         q("c", ForwardTo="b"),
     ]
-    with pytest.raises(ConfigError, match="loop"):
-        parse_config(doc(dlq_loop), "t")
+    parse_config(doc(dlq_loop), "t")
+    sub = {"Name": "s", "Properties": {"ForwardTo": "a"}}
+    parse_config(doc([q("a", ForwardTo="t")], [{"Name": "t", "Subscriptions": [sub]}]), "t")
+    missing = {"Name": "s", "Properties": {"ForwardDeadLetteredMessagesTo": "nowhere"}}
+    with pytest.raises(ConfigError, match="'nowhere' is not a queue or topic") as info:
+        parse_config(doc([], [{"Name": "t", "Subscriptions": [missing]}]), "t")
+    assert "Topics[0].Subscriptions[0].Properties.ForwardDeadLetteredMessagesTo" in str(info.value)
+    # the same finding the admin API reports
+    (found,) = missing_forward_targets([QueueConfig(name="a", forward_to="nowhere")])
+    assert (
+        str(found) == "The auto-forwarding destination 'nowhere' (ForwardTo of 'a') does not exist"
+    )

@@ -25,9 +25,10 @@ from sbemu.partitions.records import (
     encode_message,
 )
 from sbemu.partitions.router import Router
+from sbemu.partitions.specs import queue_spec
 from sbemu.protocol.messages import scan_transfer
 from sbemu.protocol.views import encode_property, encode_symbol
-from sbemu.server import WIRE_CODEC, queue_spec
+from sbemu.protocol.wirecodec import WIRE_CODEC
 
 NOW = 1_800_000_000_000
 MIB = 1024 * 1024

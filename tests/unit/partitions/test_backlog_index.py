@@ -8,13 +8,12 @@ import dataclasses
 import os
 
 import pytest
-from test_store_broker import DLQ, MAIN, Harness, msg
+from broker_harness import DLQ, MAIN, Harness, msg, open_broker
 
 from sbemu.partitions import broker as broker_module
 from sbemu.partitions import deadlines as deadlines_module
 from sbemu.partitions import locks as locks_module
 from sbemu.partitions import subqueue as subqueue_module
-from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import MessageState, encode_message
 from sbemu.partitions.store import PartitionStore, WriteBatch
 from sbemu.partitions.subqueue import SubQueueSettings
@@ -47,13 +46,7 @@ def test_restart_reads_counters_not_the_backlog(h):
     h.store.close()
     h.store = PartitionStore(str(h.path), map_size=64 << 20)
     reads = Counting(h.store)
-    h.broker = PartitionBroker(
-        h.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
-        queues={MAIN: SubQueueSettings(5_000, 3, 60_000, True, DLQ),
-                DLQ: SubQueueSettings(5_000, None, None, False, None)},
-        mark_dirty=lambda b: None,
-    )  # fmt: skip
-    h.broker.load()
+    h.broker = open_broker(h.path, store=h.store)
     # nothing of the backlog was read: one look at its head (when the oldest message expires:
     # default-TTL messages store no timer), LOAD_HEAD_SCAN records at most
     assert reads.reads == 1
@@ -234,13 +227,8 @@ def smsg(i, session_id):
 
 
 class SessionHarness(Harness):
-    def open(self):
-        self.store = PartitionStore(str(self.path), map_size=64 << 20)
-        self.broker = PartitionBroker(
-            self.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
-            queues=SESSION_SETTINGS, mark_dirty=lambda b: None,
-        )  # fmt: skip
-        self.broker.load()
+    def __init__(self, path):
+        super().__init__(path, queues=SESSION_SETTINGS)
 
 
 def test_session_lines_are_rebuilt_on_restart(tmp_path):
@@ -336,11 +324,7 @@ def test_restart_reads_no_session_backlog_and_keeps_fifo_per_session(tmp_path, s
     h.store.close()
     h.store = PartitionStore(str(h.path), map_size=64 << 20)
     reads = Counting(h.store)
-    h.broker = PartitionBroker(
-        h.store, namespace="ns", entity="q", partition_id=0, partitioned=False,
-        queues=SESSION_SETTINGS, mark_dirty=lambda b: None,
-    )  # fmt: skip
-    h.broker.load()
+    h.broker = open_broker(h.path, SESSION_SETTINGS, store=h.store)
     assert reads.reads <= 1  # start-up reads no record but a look at the head (TTL expiry)
     assert h.broker.next_deadline() == 0  # the scan runs from the first timer tick on
     h.send(smsg(100, "b"))  # seq 61, sent while the scan has not started

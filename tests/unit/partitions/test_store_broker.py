@@ -3,11 +3,10 @@
 import uuid
 
 import pytest
+from broker_harness import DLQ, MAIN, Harness, msg
 
 from sbemu.errors import MessageLockLost, MessageNotFound
-from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import (
-    IncomingMessage,
     LogEvent,
     MessageState,
     decode_log,
@@ -15,77 +14,8 @@ from sbemu.partitions.records import (
     encode_message,
 )
 from sbemu.partitions.store import PartitionStore, WriteBatch
-from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.tokens import make_lock_key, partition_of_token, token_of
 from sbemu.partitions.transitions import Route
-
-MAIN = "main"
-DLQ = MAIN + DLQ_SUFFIX
-SETTINGS = {
-    MAIN: SubQueueSettings(5_000, 3, 60_000, True, DLQ),
-    DLQ: SubQueueSettings(5_000, None, None, False, None),
-}
-
-
-def msg(i, ttl=None, **kw):
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=ttl,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi",
-        size=10,
-        **kw,
-    )
-
-
-class Harness:
-    """A broker whose group commits are run synchronously by the test."""
-
-    def __init__(self, path, partition_id=0, partitioned=False):
-        self.path = path
-        self.partition_id = partition_id
-        self.partitioned = partitioned
-        self.open()
-
-    def open(self):
-        self.store = PartitionStore(str(self.path), map_size=64 << 20)
-        self.broker = PartitionBroker(
-            self.store,
-            namespace="ns",
-            entity="q",
-            partition_id=self.partition_id,
-            partitioned=self.partitioned,
-            queues=SETTINGS,
-            mark_dirty=lambda b: None,
-        )
-        self.broker.load()
-
-    def commit(self):
-        taken = self.broker.take_commit()
-        if taken:
-            batch, callbacks = taken
-            if batch:
-                self.store.commit(batch)
-            self.broker.commit_done(callbacks, None)
-
-    def reopen(self):
-        self.store.close()
-        self.open()
-
-    def send(self, *messages, now=1000):
-        results = []
-        seqs = self.broker.enqueue(
-            list(messages), [[Route(MAIN)]] * len(messages), now, results.append
-        )
-        assert results == []  # not acknowledged before the commit
-        self.commit()
-        assert results == [None]
-        return seqs
 
 
 @pytest.fixture

@@ -22,10 +22,11 @@ from proton import Connection, Data, Delivery, Link, Message, Transport
 from sbemu.config import default_config
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
+from sbemu.partitions.specs import queue_spec
 from sbemu.protocol import codec
 from sbemu.protocol.connection import AmqpConnection, Services
+from sbemu.protocol.services import namespace_info
 from sbemu.sas import make_sas_token
-from sbemu.server import namespace_info, queue_spec
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"

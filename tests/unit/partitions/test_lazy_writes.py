@@ -3,9 +3,10 @@ the client settled without waiting for an outcome ride with the partition's next
 next timer tick) instead of each costing a commit; everything anyone waits for still commits
 at once. Real LMDB, commits run by the test as the committer would run them."""
 
+from broker_harness import commit, msg, open_broker
+
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
 from sbemu.partitions.records import IncomingMessage, LogEvent, decode_log
-from sbemu.partitions.store import PartitionStore
 
 MAIN = "main"
 SETTINGS = {
@@ -15,18 +16,7 @@ SETTINGS = {
 
 
 def _msg(i: int) -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi",
-        size=10,
-    )
+    return msg(i)
 
 
 class Marks:
@@ -49,27 +39,11 @@ def _open(path, marks: Marks) -> PartitionBroker:
     def lazy(_b: PartitionBroker) -> None:
         marks.lazy += 1
 
-    broker = PartitionBroker(
-        PartitionStore(str(path), map_size=64 << 20),
-        namespace="ns",
-        entity="q",
-        partition_id=0,
-        partitioned=False,
-        queues=SETTINGS,
-        mark_dirty=dirty,
-        mark_lazy=lazy,
-    )
-    broker.load()
-    return broker
+    return open_broker(path, SETTINGS, mark_dirty=dirty, mark_lazy=lazy)
 
 
 def _commit(broker: PartitionBroker) -> None:
-    taken = broker.take_commit()
-    if taken is not None:
-        batch, callbacks = taken
-        if batch:
-            broker.store.commit(batch)
-        broker.commit_done(callbacks, None)
+    commit(broker)
 
 
 def _logged(broker: PartitionBroker) -> list[LogEvent]:

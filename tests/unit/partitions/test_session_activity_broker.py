@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from broker_harness import commit, msg, open_broker
 
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import IncomingMessage
@@ -33,18 +34,7 @@ SETTINGS = {
 
 
 def _msg(i: int, session_id: str = "s") -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=session_id,
-        partition_key=None,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"\x00Sw\xa1\x02hi",
-        size=10,
-    )
+    return msg(i, session_id=session_id)
 
 
 @dataclasses.dataclass
@@ -54,27 +44,13 @@ class _Partition:
     lost: list[SessionLock]
 
     def commit(self) -> None:
-        taken = self.broker.take_commit()
-        if taken:
-            batch, callbacks = taken
-            if batch:
-                self.store.commit(batch)
-            self.broker.commit_done(callbacks, None)
+        commit(self.broker)
 
 
 @pytest.fixture
 def p(tmp_path: Path):
-    store = PartitionStore(str(tmp_path / "p0"), map_size=16 << 20)
-    broker = PartitionBroker(
-        store,
-        namespace="ns",
-        entity="q",
-        partition_id=0,
-        partitioned=False,
-        queues=SETTINGS,
-        mark_dirty=lambda b: None,
-    )
-    broker.load()
+    broker = open_broker(tmp_path / "p0", SETTINGS, map_size=16 << 20)
+    store = broker.store
     part = _Partition(store, broker, [])
     broker.on_session_lost = part.lost.append
     broker.enqueue([_msg(i) for i in range(20)], [[Route(MAIN)]] * 20, T0, lambda e: None)

@@ -19,7 +19,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = Path(os.environ.get("SBEMU_UI_ARTIFACTS", HERE / "artifacts"))
 
-# The integration suite's server helpers (a real `python -m sbemu serve` on ephemeral ports).
+# The integration suite's server helpers (a real `python -m sbemu serve` on ephemeral ports);
+# its conftest imports modules beside it (admin_support), as pytest would find them there.
+sys.path.insert(0, str(HERE.parent / "integration"))
 _spec = importlib.util.spec_from_file_location(
     "sbemu_integration_helpers", HERE.parent / "integration" / "conftest.py"
 )

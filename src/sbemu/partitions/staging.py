@@ -96,18 +96,11 @@ class Staging:
         self.dirty(lazy)
 
     def delete_run(self, sq: SubQueue, seqs: Sequence[int], lazy: bool = False) -> None:
-        """delete() for each of `seqs` (messages of `sq`), the bookkeeping once per run."""
-        name, gen, overlay = sq.name, self.gen, self.overlay
-        ops = self.batch.ops
-        keys = self._gen_keys.get(gen)
-        if keys is None:
-            keys = self._gen_keys[gen] = []
-        pop = sq.buffer.pop
+        """delete() for each of `seqs` (messages of `sq`), the commit request once per run."""
+        name, delete, remember, pop = sq.name, self.batch.delete, self.remember, sq.buffer.pop
         for seq in seqs:
-            ops.append((1, name, seq, None))  # WriteBatch.delete
-            key = (name, seq)
-            overlay[key] = (None, gen)  # remember(name, seq, None)
-            keys.append(key)
+            delete(name, seq)
+            remember(name, seq, None)
             pop(seq, None)
         self.dirty(lazy)
 

@@ -42,7 +42,7 @@ from sbemu.testing import SbemuProcess, StartError
 
 __all__ = ["EntityFactory", "SbemuServer"]
 
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0  # an upper bound on the wait for the ready document
 _ATOM = "http://www.w3.org/2005/Atom"
 _SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 

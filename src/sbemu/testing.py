@@ -32,7 +32,7 @@ from typing import IO, Any
 
 __all__ = ["Ready", "SbemuProcess", "StartError"]
 
-START_TIMEOUT = 60.0  # seconds for the ready document
+START_TIMEOUT = 120.0  # upper bound (seconds) on the wait for the ready document
 STOP_TIMEOUT = 30.0  # seconds for a clean exit after SIGTERM
 
 

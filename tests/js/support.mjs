@@ -11,7 +11,7 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..")
 export const NAMESPACE = "sbemulatorns";
 export const KEY_NAME = "RootManageSharedAccessKey";
 export const KEY = "SAS_KEY_VALUE";
-export const START_TIMEOUT_MS = 20_000;
+export const START_TIMEOUT_MS = 120_000; // an upper bound: make test starts ~20 processes at once on 2 cores
 
 // Each scenario runs on a plain entity and on a partitioned one (16 partitions).
 export const KINDS = [

@@ -104,11 +104,13 @@ class Staging:
 
     def delete_run(self, sq: SubQueue, seqs: Sequence[int], lazy: bool = False) -> None:
         """delete() for each of `seqs` (messages of `sq`), the commit request once per run."""
-        name, delete, remember, pop = sq.name, self.batch.delete, self.remember, sq.buffer.pop
-        for seq in seqs:
-            delete(name, seq)
-            remember(name, seq, None)
-            pop(seq, None)
+        name = sq.name
+        self.batch.delete_many(name, seqs)
+        self.forget_many(name, seqs)
+        buffer = sq.buffer
+        if buffer:
+            for seq in buffer.keys() & seqs:  # messages read ahead (not those locked)
+                del buffer[seq]
         self.dirty(lazy)
 
     def remember(self, queue: str, seq: int, rec: MessageRecord | None) -> None:
@@ -120,6 +122,16 @@ class Staging:
         if keys is None:
             keys = self._gen_keys[gen] = []
         keys.append(key)
+
+    def forget_many(self, queue: str, seqs: Sequence[int]) -> None:
+        """remember(queue, seq, None) for each of `seqs`: deleted, through the overlay."""
+        gen = self.gen
+        keys = self._gen_keys.get(gen)
+        if keys is None:
+            keys = self._gen_keys[gen] = []
+        new = [(queue, seq) for seq in seqs]
+        keys.extend(new)
+        self.overlay.update(dict.fromkeys(new, (None, gen)))
 
     def log_run(
         self,

@@ -35,7 +35,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +148,10 @@ class WriteBatch:
     def delete(self, queue: str, seq: int) -> None:
         """Queue a delete of one message record."""
         self.ops.append((1, queue, seq, None))
+
+    def delete_many(self, queue: str, seqs: Sequence[int]) -> None:
+        """delete() for each of `seqs`."""
+        self.ops.extend([(1, queue, seq, None) for seq in seqs])
 
     def put_session_state(self, queue: str, session_id: str, state: bytes | None) -> None:
         """Queue a write (or, with None, a delete) of one session's state."""

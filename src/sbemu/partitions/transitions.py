@@ -121,14 +121,15 @@ class Transitions:
 
     def remove_run(self, sq: SubQueue, recs: Sequence[MessageRecord], lazy: bool = False) -> None:
         """remove() for each of `recs` (stored messages of `sq`), the counts once per run."""
-        self.staging.delete_run(sq, [rec.sequence_number for rec in recs], lazy)
-        remove_timer, removed, counts = self.deadlines.remove, sq.removed, sq.counts
+        seqs = [rec.sequence_number for rec in recs]
+        self.staging.delete_run(sq, seqs, lazy)
+        self.deadlines.remove_run(sq, recs)
+        counts = sq.counts
         nbytes = 0
         for rec in recs:
-            remove_timer(sq, rec)
             counts[rec.state] -= 1
             nbytes += rec.size
-            removed(rec)
+        sq.removed_run(recs, seqs)
         sq.bytes -= nbytes
         self.health.add_stored(-nbytes)
         self.staging.counts_dirty.add(sq)

@@ -37,6 +37,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import lmdb
@@ -351,20 +352,15 @@ class PartitionStore:
     ) -> list[tuple[int, Any]]:
         """Up to `limit` (sequence number, decoded record) from `start` on, in key order."""
         db = self._read_db(queue)
-        out: list[tuple[int, Any]] = []
         unpack = _U64.unpack
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(_U64.pack(max(start, 0))):
-                    return out
-                for k, v in cur:
-                    out.append((unpack(k)[0], decode(v)))
-                    if len(out) >= limit:
-                        break
+                    return []
+                return [(unpack(k)[0], decode(v)) for k, v in islice(cur, limit)]
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
-        return out
 
     def due_deadlines(self, start: bytes, now_ms: int, limit: int) -> list[bytes]:
         """Up to `limit` timer keys >= `start` that are due at `now_ms`, in order."""

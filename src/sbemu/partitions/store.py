@@ -548,22 +548,42 @@ class PartitionStore:
         pack = _U64.pack
         run: list[tuple[bytes, bytes]] = []
         run_queue: str | None = None
+        gone: list[bytes] = []  # a run of deletes from one sub-queue (gone_queue)
+        gone_queue: str | None = None
         for op, queue, seq, value in ops:
             if op == 0 and queue == run_queue:
                 assert value is not None  # WriteBatch.put always carries a value
                 run.append((pack(seq), value))
                 continue
+            if op == 1 and queue == gone_queue:
+                gone.append(pack(seq))
+                continue
             if run:
                 self._put_run(txn, run_queue, run)  # type: ignore[arg-type]
-                run = []
+                run, run_queue = [], None
+            if gone:
+                self._delete_run(txn, gone_queue, gone)  # type: ignore[arg-type]
+                gone, gone_queue = [], None
             if op == 0:
                 assert value is not None
                 run, run_queue = [(pack(seq), value)], queue
             else:
-                run_queue = None
-                txn.delete(pack(seq), db=self._db(queue, txn))
+                gone, gone_queue = [pack(seq)], queue
         if run:
             self._put_run(txn, run_queue, run)  # type: ignore[arg-type]
+        if gone:
+            self._delete_run(txn, gone_queue, gone)  # type: ignore[arg-type]
+
+    def _delete_run(self, txn: lmdb.Transaction, queue: str, keys: list[bytes]) -> None:
+        """Delete `keys` from a sub-queue, in order. Completions delete messages in sequence
+        order, mostly neighbours in the database: a cursor deletes each where the previous
+        delete left it (the next record) and looks a key up only when it is elsewhere,
+        instead of a search from the root per key."""
+        cur = txn.cursor(db=self._db(queue, txn))
+        at = cur.key
+        for key in keys:
+            if at() == key or cur.set_key(key):
+                cur.delete()
 
     def _put_run(self, txn: lmdb.Transaction, queue: str, run: list[tuple[bytes, bytes]]) -> None:
         db = self._db(queue, txn)

@@ -362,6 +362,21 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
+    def scan_values(
+        self, queue: str, start: int, limit: int, decode: Callable[[Any], Any]
+    ) -> list[Any]:
+        """scan() without the keys: up to `limit` decoded records from `start` on, in key
+        order (the read-ahead: a record carries its sequence number, so no key is read)."""
+        db = self._read_db(queue)
+        try:
+            with self._env.begin(db=db, buffers=True) as txn:
+                cur = txn.cursor()
+                if not cur.set_range(_U64.pack(max(start, 0))):
+                    return []
+                return list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+
     def due_deadlines(self, start: bytes, now_ms: int, limit: int) -> list[bytes]:
         """Up to `limit` timer keys >= `start` that are due at `now_ms`, in order."""
         out: list[bytes] = []

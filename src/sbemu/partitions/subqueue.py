@@ -435,15 +435,16 @@ class SubQueueReader:
     # ---------------------------------------------------------------- the ready line
     def refill(self, sq: SubQueue) -> None:
         """Read the next few ready messages of a plain sub-queue from the store."""
-        rows = self.store.scan(sq.name, sq.scan_from, READ_AHEAD, decode_message)
-        if len(rows) < READ_AHEAD:
+        recs = self.store.scan_values(sq.name, sq.scan_from, READ_AHEAD, decode_message)
+        if len(recs) < READ_AHEAD:
             sq.more = False
-        if not rows:
+        if not recs:
             return
-        sq.scan_from = rows[-1][0] + 1
+        sq.scan_from = recs[-1].sequence_number + 1
         overlay, name = self.overlay, sq.name
         buffer, locks, back, active = sq.buffer, sq.locks, sq.back_set, MessageState.ACTIVE
-        for seq, rec in rows:
+        for rec in recs:
+            seq = rec.sequence_number
             if overlay:  # a change not committed yet is the truth
                 hit = overlay.get((name, seq), _MISSING)
                 if hit is not _MISSING:

@@ -26,7 +26,7 @@ class Counting:
     def __init__(self, store):
         self.store = store
         self.reads = 0
-        for name in ("scan", "get"):
+        for name in ("scan", "scan_values", "get"):
             real = getattr(store, name)
 
             def wrapped(*args, _real=real, **kw):
@@ -456,6 +456,9 @@ def test_runs_of_deletes_remove_exactly_their_keys(tmp_path):
     kept = [seq for seq, _ in store.scan(MAIN, 0, 1000, bytes)]
     assert kept == sorted({*range(1, 301)} - set(gone) - {200} | {150})
     assert store.get(MAIN, 150, bytes) == b"again"
+    for start, limit in ((0, 1000), (0, 3), (57, 10), (299, 5), (400, 5)):  # and keyless reads
+        rows = store.scan(MAIN, start, limit, bytes)
+        assert store.scan_values(MAIN, start, limit, bytes) == [value for _seq, value in rows]
     assert [seq for seq, _ in store.scan(DLQ, 0, 1000, bytes)] == [
         s for s in range(1, 301) if s != 7
     ]

@@ -160,7 +160,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
 
     monkeypatch.setattr(subqueue_module, "READ_AHEAD", 2)
     broker_h.send(*[msg(i) for i in range(5)])
-    real_scan = broker_h.store.scan
+    real_scan = broker_h.store.scan_values  # what the read-ahead reads with
     calls = []
 
     def scan(*args, **kw):
@@ -169,7 +169,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
             raise StoreUnavailable("disk gone")
         return real_scan(*args, **kw)
 
-    monkeypatch.setattr(broker_h.store, "scan", scan)
+    monkeypatch.setattr(broker_h.store, "scan_values", scan)
     taken = broker_h.broker.take_batch(MAIN, 2000, 5)
     assert [r.message_id for r, _ in taken] == ["m0", "m1"]  # locked before the fault
     with pytest.raises(StoreUnavailable):

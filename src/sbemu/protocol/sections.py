@@ -20,6 +20,8 @@ import uuid
 from typing import Any
 
 from sbemu.protocol.codec import (
+    _WIDTH,
+    DecodeError,
     _decode,
     _skip,
     enc_map_body,
@@ -39,6 +41,7 @@ from sbemu.protocol.rebuild import (
     stamp,
 )
 from sbemu.protocol.sectioncodes import (
+    _ALLOWED,
     _DELIVERY_ANNOTATIONS_PREFIX,
     _FAILURES,
     AMQP_SEQUENCE,
@@ -112,6 +115,25 @@ _SINGLE = frozenset(
 _STRUCTURED = frozenset(
     {MESSAGE_ANNOTATIONS, APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
 )
+# The scan's fast path: the first four bytes of a section in the form every SDK sends (the
+# smallulong descriptor 0x00 0x53 <code> and a constructor its section allows) -> (code, the
+# constructor's width as codec._WIDTH gives it, the section's bit if it may appear only once,
+# whether its value is checked for depth). Anything else (ulong or symbolic descriptors, a
+# described amqp-value, bad input) goes through _section_code and _skip as before.
+_FAST: dict[bytes, tuple[int, int, int, bool]] = {}
+for _code, _allowed in _ALLOWED.items():
+    for _ctor in _allowed if _allowed is not None else range(0x40, 0x100):
+        _w = _WIDTH[_ctor]
+        if _w is not None:
+            _FAST[bytes((0x00, 0x53, _code, _ctor))] = (
+                _code,
+                _w,
+                (1 << (_code - HEADER)) if _code in _SINGLE else 0,
+                _code in _STRUCTURED,
+            )
+del _code, _allowed, _ctor, _w
+_ONE = b"\x00\x00\x00\x01"  # a list32's count of one field
+
 _SECTION_NAMES = {
     HEADER: "header",
     MESSAGE_ANNOTATIONS: "message-annotations",
@@ -233,6 +255,12 @@ def _partition_key_text(v: Any) -> str | None:
 
 def scan_message(buf: bytes) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges."""
+    return ScannedMessage(*scan_fields(buf))
+
+
+def scan_fields(buf: bytes) -> tuple[Any, ...]:
+    """scan_message()'s fields as a tuple in ScannedMessage's order: the send path builds its
+    IncomingMessage from them, without a ScannedMessage in between."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
@@ -243,13 +271,14 @@ def scan_message(buf: bytes) -> ScannedMessage:
         raise SectionError(f"malformed message: {e}") from e
 
 
-def _scan(buf: bytes) -> ScannedMessage:
+def _scan(buf: bytes) -> tuple[Any, ...]:
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
     durable = False
     priority = ttl = None
-    props: list[str | None] | None = None
+    message_id = to = subject = reply_to = correlation_id = content_type = None
+    session_id = reply_to_session_id = None
     partition_key = via_partition_key = None
     scheduled = None
     ann_parts: list[bytes] = []
@@ -262,16 +291,33 @@ def _scan(buf: bytes) -> ScannedMessage:
     seen = 0
     grown = 0  # bytes a rewritten section added (or took) against the message as sent
     pos = 0
+    fast = _FAST
     while pos < n:
-        code, vpos = _section_code(buf, pos)
-        end = _skip(buf, vpos)
+        hit = fast.get(buf[pos : pos + 4])
+        if hit is not None:
+            # _section_code and _skip inline for the form every SDK sends (see _FAST)
+            code, w, bit, structured = hit
+            vpos = pos + 3
+            if w >= 0:
+                end = pos + 4 + w
+            elif w == -1:
+                end = pos + 5 + buf[pos + 4]
+            else:
+                end = pos + 8 + _unpack_I(buf, pos + 4)[0]
+            if end > n:
+                raise DecodeError(f"value at {vpos} runs past the end of the buffer")
+        else:
+            code, vpos = _section_code(buf, pos)
+            end = _skip(buf, vpos)
+            bit = (1 << (code - HEADER)) if code in _SINGLE else 0
+            structured = code in _STRUCTURED
         # stored sections that may hold structure (the header is re-built from its fields,
         # delivery-annotations are dropped, data sections are opaque, properties are checked
-        # field by field)
-        if code in _STRUCTURED and too_deep(buf, vpos, end):
+        # field by field); a value of at most MAX_VALUE_DEPTH bytes cannot nest that deep
+        # (too_deep's first bound, inline)
+        if structured and end - vpos > MAX_VALUE_DEPTH and too_deep(buf, vpos, end):
             raise _too_deep(code)
-        if code in _SINGLE:
-            bit = 1 << (code - HEADER)
+        if bit:
             if seen & bit:
                 raise SectionError(f"duplicate section {code:#04x}")
             seen |= bit
@@ -287,7 +333,22 @@ def _scan(buf: bytes) -> ScannedMessage:
             grown += len(delivery_annotations) - (end - pos)
         elif code >= PROPERTIES:
             if code == PROPERTIES:
-                props = _property_fields(buf, vpos, end)
+                # A list of one str8 field (a message-id alone, as most senders set) is read
+                # here; any other list field by field.
+                c = buf[vpos]
+                if c == 0xC0 and buf[vpos + 2] == 1 and buf[vpos + 3] == 0xA1:
+                    if end == vpos + 5 + buf[vpos + 4]:
+                        message_id = buf[vpos + 5 : end].decode("utf-8")
+                        c = -1
+                elif c == 0xD0 and buf[vpos + 5 : vpos + 9] == _ONE and buf[vpos + 9] == 0xA1:
+                    if end == vpos + 11 + buf[vpos + 10]:
+                        message_id = buf[vpos + 11 : end].decode("utf-8")
+                        c = -1
+                if c >= 0:
+                    (
+                        message_id, _, to, subject, reply_to, correlation_id, content_type,
+                        _, _, _, session_id, _, reply_to_session_id,
+                    ) = _property_fields(buf, vpos, end)  # fmt: skip
             rewritten = None
             # Decimals are written as the service writes them (protocol/decimals.py). The
             # check costs two byte searches; only a section with a 0x84 or 0x94 byte in it
@@ -382,32 +443,34 @@ def _scan(buf: bytes) -> ScannedMessage:
             if keep_from < p:
                 ann_parts.append(buf[keep_from:p])
         elif code == HEADER:
-            durable, priority, ttl = _header_fields(buf, vpos, end)
+            # A list of one field (durable alone, as most senders set it) is read here; any
+            # other list field by field.
+            c = buf[vpos]
+            if (c == 0xC0 and end == vpos + 4 and buf[vpos + 2] == 1) or (
+                c == 0xD0 and end == vpos + 10 and buf[vpos + 5 : vpos + 9] == _ONE
+            ):
+                c = buf[end - 1]
+                if c == 0x41:
+                    durable = True
+                elif c != 0x42 and c != 0x40:
+                    durable, priority, ttl = _header_fields(buf, vpos, end)
+            else:
+                durable, priority, ttl = _header_fields(buf, vpos, end)
         pos = end
-    if run_end >= 0:
-        tail_parts.append(buf[run_start:run_end])
-    if delivery_annotations:
-        tail_parts.insert(0, delivery_annotations)
-        shift = len(delivery_annotations)
-        if props_span is not None:
-            props_span = (props_span[0] + shift, props_span[1] + shift)
-        if body_span is not None:
-            body_span = (body_span[0] + shift, body_span[1] + shift)
-
-    if props is not None:
-        message_id = props[0]
-        to = props[2]
-        subject = props[3]
-        reply_to = props[4]
-        correlation_id = props[5]
-        content_type = props[6]
-        session_id = props[10]
-        reply_to_session_id = props[12]
-    else:
-        message_id = to = subject = reply_to = correlation_id = content_type = None
-        session_id = reply_to_session_id = None
-
-    return ScannedMessage(
+    if tail_parts or delivery_annotations:
+        if run_end >= 0:
+            tail_parts.append(buf[run_start:run_end])
+        if delivery_annotations:
+            tail_parts.insert(0, delivery_annotations)
+            shift = len(delivery_annotations)
+            if props_span is not None:
+                props_span = (props_span[0] + shift, props_span[1] + shift)
+            if body_span is not None:
+                body_span = (body_span[0] + shift, body_span[1] + shift)
+        tail = b"".join(tail_parts)
+    else:  # one run of sections as sent (the common case)
+        tail = buf[run_start:run_end] if run_end >= 0 else b""
+    return (
         durable,
         priority,
         ttl,
@@ -422,9 +485,9 @@ def _scan(buf: bytes) -> ScannedMessage:
         partition_key,
         via_partition_key,
         scheduled,
-        b"".join(ann_parts),
+        b"".join(ann_parts) if ann_parts else b"",
         ann_count,
-        b"".join(tail_parts),
+        tail,
         n + grown,
         props_span,
         body_span,

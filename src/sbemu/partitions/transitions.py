@@ -131,7 +131,8 @@ class Transitions:
         remove_timer, removed, counts = self.deadlines.remove, sq.removed, sq.counts
         nbytes = 0
         for rec in recs:
-            remove_timer(sq, rec)
+            if rec.expires_at_ms is not None or rec.state == _SCHEDULED:
+                remove_timer(sq, rec)  # (any other message has no timer: timer_key)
             counts[rec.state] -= 1
             nbytes += rec.size
             removed(rec)
@@ -230,7 +231,7 @@ class Transitions:
                 if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
                     if derived is None or at < derived:  # derived expiry: no timer stored
                         derived = at
-                else:
+                elif at is not None or state is not active:  # (active, no expiry: no timer)
                     add_deadline(sq, rec)
                 prefix = prefixes.get(name)
                 if prefix is None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -119,9 +119,13 @@ class IncomingMessage:
     message_id_assigned: bool = False
 
 
-@dataclass(slots=True)
-class MessageRecord:
-    """One stored message of one sub-queue of one partition."""
+class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION):
+    """One stored message of one sub-queue of one partition.
+
+    A msgspec Struct (slots, mutable, compared field by field, as the dataclass it was): built
+    in C, about a third of a dataclass's cost for its 24 fields, and written by _ENCODE as the
+    schema's array above, its tag (the schema version) first, its fields in order, the state
+    as its int (encode_message)."""
 
     sequence_number: int
     enqueued_time_ms: int
@@ -142,7 +146,7 @@ class MessageRecord:
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     dead_letter_source: str | None = None
-    property_overrides: dict[str, bytes] | None = field(default=None)
+    property_overrides: dict[str, bytes] | None = None
     original_sequence_number: int | None = None
     properties_span: tuple[int, int] | None = None
     body_span: tuple[int, int] | None = None
@@ -185,35 +189,7 @@ def encode_message(r: MessageRecord) -> bytes:
     """Serialise a message record (schema version 1)."""
     if len(r.tail) > LARGE_TAIL:
         return _encode_large(r)
-    return _ENCODE(
-        [
-            MESSAGE_SCHEMA_VERSION,
-            r.sequence_number,
-            r.enqueued_time_ms,
-            int(r.state),
-            r.delivery_count,
-            r.message_id,
-            r.session_id,
-            r.partition_key,
-            r.ttl_ms,
-            r.expires_at_ms,
-            r.durable,
-            r.priority,
-            r.annotation_count,
-            r.annotations,
-            r.tail,
-            r.size,
-            r.scheduled_enqueue_time_ms,
-            r.dead_letter_reason,
-            r.dead_letter_description,
-            r.dead_letter_source,
-            r.property_overrides,
-            r.original_sequence_number,
-            r.properties_span,
-            r.body_span,
-            r.transfer_hops,
-        ]
-    )
+    return _ENCODE(r)  # [version (the Struct's tag), the 24 fields in order]
 
 
 def _encode_large(r: MessageRecord) -> bytes:

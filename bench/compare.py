@@ -47,6 +47,7 @@ ARTEMIS_HOME = HERE / "artemis" / "apache-artemis"
 ARTEMIS_QUEUE = "bench"
 RABBIT_QUEUE = "bench"
 SBEMU_USER, SBEMU_PASSWORD = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
+FLOOR = "floor (forwarder)"
 START_TIMEOUT = 90.0
 PHASE_TIMEOUT = 300.0
 
@@ -55,6 +56,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU time (user + system) so far of `root` and every process below it: a broker's own
+    cost, whatever it forks (RabbitMQ's beam.smp and epmd, Artemis's JVM under its script)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(child for child, up in parent.items() if up == pid)
+    return total
 
 
 class Rabbit:
@@ -137,6 +162,11 @@ class Rabbit:
             if p.exists():
                 text += p.read_text(errors="replace")[-2000:]
         return text
+
+    @property
+    def pid(self) -> int | None:
+        """The process it started (the broker's CPU is that process's tree)."""
+        return self.proc.pid if self.proc is not None else None
 
     def purge(self) -> None:
         self.ctl("purge_queue", RABBIT_QUEUE)
@@ -222,6 +252,11 @@ class Artemis:
     def describe(self) -> str:
         return f"journal {self.journal.group(1) if self.journal else '?'}"
 
+    @property
+    def pid(self) -> int | None:
+        """The process it started (the broker's CPU is that process's tree)."""
+        return self.proc.pid if self.proc is not None else None
+
     def purge(self) -> None:
         """Drop leftovers of a failed phase (the artemis CLI's queue purge, over the core port)."""
         subprocess.run(
@@ -255,11 +290,22 @@ def run_client(args_: list[str], tail: int) -> dict:
 
 
 def phase(
-    kind: str, port: int, address: str, args: argparse.Namespace, auth: tuple[str, str]
+    kind: str,
+    port: int,
+    address: str,
+    args: argparse.Namespace,
+    auth: tuple[str, str],
+    broker_pid: int | None = None,
 ) -> dict:
+    """One throughput phase. With `broker_pid`, the result also holds the broker's CPU per
+    message over the phase (`broker_cpu_us`: its process tree, connection set-up included)
+    beside the client's own (`cpu_us`, `cpu_share`: rhea-bench.js, the timed window)."""
+    before = tree_cpu_seconds(broker_pid) if broker_pid else 0.0
     result = run_client(
         [kind, str(port), address, str(args.count), str(args.size), str(args.credit), *auth], 500
     )
+    if broker_pid and result.get("ok"):
+        result["broker_cpu_us"] = (tree_cpu_seconds(broker_pid) - before) / result["ok"] * 1e6
     if result.get("error") is None and (result.get("ok") != args.count or result.get("duplicates")):
         result["error"] = f"{result.get('ok')}/{args.count}, {result.get('duplicates')} duplicates"
     return result
@@ -276,7 +322,8 @@ def latency_phase(port: int, address: str, args: argparse.Namespace, auth: tuple
 
 
 class Forwarder:
-    """``bench/node/forwarder.js``: the in-memory forwarder that gives the latency floor."""
+    """``bench/node/forwarder.js``: the in-memory forwarder, the floor of the client and the
+    machine (no storage: it accepts at once and hands on what it holds)."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
@@ -299,19 +346,62 @@ class Forwarder:
             self.proc.terminate()
             self.proc.wait(timeout=10)
 
+    def restart(self) -> None:
+        """Drop what it holds (a failed phase's leftovers): a new process on a new port."""
+        self.stop()
+        self.start()
+
 
 def spread(values: list[float]) -> str:
     """Round-to-round spread: max / min of the rounds (1.00 = identical rounds)."""
     return f"{max(values) / min(values):.2f}" if values and min(values) > 0 else "-"
 
 
+def cpu_medians(results: list[dict]) -> dict[str, float] | None:
+    """Medians over the rounds of the CPU figures a phase reported (rhea-bench.js: cpu_us,
+    cpu_share, main_us, main_share; phase(): broker_cpu_us); None when none did."""
+    keys = ("cpu_us", "cpu_share", "main_us", "main_share", "broker_cpu_us")
+    rows = [r for r in results if all(k in r for k in keys)]
+    if not rows:
+        return None
+    return {k: statistics.median(r[k] for r in rows) for k in keys}
+
+
+def print_cpu(targets: dict, cpu: dict[str, dict[str, list[dict]]]) -> dict[tuple[str, str], float]:
+    """Where each phase's CPU went, per message: the client's (the whole Node.js process, and
+    its main thread, where rhea runs, with that thread's share of one core) and the broker's
+    (its process tree). The client's main thread cannot pass 1e6 / main us msg/s, and on this
+    machine's cores client and broker together cannot pass cores * 1e6 / (client us + broker
+    us): the lower of the two bounds what this client here gets from a broker of that cost. A
+    main-thread share near 1.00 says the client, not the broker, was the limit. Returns the
+    bounds by (target, phase)."""
+    cores = os.cpu_count() or 2
+    bounds: dict[tuple[str, str], float] = {}
+    print("\nCPU per message, medians (us)  client  main thread (share)  broker  bound (msg/s)")
+    for name in targets:
+        for kind in ("send", "receive"):
+            m = cpu_medians(cpu[name][kind])
+            if m is None:
+                continue
+            bound = bounds[name, kind] = min(
+                1e6 / m["main_us"], cores * 1e6 / (m["cpu_us"] + m["broker_cpu_us"])
+            )
+            print(
+                f"  {name:<19} {kind:<8} {m['cpu_us']:>6.1f} {m['main_us']:>8.1f}"
+                f" ({m['main_share']:.2f}) {m['broker_cpu_us']:>12.1f} {bound:>10.0f}"
+            )
+    return bounds
+
+
 def print_summary(
     targets: dict,
     rates: dict[str, dict[str, list[float]]],
+    cpu: dict[str, dict[str, list[dict]]],
     latencies: dict[str, list[dict]],
     args: argparse.Namespace,
 ) -> None:
-    """Medians of the rounds, spreads, ratios to each peer, partitioned/plain, latency."""
+    """Medians of the rounds, spreads, CPU per message, ratios to each peer,
+    partitioned/plain, latency."""
 
     def med(name: str, kind: str) -> float:
         values = rates[name][kind]
@@ -323,6 +413,7 @@ def print_summary(
             f"  {name:<30} {med(name, 'send'):>8.0f} {med(name, 'receive'):>10.0f}"
             f" {spread(rates[name]['send']):>12} {spread(rates[name]['receive']):>8}"
         )
+    bounds = print_cpu(targets, cpu)
     for peer in ("artemis", "rabbitmq"):
         print(f"\nratio to {peer:<24}    send    receive")
         for name in ("sbemu", "sbemu-partitioned"):
@@ -335,6 +426,20 @@ def print_summary(
         plain = med("sbemu", kind)
         if plain:
             print(f"  partitioned / plain {kind}: {med('sbemu-partitioned', kind) / plain:.2f}")
+    # How far each sbemu rate is from what this client and machine allow at sbemu's own CPU
+    # cost, and what twice RabbitMQ's rate would take.
+    for name in ("sbemu", "sbemu-partitioned"):
+        for kind in ("send", "receive"):
+            bound, rate, twice = (
+                bounds.get((name, kind)),
+                med(name, kind),
+                2 * med("rabbitmq", kind),
+            )
+            if bound and rate:
+                print(
+                    f"  {name} {kind}: {rate:.0f} msg/s = {rate / bound:.0%} of its CPU bound"
+                    f" {bound:.0f}; 2.0x RabbitMQ = {twice:.0f} msg/s"
+                )
     if latencies:
         print(f"\nlatency at {args.latency_rate} msg/s, medians of the rounds (ms)"
               "   p50      p99   p99 spread")  # fmt: skip
@@ -390,28 +495,46 @@ def main(argv: list[str] | None = None) -> int:
         "sbemu": (lambda: sbemu.port, "bench", (SBEMU_USER, SBEMU_PASSWORD)),
         "sbemu-partitioned": (lambda: sbemu.port, "benchp", (SBEMU_USER, SBEMU_PASSWORD)),
     }
+    floor = Forwarder()
+    # The floor runs the throughput rounds too: the rate of the client against a broker that
+    # costs next to nothing (its receive is bounded by the forwarder's own re-encoding in rhea).
+    rounds_targets = {
+        **targets,
+        FLOOR: (lambda: floor.port, "bench", (SBEMU_USER, SBEMU_PASSWORD)),
+    }
+    # Whose CPU a phase charges to the broker: the process tree each one started.
+    pids = {
+        "rabbitmq": lambda: rabbit.pid,
+        "artemis": lambda: artemis.pid,
+        "sbemu": lambda: sbemu.proc.pid if sbemu.proc else None,
+        "sbemu-partitioned": lambda: sbemu.proc.pid if sbemu.proc else None,
+        FLOOR: lambda: floor.proc.pid if floor.proc else None,
+    }
     # Leftovers of a failed phase must not feed the next round: each peer's own purge.
-    purges = {"rabbitmq": rabbit.purge, "artemis": artemis.purge}
-    rates: dict[str, dict[str, list[float]]] = {k: {"send": [], "receive": []} for k in targets}
+    purges = {"rabbitmq": rabbit.purge, "artemis": artemis.purge, FLOOR: floor.restart}
+    rates: dict[str, dict[str, list[float]]] = {
+        k: {"send": [], "receive": []} for k in rounds_targets
+    }
+    cpu: dict[str, dict[str, list[dict]]] = {k: {"send": [], "receive": []} for k in rounds_targets}
     failures: list[str] = []
     latencies: dict[str, list[dict]] = {}
-    floor = Forwarder()
     try:
         rabbit.start()
         artemis.start()
         sbemu.start()
+        floor.start()
         print(
             f"  rabbitmq on 127.0.0.1:{rabbit.port}, artemis on 127.0.0.1:{artemis.port} "
             f"({artemis.describe()}), sbemu on {sbemu.url}",
             flush=True,
         )
         for rnd in range(1, args.rounds + 1):
-            order = list(targets) if rnd % 2 else list(reversed(targets))
+            order = list(rounds_targets) if rnd % 2 else list(reversed(rounds_targets))
             for name in order:
-                port, address, auth = targets[name]
+                port, address, auth = rounds_targets[name]
                 row = [f"  round {rnd} {name:<18}"]
                 for kind in ("send", "receive"):
-                    result = phase(kind, port(), address, args, auth)
+                    result = phase(kind, port(), address, args, auth, pids[name]())
                     if result.get("error"):
                         failures.append(f"round {rnd} {name} {kind}: {result['error']}")
                         row.append(f"{kind} FAILED ({result['error']})")
@@ -419,16 +542,13 @@ def main(argv: list[str] | None = None) -> int:
                             purges[name]()
                         break
                     rates[name][kind].append(result["rate"])
+                    cpu[name][kind].append(result)
                     row.append(f"{kind} {result['rate']:>8.0f} msg/s")
                 print("  ".join(row), flush=True)
         if args.latency_rate > 0:
             # Send-to-receive latency at a fixed offered rate, same client, alternating rounds
             # like the throughput; the in-memory forwarder shows the floor (client + machine).
-            floor.start()
-            lat_targets = {
-                **targets,
-                "floor (forwarder)": (lambda: floor.port, "bench", (SBEMU_USER, SBEMU_PASSWORD)),
-            }
+            lat_targets = rounds_targets
             for rnd in range(1, args.rounds + 1):
                 order = list(lat_targets) if rnd % 2 else list(reversed(lat_targets))
                 for name in order:
@@ -454,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         rabbit.stop()
         if not args.keep_data:
             shutil.rmtree(workdir, ignore_errors=True)
-    print_summary(targets, rates, latencies, args)
+    print_summary(rounds_targets, rates, cpu, latencies, args)
     if failures:
         print("\nbench-compare: " + "; ".join(failures), file=sys.stderr)
         return 1

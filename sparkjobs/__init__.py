@@ -9,6 +9,8 @@
 - ``sparkjobs.submit``: the spark-submit entry point for clusters.
 - ``sparkjobs.session``: a local SparkSession set up for all of the above.
 - ``sparkjobs.bench``: events/s, time per batch, lag under proton traffic.
+- ``sparkjobs.synthetic_logs``: synthetic partition logs for the benchmark and the Spark
+  tests (no pyspark).
 
 See sparkjobs/README.md. Importing this package does not import pyspark; the modules do.
 """

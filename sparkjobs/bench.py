@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -30,10 +29,8 @@ import threading
 import time
 from typing import Any
 
-from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sparkjobs.synthetic_logs import Traffic, write_logs
 
-T0 = 1_767_225_600_000
 _HZ = os.sysconf("SC_CLK_TCK")
 
 
@@ -94,80 +91,12 @@ def generate(
     entity: str = "bench.queue",
 ) -> int:
     """Write `events` log records spread evenly over `partitions`; returns how many."""
-    base = os.path.join(data_dir, namespace, entity)
-    os.makedirs(base, exist_ok=True)
-    with open(os.path.join(base, "entity.json"), "w") as f:
-        json.dump({"partition_count": partitions, "partitioned": partitions > 1}, f)
-    written = 0
-    for pid in range(partitions):
-        target = events // partitions + (1 if pid < events % partitions else 0)
-        store = PartitionStore(
-            os.path.join(base, f"partition-{pid:02d}"),
-            map_size=max(64 << 20, target * 600),
-            durable=False,
-        )
-        batch, offset, seq = WriteBatch(), 0, 0
-        while offset < target:
-            seq += 1
-            now = T0 + seq * 3
-            rec = MessageRecord(
-                sequence_number=(pid << 48) | seq,
-                enqueued_time_ms=now,
-                state=MessageState.ACTIVE,
-                delivery_count=0,
-                message_id=f"msg-{pid}-{seq}",
-                session_id=f"session-{seq % 100}" if seq % 3 == 0 else None,
-                partition_key=None,
-                ttl_ms=None,
-                expires_at_ms=None,
-                durable=True,
-                priority=None,
-                annotation_count=0,
-                annotations=b"",
-                tail=b"",
-                size=200 + seq % 300,
-            )
-            last = (
-                LogEvent.DEADLETTERED
-                if seq % 50 == 0
-                else LogEvent.ABANDONED
-                if seq % 20 == 0
-                else LogEvent.COMPLETED
-            )
-            for event, at in (
-                (LogEvent.ENQUEUED, now),
-                (LogEvent.DELIVERED, now + 2),
-                (last, now + 5 + seq % 200),
-            ):
-                if offset >= target:
-                    break
-                batch.log.append(
-                    (
-                        offset,
-                        encode_log(
-                            namespace=namespace,
-                            entity=entity,
-                            queue="main",
-                            partition=pid,
-                            offset=offset,
-                            event=event,
-                            record=rec,
-                            event_ms=at,
-                            reason="bench" if event == LogEvent.DEADLETTERED else None,
-                        ),
-                    )
-                )
-                offset += 1
-            if len(batch.log) >= 20_000:
-                batch.meta["next_log_offset"] = offset
-                store.commit(batch)
-                batch = WriteBatch()
-        if batch:
-            batch.meta["next_log_offset"] = offset
-            store.commit(batch)
-        store.close()
-        written += offset
-    return written
+    counts = [
+        events // partitions + (1 if pid < events % partitions else 0) for pid in range(partitions)
+    ]
+    return write_logs(
+        data_dir, namespace, entity, counts, Traffic(), commit_every=20_000, durable=False
+    )
 
 
 def _throughput(

@@ -7,9 +7,13 @@
 // only deliveries the broker accepted.
 // receive: a receiver with credit window <credit> and auto-accept (peek-lock + complete) takes
 // <count> messages; it checks every index arrives and says how many were duplicates.
-// Prints one JSON line: {"phase", "count", "ok", "seconds", "rate", "duplicates", "error"}.
+// Prints one JSON line: {"phase", "count", "ok", "seconds", "rate", "duplicates", "error",
+// "cpu_us", "cpu_share", "main_us", "main_share"}: the client's own CPU time (user + system)
+// over the timed window, per message and as a share of one core, of the whole process and of
+// its main thread (where rhea runs: at a share of 1.0 the client was the bottleneck).
 'use strict';
 
+const fs = require('fs');
 const rhea = require('rhea');
 
 const [phase, port, address, countArg, sizeArg, creditArg, user, password] = process.argv.slice(2);
@@ -29,14 +33,49 @@ const connection = container.connect({
 });
 
 let t0 = 0;
+let cpu0 = null; // process.cpuUsage() at t0
+let main0 = null; // the main (event-loop) thread's CPU seconds at t0
 let done = false;
 let progress = 0;
 let lastProgress = Date.now();
 
+// CPU seconds (user + system) of the main thread, where rhea and all JS run (Node's GC and
+// I/O helper threads count in process.cpuUsage() only); null where /proc is not there.
+function mainThreadSeconds() {
+  try {
+    const stat = fs.readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100; // USER_HZ
+  } catch {
+    return null;
+  }
+}
+
+function start() {
+  t0 = process.hrtime.bigint();
+  cpu0 = process.cpuUsage();
+  main0 = mainThreadSeconds();
+}
+
+// The client's CPU over the timed window: the whole process's per message (cpu_us) and the
+// main thread's share of one core (main_share: at 1.00 the client itself was the limit).
+function cpuOf(result) {
+  if (!cpu0 || !result.seconds || !result.ok) return {};
+  const used = process.cpuUsage(cpu0);
+  const us = used.user + used.system;
+  const main1 = mainThreadSeconds();
+  const out = { cpu_us: us / result.ok, cpu_share: us / 1e6 / result.seconds };
+  if (main0 !== null && main1 !== null) {
+    out.main_us = ((main1 - main0) * 1e6) / result.ok;
+    out.main_share = (main1 - main0) / result.seconds;
+  }
+  return out;
+}
+
 function finish(result) {
   if (done) return;
   done = true;
-  process.stdout.write(JSON.stringify({ phase, count, ...result }) + '\n');
+  process.stdout.write(JSON.stringify({ phase, count, ...result, ...cpuOf(result) }) + '\n');
   connection.close();
   setTimeout(() => process.exit(result.error ? 1 : 0), 200).unref();
 }
@@ -74,7 +113,7 @@ if (phase === 'send') {
       sent += 1;
     }
   };
-  sender.on('sender_open', () => { t0 = process.hrtime.bigint(); pump(); });
+  sender.on('sender_open', () => { start(); pump(); });
   sender.on('sendable', pump);
   const settled = () => {
     touch();
@@ -102,7 +141,7 @@ if (phase === 'send') {
     credit_window: credit,
     autoaccept: true,
   });
-  receiver.on('receiver_open', () => { t0 = process.hrtime.bigint(); });
+  receiver.on('receiver_open', () => { start(); });
   receiver.on('message', (ctx) => {
     touch();
     const i = (ctx.message.application_properties || {}).i;

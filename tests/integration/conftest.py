@@ -39,7 +39,9 @@ SEND_ONLY_KEY = "SEND_ONLY_KEY_VALUE"
 LISTEN_ONLY_KEY_NAME = "listenonly"
 LISTEN_ONLY_KEY = "LISTEN_ONLY_KEY_VALUE"
 
-START_TIMEOUT = 120.0  # upper bound on the wait for the ready lines (make test starts ~20 processes at once)
+START_TIMEOUT = (
+    120.0  # upper bound on the wait for the ready lines (make test starts ~20 processes at once)
+)
 STOP_TIMEOUT = 20.0  # seconds to wait for a clean exit after SIGTERM
 PARTITIONS = 16  # Standard-tier partition count [SB partitioning P2]
 

@@ -7,21 +7,17 @@ thing. `reference_tables()` computes each reporting table from the raw logs with
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from datetime import UTC, datetime
-from urllib.parse import quote
+from pathlib import Path
 
+from sparkjobs.synthetic_logs import Traffic, lay_out_entity, write_logs
+
+from sbemu.partitions import layout
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
-from sbemu.partitions.records import (
-    IncomingMessage,
-    LogEvent,
-    MessageRecord,
-    MessageState,
-    encode_log,
-)
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.records import IncomingMessage
+from sbemu.partitions.store import PartitionStore
 
 MAIN = "main"
 DLQ = MAIN + DLQ_SUFFIX
@@ -75,7 +71,7 @@ def message(
 
 
 def entity_dir(data_dir: str, namespace: str, name: str) -> str:
-    return os.path.join(data_dir, quote(namespace.lower(), safe=""), quote(name.lower(), safe=""))
+    return str(layout.entity_dir(Path(data_dir), namespace, name))
 
 
 class Entity:
@@ -97,11 +93,7 @@ class Entity:
         self.partitions = partitions
         self.partitioned = partitioned
         self.queues = queues or queue_settings()
-        base = entity_dir(data_dir, namespace, name)
-        os.makedirs(base, exist_ok=True)
-        with open(os.path.join(base, "entity.json"), "w") as f:
-            json.dump({"partition_count": partitions, "partitioned": partitioned}, f)
-        self.base = base
+        self.base = lay_out_entity(data_dir, namespace, name, partitions, partitioned)
         self.brokers: list[PartitionBroker] = []
         self.open()
 
@@ -186,78 +178,32 @@ def bulk_logs(
     Each message: enqueued, delivered, then completed (or abandoned / dead-lettered for every
     7th / 11th). Returns the number of log records written.
     """
-    base = entity_dir(data_dir, namespace, name)
-    os.makedirs(base, exist_ok=True)
-    with open(os.path.join(base, "entity.json"), "w") as f:
-        json.dump({"partition_count": partitions, "partitioned": partitions > 1}, f)
-    total = 0
-    for pid in range(partitions):
-        store = PartitionStore(os.path.join(base, f"partition-{pid:02d}"), map_size=1 << 30)
-        offset = 0
-        batch = WriteBatch()
-        seq = 0
-        while offset < per_partition:
-            seq += 1
-            now = T0 + seq * 250
-            rec = MessageRecord(
-                sequence_number=(pid << 48) | seq,
-                enqueued_time_ms=now,
-                state=MessageState.ACTIVE,
-                delivery_count=0,
-                message_id=f"m{pid}-{seq}",
-                session_id=f"s{seq % sessions}",
-                partition_key=None,
-                ttl_ms=None,
-                expires_at_ms=None,
-                durable=True,
-                priority=None,
-                annotation_count=0,
-                annotations=b"",
-                tail=b"",
-                size=100 + seq % 50,
-            )
-            last = (
-                LogEvent.DEADLETTERED
-                if seq % 11 == 0
-                else LogEvent.ABANDONED
-                if seq % 7 == 0
-                else LogEvent.COMPLETED
-            )
-            steps = [
-                (LogEvent.ENQUEUED, now, None),
-                (LogEvent.DELIVERED, now + 5, None),
-                (last, now + 10 + seq % 90, "poison" if last == LogEvent.DEADLETTERED else None),
-            ]
-            for event, at, reason in steps:
-                if offset >= per_partition:
-                    break
-                batch.log.append(
-                    (
-                        offset,
-                        encode_log(
-                            namespace=namespace,
-                            entity=name,
-                            queue=MAIN,
-                            partition=pid,
-                            offset=offset,
-                            event=event,
-                            record=rec,
-                            event_ms=at,
-                            reason=reason,
-                        ),
-                    )
-                )
-                offset += 1
-            if len(batch.log) >= 5000:
-                batch.meta["next_log_offset"] = offset
-                store.commit(batch)
-                batch = WriteBatch()
-        if batch:
-            batch.meta["next_log_offset"] = offset
-            store.commit(batch)
-        store.close()
-        total += offset
-    return total
+
+    traffic = Traffic(
+        start_ms=T0,
+        spacing_ms=250,
+        delivered_after_ms=5,
+        settled_after_ms=10,
+        settle_spread_ms=90,
+        dead_letter_every=11,
+        abandon_every=7,
+        reason="poison",
+        message_id="m{pid}-{seq}",
+        session_id="s{n}",
+        sessions=sessions,
+        session_every=1,
+        size=100,
+        size_spread=50,
+    )
+    return write_logs(
+        data_dir,
+        namespace,
+        name,
+        [per_partition] * partitions,
+        traffic,
+        commit_every=5000,
+        map_size=1 << 30,
+    )
 
 
 # ================================================================================================

@@ -235,7 +235,6 @@ class Forwarder:
             return
         ns = entity.spec.namespace
         dest = self.router.entities.get((ns.lower(), target.lower()))
-        tdlq = base_of(queue) + TRANSFER_DLQ_SUFFIX
         prefix = f"{ns.lower()}/{entity.name.lower()}/{broker.partition_id}/{queue}/".encode()
         groups: dict[
             PartitionBroker, list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]]
@@ -246,7 +245,7 @@ class Forwarder:
             marker = prefix + rec.sequence_number.to_bytes(8, "big")
             refusal = _refusal(dest, target, rec)
             if refusal is not None:
-                self._dead_letter(broker, queue, tdlq, rec, now_ms, *refusal)
+                self._dead_letter(src, rec, now_ms, *refusal)
                 continue
             assert dest is not None
             db = dest.partitions[_dest_partition(dest, rec, marker)]
@@ -262,15 +261,7 @@ class Forwarder:
                 retry.append(rec)
                 continue
             if not db.health.accepting:
-                self._dead_letter(
-                    broker,
-                    queue,
-                    tdlq,
-                    rec,
-                    now_ms,
-                    FULL_REASON,
-                    f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
-                )
+                self._dead_letter_full(src, dest, [rec], now_ms)
                 continue
             dest.touched = True
             incoming = incoming_from_record(rec, self.router.view_of_record)
@@ -282,15 +273,8 @@ class Forwarder:
             incoming.transfer_hops = rec.transfer_hops + 1
             routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
             if db.health.quota_error(incoming.size * len(routes)) is not None:
-                self._dead_letter(  # checked before its MessageId enters the history
-                    broker,
-                    queue,
-                    tdlq,
-                    rec,
-                    now_ms,
-                    FULL_REASON,
-                    f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
-                )
+                # checked before its MessageId enters the history
+                self._dead_letter_full(src, dest, [rec], now_ms)
                 continue
             if dest.histories and not dest.histories[db.partition_id].admit([incoming], now_ms):
                 # a duplicate at a destination with duplicate detection: dropped, as a send
@@ -310,14 +294,13 @@ class Forwarder:
         self._busy.add(src)
         step_done = join_completions(len(groups), lambda error: self._step_done(src))
         for db, items in groups.items():
-            self._apply(src, db, dest, tdlq, items, now_ms, step_done)  # type: ignore[arg-type]
+            self._apply(src, db, dest, items, now_ms, step_done)  # type: ignore[arg-type]
 
     def _apply(
         self,
         src: _Source,
         db: PartitionBroker,
         dest: ForwardingEntity,
-        tdlq: str,
         items: list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]],
         now_ms: int,
         step_done: Done,
@@ -326,16 +309,8 @@ class Forwarder:
         broker, queue = src.broker, src.queue
         keys = [marker for _, marker, _, _ in items]
         if db.health.quota_error(sum(inc.size * len(routes) for _, _, inc, routes in items)):
-            for rec, _marker, _, _ in items:  # no room: refused before any marker is written
-                self._dead_letter(
-                    broker,
-                    queue,
-                    tdlq,
-                    rec,
-                    now_ms,
-                    FULL_REASON,
-                    f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
-                )
+            # no room: refused before any marker is written
+            self._dead_letter_full(src, dest, [rec for rec, _, _, _ in items], now_ms)
             step_done(None)
             return
 
@@ -349,16 +324,7 @@ class Forwarder:
                 self.transferred += len(items)
                 self._forget_markers(broker, [(db, k) for k in keys])
             elif isinstance(error, QuotaExceeded):
-                for rec, _marker, _, _ in items:
-                    self._dead_letter(
-                        broker,
-                        queue,
-                        tdlq,
-                        rec,
-                        now_ms,
-                        FULL_REASON,
-                        f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached).",
-                    )
+                self._dead_letter_full(src, dest, [rec for rec, _, _, _ in items], now_ms)
             else:  # the destination partition failed: the messages wait and are retried
                 for rec, _marker, _, _ in items:
                     broker.make_ready(queue, rec)  # if it is still stored
@@ -406,17 +372,24 @@ class Forwarder:
         broker.after_commit(source_committed)
 
     def _dead_letter(
-        self,
-        broker: PartitionBroker,
-        queue: str,
-        tdlq: str,
-        rec: MessageRecord,
-        now_ms: int,
-        reason: str,
-        description: str,
+        self, src: _Source, rec: MessageRecord, now_ms: int, reason: str, description: str
     ) -> None:
-        broker.forward_out(queue, rec.sequence_number, now_ms, tdlq, reason, description)
+        """Move a message that cannot be forwarded to its source's transfer dead-letter queue."""
+        tdlq = base_of(src.queue) + TRANSFER_DLQ_SUFFIX
+        src.broker.forward_out(src.queue, rec.sequence_number, now_ms, tdlq, reason, description)
         self.transfer_dead_lettered += 1
+
+    def _dead_letter_full(
+        self,
+        src: _Source,
+        dest: ForwardingEntity,
+        recs: Sequence[MessageRecord],
+        now_ms: int,
+    ) -> None:
+        """Dead-letter messages refused because the destination has no room left."""
+        description = f"The destination '{dest.name}' is full (MaxSizeInMegabytes reached)."
+        for rec in recs:
+            self._dead_letter(src, rec, now_ms, FULL_REASON, description)
 
     def _step_done(self, src: _Source) -> None:
         self._busy.discard(src)

@@ -9,6 +9,18 @@ import pickle
 from pathlib import Path
 
 import pytest
+from configs import (
+    document,
+    namespace,
+    queue,
+    queue_doc,
+    rule,
+    rule_doc,
+    subscription,
+    topic,
+    topic_doc,
+    user_config,
+)
 
 from sbemu.config import (
     Config,
@@ -24,161 +36,14 @@ from sbemu.config import (
 )
 
 # Azure/azure-service-bus-emulator-installer, ServiceBus-Emulator/Config/Config.json, verbatim
-# (comments included: Microsoft's emulator accepts them, so must we).
-MICROSOFT_SAMPLE = """\
-{
-  "UserConfig": {
-    "Namespaces": [
-      {
-        "Name": "sbemulatorns",
-        "Queues": [
-          {
-            "Name": "queue.1",
-            "Properties": {
-              "DeadLetteringOnMessageExpiration": false,
-              "DefaultMessageTimeToLive": "PT1H",
-              "DuplicateDetectionHistoryTimeWindow": "PT20S",
-              "ForwardDeadLetteredMessagesTo": "",
-              "ForwardTo": "",
-              "LockDuration": "PT1M",
-              "MaxDeliveryCount": 3,
-              "RequiresDuplicateDetection": false,
-              "RequiresSession": false
-            }
-          }
-        ],
-
-        "Topics": [
-          {
-            "Name": "topic.1",
-            "Properties": {
-              "DefaultMessageTimeToLive": "PT1H",
-              "DuplicateDetectionHistoryTimeWindow": "PT20S",
-              "RequiresDuplicateDetection": false
-            },
-            "Subscriptions": [
-              {
-                "Name": "subscription.1",
-                "Properties": {
-                  "DeadLetteringOnMessageExpiration": false,
-                  "DefaultMessageTimeToLive": "PT1H",
-                  "LockDuration": "PT1M",
-                  "MaxDeliveryCount": 3,
-                  "ForwardDeadLetteredMessagesTo": "",
-                  "ForwardTo": "",
-                  "RequiresSession": false
-                },
-                "Rules": [
-                  {
-                    "Name": "app-prop-filter-1",
-                    "Properties": {
-                      "FilterType": "Correlation",
-                      "CorrelationFilter": {
-                        "ContentType": "application/json"
-                        // Other supported properties
-                        // "CorrelationId": "id1",
-                        // "Label": "subject1",
-                        // "MessageId": "msgid1",
-                        // "ReplyTo": "someQueue",
-                        // "ReplyToSessionId": "sessionId",
-                        // "SessionId": "session1",
-                        // "To": "xyz"
-                      }
-                    }
-                  }
-                ]
-              },
-              {
-                "Name": "subscription.2",
-                "Properties": {
-                  "DeadLetteringOnMessageExpiration": false,
-                  "DefaultMessageTimeToLive": "PT1H",
-                  "LockDuration": "PT1M",
-                  "MaxDeliveryCount": 3,
-                  "ForwardDeadLetteredMessagesTo": "",
-                  "ForwardTo": "",
-                  "RequiresSession": false
-                },
-                "Rules": [
-                  {
-                    "Name": "user-prop-filter-1",
-                    "Properties": {
-                      "FilterType": "Correlation",
-                      "CorrelationFilter": {
-                        "Properties": {
-                          "prop1": "value1"
-                        }
-                      }
-                    }
-                  }
-                ]
-              },
-              {
-                "Name": "subscription.3",
-                "Properties": {
-                  "DeadLetteringOnMessageExpiration": false,
-                  "DefaultMessageTimeToLive": "PT1H",
-                  "LockDuration": "PT1M",
-                  "MaxDeliveryCount": 3,
-                  "ForwardDeadLetteredMessagesTo": "",
-                  "ForwardTo": "",
-                  "RequiresSession": false
-                }
-              },
-              {
-                "Name": "subscription.4",
-                "Properties": {
-                  "DeadLetteringOnMessageExpiration": false,
-                  "DefaultMessageTimeToLive": "PT1H",
-                  "LockDuration": "PT1M",
-                  "MaxDeliveryCount": 3,
-                  "ForwardDeadLetteredMessagesTo": "",
-                  "ForwardTo": "",
-                  "RequiresSession": false
-                },
-                "Rules": [
-                  {
-                    "Name": "sql-filter-1",
-                    "Properties": {
-                      "FilterType": "Sql",
-                      "SqlFilter": {
-                        "SqlExpression": "sys.MessageId = '123456' AND userProp1 = 'value1'"
-                      },
-                      "Action" : {
-                        "SqlExpression": "SET sys.To = 'Entity'"
-                      }
-                    }
-                  }
-                ]
-              }
-            ]
-          }
-        ]
-      }
-    ],
-    "Logging": {
-      "Type": "File"
-    }
-  }
-}
-"""
+# (comments included: Microsoft's emulator accepts them, so must we); kept as the data file it is.
+MICROSOFT_SAMPLE = (Path(__file__).parent / "microsoft_config.json").read_text(encoding="utf-8")
 
 
 def write(tmp_path: Path, text: str, name: str = "Config.json") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def document(**namespace: object) -> dict[str, object]:
-    """A one-namespace document; keyword arguments override the namespace's members."""
-    ns: dict[str, object] = {"Name": "sbemulatorns", "Queues": [], "Topics": []}
-    ns.update(namespace)
-    return {"UserConfig": {"Namespaces": [ns], "Logging": {"Type": "File"}}}
-
-
-def queue_doc(**properties: object) -> dict[str, object]:
-    return document(Queues=[{"Name": "q1", "Properties": properties}])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -283,20 +148,8 @@ def test_config_values_survive_copy_pickle_and_asdict(tmp_path: Path) -> None:
 
 
 def test_omitted_properties_take_microsoft_defaults() -> None:
-    config = parse_config(
-        {
-            "UserConfig": {
-                "Namespaces": [
-                    {
-                        "Name": "sbemulatorns",
-                        "Queues": [{"Name": "q"}],
-                        "Topics": [{"Name": "t", "Subscriptions": [{"Name": "s"}]}],
-                    }
-                ]
-            }
-        },
-        "mem",
-    )
+    doc = user_config(namespace(Queues=[queue("q")], Topics=[topic("t", subscription("s"))]))
+    config = parse_config(doc, "mem")
     assert config.logging_type == "Console"
     ns = config.namespaces[0]
     q = ns.queues[0]
@@ -334,7 +187,7 @@ def test_omitted_properties_take_microsoft_defaults() -> None:
 
 
 def test_queues_topics_and_logging_may_be_omitted() -> None:
-    config = parse_config({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns"}]}}, "mem")
+    config = parse_config(user_config(namespace()), "mem")
     assert config.namespaces[0].queues == () and config.namespaces[0].topics == ()
 
 
@@ -354,16 +207,8 @@ def test_property_names_ignore_case_and_logging_type_is_normalised() -> None:
 
 def test_standard_partitioning_gives_16_partitions() -> None:
     doc = document(
-        Queues=[
-            {"Name": "pq", "Properties": {"EnablePartitioning": True, "MaxSizeInMegabytes": 2048}}
-        ],
-        Topics=[
-            {
-                "Name": "pt",
-                "Properties": {"EnablePartitioning": True},
-                "Subscriptions": [{"Name": "s"}],
-            }
-        ],
+        Queues=[queue("pq", EnablePartitioning=True, MaxSizeInMegabytes=2048)],
+        Topics=[topic("pt", subscription("s"), EnablePartitioning=True)],
     )
     ns = parse_config(doc, "mem").namespaces[0]
     q, t = ns.queues[0], ns.topics[0]
@@ -382,8 +227,8 @@ def test_standard_partitioning_gives_16_partitions() -> None:
 def test_premium_namespace_partitions_every_entity(count: int) -> None:
     doc = document(
         PremiumMessagingPartitions=count,
-        Queues=[{"Name": "q"}, {"Name": "q2", "Properties": {"EnablePartitioning": True}}],
-        Topics=[{"Name": "t", "Subscriptions": [{"Name": "s"}]}],
+        Queues=[queue("q"), queue("q2", EnablePartitioning=True)],
+        Topics=[topic("t", subscription("s"))],
     )
     ns = parse_config(doc, "mem").namespaces[0]
     assert ns.premium_partitions == count
@@ -394,20 +239,16 @@ def test_premium_namespace_partitions_every_entity(count: int) -> None:
 
 
 def test_shared_access_policies_and_several_namespaces() -> None:
-    doc = {
-        "UserConfig": {
-            "Namespaces": [
-                {
-                    "Name": "first-ns",
-                    "SharedAccessPolicies": [
-                        {"KeyName": "sender", "Key": "k1", "Rights": ["Send"]},
-                        {"KeyName": "admin", "Key": "k2", "Rights": ["manage"]},
-                    ],
-                },
-                {"Name": "second-ns", "Queues": [{"Name": "q"}]},
-            ]
-        }
-    }
+    doc = user_config(
+        namespace(
+            "first-ns",
+            SharedAccessPolicies=[
+                {"KeyName": "sender", "Key": "k1", "Rights": ["Send"]},
+                {"KeyName": "admin", "Key": "k2", "Rights": ["manage"]},
+            ],
+        ),
+        namespace("second-ns", Queues=[queue("q")]),
+    )
     config = parse_config(doc, "mem")
     first, second = config.namespaces
     assert first.sas_policies == (
@@ -418,39 +259,20 @@ def test_shared_access_policies_and_several_namespaces() -> None:
 
 
 def test_rule_extensions_and_forwarding() -> None:
+    sub = subscription(
+        "s",
+        rule("none", {"FilterType": "False"}),
+        rule("all", {"FilterType": "True", "Action": {"SqlExpression": "SET a = 1"}}),
+        ForwardTo="out",
+        DeadLetteringOnFilterEvaluationExceptions=False,
+    )
     doc = document(
         Queues=[
-            {
-                "Name": "in",
-                "Properties": {"ForwardTo": "OUT", "ForwardDeadLetteredMessagesTo": "dead"},
-            },
-            {"Name": "out"},
-            {"Name": "dead"},
+            queue("in", ForwardTo="OUT", ForwardDeadLetteredMessagesTo="dead"),
+            queue("out"),
+            queue("dead"),
         ],
-        Topics=[
-            {
-                "Name": "t",
-                "Subscriptions": [
-                    {
-                        "Name": "s",
-                        "Properties": {
-                            "ForwardTo": "out",
-                            "DeadLetteringOnFilterEvaluationExceptions": False,
-                        },
-                        "Rules": [
-                            {"Name": "none", "Properties": {"FilterType": "False"}},
-                            {
-                                "Name": "all",
-                                "Properties": {
-                                    "FilterType": "True",
-                                    "Action": {"SqlExpression": "SET a = 1"},
-                                },
-                            },
-                        ],
-                    }
-                ],
-            }
-        ],
+        Topics=[topic("t", sub)],
     )
     ns = parse_config(doc, "mem").namespaces[0]
     assert ns.queues[0].forward_to == "out"  # resolved to the declared name
@@ -504,16 +326,6 @@ SUB = f"{T}.Subscriptions[0]"
 RULE = f"{SUB}.Rules[0].Properties"
 
 
-def topic_doc(subscription: dict[str, object], **topic_properties: object) -> dict[str, object]:
-    return document(
-        Topics=[{"Name": "t", "Properties": topic_properties, "Subscriptions": [subscription]}]
-    )
-
-
-def rule_doc(properties: object) -> dict[str, object]:
-    return topic_doc({"Name": "s", "Rules": [{"Name": "r", "Properties": properties}]})
-
-
 INVALID = [
     # (document, JSON path, part of the message)
     (queue_doc(LockDuration="PT4S"), f"{Q}.LockDuration", "between PT5S and PT5M"),
@@ -550,18 +362,18 @@ INVALID = [
         f"{Q}.ForwardDeadLetteredMessagesTo",
         "expected a string",
     ),
-    (document(Queues=[{"Name": "bad name"}]), f"{NS}.Queues[0].Name", "invalid name 'bad name'"),
-    (document(Queues=[{"Name": "x" * 261}]), f"{NS}.Queues[0].Name", "1-260 characters"),
-    (document(Queues=[{"Name": "q."}]), f"{NS}.Queues[0].Name", "ending with a letter or digit"),
-    (document(Queues=[{"Name": "a$b"}]), f"{NS}.Queues[0].Name", "invalid name"),
+    (document(Queues=[queue("bad name")]), f"{NS}.Queues[0].Name", "invalid name 'bad name'"),
+    (document(Queues=[queue("x" * 261)]), f"{NS}.Queues[0].Name", "1-260 characters"),
+    (document(Queues=[queue("q.")]), f"{NS}.Queues[0].Name", "ending with a letter or digit"),
+    (document(Queues=[queue("a$b")]), f"{NS}.Queues[0].Name", "invalid name"),
     (document(Queues=[{"Properties": {}}]), f"{NS}.Queues[0].Name", "required property is missing"),
     (
-        document(Queues=[{"Name": "Orders"}, {"Name": "orders"}]),
+        document(Queues=[queue("Orders"), queue("orders")]),
         f"{NS}.Queues[1].Name",
         "already used",
     ),
     (
-        document(Queues=[{"Name": "dup"}], Topics=[{"Name": "DUP"}]),
+        document(Queues=[queue("dup")], Topics=[topic("DUP")]),
         f"{NS}.Topics[0].Name",
         "already used",
     ),
@@ -578,17 +390,13 @@ INVALID = [
     (
         document(
             PremiumMessagingPartitions=2,
-            Queues=[{"Name": "q", "Properties": {"EnablePartitioning": False}}],
+            Queues=[queue("q", EnablePartitioning=False)],
         ),
         f"{NS}.Queues[0].Properties.EnablePartitioning",
         "every queue and topic in it is partitioned",
     ),
     (
-        document(
-            Queues=[
-                {"Name": f"q{i}", "Properties": {"EnablePartitioning": True}} for i in range(101)
-            ]
-        ),
+        document(Queues=[queue(f"q{i}", EnablePartitioning=True) for i in range(101)]),
         NS,
         "at most 100",
     ),
@@ -608,30 +416,30 @@ INVALID = [
         f"{NS}.SharedAccessPolicies[1].KeyName",
         "already defined",
     ),
-    (topic_doc({"Name": "a/b"}), f"{SUB}.Name", "1-50 characters"),
-    (topic_doc({"Name": "s" * 51}), f"{SUB}.Name", "1-50 characters"),
+    (topic_doc(subscription("a/b")), f"{SUB}.Name", "1-50 characters"),
+    (topic_doc(subscription("s" * 51)), f"{SUB}.Name", "1-50 characters"),
     (
-        topic_doc({"Name": "s", "Properties": {"RequiresDuplicateDetection": True}}),
+        topic_doc(subscription("s", RequiresDuplicateDetection=True)),
         f"{SUB}.Properties.RequiresDuplicateDetection",
         "unknown property",
     ),
     (
-        topic_doc({"Name": "s", "Properties": {"LockDuration": "PT10M"}}),
+        topic_doc(subscription("s", LockDuration="PT10M")),
         f"{SUB}.Properties.LockDuration",
         "PT5S and PT5M",
     ),
     (
-        topic_doc({"Name": "s", "Properties": {"ForwardTo": "missing"}}),
+        topic_doc(subscription("s", ForwardTo="missing")),
         f"{SUB}.Properties.ForwardTo",
         "not a queue or topic",
     ),
     (
-        topic_doc({"Name": "s"}, LockDuration="PT1M"),
+        topic_doc(subscription("s"), LockDuration="PT1M"),
         f"{T}.Properties.LockDuration",
         "unknown property",
     ),
     (
-        document(Topics=[{"Name": "t", "Subscriptions": [{"Name": "s"}, {"Name": "S"}]}]),
+        document(Topics=[topic("t", subscription("s"), subscription("S"))]),
         f"{T}.Subscriptions[1].Name",
         "already defined",
     ),
@@ -684,23 +492,21 @@ INVALID = [
         "missing",
     ),
     (
-        topic_doc(
-            {"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "True"}}] * 2}
-        ),
+        topic_doc(subscription("s", *[rule("r", {"FilterType": "True"})] * 2)),
         f"{SUB}.Rules[1].Name",
         "already defined",
     ),
-    ({"UserConfig": {"Namespaces": []}}, "UserConfig.Namespaces", "at least one namespace"),
+    (user_config(), "UserConfig.Namespaces", "at least one namespace"),
     ({"UserConfig": {}}, "UserConfig.Namespaces", "required property is missing"),
     ({}, "UserConfig", "required property is missing"),
-    ({"UserConfig": {"Namespaces": [], "Extra": 1}}, "UserConfig.Extra", "unknown property"),
+    (user_config(Extra=1), "UserConfig.Extra", "unknown property"),
     (
-        {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns"}] * 2}},
+        user_config(namespace(), namespace()),
         "UserConfig.Namespaces[1].Name",
         "already defined",
     ),
     (
-        {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns"}], "Logging": {"Type": "Syslog"}}},
+        user_config(namespace(), Logging={"Type": "Syslog"}),
         "UserConfig.Logging.Type",
         "invalid logging type",
     ),
@@ -866,7 +672,7 @@ def test_format_duration_ms_round_trips(ms: int, text: str) -> None:
 def test_truncated_json_error_is_a_whole_sentence(tmp_path: Path) -> None:
     """A file cut inside a string: json says "Unterminated string starting at" and expects
     the position after it; the message must not stop mid-sentence."""
-    whole = json.dumps({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns"}]}}, indent=2)
+    whole = json.dumps(user_config(namespace()), indent=2)
     path = write(tmp_path, whole[: whole.index("sbemulatorns") + 4])
     with pytest.raises(ConfigError) as info:
         load_config(path)

@@ -16,6 +16,7 @@ emits ``0x00 0x53 <code>`` because pyamqp reads the section code at byte 2
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -133,6 +134,8 @@ for _code, _allowed in _ALLOWED.items():
             )
 del _code, _allowed, _ctor, _w
 _ONE = b"\x00\x00\x00\x01"  # a list32's count of one field
+# A byte of a decimal's constructor (decimal64 0x84, decimal128 0x94) in a range: one search
+_DECIMAL_BYTES = re.compile(b"[\x84\x94]").search
 
 _SECTION_NAMES = {
     HEADER: "header",
@@ -255,12 +258,12 @@ def _partition_key_text(v: Any) -> str | None:
 
 def scan_message(buf: bytes) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges."""
-    return ScannedMessage(*scan_fields(buf))
+    return ScannedMessage(*scan_fields(buf)[:20])
 
 
 def scan_fields(buf: bytes) -> tuple[Any, ...]:
-    """scan_message()'s fields as a tuple in ScannedMessage's order: the send path builds its
-    IncomingMessage from them, without a ScannedMessage in between."""
+    """scan_message()'s fields as a tuple in ScannedMessage's order, and a 21st: whether the
+    message may be a batch envelope (see _scan)."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
@@ -272,6 +275,11 @@ def scan_fields(buf: bytes) -> tuple[Any, ...]:
 
 
 def _scan(buf: bytes) -> tuple[Any, ...]:
+    """The scan itself (callers translate _FAILURES into SectionError): ScannedMessage's
+    fields, then whether the first body section is a data section whose payload starts like an
+    encoded message (a section descriptor 0x00 0x53 0x70..0x78), which every batch envelope's
+    is (messages._batch_payloads), so a plain message is not split and copied section by
+    section."""
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
@@ -290,6 +298,7 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
     delivery_annotations = b""
     seen = 0
     grown = 0  # bytes a rewritten section added (or took) against the message as sent
+    may_be_batch = False
     pos = 0
     fast = _FAST
     while pos < n:
@@ -321,17 +330,12 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
             if seen & bit:
                 raise SectionError(f"duplicate section {code:#04x}")
             seen |= bit
-        if code == DELIVERY_ANNOTATIONS:
-            # Kept, as the service keeps them (they reach the receiver beside its
-            # x-opt-lock-token): stored at the front of the tail whatever their place in the
-            # message (pyamqp sends them after the body), and put back before the message
-            # annotations on the way out (build_message).
-            value = buf[vpos:end]
-            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
-                value = _without_lock_token(buf, vpos, end) or value
-            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
-            grown += len(delivery_annotations) - (end - pos)
-        elif code >= PROPERTIES:
+        if code >= PROPERTIES:
+            # A section stored as sent (properties, application-properties, the body, the
+            # footer): joined to the run of tail sections before it when it follows it with a
+            # smallulong descriptor, else a run of its own (re-emitted with one, contract
+            # §1.6), or, for application-properties with a decimal in it, rewritten.
+            rewritten = None
             if code == PROPERTIES:
                 # A list of one str8 field (a message-id alone, as most senders set) is read
                 # here; any other list field by field.
@@ -349,25 +353,12 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
                         message_id, _, to, subject, reply_to, correlation_id, content_type,
                         _, _, _, session_id, _, reply_to_session_id,
                     ) = _property_fields(buf, vpos, end)  # fmt: skip
-            rewritten = None
-            # Decimals are written as the service writes them (protocol/decimals.py). The
-            # check costs two byte searches; only a section with a 0x84 or 0x94 byte in it
-            # is walked, and only one holding a decimal is re-encoded.
-            if code == APPLICATION_PROPERTIES and (
-                buf.find(b"\x94", vpos, end) >= 0 or buf.find(b"\x84", vpos, end) >= 0
-            ):
+            elif code == APPLICATION_PROPERTIES and _DECIMAL_BYTES(buf, vpos, end) is not None:
+                # Decimals are written as the service writes them (protocol/decimals.py): only
+                # a section with a 0x84 or 0x94 byte in it is walked, and only one holding a
+                # decimal is re-encoded.
                 rewritten = _service_decimals(buf, vpos, end)
-            if rewritten is not None:
-                if run_end >= 0:
-                    tail_parts.append(buf[run_start:run_end])
-                    flushed += run_end - run_start
-                at = flushed
-                tail_parts.append(b"\x00\x53\x74" + rewritten)
-                flushed += 3 + len(rewritten)
-                grown += 3 + len(rewritten) - (end - pos)
-                run_start = run_end = -1
-                props_span = (at + 3, at + 3 + len(rewritten))
-            elif vpos == pos + 3 and pos == run_end:
+            if vpos == pos + 3 and pos == run_end and rewritten is None:
                 run_end = end  # contiguous with the previous tail section
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
@@ -375,7 +366,13 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
                     tail_parts.append(buf[run_start:run_end])
                     flushed += run_end - run_start
                 at = flushed
-                if vpos == pos + 3:
+                if rewritten is not None:
+                    tail_parts.append(b"\x00\x53\x74" + rewritten)
+                    flushed += 3 + len(rewritten)
+                    grown += 3 + len(rewritten) - (end - pos)
+                    run_start = run_end = -1
+                    props_span = (at + 3, at + 3 + len(rewritten))
+                elif vpos == pos + 3:
                     run_start, run_end = pos, end
                 else:
                     # Re-emit a ulong/symbolic descriptor as smallulong so the
@@ -383,11 +380,36 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
                     tail_parts.append(bytes((0x00, 0x53, code)) + buf[vpos:end])
                     flushed += 3 + end - vpos
                     run_start = run_end = -1
-            if code == APPLICATION_PROPERTIES:
-                if rewritten is None:
-                    props_span = (at + 3, at + 3 + end - vpos)
-            elif DATA <= code <= AMQP_VALUE:
-                body_span = (body_span[0] if body_span else at, at + 3 + end - vpos)
+            if code >= DATA:
+                if code != FOOTER:
+                    if body_span is None:
+                        body_span = (at, at + 3 + end - vpos)
+                        if code == DATA:  # see the docstring
+                            p = vpos + (2 if buf[vpos] == 0xA0 else 5)
+                            may_be_batch = (
+                                p + 3 <= end
+                                and buf[p] == 0x00
+                                and buf[p + 1] == 0x53
+                                and 0x70 <= buf[p + 2] <= 0x78
+                            )
+                    else:
+                        body_span = (body_span[0], at + 3 + end - vpos)
+            elif code == APPLICATION_PROPERTIES and rewritten is None:
+                props_span = (at + 3, at + 3 + end - vpos)
+        elif code == HEADER:
+            # A list of one field (durable alone, as most senders set it) is read here; any
+            # other list field by field.
+            c = buf[vpos]
+            if (c == 0xC0 and end == vpos + 4 and buf[vpos + 2] == 1) or (
+                c == 0xD0 and end == vpos + 10 and buf[vpos + 5 : vpos + 9] == _ONE
+            ):
+                c = buf[end - 1]
+                if c == 0x41:
+                    durable = True
+                elif c != 0x42 and c != 0x40:
+                    durable, priority, ttl = _header_fields(buf, vpos, end)
+            else:
+                durable, priority, ttl = _header_fields(buf, vpos, end)
         elif code == MESSAGE_ANNOTATIONS:
             c = buf[vpos]
             if c == 0xC1:
@@ -442,20 +464,16 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
                 raise SectionError("message-annotations entries do not match the map size")
             if keep_from < p:
                 ann_parts.append(buf[keep_from:p])
-        elif code == HEADER:
-            # A list of one field (durable alone, as most senders set it) is read here; any
-            # other list field by field.
-            c = buf[vpos]
-            if (c == 0xC0 and end == vpos + 4 and buf[vpos + 2] == 1) or (
-                c == 0xD0 and end == vpos + 10 and buf[vpos + 5 : vpos + 9] == _ONE
-            ):
-                c = buf[end - 1]
-                if c == 0x41:
-                    durable = True
-                elif c != 0x42 and c != 0x40:
-                    durable, priority, ttl = _header_fields(buf, vpos, end)
-            else:
-                durable, priority, ttl = _header_fields(buf, vpos, end)
+        else:  # delivery-annotations
+            # Kept, as the service keeps them (they reach the receiver beside its
+            # x-opt-lock-token): stored at the front of the tail whatever their place in the
+            # message (pyamqp sends them after the body), and put back before the message
+            # annotations on the way out (build_message).
+            value = buf[vpos:end]
+            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
+                value = _without_lock_token(buf, vpos, end) or value
+            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
+            grown += len(delivery_annotations) - (end - pos)
         pos = end
     if tail_parts or delivery_annotations:
         if run_end >= 0:
@@ -491,6 +509,7 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
         n + grown,
         props_span,
         body_span,
+        may_be_batch,
     )
 
 

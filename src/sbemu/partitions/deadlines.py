@@ -31,13 +31,14 @@ EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds
 EXPIRY_SCAN_CHUNK = 512  # records read per store scan of derived TTL expiry (expire_head)
 LOAD_HEAD_SCAN = 64  # records a load looks at for a sub-queue's first expiry (beyond: a tick)
 _MISSING = object()
+_SCHEDULED = MessageState.SCHEDULED  # (a module constant: an enum member is a class lookup)
 
 Fire = Callable[[SubQueue, MessageRecord, int], None]
 
 
 def timer_key(sq: SubQueue, rec: MessageRecord) -> bytes | None:
     """The timer a stored message has in its current state (None: none)."""
-    if rec.state == MessageState.SCHEDULED:
+    if rec.state == _SCHEDULED:
         if rec.scheduled_enqueue_time_ms is None:
             return None
         return deadline_key(
@@ -104,14 +105,10 @@ class Deadlines:
         """Stage the timer a message needs in its state (or note its derived expiry)."""
         key = timer_key(sq, rec)
         if key is None:
-            if rec.state != MessageState.SCHEDULED and rec.expires_at_ms is not None:
+            if rec.state != _SCHEDULED and rec.expires_at_ms is not None:
                 self.derived(rec.expires_at_ms)  # no timer stored
             return
-        at = (
-            rec.scheduled_enqueue_time_ms
-            if rec.state == MessageState.SCHEDULED
-            else rec.expires_at_ms
-        )
+        at = rec.scheduled_enqueue_time_ms if rec.state == _SCHEDULED else rec.expires_at_ms
         assert at is not None  # timer_key made a key from it
         self.staging.batch.put_deadline(key)
         if self.batch_deadline_min is None or at < self.batch_deadline_min:

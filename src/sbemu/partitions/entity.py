@@ -242,6 +242,8 @@ class Entity:
         self.accessed_ms = now_ms
         needs_session = self.spec.requires_session
         alone = bool(self.histories)  # duplicate detection: every send on its own
+        if len(self.partitions) == 1 and not alone:
+            return self._send_one_partition(sends, now_ms, settle, needs_session)
         groups: dict[tuple[int, bool], tuple[list[IncomingMessage], list[int]]] = {}
         keyless: int | None = None
         available: set[int] = set()  # partitions checked in this call
@@ -278,6 +280,43 @@ class Entity:
                 self._enqueue(pid, msgs, now_ms, _SettleOne(settle, indices), is_keyless, 0)
             )
         return numbers
+
+    def _send_one_partition(
+        self,
+        sends: list[list[IncomingMessage]],
+        now_ms: int,
+        settle: Callable[[list[int], Exception | None], None],
+        needs_session: bool,
+    ) -> list[int]:
+        """_send() on an entity of one partition without duplicate detection (the plain
+        queue's send path): every send goes to partition 0, so only [P6]'s SessionId /
+        PartitionKey rule and the partition's health are checked per send, and all are staged
+        with one enqueue."""
+        msgs: list[IncomingMessage] = []
+        indices: list[int] = []
+        checked = False
+        for i, one in enumerate(sends):
+            try:
+                if needs_session:
+                    self._check_session_ids(one)
+                for msg in one:
+                    sid, key = msg.session_id, msg.partition_key
+                    if sid is not None and key is not None and key != sid:
+                        partition_key_of(sid, key, None, False)  # raises [P6]'s error
+                if not checked:
+                    self._check_available(0)
+                    checked = True
+            except ServiceBusError as exc:
+                settle([i], exc)
+                continue
+            if len(one) == 1:
+                msgs.append(one[0])
+            else:
+                msgs.extend(one)
+            indices.append(i)
+        if not indices:
+            return []
+        return self._enqueue(0, msgs, now_ms, _SettleOne(settle, indices), False, 0)
 
     def _send_alone(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
         """Stage one send message by message (its keys may name several partitions; key-less

@@ -47,17 +47,35 @@ import enum
 import functools
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import msgpack
+import msgspec
 
 MESSAGE_SCHEMA_VERSION = 1
 LOG_SCHEMA_VERSION = 1
 LOG_RUN_VERSION = 2
 
-# One reused packer: msgpack.packb() builds a Packer (and its buffer) on every call, which cost
-# more than the packing of a record. pack() runs with the GIL held, so threads may share it.
-_PACKER = msgpack.Packer(use_bin_type=True)
+
+_BASES: tuple[Any, ...] = (int, float, str, bytes, list, tuple, dict)
+
+
+def _as_base(obj: object) -> object:
+    """What a subclass of a type msgspec encodes (the codec's Timestamp, an int, or Symbol, a
+    str) is written as: its base type's value, as msgpack's Packer wrote it."""
+    for base in _BASES:
+        if isinstance(obj, base):
+            return base(obj)
+    raise TypeError(f"can not serialize {type(obj).__name__!r} object")
+
+
+# Records are written with msgspec's MessagePack encoder: the same bytes as msgpack's
+# Packer(use_bin_type=True) for every type a record holds (smallest int, str and bin forms,
+# float64, arrays for lists and tuples, maps in insertion order), read back by msgpack as
+# before, at about 40% of the Packer's cost per item (~130 against ~330 instructions): the
+# two records of every send were ~17k instructions with the Packer, ~7k with this.
+_ENCODE = msgspec.msgpack.Encoder(enc_hook=_as_base).encode
 
 
 class MessageState(enum.IntEnum):
@@ -114,9 +132,13 @@ class IncomingMessage:
     message_id_assigned: bool = False
 
 
-@dataclass(slots=True)
-class MessageRecord:
-    """One stored message of one sub-queue of one partition."""
+class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION):
+    """One stored message of one sub-queue of one partition.
+
+    A msgspec Struct (slots, mutable, compared field by field, as the dataclass it was): built
+    in C, about a third of a dataclass's cost for its 24 fields, and written by _ENCODE as the
+    schema's array above, its tag (the schema version) first, its fields in order, the state
+    as its int (encode_message)."""
 
     sequence_number: int
     enqueued_time_ms: int
@@ -137,7 +159,7 @@ class MessageRecord:
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     dead_letter_source: str | None = None
-    property_overrides: dict[str, bytes] | None = field(default=None)
+    property_overrides: dict[str, bytes] | None = None
     original_sequence_number: int | None = None
     properties_span: tuple[int, int] | None = None
     body_span: tuple[int, int] | None = None
@@ -180,49 +202,21 @@ def encode_message(r: MessageRecord) -> bytes:
     """Serialise a message record (schema version 1)."""
     if len(r.tail) > LARGE_TAIL:
         return _encode_large(r)
-    return _PACKER.pack(
-        [
-            MESSAGE_SCHEMA_VERSION,
-            r.sequence_number,
-            r.enqueued_time_ms,
-            int(r.state),
-            r.delivery_count,
-            r.message_id,
-            r.session_id,
-            r.partition_key,
-            r.ttl_ms,
-            r.expires_at_ms,
-            r.durable,
-            r.priority,
-            r.annotation_count,
-            r.annotations,
-            r.tail,
-            r.size,
-            r.scheduled_enqueue_time_ms,
-            r.dead_letter_reason,
-            r.dead_letter_description,
-            r.dead_letter_source,
-            r.property_overrides,
-            r.original_sequence_number,
-            r.properties_span,
-            r.body_span,
-            r.transfer_hops,
-        ]
-    )
+    return _ENCODE(r)  # [version (the Struct's tag), the 24 fields in order]
 
 
 def _encode_large(r: MessageRecord) -> bytes:
     """encode_message()'s bytes for a large message (up to 100 MB on Premium), with the tail
-    copied once, into the result: packed by the shared packer, it would go through a buffer
-    grown to twice its size and kept for the life of the process."""
-    head = _PACKER.pack(
+    copied once, into the result: encoded whole, it would go through a buffer grown to twice
+    its size."""
+    head = _ENCODE(
         [
             MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
             r.delivery_count, r.message_id, r.session_id, r.partition_key, r.ttl_ms,
             r.expires_at_ms, r.durable, r.priority, r.annotation_count, r.annotations,
         ]
     )  # fmt: skip
-    rest = _PACKER.pack(
+    rest = _ENCODE(
         [
             r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
             r.dead_letter_description, r.dead_letter_source, r.property_overrides,
@@ -335,7 +329,7 @@ def encode_log_after(
     # the map header and the five fields fixed per sub-queue and partition are packed once,
     # the other 13 pairs as an array whose 3-byte header is dropped.
     ps, bs = record.properties_span, record.body_span
-    rest = _PACKER.pack(
+    rest = _ENCODE(
         [
             "offset", offset,
             "event", _EVENT_VALUES[event],
@@ -367,7 +361,7 @@ _ARRAY16_HEADER = 3  # 0xdc + 2-byte length: the 26 items of the 13 variable pai
 @functools.lru_cache(maxsize=4096)
 def log_prefix(namespace: str, entity: str, queue: str, partition: int) -> bytes:
     """The packed map header and first five pairs of a log record of one sub-queue."""
-    head = _PACKER.pack(
+    head = _ENCODE(
         ["v", LOG_SCHEMA_VERSION, "ns", namespace, "entity", entity, "queue", queue,
          "partition", partition]
     )  # fmt: skip
@@ -382,7 +376,7 @@ _RUN_COUNT = struct.Struct(">I")
 @functools.lru_cache(maxsize=4096)
 def _run_site(namespace: str, entity: str, queue: str, partition: int) -> bytes:
     """A run record's ns, entity, queue and partition, packed (no array header)."""
-    return _PACKER.pack([namespace, entity, queue, partition])[1:]
+    return _ENCODE([namespace, entity, queue, partition])[1:]
 
 
 def encode_log_run(
@@ -417,7 +411,7 @@ def encode_log_run(
             )
             for r in records
         ]  # fmt: skip
-    rest = _PACKER.pack([offset, _EVENT_VALUES[event], event_ms, reason, items])
+    rest = _ENCODE([offset, _EVENT_VALUES[event], event_ms, reason, items])
     return b"".join(
         (_RUN_HEAD, _RUN_COUNT.pack(len(items)), _run_site(*site), rest[1:])  # fixarray(5) dropped
     )
@@ -440,7 +434,7 @@ def expand_log(value: bytes) -> list[bytes]:
         raise ValueError("malformed log run record")
     _v, _n, ns, entity, queue, partition, offset, event, event_ms, reason, items = f
     prefix = log_prefix(ns, entity, queue, partition)
-    pack = _PACKER.pack
+    pack = _ENCODE
     out = []
     for i, (seq, mid, sid, pk, enqueued, size, count, props, body) in enumerate(items):
         rest = pack(

@@ -43,6 +43,12 @@ TTL_EXPIRED_REASON = "TTLExpiredException"
 # A topic partition keeps scheduled messages here, not yet copied to any subscription: they
 # are fanned out through the subscriptions' rules only when they fire [Azure: scheduling].
 SCHEDULED_QUEUE = "$scheduled"
+# Enum members as module constants for the per-message loops: `MessageState.ACTIVE` is an
+# attribute lookup on the enum class (~900 instructions on CPython 3.11), a global ~50.
+_ACTIVE = MessageState.ACTIVE
+_SCHEDULED = MessageState.SCHEDULED
+_ENQUEUED_EVENT = LogEvent.ENQUEUED
+_SCHEDULED_EVENT = LogEvent.SCHEDULED
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +193,8 @@ class Transitions:
         prefixes: dict[str, bytes] = {}
         derived: int | None = None  # the first expiry of the default-TTL messages staged
         next_seq, offset = staging.next_seq, staging.next_offset
-        active = MessageState.ACTIVE
+        active = _ACTIVE
+        enqueued = 0  # ENQUEUED events, counted once for the call
         for msg, targets in zip(messages, routes, strict=True):
             if not targets:
                 numbers.append(None)
@@ -195,18 +202,17 @@ class Transitions:
             seq = base | next_seq
             next_seq += 1
             numbers.append(seq)
-            used: set[str] | None = None
+            used: set[str] | None = set() if len(targets) > 1 else None
             for route in targets:
                 name = route.queue
                 sq = queues[name]
                 copy_seq = seq
-                if used is None:
-                    used = {name}
-                elif name in used:
-                    copy_seq = base | next_seq
-                    next_seq += 1
-                else:
-                    used.add(name)
+                if used is not None:  # a second copy in one sub-queue: a number of its own
+                    if name in used:
+                        copy_seq = base | next_seq
+                        next_seq += 1
+                    else:
+                        used.add(name)
                 rec = new_record(sq, msg, copy_seq, now_ms)
                 if route.overrides:
                     rec.property_overrides = dict(route.overrides)
@@ -225,15 +231,19 @@ class Transitions:
                 if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
                     if derived is None or at < derived:  # derived expiry: no timer stored
                         derived = at
-                else:
+                elif at is not None or state is not active:  # (active, no expiry: no timer)
                     add_deadline(sq, rec)
                 prefix = prefixes.get(name)
                 if prefix is None:
                     prefix = prefixes[name] = log_prefix(
                         staging.namespace, staging.entity, name, staging.partition_id
                     )
-                event = LogEvent.SCHEDULED if state == MessageState.SCHEDULED else LogEvent.ENQUEUED
-                events[event] += 1
+                if state is active:
+                    event = _ENQUEUED_EVENT
+                    enqueued += 1
+                else:
+                    event = _SCHEDULED_EVENT if state == _SCHEDULED else _ENQUEUED_EVENT
+                    events[event] += 1
                 put_log(
                     (offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body))
                 )
@@ -247,6 +257,8 @@ class Transitions:
                     offset += 1
                 staged.append((sq, rec))
         staging.next_seq, staging.next_offset = next_seq, offset
+        if enqueued:
+            events[_ENQUEUED_EVENT] += enqueued
         batch.meta["next_sequence"] = next_seq
         if staged:
             batch.meta["next_log_offset"] = offset
@@ -264,11 +276,11 @@ class Transitions:
                 for sq, rec in staged:
                     if sq.settings.requires_session:
                         sq.count_session(rec, 1)
-                        if rec.state == MessageState.ACTIVE:
+                        if rec.state == _ACTIVE:
                             sq.make_ready(rec)
                     elif (
                         not sq.more
-                        and rec.state == MessageState.ACTIVE
+                        and rec.state is _ACTIVE
                         and len(sq.buffer) < READ_AHEAD
                         and rec.sequence_number >= sq.scan_from
                     ):
@@ -299,9 +311,9 @@ class Transitions:
         if default is not None and (ttl is None or ttl == 0 or ttl > default):
             ttl = default
         scheduled = msg.scheduled_enqueue_time_ms
-        state = MessageState.ACTIVE
+        state = _ACTIVE
         if scheduled is not None and scheduled > now_ms:
-            state = MessageState.SCHEDULED
+            state = _SCHEDULED
         else:
             scheduled = None
         start = scheduled if scheduled is not None else now_ms

@@ -43,6 +43,8 @@ _REQUEST_NODES = ("$management", "$cbs")
 # connection and travel on any channel, so they always pass
 _SESSION_LEVEL = range(0x12, 0x18)
 _AMQP_HEADER = b"AMQP"
+# [AMQP 1.0 2.3.1] frame header: size, data offset (in 4-byte words), type, channel
+_FRAME_HEADER = struct.Struct(">IBBH").unpack_from
 
 
 class EndedChannelFilter:
@@ -87,6 +89,7 @@ class EndedChannelFilter:
         pos = 0
         limit = n  # bytes from `limit` on are carried to the next call
         cuts: list[tuple[int, int, bytes]] = []  # [start, stop) replaced by bytes
+        ended, requests = self._ended, self._requests  # (the same objects all along)
         if not self._started:
             if n < 8:
                 self._carry = buf
@@ -107,22 +110,23 @@ class EndedChannelFilter:
             if n - pos < 8:
                 limit = pos
                 break
-            size = int.from_bytes(buf[pos : pos + 4], "big")
-            doff = buf[pos + 4]
-            channel = (buf[pos + 6] << 8) | buf[pos + 7]
+            size, doff, frame_type, channel = _FRAME_HEADER(buf, pos)
             if size < 8 or doff < 2 or doff * 4 > size:
                 self._off = True  # malformed: proton reports it properly
                 break
             drop = False
             body = pos + doff * 4
-            if buf[pos + 5] == 0 and size > doff * 4:  # an AMQP frame with a performative
-                code = self._descriptor(buf, body, pos + size)
-                if code is None:
-                    limit = pos
-                    break
-                if channel in self._ended:
+            if frame_type == 0 and size > doff * 4:  # an AMQP frame with a performative
+                if n - body >= 3 and buf[body] == 0x00 and buf[body + 1] == 0x53:
+                    code = buf[body + 2]  # the smallulong descriptor every peer sends
+                else:
+                    code = self._descriptor(buf, body, pos + size)
+                    if code is None:
+                        limit = pos
+                        break
+                if ended and channel in ended:
                     if code == _BEGIN:
-                        self._ended.discard(channel)  # mapped again: tracked below
+                        ended.discard(channel)  # mapped again: tracked below
                     elif code in _SESSION_LEVEL:
                         drop = True
                         log.debug(
@@ -133,12 +137,15 @@ class EndedChannelFilter:
                             channel,
                         )
                 elif code == _END:
-                    self._ended.add(channel)
+                    ended.add(channel)
                     self._forget(channel)
-                if not drop and (
-                    code in (_BEGIN, _ATTACH, _DETACH)
-                    or (code == _TRANSFER and self._requests.get(channel))
-                ):
+                if drop:
+                    pass
+                elif code == _TRANSFER:  # followed only on a session with a request link
+                    track = bool(requests) and bool(requests.get(channel))
+                else:
+                    track = code == _BEGIN or code == _ATTACH or code == _DETACH
+                if not drop and track:
                     try:
                         replacement = self._track(code, buf, pos, body, size, channel)
                     except (IndexError, ValueError, TypeError, struct.error, RecursionError):

@@ -118,6 +118,32 @@ _TAG_STRUCT.size = 16
 _TAG_STRUCT.start = _TAG_BYTES
 _TAG = _TAG_STRUCT[0]
 _MISSING = object()
+# The C functions of the per-message paths, bound once (`lib.name` is a lookup on cffi's
+# library object at every call).
+_pn_collector_peek = _lib.pn_collector_peek
+_pn_collector_pop = _lib.pn_collector_pop
+_pn_event_type = _lib.pn_event_type
+_pn_event_link = _lib.pn_event_link
+_pn_event_delivery = _lib.pn_event_delivery
+_pn_delivery_partial = _lib.pn_delivery_partial
+_pn_delivery_aborted = _lib.pn_delivery_aborted
+_pn_delivery_readable = _lib.pn_delivery_readable
+_pn_delivery_remote_state = _lib.pn_delivery_remote_state
+_pn_delivery_pending = _lib.pn_delivery_pending
+_pn_delivery_update = _lib.pn_delivery_update
+_pn_delivery_settle = _lib.pn_delivery_settle
+_pn_link_recv = _lib.pn_link_recv
+_pn_link_advance = _lib.pn_link_advance
+_pn_link_credit = _lib.pn_link_credit
+_pn_link_flow = _lib.pn_link_flow
+_pn_incref = _lib.pn_incref
+_pn_decref = _lib.pn_decref
+_unpack = _ffi.unpack
+# Where a transfer of up to _RECV_SIZE bytes is read before it is copied into its bytes: one
+# buffer for the loop's thread (read and copied at once, never held), not a bytearray and a
+# cffi view of it per message.
+_RECV_SIZE = 65_536
+_RECV_BUF = _ffi.new("char[]", _RECV_SIZE)
 _WAITING = LinkPhase.WAITING
 _DETACHED = LinkPhase.DETACHED
 
@@ -174,8 +200,9 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
-        # Transfers read but not yet sent, by link: (their messages, their C deliveries)
-        self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any]]] = {}
+        # Transfers read but not yet sent, by link: (their messages, their C deliveries, the
+        # C link, whose credit is topped up once per read)
+        self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any], Any]] = {}
         # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
         self._lazy_completes: dict[ReceiveLink, list[int]] = {}
         self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
@@ -402,12 +429,11 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         # disposition in, a flow) are handled without proton's Python wrappers; every other
         # event is wrapped and dispatched as before; events nobody handles are just popped.
         impl = collector._impl
-        lib = _lib
         while True:
-            ev = lib.pn_collector_peek(impl)
+            ev = _pn_collector_peek(impl)
             if ev == _NULL:
                 break
-            kind = lib.pn_event_type(ev)
+            kind = _pn_event_type(ev)
             if kind not in _PN_IGNORED:
                 handled = False
                 if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:
@@ -426,7 +452,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                         self._dispatch(event)
                     except Exception as exc:  # one error path per scope: link, else connection
                         self._fail(event, exc)
-            lib.pn_collector_pop(impl)
+            _pn_collector_pop(impl)
         if self._sends:
             self._send_pending()
         if self._lazy_completes:
@@ -438,7 +464,14 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         and each group is acknowledged at once after its commit."""
         pending, self._sends = self._sends, {}
         now_ms = self.now_ms
-        for state, (sends, deliveries) in pending.items():
+        for state, (sends, deliveries, link) in pending.items():
+            # the credit the link's transfers of this read took, topped up once for them all
+            # (the flow goes out with this turn's output, as it did topped up per transfer)
+            credit = _pn_link_credit(link)
+            if credit < SENDER_CREDIT // 2:
+                _pn_link_flow(link, SENDER_CREDIT - credit)
+            if not sends:  # every transfer of the read was refused at its scan
+                continue
             try:
                 state.entity.send_many(sends, now_ms, _Acknowledge(self, deliveries))
             except Exception as exc:  # not the peer's fault: the link ends, the server stays
@@ -459,19 +492,20 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
 
     def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
         """Settle incoming transfers held by _fast_event (and drop our references)."""
-        lib = _lib
         try:
             if error is None:
+                update, settle = _pn_delivery_update, _pn_delivery_settle
                 for d in deliveries:
-                    lib.pn_delivery_update(d, _PN_ACCEPTED)
-                    lib.pn_delivery_settle(d)
+                    update(d, _PN_ACCEPTED)
+                    settle(d)
                 self.on_output()
             else:
                 for d in deliveries:
                     self._settle_incoming(Delivery.wrap(d), error)
         finally:
+            decref = _pn_decref
             for d in deliveries:
-                lib.pn_decref(d)
+                decref(d)
 
     def _state_of(self, link: Any) -> Any:
         """Our state for a C link pointer (cached; None for links we do not track)."""
@@ -486,8 +520,10 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
     def _fast_event(self, kind: int, ev: Any) -> bool:
         """The hot events on the C layer; False hands the event to the wrapped path."""
         lib = _lib
-        link = lib.pn_event_link(ev)
-        state = self._state_of(link)
+        link = _pn_event_link(ev)
+        state = self._links.by_ptr.get(link, _MISSING)  # type: ignore[attr-defined]
+        if state is _MISSING:
+            state = self._state_of(link)
         cls = type(state)
         if kind == _PN_LINK_FLOW:
             if cls is ReceiveLink:
@@ -505,28 +541,34 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                     lib.pn_link_flow(link, SENDER_CREDIT - credit)
                 return True
             return False
-        d = lib.pn_event_delivery(ev)
+        d = _pn_event_delivery(ev)
         if cls is SendLink:
-            # A whole, plain (non-transactional) transfer: read it, top up credit, store it.
+            # A whole, plain (non-transactional) transfer: read it, store it (its credit is
+            # topped up with the link's other transfers of this read: _send_pending).
             if (
-                lib.pn_delivery_partial(d)
-                or lib.pn_delivery_aborted(d)
-                or not lib.pn_delivery_readable(d)
-                or lib.pn_delivery_remote_state(d) != 0
+                _pn_delivery_partial(d)
+                or _pn_delivery_aborted(d)
+                or not _pn_delivery_readable(d)
+                or _pn_delivery_remote_state(d) != 0
             ):
                 return False
-            pending = lib.pn_delivery_pending(d)
+            pending = _pn_delivery_pending(d)
             if pending <= 0:
                 return False
-            buf = bytearray(pending)
-            got = lib.pn_link_recv(link, _ffi.from_buffer(buf), pending)
-            lib.pn_link_advance(link)
-            credit = lib.pn_link_credit(link)
-            if credit < SENDER_CREDIT // 2:
-                lib.pn_link_flow(link, SENDER_CREDIT - credit)
-            data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
-            del buf  # not held beside its copy while the message is stored (up to 100 MB)
-            lib.pn_incref(d)  # held until the commit settles it
+            sends = self._sends.get(state)
+            if sends is None:
+                sends = self._sends[state] = ([], [], link)
+            if pending <= _RECV_SIZE:
+                got = _pn_link_recv(link, _RECV_BUF, pending)
+                _pn_link_advance(link)
+                data = _unpack(_RECV_BUF, got) if got > 0 else b""
+            else:
+                buf = bytearray(pending)
+                got = _pn_link_recv(link, _ffi.from_buffer(buf), pending)
+                _pn_link_advance(link)
+                data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+                del buf  # not held beside its copy while the message is stored (up to 100 MB)
+            _pn_incref(d)  # held until the commit settles it
             entity, tier = state.entity, self.namespace.max_message_size
             try:  # sizes.message_limit / batch_limit, inline on the hot path
                 messages = scan_transfer(
@@ -539,12 +581,8 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                 self._settle_many([d], exc)
                 return True
             # Stored with the link's other transfers of this read (_send_pending).
-            sends = self._sends.get(state)
-            if sends is None:
-                self._sends[state] = ([messages], [d])
-            else:
-                sends[0].append(messages)
-                sends[1].append(d)
+            sends[0].append(messages)
+            sends[1].append(d)
             return True
         if cls is ReceiveLink:
             # A client's accept (complete) of a peek-locked message [contract 5.1].

@@ -12,6 +12,7 @@ from ..errors import ArgumentError, ArgumentOutOfRange, InvalidOperation, Messag
 from ..filters import MessageView
 from ..partitions.records import IncomingMessage, MessageRecord
 from . import codec, sections
+from .sectioncodes import _FAILURES
 from .views import message_view
 
 # Pre-encoded annotation keys (contract 3.7): the delivery path only encodes values.
@@ -44,24 +45,9 @@ def _batch_payloads(data: bytes) -> list[bytes] | None:
     return parts
 
 
-def _may_be_batch(scanned: sections.ScannedMessage) -> bool:
-    """Whether a scanned message could be a batch envelope: its first body section is a data
-    section whose payload starts like an encoded message (the check _batch_payloads makes of
-    every part), so a plain message is not split and copied section by section."""
-    span = scanned.body_span
-    if span is None:
-        return False
-    tail, at = scanned.tail, span[0]
-    if at + 4 > len(tail) or tail[at + 2] != 0x75:
-        return False
-    p = at + (5 if tail[at + 3] == 0xA0 else 8)
-    return (
-        p + 3 <= len(tail)
-        and tail[p] == 0x00
-        and tail[p + 1] == 0x53
-        and 0x70 <= tail[p + 2] <= 0x78
-    )
-
+# what a scan of a transfer that is not a message raises (sections.scan_fields translates the
+# second kind into SectionError; scan_transfer only needs to know the scan failed)
+_SCAN_ERRORS = (sections.SectionError, *_FAILURES)
 
 TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000
 
@@ -77,23 +63,25 @@ def to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> In
     assigned = scanned.message_id is None
     if assigned:
         scanned = sections.assign_message_id(scanned, sections.new_message_id())
-    return IncomingMessage(
-        message_id=scanned.message_id,
-        session_id=scanned.session_id,
-        partition_key=scanned.partition_key,
-        ttl_ms=scanned.ttl_ms,
-        durable=scanned.durable,
-        priority=scanned.priority,
-        annotation_count=scanned.annotation_count,
-        annotations=scanned.annotations,
-        tail=scanned.tail,
-        size=scanned.size,
-        scheduled_enqueue_time_ms=scanned.scheduled_enqueue_time_ms,
-        via_partition_key=scanned.via_partition_key,
-        properties_span=scanned.properties_span,
-        body_span=scanned.body_span,
-        view=(lambda: message_view(scanned)) if for_topic else None,
-        message_id_assigned=assigned,
+    return IncomingMessage(  # positional: a keyword call builds a dict per message
+        scanned.message_id,
+        scanned.session_id,
+        scanned.partition_key,
+        scanned.ttl_ms,
+        scanned.durable,
+        scanned.priority,
+        scanned.annotation_count,
+        scanned.annotations,
+        scanned.tail,
+        scanned.size,
+        scanned.scheduled_enqueue_time_ms,
+        scanned.via_partition_key,
+        scanned.properties_span,
+        scanned.body_span,
+        None,  # original_sequence_number
+        0,  # transfer_hops
+        (lambda: message_view(scanned)) if for_topic else None,
+        assigned,
     )
 
 
@@ -172,12 +160,38 @@ def scan_transfer(
             f"The received message (size {len(data)} bytes) exceeds the limit "
             f"({limit} bytes) currently allowed on the link."
         )
+    if type(data) is not bytes:
+        data = bytes(data)
     try:
-        scanned = sections.scan_message(data)
-    except sections.SectionError:
-        scanned = None
-    if scanned is not None and not _may_be_batch(scanned):
-        return [to_incoming(scanned, for_topic)]  # the common case: one scan, no split
+        fields = sections._scan(data)  # (scan_fields without its call and error translation)
+    except _SCAN_ERRORS:
+        fields = None
+    if fields is not None and not fields[20]:  # not a batch envelope: one scan, no split
+        if fields[3] is None or for_topic:  # an id to assign, or a filter view to attach
+            return [to_incoming(sections.ScannedMessage(*fields[:20]), for_topic)]
+        (
+            durable, priority, ttl, message_id, session_id, _, _, _, _, _, _,
+            partition_key, via_partition_key, scheduled, annotations, annotation_count,
+            tail, size, properties_span, body_span, _,
+        ) = fields  # fmt: skip
+        return [
+            IncomingMessage(  # to_incoming() without the ScannedMessage
+                message_id,
+                session_id,
+                partition_key,
+                ttl,
+                durable,
+                priority,
+                annotation_count,
+                annotations,
+                tail,
+                size,
+                scheduled,
+                via_partition_key,
+                properties_span,
+                body_span,
+            )  # fmt: skip
+        ]
     try:
         inner = _batch_payloads(data)
         if inner is not None:

@@ -16,10 +16,13 @@ emits ``0x00 0x53 <code>`` because pyamqp reads the section code at byte 2
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
 from sbemu.protocol.codec import (
+    _WIDTH,
+    DecodeError,
     _decode,
     _skip,
     enc_map_body,
@@ -39,6 +42,7 @@ from sbemu.protocol.rebuild import (
     stamp,
 )
 from sbemu.protocol.sectioncodes import (
+    _ALLOWED,
     _DELIVERY_ANNOTATIONS_PREFIX,
     _FAILURES,
     AMQP_SEQUENCE,
@@ -112,6 +116,27 @@ _SINGLE = frozenset(
 _STRUCTURED = frozenset(
     {MESSAGE_ANNOTATIONS, APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
 )
+# The scan's fast path: the first four bytes of a section in the form every SDK sends (the
+# smallulong descriptor 0x00 0x53 <code> and a constructor its section allows) -> (code, the
+# constructor's width as codec._WIDTH gives it, the section's bit if it may appear only once,
+# whether its value is checked for depth). Anything else (ulong or symbolic descriptors, a
+# described amqp-value, bad input) goes through _section_code and _skip as before.
+_FAST: dict[bytes, tuple[int, int, int, bool]] = {}
+for _code, _allowed in _ALLOWED.items():
+    for _ctor in _allowed if _allowed is not None else range(0x40, 0x100):
+        _w = _WIDTH[_ctor]
+        if _w is not None:
+            _FAST[bytes((0x00, 0x53, _code, _ctor))] = (
+                _code,
+                _w,
+                (1 << (_code - HEADER)) if _code in _SINGLE else 0,
+                _code in _STRUCTURED,
+            )
+del _code, _allowed, _ctor, _w
+_ONE = b"\x00\x00\x00\x01"  # a list32's count of one field
+# A byte of a decimal's constructor (decimal64 0x84, decimal128 0x94) in a range: one search
+_DECIMAL_BYTES = re.compile(b"[\x84\x94]").search
+
 _SECTION_NAMES = {
     HEADER: "header",
     MESSAGE_ANNOTATIONS: "message-annotations",
@@ -233,6 +258,12 @@ def _partition_key_text(v: Any) -> str | None:
 
 def scan_message(buf: bytes) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges."""
+    return ScannedMessage(*scan_fields(buf)[:20])
+
+
+def scan_fields(buf: bytes) -> tuple[Any, ...]:
+    """scan_message()'s fields as a tuple in ScannedMessage's order, and a 21st: whether the
+    message may be a batch envelope (see _scan)."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
@@ -243,13 +274,19 @@ def scan_message(buf: bytes) -> ScannedMessage:
         raise SectionError(f"malformed message: {e}") from e
 
 
-def _scan(buf: bytes) -> ScannedMessage:
+def _scan(buf: bytes) -> tuple[Any, ...]:
+    """The scan itself (callers translate _FAILURES into SectionError): ScannedMessage's
+    fields, then whether the first body section is a data section whose payload starts like an
+    encoded message (a section descriptor 0x00 0x53 0x70..0x78), which every batch envelope's
+    is (messages._batch_payloads), so a plain message is not split and copied section by
+    section."""
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
     durable = False
     priority = ttl = None
-    props: list[str | None] | None = None
+    message_id = to = subject = reply_to = correlation_id = content_type = None
+    session_id = reply_to_session_id = None
     partition_key = via_partition_key = None
     scheduled = None
     ann_parts: list[bytes] = []
@@ -261,52 +298,67 @@ def _scan(buf: bytes) -> ScannedMessage:
     delivery_annotations = b""
     seen = 0
     grown = 0  # bytes a rewritten section added (or took) against the message as sent
+    may_be_batch = False
     pos = 0
+    fast = _FAST
     while pos < n:
-        code, vpos = _section_code(buf, pos)
-        end = _skip(buf, vpos)
+        hit = fast.get(buf[pos : pos + 4])
+        if hit is not None:
+            # _section_code and _skip inline for the form every SDK sends (see _FAST)
+            code, w, bit, structured = hit
+            vpos = pos + 3
+            if w >= 0:
+                end = pos + 4 + w
+            elif w == -1:
+                end = pos + 5 + buf[pos + 4]
+            else:
+                end = pos + 8 + _unpack_I(buf, pos + 4)[0]
+            if end > n:
+                raise DecodeError(f"value at {vpos} runs past the end of the buffer")
+        else:
+            code, vpos = _section_code(buf, pos)
+            end = _skip(buf, vpos)
+            bit = (1 << (code - HEADER)) if code in _SINGLE else 0
+            structured = code in _STRUCTURED
         # stored sections that may hold structure (the header is re-built from its fields,
         # delivery-annotations are dropped, data sections are opaque, properties are checked
-        # field by field)
-        if code in _STRUCTURED and too_deep(buf, vpos, end):
+        # field by field); a value of at most MAX_VALUE_DEPTH bytes cannot nest that deep
+        # (too_deep's first bound, inline)
+        if structured and end - vpos > MAX_VALUE_DEPTH and too_deep(buf, vpos, end):
             raise _too_deep(code)
-        if code in _SINGLE:
-            bit = 1 << (code - HEADER)
+        if bit:
             if seen & bit:
                 raise SectionError(f"duplicate section {code:#04x}")
             seen |= bit
-        if code == DELIVERY_ANNOTATIONS:
-            # Kept, as the service keeps them (they reach the receiver beside its
-            # x-opt-lock-token): stored at the front of the tail whatever their place in the
-            # message (pyamqp sends them after the body), and put back before the message
-            # annotations on the way out (build_message).
-            value = buf[vpos:end]
-            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
-                value = _without_lock_token(buf, vpos, end) or value
-            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
-            grown += len(delivery_annotations) - (end - pos)
-        elif code >= PROPERTIES:
-            if code == PROPERTIES:
-                props = _property_fields(buf, vpos, end)
+        if code >= PROPERTIES:
+            # A section stored as sent (properties, application-properties, the body, the
+            # footer): joined to the run of tail sections before it when it follows it with a
+            # smallulong descriptor, else a run of its own (re-emitted with one, contract
+            # §1.6), or, for application-properties with a decimal in it, rewritten.
             rewritten = None
-            # Decimals are written as the service writes them (protocol/decimals.py). The
-            # check costs two byte searches; only a section with a 0x84 or 0x94 byte in it
-            # is walked, and only one holding a decimal is re-encoded.
-            if code == APPLICATION_PROPERTIES and (
-                buf.find(b"\x94", vpos, end) >= 0 or buf.find(b"\x84", vpos, end) >= 0
-            ):
+            if code == PROPERTIES:
+                # A list of one str8 field (a message-id alone, as most senders set) is read
+                # here; any other list field by field.
+                c = buf[vpos]
+                if c == 0xC0 and buf[vpos + 2] == 1 and buf[vpos + 3] == 0xA1:
+                    if end == vpos + 5 + buf[vpos + 4]:
+                        message_id = buf[vpos + 5 : end].decode("utf-8")
+                        c = -1
+                elif c == 0xD0 and buf[vpos + 5 : vpos + 9] == _ONE and buf[vpos + 9] == 0xA1:
+                    if end == vpos + 11 + buf[vpos + 10]:
+                        message_id = buf[vpos + 11 : end].decode("utf-8")
+                        c = -1
+                if c >= 0:
+                    (
+                        message_id, _, to, subject, reply_to, correlation_id, content_type,
+                        _, _, _, session_id, _, reply_to_session_id,
+                    ) = _property_fields(buf, vpos, end)  # fmt: skip
+            elif code == APPLICATION_PROPERTIES and _DECIMAL_BYTES(buf, vpos, end) is not None:
+                # Decimals are written as the service writes them (protocol/decimals.py): only
+                # a section with a 0x84 or 0x94 byte in it is walked, and only one holding a
+                # decimal is re-encoded.
                 rewritten = _service_decimals(buf, vpos, end)
-            if rewritten is not None:
-                if run_end >= 0:
-                    tail_parts.append(buf[run_start:run_end])
-                    flushed += run_end - run_start
-                at = flushed
-                tail_parts.append(b"\x00\x53\x74" + rewritten)
-                flushed += 3 + len(rewritten)
-                grown += 3 + len(rewritten) - (end - pos)
-                run_start = run_end = -1
-                props_span = (at + 3, at + 3 + len(rewritten))
-            elif vpos == pos + 3 and pos == run_end:
+            if vpos == pos + 3 and pos == run_end and rewritten is None:
                 run_end = end  # contiguous with the previous tail section
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
@@ -314,7 +366,13 @@ def _scan(buf: bytes) -> ScannedMessage:
                     tail_parts.append(buf[run_start:run_end])
                     flushed += run_end - run_start
                 at = flushed
-                if vpos == pos + 3:
+                if rewritten is not None:
+                    tail_parts.append(b"\x00\x53\x74" + rewritten)
+                    flushed += 3 + len(rewritten)
+                    grown += 3 + len(rewritten) - (end - pos)
+                    run_start = run_end = -1
+                    props_span = (at + 3, at + 3 + len(rewritten))
+                elif vpos == pos + 3:
                     run_start, run_end = pos, end
                 else:
                     # Re-emit a ulong/symbolic descriptor as smallulong so the
@@ -322,11 +380,36 @@ def _scan(buf: bytes) -> ScannedMessage:
                     tail_parts.append(bytes((0x00, 0x53, code)) + buf[vpos:end])
                     flushed += 3 + end - vpos
                     run_start = run_end = -1
-            if code == APPLICATION_PROPERTIES:
-                if rewritten is None:
-                    props_span = (at + 3, at + 3 + end - vpos)
-            elif DATA <= code <= AMQP_VALUE:
-                body_span = (body_span[0] if body_span else at, at + 3 + end - vpos)
+            if code >= DATA:
+                if code != FOOTER:
+                    if body_span is None:
+                        body_span = (at, at + 3 + end - vpos)
+                        if code == DATA:  # see the docstring
+                            p = vpos + (2 if buf[vpos] == 0xA0 else 5)
+                            may_be_batch = (
+                                p + 3 <= end
+                                and buf[p] == 0x00
+                                and buf[p + 1] == 0x53
+                                and 0x70 <= buf[p + 2] <= 0x78
+                            )
+                    else:
+                        body_span = (body_span[0], at + 3 + end - vpos)
+            elif code == APPLICATION_PROPERTIES and rewritten is None:
+                props_span = (at + 3, at + 3 + end - vpos)
+        elif code == HEADER:
+            # A list of one field (durable alone, as most senders set it) is read here; any
+            # other list field by field.
+            c = buf[vpos]
+            if (c == 0xC0 and end == vpos + 4 and buf[vpos + 2] == 1) or (
+                c == 0xD0 and end == vpos + 10 and buf[vpos + 5 : vpos + 9] == _ONE
+            ):
+                c = buf[end - 1]
+                if c == 0x41:
+                    durable = True
+                elif c != 0x42 and c != 0x40:
+                    durable, priority, ttl = _header_fields(buf, vpos, end)
+            else:
+                durable, priority, ttl = _header_fields(buf, vpos, end)
         elif code == MESSAGE_ANNOTATIONS:
             c = buf[vpos]
             if c == 0xC1:
@@ -381,33 +464,31 @@ def _scan(buf: bytes) -> ScannedMessage:
                 raise SectionError("message-annotations entries do not match the map size")
             if keep_from < p:
                 ann_parts.append(buf[keep_from:p])
-        elif code == HEADER:
-            durable, priority, ttl = _header_fields(buf, vpos, end)
+        else:  # delivery-annotations
+            # Kept, as the service keeps them (they reach the receiver beside its
+            # x-opt-lock-token): stored at the front of the tail whatever their place in the
+            # message (pyamqp sends them after the body), and put back before the message
+            # annotations on the way out (build_message).
+            value = buf[vpos:end]
+            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
+                value = _without_lock_token(buf, vpos, end) or value
+            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
+            grown += len(delivery_annotations) - (end - pos)
         pos = end
-    if run_end >= 0:
-        tail_parts.append(buf[run_start:run_end])
-    if delivery_annotations:
-        tail_parts.insert(0, delivery_annotations)
-        shift = len(delivery_annotations)
-        if props_span is not None:
-            props_span = (props_span[0] + shift, props_span[1] + shift)
-        if body_span is not None:
-            body_span = (body_span[0] + shift, body_span[1] + shift)
-
-    if props is not None:
-        message_id = props[0]
-        to = props[2]
-        subject = props[3]
-        reply_to = props[4]
-        correlation_id = props[5]
-        content_type = props[6]
-        session_id = props[10]
-        reply_to_session_id = props[12]
-    else:
-        message_id = to = subject = reply_to = correlation_id = content_type = None
-        session_id = reply_to_session_id = None
-
-    return ScannedMessage(
+    if tail_parts or delivery_annotations:
+        if run_end >= 0:
+            tail_parts.append(buf[run_start:run_end])
+        if delivery_annotations:
+            tail_parts.insert(0, delivery_annotations)
+            shift = len(delivery_annotations)
+            if props_span is not None:
+                props_span = (props_span[0] + shift, props_span[1] + shift)
+            if body_span is not None:
+                body_span = (body_span[0] + shift, body_span[1] + shift)
+        tail = b"".join(tail_parts)
+    else:  # one run of sections as sent (the common case)
+        tail = buf[run_start:run_end] if run_end >= 0 else b""
+    return (
         durable,
         priority,
         ttl,
@@ -422,12 +503,13 @@ def _scan(buf: bytes) -> ScannedMessage:
         partition_key,
         via_partition_key,
         scheduled,
-        b"".join(ann_parts),
+        b"".join(ann_parts) if ann_parts else b"",
         ann_count,
-        b"".join(tail_parts),
+        tail,
         n + grown,
         props_span,
         body_span,
+        may_be_batch,
     )
 
 

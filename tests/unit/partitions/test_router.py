@@ -380,6 +380,43 @@ def test_send_many_refuses_only_the_bad_send(h):
     assert sorted(h.partitions_of(q)) == ["a", "b"]
 
 
+def test_send_many_on_one_partition_refuses_only_the_bad_send(h):
+    # an entity of one partition takes its own path (Entity._send_one_partition): the same
+    # checks per send, every good send staged with one enqueue and answered after its commit
+    q = h.add(queue_spec(partitions=1, requires_session=True))
+    sends = [
+        [message("a", session_id="s")],
+        [message("no-session")],
+        [message("b", session_id="s"), message("b2", session_id="t")],
+        [message("c", session_id="s", partition_key="other")],
+        [message("d", session_id="s", partition_key="s")],
+    ]
+    outcome, early = _send_many(h, q, sends)
+    assert isinstance(early[1], InvalidOperation) and isinstance(early[3], InvalidOperation)
+    assert "must be the same" in str(early[3])
+    assert {i: outcome[i] for i in (0, 2, 4)} == {0: None, 2: None, 4: None}
+    assert [rec.message_id for rec, _ in h.peek(q)] == ["a", "b", "b2", "d"]
+    plain = h.add(queue_spec("plain", partitions=1))
+    outcome, early = _send_many(
+        h,
+        plain,
+        [[message("x", partition_key="k")], [message("y", session_id="s", partition_key="k")]],
+    )
+    assert outcome[0] is None and isinstance(early[1], InvalidOperation)
+    assert [rec.message_id for rec, _ in h.peek(plain)] == ["x"]
+
+
+def test_send_many_to_an_offline_single_partition_refuses_every_send(h):
+    q = h.add(queue_spec(partitions=1))
+    h.router.set_partition_online(NS, "q", 0, False)
+    outcome, early = _send_many(h, q, [[message("a")], [message("b")]])
+    assert all(isinstance(early[i], ServerBusy) for i in (0, 1))
+    h.router.set_partition_online(NS, "q", 0, True)
+    outcome, _ = _send_many(h, q, [[message("c")]])
+    assert outcome == {0: None}
+    assert [rec.message_id for rec, _ in h.peek(q)] == ["c"]
+
+
 def test_send_many_with_duplicate_detection_admits_each_send_on_its_own(h):
     dup = h.add(queue_spec("dup", partitions=2, dup=True))
     outcome, _ = _send_many(h, dup, [[message("x")], [message("x")], [message("y")]])

@@ -915,3 +915,50 @@ def test_detached_session_receiver_releases_its_session(spair):
     assert second.remote_condition is None
     (reply,) = _attach_replies(spair, "after", mark)
     assert _granted_session(reply) == "sess-r"
+
+
+def _burst(pair: EnginePair, snd, payloads: list[bytes]) -> list[Delivery]:
+    """Transfers written at once, read by the server in one go (one pump)."""
+    out = []
+    for data in payloads:
+        dlv = snd.delivery(str(uuid.uuid4()).encode())
+        snd.send(data)
+        snd.advance()
+        out.append(dlv)
+    pair.pump()
+    return out
+
+
+def test_credit_topped_up_once_per_read(pair):
+    # The transfers of one read take credit; it is topped up once, after them, for them all,
+    # whether they were stored or refused at their scan (sbemu.protocol.incoming.SENDER_CREDIT).
+    from sbemu.protocol.incoming import SENDER_CREDIT
+
+    snd = pair.sender(Q)
+    assert snd.credit == SENDER_CREDIT
+    good = [Message(id=f"g-{i}", body=b"x" * 100).encode() for i in range(SENDER_CREDIT // 2 + 5)]
+    dlvs = _burst(pair, snd, good)
+    assert all(d.remote_state == Delivery.ACCEPTED for d in dlvs)
+    assert snd.credit >= SENDER_CREDIT // 2  # (a read leaving more than half is not topped up)
+    # a read of refused transfers only (not an AMQP message) still gives its credit back
+    bad = [b"\x00\x53\x75\xa0\xff" for _ in range(SENDER_CREDIT // 2 + 5)]
+    dlvs = _burst(pair, snd, bad)
+    assert all(d.remote_state == Delivery.REJECTED for d in dlvs)
+    assert snd.credit >= SENDER_CREDIT // 2
+    assert snd.remote_condition is None
+
+
+def test_transfer_larger_than_the_read_buffer_kept_whole(pair):
+    # Transfers up to 64 KiB are read through one reused buffer, larger ones into their own.
+    from sbemu.protocol import connection
+
+    snd = pair.sender(Q)
+    sizes = [connection._RECV_SIZE - 200, connection._RECV_SIZE + 1000, 3]
+    bodies = [bytes([i]) * n for i, n in enumerate(sizes)]
+    dlvs = _burst(
+        pair, snd, [Message(id=f"big-{i}", body=b).encode() for i, b in enumerate(bodies)]
+    )
+    assert all(d.remote_state == Delivery.ACCEPTED for d in dlvs)
+    rcv = pair.receiver(Q, credit=5)
+    got = [_decode(raw) for _, raw in pair.take(rcv)]
+    assert [(m.id, m.body) for m in got] == [(f"big-{i}", b) for i, b in enumerate(bodies)]

@@ -8,6 +8,7 @@ import uuid
 import proton
 import pytest
 
+from sbemu.protocol import sections
 from sbemu.protocol.codec import (
     Symbol,
     decode,
@@ -698,3 +699,89 @@ def test_delivery_annotations_after_the_body_are_stored_first():
     assert s.tail[s.body_span[0] : s.body_span[1]] == body
     out = decode_proton(rebuild(s))
     assert out.instructions == {"k": 3} and out.id == "id" and out.body == b"b"
+
+
+def _list8(items: bytes, count: int) -> bytes:
+    return bytes((0xC0, len(items) + 1, count)) + items
+
+
+def _list32(items: bytes, count: int) -> bytes:
+    return b"\xd0" + (len(items) + 4).to_bytes(4, "big") + count.to_bytes(4, "big") + items
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        _list8(b"\x41", 1),
+        _list8(b"\x42", 1),
+        _list8(b"\x40", 1),
+        _list32(b"\x41", 1),
+        _list32(b"\x42", 1),
+        _list8(b"\x41\x50\x07\x52\x10", 3),
+        _list32(b"\x42\x40\x70\x00\x00\x13\x88", 3),
+        _list8(b"\x43", 1),  # a uint where durable's boolean goes: read field by field
+        _list8(b"", 0),
+        b"\x45",
+    ],
+)
+@pytest.mark.parametrize(
+    "properties",
+    [
+        _list8(b"\xa1\x03m-1", 1),
+        _list32(b"\xa1\x03m-1", 1),
+        _list8(b"\xa1\x00", 1),
+        _list8(b"\x98" + U.bytes, 1),
+        _list8(b"\xa1\x03m-1\x40\xa1\x02to", 3),
+        _list32(b"\xa1\x03m-1\x40\x40\x40\x40\x40\x40\x40\x40\x40\xa1\x01s", 11),
+        _list8(b"\xa1\x09m-1", 1),  # the string runs past the list: refused
+        None,
+    ],
+)
+def test_fast_path_scans_as_the_generic_path(header: bytes, properties: bytes | None):
+    """The scan reads sections in the form every SDK sends (smallulong descriptors) on a fast
+    path, and a header or properties list of one field inline; with ulong descriptors the
+    same sections take the generic descriptor path, and _header_fields and _property_fields
+    read any list field by field. All give the same fields, or the same error."""
+
+    def message(descriptor) -> bytes:
+        parts = [descriptor(0x70) + header]
+        if properties is not None:
+            parts.append(descriptor(0x73) + properties)
+        parts.append(descriptor(0x74) + enc_map([(enc_string("i"), enc_int(7))]))
+        parts.append(descriptor(0x75) + enc_binary(b"x" * 300))
+        return b"".join(parts)
+
+    fast = message(lambda code: bytes((0x00, 0x53, code)))
+    generic = message(lambda code: b"\x00\x80" + code.to_bytes(8, "big"))
+
+    def outcome(buf: bytes) -> object:
+        try:
+            s = scan_message(buf)
+        except SectionError as exc:
+            return type(exc)  # (its text names positions, which differ between the forms)
+        return {name: getattr(s, name) for name in s.__dataclass_fields__ if name != "size"}
+
+    got = outcome(fast)
+    assert got == outcome(generic)
+    if properties == _list8(b"\xa1\x09m-1", 1):
+        assert got is SectionError
+        with pytest.raises((SectionError, IndexError, ValueError)):
+            sections._property_fields(properties, 0, len(properties))
+        return
+    assert isinstance(got, dict)
+    assert scan_message(fast).size == len(fast)
+    # the fields as the generic readers give them
+    assert (got["durable"], got["priority"], got["ttl_ms"]) == sections._header_fields(
+        header, 0, len(header)
+    )
+    fields = (
+        sections._property_fields(properties, 0, len(properties))
+        if properties is not None
+        else [None] * 13
+    )
+    assert [got["message_id"], got["to"], got["subject"], got["session_id"]] == [
+        fields[0],
+        fields[2],
+        fields[3],
+        fields[10],
+    ]

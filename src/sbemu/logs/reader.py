@@ -9,7 +9,10 @@ Where the logs live (see partitions/store.py and partitions/router.py)::
     <data_dir>/<quoted lower-case namespace>/<quoted lower-case entity>/entity.json
     <data_dir>/<ns>/<entity>/partition-NN/{data,lock}.mdb    LMDB, named database "log"
                                                             key: 8-byte big-endian offset
-                                                            value: records.encode_log() (msgpack)
+                                                            value: records.encode_log() (msgpack),
+                                                            or a run record taking several
+                                                            offsets (records.encode_log_run),
+                                                            expanded as it is read
 
 A log partition is named by its path relative to the data directory,
 ``<ns dir>/<entity dir>/partition-NN``; Spark offsets are ``{that name: next offset}``.
@@ -45,7 +48,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from sbemu.partitions.store import LOG_DB, META_DB, TRIMMED_BELOW_META
+from sbemu.partitions.records import log_extent
+from sbemu.partitions.store import LOG_DB, META_DB, TRIMMED_BELOW_META, read_log_events
 
 __all__ = [
     "LogPartition",
@@ -224,7 +228,7 @@ def log_end(path: str) -> int:
             value = _U64.unpack(nxt)[0] if nxt else 0
             cur = txn.cursor(db=log_db)
             if cur.last():
-                value = max(value, _U64.unpack(cur.key())[0] + 1)
+                value = max(value, _U64.unpack(cur.key())[0] + log_extent(cur.value()))
             return value
 
         return int(_with_txn(path, end))
@@ -262,7 +266,8 @@ def check_start(path: str, start: int) -> None:
 
 
 def iter_log(path: str, start: int, end: int, chunk: int = READ_CHUNK) -> Iterator[list[bytes]]:
-    """Raw log values with offsets in [start, end), in chunks, one read transaction per chunk.
+    """The log records with offsets in [start, end) (version 1: run records expanded), in
+    chunks of at most `chunk`, one read transaction per chunk.
 
     Raises LogTrimmed when part of the range was trimmed (checked in each chunk's transaction).
     """
@@ -273,30 +278,22 @@ def iter_log(path: str, start: int, end: int, chunk: int = READ_CHUNK) -> Iterat
             low = _trimmed_below(txn, meta_db)
             if pos < low:
                 raise _trimmed_error(path, pos, low)
-            out: list[bytes] = []
             cur = txn.cursor(db=log_db)
-            nxt = end
             if cur.set_range(_U64.pack(pos)) and _U64.unpack(cur.key())[0] == pos:
                 # Offsets are contiguous (the log only grows at the end and is trimmed at the
                 # start): take the values without looking at each key, then check the last
-                # one is where contiguity puts it; anything else reads key by key below.
+                # one is where contiguity puts it and is no run record (an earlier run would
+                # have put it further); anything else reads record by record below.
                 want = min(chunk, end - pos)
                 out = list(islice(cur.iternext(keys=False, values=True), want))
-                if len(out) == want and _U64.unpack(cur.key())[0] == pos + want - 1:
+                if (
+                    len(out) == want
+                    and _U64.unpack(cur.key())[0] == pos + want - 1
+                    and log_extent(out[-1]) == 1
+                ):
                     return out, pos + want
-                out = []
-            if cur.set_range(_U64.pack(pos)):
-                for k, v in cur:
-                    off = _U64.unpack(k)[0]
-                    if off >= end:
-                        break
-                    out.append(v)
-                    nxt = off + 1
-                    if len(out) >= chunk:
-                        break
-                else:
-                    nxt = end
-            return out, nxt
+            events, nxt = read_log_events(cur, pos, end, chunk)
+            return [value for _off, value in events], end if nxt is None else nxt
 
         values, nxt = _with_txn(path, take)
         if values:

@@ -19,7 +19,7 @@ transitions.py's: this module finds them and calls the `expire(sq, rec, now_ms)`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .records import MessageRecord, MessageState, decode_message
 from .staging import Staging
@@ -123,6 +123,18 @@ class Deadlines:
         key = timer_key(sq, rec)
         if key is not None:
             self.staging.batch.delete_deadline(key)
+
+    def remove_run(self, sq: SubQueue, recs: Sequence[MessageRecord]) -> None:
+        """remove() for each of `recs` (messages of `sq`): only those that may have a timer
+        (scheduled, or expiring other than by the sub-queue's default TTL) are looked at."""
+        settings = sq.settings
+        expires, default_ttl = settings.expires, settings.default_ttl_ms
+        scheduled = MessageState.SCHEDULED
+        for rec in recs:
+            if rec.state == scheduled or (
+                expires and rec.expires_at_ms is not None and rec.ttl_ms != default_ttl
+            ):
+                self.remove(sq, rec)
 
     def refresh(self) -> None:
         """Read the first timer from the store again (the staged ones count too)."""

@@ -28,13 +28,25 @@ they existed; readers treat absent as null). "properties" is the message's appli
 properties as the raw encoded AMQP map (bytes, decoded by readers with sbemu.protocol.codec),
 null without any; "body" is the raw encoded body sections (AMQP data / amqp-sequence /
 amqp-value with their descriptors), only when the server runs with --log-bodies, else null.
+
+Run record (version 2, same database; key = the offset of its first event): one event of
+several messages of one sub-queue at once (a run of deliveries or of completions), which
+would otherwise be as many version-1 records at consecutive offsets:
+    [version=2, count (always msgpack uint32), ns, entity, queue, partition, offset, event,
+     event_ms, reason, [[seq, message_id, session_id, partition_key, enqueued_ms, size,
+     delivery_count, properties, body], ...count items]]
+It takes the offsets [offset, offset + count). Readers never see one: `expand_log` turns it
+into the version-1 records it stands for, the very bytes encode_log writes for each (the
+store's read_log and the log readers of sbemu.logs expand what they read); `log_extent`
+says how many offsets a stored value takes.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -42,6 +54,7 @@ import msgspec
 
 MESSAGE_SCHEMA_VERSION = 1
 LOG_SCHEMA_VERSION = 1
+LOG_RUN_VERSION = 2
 
 
 _BASES: tuple[Any, ...] = (int, float, str, bytes, list, tuple, dict)
@@ -355,9 +368,93 @@ def log_prefix(namespace: str, entity: str, queue: str, partition: int) -> bytes
     return b"\xde" + _LOG_KEYS.to_bytes(2, "big") + head[1:]  # map16 header; fixarray(10) dropped
 
 
+# A run record's first bytes: fixarray of its 11 fields, the version, uint32 (its count follows)
+_RUN_HEAD = bytes((0x9B, LOG_RUN_VERSION, 0xCE))
+_RUN_COUNT = struct.Struct(">I")
+
+
+@functools.lru_cache(maxsize=4096)
+def _run_site(namespace: str, entity: str, queue: str, partition: int) -> bytes:
+    """A run record's ns, entity, queue and partition, packed (no array header)."""
+    return _ENCODE([namespace, entity, queue, partition])[1:]
+
+
+def encode_log_run(
+    site: tuple[str, str, str, int],
+    offset: int,
+    event: LogEvent,
+    records: Sequence[MessageRecord],
+    event_ms: int,
+    reason: str | None,
+    with_body: bool,
+) -> bytes:
+    """One run record (version 2) for `event` of each of `records` (messages of the sub-queue
+    `site` names: namespace, entity, queue, partition) at offsets from `offset` on: what
+    encode_log would write for each, in one value (see the schema above)."""
+    if with_body:
+        items = [
+            (
+                r.sequence_number, r.message_id, r.session_id, r.partition_key,
+                r.enqueued_time_ms, r.size, r.delivery_count,
+                r.tail[ps[0] : ps[1]] if (ps := r.properties_span) else None,
+                r.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)] if (bs := r.body_span) else None,
+            )
+            for r in records
+        ]  # fmt: skip
+    else:
+        items = [
+            (
+                r.sequence_number, r.message_id, r.session_id, r.partition_key,
+                r.enqueued_time_ms, r.size, r.delivery_count,
+                r.tail[ps[0] : ps[1]] if (ps := r.properties_span) else None,
+                None,
+            )
+            for r in records
+        ]  # fmt: skip
+    rest = _ENCODE([offset, _EVENT_VALUES[event], event_ms, reason, items])
+    return b"".join(
+        (_RUN_HEAD, _RUN_COUNT.pack(len(items)), _run_site(*site), rest[1:])  # fixarray(5) dropped
+    )
+
+
+def log_extent(value: bytes) -> int:
+    """How many offsets a stored log value takes: a run record's count, else 1."""
+    if value[:3] == _RUN_HEAD:
+        return int(_RUN_COUNT.unpack_from(value, 3)[0])
+    return 1
+
+
+def expand_log(value: bytes) -> list[bytes]:
+    """The version-1 records a stored log value stands for: a run record's, each as encode_log
+    writes it, at consecutive offsets; any other value as it is (a list of one)."""
+    if value[:3] != _RUN_HEAD:
+        return [value]
+    f = msgpack.unpackb(value, raw=False)
+    if len(f) != 11 or not isinstance(f[10], list) or len(f[10]) != f[1]:
+        raise ValueError("malformed log run record")
+    _v, _n, ns, entity, queue, partition, offset, event, event_ms, reason, items = f
+    prefix = log_prefix(ns, entity, queue, partition)
+    pack = _ENCODE
+    out = []
+    for i, (seq, mid, sid, pk, enqueued, size, count, props, body) in enumerate(items):
+        rest = pack(
+            [
+                "offset", offset + i, "event", event, "seq", seq, "message_id", mid,
+                "session_id", sid, "partition_key", pk, "enqueued_ms", enqueued,
+                "event_ms", event_ms, "size", size, "delivery_count", count, "reason", reason,
+                "properties", props, "body", body,
+            ]
+        )  # fmt: skip
+        out.append(prefix + rest[_ARRAY16_HEADER:])
+    return out
+
+
 def decode_log(data: bytes) -> dict:
-    """Deserialise one partition-log record."""
+    """Deserialise one partition-log record (version 1: a stored run record is read through
+    expand_log first)."""
     d = msgpack.unpackb(data, raw=False)
+    if not isinstance(d, dict):
+        raise ValueError("not a version-1 log record (a run record is read with expand_log)")
     if d.get("v") != LOG_SCHEMA_VERSION:
         raise ValueError(f"unknown log record version {d.get('v')!r}")
     return d

@@ -23,7 +23,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..completions import Done
-from .records import LogEvent, MessageRecord, encode_log_after, encode_message, log_prefix
+from .records import (
+    LogEvent,
+    MessageRecord,
+    encode_log_after,
+    encode_log_run,
+    encode_message,
+    log_prefix,
+)
 from .stats import PartitionStats
 from .store import WriteBatch
 from .subqueue import Overlay, SubQueue
@@ -97,11 +104,13 @@ class Staging:
 
     def delete_run(self, sq: SubQueue, seqs: Sequence[int], lazy: bool = False) -> None:
         """delete() for each of `seqs` (messages of `sq`), the commit request once per run."""
-        name, delete, remember, pop = sq.name, self.batch.delete, self.remember, sq.buffer.pop
-        for seq in seqs:
-            delete(name, seq)
-            remember(name, seq, None)
-            pop(seq, None)
+        name = sq.name
+        self.batch.delete_many(name, seqs)
+        self.forget_many(name, seqs)
+        buffer = sq.buffer
+        if buffer:
+            for seq in buffer.keys() & seqs:  # messages read ahead (not those locked)
+                del buffer[seq]
         self.dirty(lazy)
 
     def remember(self, queue: str, seq: int, rec: MessageRecord | None) -> None:
@@ -114,6 +123,16 @@ class Staging:
             keys = self._gen_keys[gen] = []
         keys.append(key)
 
+    def forget_many(self, queue: str, seqs: Sequence[int]) -> None:
+        """remember(queue, seq, None) for each of `seqs`: deleted, through the overlay."""
+        gen = self.gen
+        keys = self._gen_keys.get(gen)
+        if keys is None:
+            keys = self._gen_keys[gen] = []
+        new = [(queue, seq) for seq in seqs]
+        keys.extend(new)
+        self.overlay.update(dict.fromkeys(new, (None, gen)))
+
     def log_run(
         self,
         queue: str,
@@ -123,14 +142,22 @@ class Staging:
         reason: str | None = None,
         lazy: bool = False,
     ) -> None:
-        """Log one event for each of `recs` (messages of one sub-queue), in order."""
-        prefix = log_prefix(self.namespace, self.entity, queue, self.partition_id)
-        with_body = self.log_bodies
-        put = self.batch.log.append
+        """Log one event for each of `recs` (messages of one sub-queue), in order: a run of
+        them as one run record (records.encode_log_run: one encoding and one LMDB put for the
+        run, the receive path's deliveries and completions), one alone as a plain record."""
         offset = self.next_offset
-        for rec in recs:
-            put((offset, encode_log_after(prefix, offset, event, rec, now_ms, reason, with_body)))
-            offset += 1
+        n = len(recs)
+        if n > 1:
+            site = (self.namespace, self.entity, queue, self.partition_id)
+            value = encode_log_run(site, offset, event, recs, now_ms, reason, self.log_bodies)
+            self.batch.log.append((offset, value))
+        elif n:
+            prefix = log_prefix(self.namespace, self.entity, queue, self.partition_id)
+            value = encode_log_after(
+                prefix, offset, event, recs[0], now_ms, reason, self.log_bodies
+            )
+            self.batch.log.append((offset, value))
+        offset += n
         self.next_offset = offset
         self.stats.events[event] += len(recs)
         self.batch.meta["next_log_offset"] = offset
@@ -145,7 +172,12 @@ class Staging:
         """Ask for a commit: in the next turn, or (`lazy`: nobody waits for these writes) with
         the partition's next commit or timer tick, until LAZY_MAX_WRITES log records gather."""
         mark_lazy = self._mark_lazy
-        if lazy and mark_lazy is not None and len(self.batch.log) < LAZY_MAX_WRITES:
+        log = self.batch.log  # its offsets are consecutive: the events it holds, by the first
+        if (
+            lazy
+            and mark_lazy is not None
+            and (not log or self.next_offset - log[0][0] < LAZY_MAX_WRITES)
+        ):
             mark_lazy(self._owner)
         else:
             self._mark_dirty(self._owner)

@@ -35,13 +35,14 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lmdb
 
 from .lockfile import place_lock_file, release_lock_file
+from .records import expand_log, log_extent
 
 if TYPE_CHECKING:
     from lmdb import _Database  # defined only in lmdb's type stubs
@@ -148,6 +149,10 @@ class WriteBatch:
         """Queue a delete of one message record."""
         self.ops.append((1, queue, seq, None))
 
+    def delete_many(self, queue: str, seqs: Sequence[int]) -> None:
+        """delete() for each of `seqs`."""
+        self.ops.extend([(1, queue, seq, None) for seq in seqs])
+
     def put_session_state(self, queue: str, session_id: str, state: bytes | None) -> None:
         """Queue a write (or, with None, a delete) of one session's state."""
         self.session_ops.append((queue, session_id, state))
@@ -180,6 +185,42 @@ class StoredState:
     meta: dict[str, int]
     queues: dict[str, list[bytes]]
     session_states: dict[str, dict[str, bytes]]
+
+
+def read_log_events(
+    cur: Any, start: int, end: int | None, limit: int
+) -> tuple[list[tuple[int, bytes]], int | None]:
+    """Up to `limit` log events from offset `start` (to `end`, exclusive; None: the last) on
+    a cursor of the log database, run records expanded (records.expand_log): the events as
+    (offset, version-1 record) and where the next read starts (None: nothing further).
+
+    A `start` inside a run record (a reader's resume point, a trimmed log's first offset)
+    begins in that run: its earlier events are skipped."""
+    out: list[tuple[int, bytes]] = []
+    key = _U64.pack(start)
+    if cur.set_range(key):
+        if _U64.unpack(cur.key())[0] > start:  # the record before may be a run holding start
+            if not cur.prev():
+                cur.set_range(key)
+            elif _U64.unpack(cur.key())[0] + log_extent(cur.value()) <= start:
+                cur.next()  # it ends before `start`: begin after it
+    elif not cur.last() or _U64.unpack(cur.key())[0] + log_extent(cur.value()) <= start:
+        return out, None
+    while True:
+        first = _U64.unpack(cur.key())[0]
+        if end is not None and first >= end:
+            return out, None
+        value = bytes(cur.value())
+        events = expand_log(value)
+        for i, event in enumerate(events):
+            off = first + i
+            if off < start:
+                continue
+            if (end is not None and off >= end) or len(out) >= limit:
+                return out, off
+            out.append((off, event))
+        if not cur.next():
+            return out, None
 
 
 def key_of(seq: int) -> bytes:
@@ -583,17 +624,10 @@ class PartitionStore:
             return int(txn.stat(self._dd_id)["entries"])
 
     def read_log(self, start: int, limit: int) -> list[tuple[int, bytes]]:
-        """Read up to `limit` log records from offset `start`."""
-        out: list[tuple[int, bytes]] = []
+        """Read up to `limit` log records from offset `start` (run records expanded: one
+        version-1 record per offset)."""
         with self._env.begin() as txn:
-            cur = txn.cursor(db=self._log)
-            if not cur.set_range(_U64.pack(start)):
-                return out
-            for k, v in cur:
-                out.append((_U64.unpack(k)[0], bytes(v)))
-                if len(out) >= limit:
-                    break
-        return out
+            return read_log_events(txn.cursor(db=self._log), start, None, limit)[0]
 
     def log_bounds(self) -> tuple[int, int]:
         """(first offset still stored, next offset): the log holds [first, end).
@@ -605,7 +639,7 @@ class PartitionStore:
             if cur.first():
                 first = _U64.unpack(cur.key())[0]
                 if cur.last():
-                    end = max(end, _U64.unpack(cur.key())[0] + 1)
+                    end = max(end, _U64.unpack(cur.key())[0] + log_extent(cur.value()))
             else:
                 low = txn.get(TRIMMED_BELOW_META, db=self._meta)
                 first = min(end, _U64.unpack(low)[0]) if low else end
@@ -615,29 +649,38 @@ class PartitionStore:
         """Delete up to `limit` log records below offset `below`, in one write transaction.
 
         Records meta ``log_trimmed_below`` (never lowered) so readers can tell a trimmed log
-        from one that starts later. Returns how many records were deleted. Safe off the event
-        loop (log retention): holds remap_lock.
+        from one that starts later. Returns how many records (offsets) were deleted. A run
+        record that reaches `below` stays whole, and the log then starts at its first offset.
+        Safe off the event loop (log retention): holds remap_lock.
         """
         deleted = 0
         try:
             with self.remap_lock, self._env.begin(write=True) as txn:
                 cur = txn.cursor(db=self._log)
-                last = -1
+                last = -1  # the first offset past what was deleted
+                kept: int | None = None  # where a run reaching `below` keeps the log
                 if cur.first():
                     while deleted < limit:
                         off = _U64.unpack(cur.key())[0]
                         if off >= below:
                             break
-                        last = off
-                        deleted += 1
+                        extent = log_extent(cur.value())
+                        if off + extent > below:
+                            kept = off
+                            break
+                        last = off + extent
+                        deleted += extent
                         if not cur.delete():  # moves to the next record
                             break
                         if cur.key() == b"":
                             break
                 if deleted:
                     nxt = txn.get(b"next_log_offset", db=self._meta)
-                    end = max(last + 1, _U64.unpack(nxt)[0] if nxt else 0)
-                    mark = min(below, end) if deleted < limit else last + 1
+                    end = max(last, _U64.unpack(nxt)[0] if nxt else 0)
+                    if kept is not None:
+                        mark = kept
+                    else:
+                        mark = min(below, end) if deleted < limit else last
                     old = txn.get(TRIMMED_BELOW_META, db=self._meta)
                     if not old or _U64.unpack(old)[0] < mark:
                         txn.put(TRIMMED_BELOW_META, _U64.pack(mark), db=self._meta)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -211,6 +211,14 @@ class SubQueue:
                 sess.ready_set.discard(seq)
         else:
             self.back_set.discard(seq)
+
+    def removed_run(self, recs: Sequence[MessageRecord], seqs: Sequence[int]) -> None:
+        """removed() for each of `recs` (their sequence numbers `seqs`, in the same order)."""
+        if self.settings.requires_session:
+            for rec in recs:
+                self.removed(rec)
+        elif self.back_set:
+            self.back_set.difference_update(seqs)
 
     @property
     def ready_count(self) -> int:

@@ -127,15 +127,15 @@ class Transitions:
 
     def remove_run(self, sq: SubQueue, recs: Sequence[MessageRecord], lazy: bool = False) -> None:
         """remove() for each of `recs` (stored messages of `sq`), the counts once per run."""
-        self.staging.delete_run(sq, [rec.sequence_number for rec in recs], lazy)
-        remove_timer, removed, counts = self.deadlines.remove, sq.removed, sq.counts
+        seqs = [rec.sequence_number for rec in recs]
+        self.staging.delete_run(sq, seqs, lazy)
+        self.deadlines.remove_run(sq, recs)
+        counts = sq.counts
         nbytes = 0
         for rec in recs:
-            if rec.expires_at_ms is not None or rec.state == _SCHEDULED:
-                remove_timer(sq, rec)  # (any other message has no timer: timer_key)
             counts[rec.state] -= 1
             nbytes += rec.size
-            removed(rec)
+        sq.removed_run(recs, seqs)
         sq.bytes -= nbytes
         self.health.add_stored(-nbytes)
         self.staging.counts_dirty.add(sq)

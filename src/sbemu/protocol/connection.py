@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -73,7 +72,7 @@ from .links import (
     SendLink,
 )
 from .messages import encode_delivery, scan_transfer
-from .outgoing import delivery_bytes
+from .outgoing import locked_deliveries
 from .peeropen import PeerOpenFilter
 from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
@@ -110,11 +109,14 @@ _PN_IGNORED = frozenset(
     )
 )
 _PN_ACCEPTED = Delivery.ACCEPTED
-# A lock token's int in .NET Guid byte order (UUID.bytes_le): the first three fields little-
-# endian, the last 8 bytes as they are.
-_GUID_HEAD = struct.Struct("<IHH")
-_LOW64 = (1 << 64) - 1
 _NULL = _ffi.NULL
+# The delivery tag passed to pn_delivery (by value): 16 bytes that send_deliveries fills for
+# each peek-locked delivery (proton copies them), no cdata made per delivery.
+_TAG_BYTES = _ffi.new("char[16]")
+_TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
+_TAG_STRUCT.size = 16
+_TAG_STRUCT.start = _TAG_BYTES
+_TAG = _TAG_STRUCT[0]
 _MISSING = object()
 # The C functions of the per-message paths, bound once (`lib.name` is a lookup on cffi's
 # library object at every call).
@@ -747,29 +749,29 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
         lib, ffi = _lib, _ffi
         unsettled = state.unsettled
-        for rec, lock in taken:
-            if lock is not None:
-                key = lock.key
-                data = delivery_bytes(rec, partition_id, lock.until_ms, key)
-                # [contract 4.6] the lock token in .NET Guid byte order (UUID.bytes_le)
-                tag = _GUID_HEAD.pack(key >> 96, (key >> 80) & 0xFFFF, (key >> 64) & 0xFFFF) + (
-                    key & _LOW64
-                ).to_bytes(8, "big")
-                lib.pn_delivery(link, (16, ffi.from_buffer(tag)))
+        if state.peek_lock:  # every message has its lock: the run's tags and bytes at once,
+            # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
+            tag_bytes, tag = _TAG_BYTES, _TAG
+            for tag_value, data, key in locked_deliveries(taken, partition_id):
+                # proton copies the tag (pn_delivery): the one buffer serves every delivery
+                ffi.memmove(tag_bytes, tag_value, 16)
+                lib.pn_delivery(link, tag)
                 lib.pn_link_send(link, data, len(data))
                 lib.pn_link_advance(link)
-                unsettled[tag] = key
-            else:
-                # no lock: the delivery-annotations the service sends are the sender's or {},
-                # and the delivery tag is empty (a settled delivery needs no unique tag
-                # [AMQP 2.6.12]; the SDK suite's backcompat tests expect delivery_tag None).
-                # proton writes it as null; frames.py sends it as an empty binary, which
-                # go-amqp requires on a first transfer [issue 23].
-                data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
-                delivery = lib.pn_delivery(link, (0, _NULL))
-                lib.pn_link_send(link, data, len(data))
-                lib.pn_link_advance(link)
-                lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
+                unsettled[tag_value] = key
+            self.on_output()
+            return
+        for rec, _lock in taken:  # receive-and-delete: no locks
+            # The delivery-annotations the service sends are the sender's or {}, and the
+            # delivery tag is empty (a settled delivery needs no unique tag [AMQP 2.6.12]; the
+            # SDK suite's backcompat tests expect delivery_tag None). proton writes it as null;
+            # frames.py sends it as an empty binary, which go-amqp requires on a first
+            # transfer [issue 23].
+            data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
+            delivery = lib.pn_delivery(link, (0, _NULL))
+            lib.pn_link_send(link, data, len(data))
+            lib.pn_link_advance(link)
+            lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
         self.on_output()
 

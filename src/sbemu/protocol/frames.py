@@ -36,6 +36,21 @@ FIELD_COUNTS = {
     0x18: 1,  # close
 }
 _NULLS = [bytes([_NULL]) * n for n in range(max(FIELD_COUNTS.values()) + 1)]
+# A delivery's transfer as proton writes it: an AMQP frame (doff 2) whose performative is a
+# transfer in a list8 [AMQP 2.7.5], read with the frame's size by one unpack (FramePadder._frames).
+_TRANSFER_LIST8 = 0x005314C0  # the performative's descriptor and list8 constructor, as a word
+# a frame's first 15 bytes: size, doff/type/channel, the word above, the list8's size and count,
+# and its first field's constructor
+_FIRST = struct.Struct(">IIIBBB")
+_TRANSFER_HEAD = struct.Struct(">IIIBB")  # size, doff/type/channel, descriptor+list8, size, count
+_DOFF2_AMQP = 0x02000000  # the second word's doff 2 and type 0 (AMQP), channel masked out
+_TRANSFER_FIELDS = FIELD_COUNTS[_TRANSFER]
+# the least list size taken by the quick path: the tag's constructor (at most 10 bytes into the
+# items, past the widest handle and delivery-id) lies inside the list
+_TRANSFER_MIN_ITEMS = 12
+# bytes a handle or delivery-id takes by its first byte (a uint, or null for the id): 0 for any
+# other constructor, which sends the frame to the general path
+_ID_WIDTHS = bytes(_ID_WIDTH.get(b, 0) for b in range(256))
 # The most padding adds to a frame: the nulls of the longest performative (attach, 14) and a
 # list8 header widened to list32 (6). The peer's open reaches proton with its max-frame-size
 # lowered by this much (peeropen.py), so proton's fullest frames still fit once padded.
@@ -105,12 +120,49 @@ class FramePadder:
             out.append(view[pos : pos + 8])
             pos += 8
             self._header_done = True
+        limit = self.limit
+        widths, head_of, nulls_of, first = (
+            _ID_WIDTHS,
+            _TRANSFER_HEAD.pack,
+            _NULLS,
+            _FIRST.unpack_from,
+        )
         while pos + 8 <= n:
-            size = _U32.unpack_from(buf, pos)[0]
-            if size < 8 or pos + size > n:
+            if pos + _FIRST.size > n:  # a frame too short for a transfer (a heartbeat)
+                size = _U32.unpack_from(buf, pos)[0]
+                if size < 8 or pos + size > n:
+                    break
+                _pad_frame(buf, view, pos, size, out, limit)
+                pos += size
+                continue
+            size, word, perf, lsize, count, handle = first(buf, pos)
+            end = pos + size
+            if size < 8 or end > n:
                 break
-            _pad_frame(buf, view, pos, size, out, self.limit)
-            pos += size
+            # A delivery's transfer (the receive hot path): padded here with one new header,
+            # when its list8 stays one, its delivery tag is not null and no frame limit is near.
+            if (
+                perf == _TRANSFER_LIST8
+                and word & 0xFFFF0000 == _DOFF2_AMQP
+                and 2 < count < _TRANSFER_FIELDS
+                and _TRANSFER_MIN_ITEMS <= lsize <= 255 + count - _TRANSFER_FIELDS
+                and (items_end := pos + 13 + lsize) <= end
+                and (hw := widths[handle]) != 0
+                and (iw := widths[buf[pos + 14 + hw]]) != 0
+                and buf[pos + 14 + hw + iw] != _NULL  # else its tag becomes an empty binary
+                and not (limit and size + _TRANSFER_FIELDS - count > limit)
+            ):
+                k = _TRANSFER_FIELDS - count
+                out.append(
+                    head_of(size + k, word, perf, lsize + k, _TRANSFER_FIELDS)
+                    + buf[pos + 14 : items_end]
+                    + nulls_of[k]
+                )
+                if items_end < end:
+                    out.append(view[items_end:end])  # the message
+            else:
+                _pad_frame(buf, view, pos, size, out, limit)
+            pos = end
         if pos < n and n - pos >= 8 and _U32.unpack_from(buf, pos)[0] < 8:
             # Not a frame we understand: pass the rest through unchanged.
             out.append(view[pos:])

@@ -11,7 +11,7 @@ from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import DLQ, MAIN, Harness, msg
 
 from sbemu.partitions.dispatch import DISPATCH_RUN, Taken
-from sbemu.partitions.records import LogEvent, decode_log
+from sbemu.partitions.records import LogEvent, decode_log, expand_log, log_extent
 from sbemu.partitions.tokens import make_lock_key, partition_of_token
 
 
@@ -132,13 +132,14 @@ def test_take_batch_gives_what_take_next_gives_one_by_one(tmp_path):
         assert (lock.seq, lock.until_ms, lock.queue.name) == (lock1.seq, lock1.until_ms, MAIN)
         assert run.broker.lock_of(lock.key) is lock
     assert run.broker.stats.outgoing == one.broker.stats.outgoing == 5
-    # the same delivered log records (offsets go on from the enqueued ones)
-    assert [decode_log(v) for _, v in run.broker.staging.batch.log] == [
-        decode_log(v) for _, v in one.broker.staging.batch.log
+    # the same delivered log records, to the byte (offsets go on from the enqueued ones): the
+    # run as one run record that expands to them
+    [(offset, value)] = run.broker.staging.batch.log
+    assert [(off, v) for off, v in one.broker.staging.batch.log] == [
+        (offset + i, v) for i, v in enumerate(expand_log(value))
     ]
-    assert [decode_log(v)["event"] for _, v in run.broker.staging.batch.log] == [
-        LogEvent.DELIVERED.value
-    ] * 5
+    assert log_extent(value) == 5
+    assert [decode_log(v)["event"] for v in expand_log(value)] == [LogEvent.DELIVERED.value] * 5
     # the rest, then nothing
     assert [r.sequence_number for r, _ in run.broker.take_batch(MAIN, 2000, 10)] == [6, 7]
     assert run.broker.take_batch(MAIN, 2000, 10) == []

@@ -6,7 +6,7 @@ at once. Real LMDB, commits run by the test as the committer would run them."""
 from broker_harness import commit, msg, open_broker
 
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
-from sbemu.partitions.records import IncomingMessage, LogEvent, decode_log
+from sbemu.partitions.records import IncomingMessage, LogEvent, decode_log, expand_log
 
 MAIN = "main"
 SETTINGS = {
@@ -103,3 +103,40 @@ def test_lazy_writes_commit_once_enough_pile_up(tmp_path):
         broker.take_next(MAIN, 1_001, peek_lock=True)
     dirty, _lazy = marks.take()
     assert dirty > 0  # a pile of lazy log records does not wait for a tick
+
+
+def test_a_run_of_settled_completions_stages_what_one_by_one_would(tmp_path):
+    """complete_lazy's run (remove_run: deletions, timers, counts, ready lines at once) stages
+    the same writes as completing each message alone: the timers of messages with their own
+    TTL deleted, none for those on the sub-queue's default, the counts and bytes, the overlay."""
+    settings = {
+        MAIN: SubQueueSettings(60_000, 10, 3_600_000, False, MAIN + DLQ_SUFFIX, message_ttl=True),
+        MAIN + DLQ_SUFFIX: SubQueueSettings(60_000, None, None, False, None),
+    }
+    brokers = []
+    for name in ("one", "run"):
+        broker = open_broker(tmp_path / name, settings, mark_lazy=lambda b: None)
+        sends = [msg(i, ttl=(None, 60_000, 3_600_000)[i % 3]) for i in range(9)]
+        broker.enqueue(sends, [[Route(MAIN)]] * 9, 1_000, lambda e: None)
+        commit(broker)
+        taken = broker.take_batch(MAIN, 1_001, 9)
+        assert len(taken) == 9
+        keys = [lock.key for _rec, lock in taken if lock is not None]
+        broker.take_commit()  # the deliveries' log records: out of the way
+        if name == "one":
+            for key in keys[:6]:
+                broker.complete(key, 1_002, lambda e: None, lazy=True)
+        else:
+            broker.complete_lazy(keys[:6], 1_002)
+        brokers.append(broker)
+    one, run = brokers
+    assert run.staging.batch.ops == one.staging.batch.ops
+    assert len(run.staging.batch.ops) == 6
+    assert run.staging.batch.deadlines == one.staging.batch.deadlines
+    assert len(run.staging.batch.deadlines) == 2  # the two with a 60 s TTL of their own
+    assert run.queues[MAIN].counts == one.queues[MAIN].counts == [3, 0, 0]
+    assert run.queues[MAIN].bytes == one.queues[MAIN].bytes
+    assert run.staging.overlay == one.staging.overlay
+    assert [r for _o, v in run.staging.batch.log for r in expand_log(v)] == [
+        v for _o, v in one.staging.batch.log
+    ]

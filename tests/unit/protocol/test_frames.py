@@ -122,3 +122,44 @@ def test_the_empty_tag_decodes_as_an_empty_binary_in_proton() -> None:
     while data.next():
         values.append((data.type(), data.get_object()))
     assert values[2] == (Data.BINARY, b"")
+
+
+# A delivery's transfer as proton writes it (handle, delivery-id, a 16-byte tag, format, and
+# settled/more when set) takes the padder's quick path: the same bytes as the general one.
+
+
+def test_proton_shaped_transfers_are_padded_like_any_frame() -> None:
+    from sbemu.protocol import frames
+
+    tag = b"\xa0\x10" + bytes(range(16))
+    payload = b"\x00Sw\xa1\x05hello" * 90
+    stream = HEADER
+    expected = HEADER
+    for handle in (b"\x43", b"\x52\x03"):
+        for delivery_id in (b"\x43", b"\x52\xfe", b"\x70\x00\x01\x00\x00"):
+            for tail in ([b"\x43"], [b"\x43", b"\x41"], [b"\x43", b"\x42", b"\x41"]):
+                fields = [handle, delivery_id, tag, *tail]
+                stream += _frame(0x14, fields, payload)
+                items = b"".join(fields) + b"\x40" * (11 - len(fields))
+                body = b"\x00\x53\x14" + bytes((0xC0, len(items) + 1, 11)) + items + payload
+                expected += struct.pack(">I", 8 + len(body)) + b"\x02\x00\x00\x00" + body
+    assert FramePadder().feed(stream) == expected
+    general: list[bytes | memoryview] = []  # frame by frame through the general path
+    view, pos = memoryview(stream), 8
+    while pos < len(stream):
+        size = struct.unpack_from(">I", stream, pos)[0]
+        frames._pad_frame(stream, view, pos, size, general)
+        pos += size
+    assert HEADER + b"".join(general) == expected
+    for step in (5, 13, 100):  # and split anywhere
+        padder = FramePadder()
+        parts = [padder.feed(bytearray(stream[i : i + step])) for i in range(0, len(stream), step)]
+        assert b"".join(parts) == expected
+    # a frame the padding would push over the peer's limit goes out as it is
+    one = _frame(0x14, [b"\x43", b"\x43", tag, b"\x43"], payload)
+    padder = FramePadder()
+    padder.limit = len(one) + 6
+    assert padder.feed(HEADER + one) == HEADER + one
+    padder = FramePadder()
+    padder.limit = len(one) + 7
+    assert len(padder.feed(HEADER + one)) == len(HEADER + one) + 7

@@ -81,3 +81,34 @@ def test_records_with_more_to_stamp_or_rewrite_match_too():
         assert delivery_bytes(rec, 3, until, KEY) == encode_delivery(
             rec, 3, until, delivery_stamps=lock_token_stamp(KEY)
         )
+
+
+def test_a_run_of_locked_deliveries_gives_each_tag_and_bytes():
+    """locked_deliveries: per message the lock token in .NET byte order as its delivery tag
+    [contract 4.6], delivery_bytes' bytes and the lock key, plain and rewritten messages alike."""
+    import uuid
+
+    from sbemu.partitions.subqueue import Lock
+    from sbemu.protocol.outgoing import locked_deliveries
+
+    recs = [
+        record(sequence_number=1_000 + i, delivery_count=i % 3, ttl_ms=(None, 60_000)[i % 2])
+        for i in range(6)
+    ]
+    recs += [
+        record(sequence_number=5),
+        record(dead_letter_reason="r"),
+        record(tail=b"\x00\x53\x71\xc1\x06\x02\xa1\x01d\x54\x05" + TAIL),
+    ]
+    keys = [KEY ^ (i << 70) for i in range(len(recs))]
+    until = 1_700_000_060_000
+    taken = [(r, Lock(k, None, r.sequence_number, until + i, None, r))  # type: ignore[arg-type]
+             for i, (r, k) in enumerate(zip(recs, keys, strict=True))]  # fmt: skip
+    for pid in (None, 0, 15):
+        got = locked_deliveries(taken, pid)
+        assert [key for _tag, _data, key in got] == keys
+        assert [tag for tag, _data, _key in got] == [uuid.UUID(int=k).bytes_le for k in keys]
+        assert [data for _tag, data, _key in got] == [
+            delivery_bytes(r, pid, until + i, k)
+            for i, (r, k) in enumerate(zip(recs, keys, strict=True))
+        ]

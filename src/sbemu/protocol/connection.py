@@ -436,24 +436,24 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             if ev == _NULL:
                 break
             kind = _pn_event_type(ev)
-            if kind not in _PN_IGNORED:
-                handled = False
-                if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:
-                    try:
-                        handled = self._fast_event(kind, ev)
-                    except Exception as exc:
-                        self._fail(Event.wrap(ev), exc)
-                        handled = True
-                if not handled:
-                    if self._sends:  # transfers before this event are sent before it is handled
-                        self._send_pending()
-                    if self._lazy_completes:  # and accepts before it are completed
-                        self._complete_lazy()
-                    event = Event.wrap(ev)
-                    try:
-                        self._dispatch(event)
-                    except Exception as exc:  # one error path per scope: link, else connection
-                        self._fail(event, exc)
+            if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:  # (checked first: the most)
+                try:
+                    handled = self._fast_event(kind, ev)
+                except Exception as exc:
+                    self._fail(Event.wrap(ev), exc)
+                    handled = True
+            else:
+                handled = kind in _PN_IGNORED
+            if not handled:
+                if self._sends:  # transfers before this event are sent before it is handled
+                    self._send_pending()
+                if self._lazy_completes:  # and accepts before it are completed
+                    self._complete_lazy()
+                event = Event.wrap(ev)
+                try:
+                    self._dispatch(event)
+                except Exception as exc:  # one error path per scope: link, else connection
+                    self._fail(event, exc)
             _pn_collector_pop(impl)
         if self._sends:
             self._send_pending()
@@ -549,13 +549,13 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             # topped up with the link's other transfers of this read: _send_pending).
             if (
                 _pn_delivery_partial(d)
-                or _pn_delivery_aborted(d)
                 or not _pn_delivery_readable(d)
                 or _pn_delivery_remote_state(d) != 0
             ):
                 return False
             pending = _pn_delivery_pending(d)
-            if pending <= 0:
+            # (proton gives an aborted delivery a pending of 1, so only then is it asked)
+            if pending <= 0 or (pending == 1 and _pn_delivery_aborted(d)):
                 return False
             sends = self._sends.get(state)
             if sends is None:

@@ -4,9 +4,9 @@ Restart reads counters, not the backlog; records are read from the store when de
 or received by sequence number; timers (TTL, scheduled) live in the store's deadlines database.
 """
 
-import dataclasses
 import os
 
+import msgspec
 import pytest
 from broker_harness import DLQ, MAIN, Harness, msg, open_broker
 
@@ -223,7 +223,7 @@ SESSION_SETTINGS = {
 
 
 def smsg(i, session_id):
-    return dataclasses.replace(msg(i), session_id=session_id)
+    return msgspec.structs.replace(msg(i), session_id=session_id)
 
 
 class SessionHarness(Harness):

@@ -962,3 +962,19 @@ def test_transfer_larger_than_the_read_buffer_kept_whole(pair):
     rcv = pair.receiver(Q, credit=5)
     got = [_decode(raw) for _, raw in pair.take(rcv)]
     assert [(m.id, m.body) for m in got] == [(f"big-{i}", b) for i, b in enumerate(bodies)]
+
+
+def test_aborted_transfer_is_dropped_and_the_next_stored(pair):
+    # [AMQP 2.6.14] an aborted delivery is discarded; proton gives it a pending of 1, which is
+    # the only time the fast path asks whether a delivery was aborted
+    snd = pair.sender(Q)
+    dlv = snd.delivery(b"aborted-1")
+    snd.send(Message(id="never", body=b"n" * 200).encode()[:50])  # a first frame (more=true)
+    pair.pump()
+    dlv.abort()
+    pair.pump()
+    ok = pair.send(snd, Message(id="kept", body=b"k"))
+    assert ok.remote_state == Delivery.ACCEPTED
+    assert snd.remote_condition is None
+    rcv = pair.receiver(Q, credit=5)
+    assert [_decode(raw).id for _, raw in pair.take(rcv)] == ["kept"]

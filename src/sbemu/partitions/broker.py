@@ -25,7 +25,6 @@ sits in the top 16 bits [SB partitioning P11, contract 9].
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 
 from ..completions import Done
@@ -421,8 +420,8 @@ class PartitionBroker:
         expires = sq.settings.expires
         until = now_ms + sq.settings.lock_duration_ms
         pid = self.partition_id
-        table = self.lock_table
-        sq_locks, locks, heap, push = sq.locks, table.by_key, table.heap, heapq.heappush
+        add_run = self.lock_table.add_run
+        run: list[Lock] = []  # locks made from the last pop_run, held before the next one
         try:
             while len(out) < limit:
                 recs = pop_run(sq, limit - len(out))
@@ -433,18 +432,18 @@ class PartitionBroker:
                     if at is not None and at <= now_ms and expires:
                         self.moves.expire(sq, rec, now_ms)
                         continue
-                    # LockTable.add() for a message outside sessions, inline
-                    seq = rec.sequence_number
-                    lock = Lock(key, sq, seq, until, None, rec)
-                    sq_locks[seq] = lock
-                    locks[key] = lock
-                    push(heap, (until, seq, key))
+                    lock = Lock(key, sq, rec.sequence_number, until, None, rec)
+                    run.append(lock)
                     out.append((rec, lock))
+                add_run(run)
+                run = []
         except StoreError:
             if not out:
                 raise  # nothing taken: the caller sees the fault as from take_next
             # else: hand over what was locked; the next take meets the fault again
         finally:
+            if run:
+                add_run(run)
             if out:  # a lock is memory only: its log record may ride with the next commit
                 self.staging.log_run(
                     queue, LogEvent.DELIVERED, [rec for rec, _ in out], now_ms, lazy=True

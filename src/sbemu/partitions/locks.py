@@ -5,8 +5,10 @@ a lock is its token's int (`Lock.key`, see tokens.py); the Lock and SessionLock 
 themselves sit in the sub-queue's index (subqueue.py), this table owns their life.
 
 The lock heap holds (locked-until, sequence number, key) for every message lock outside
-sessions; settled and renewed locks leave their entry behind (checked when it comes due, and
-the heap is rebuilt once stale entries outnumber live locks). Session locks have a heap of
+sessions, or (locked-until, first sequence number, first key, keys) for a run of locks taken
+together (add_run: one entry for a dispatch's run); settled and renewed locks leave their
+entry behind (checked when it comes due, and the heap is rebuilt once stale entries outnumber
+live locks). Session locks have a heap of
 their own; a session's message locks end with the session lock.
 """
 
@@ -25,13 +27,15 @@ LOCK_HEAP_SLACK = 4_096  # stale lock-heap entries tolerated before it is rebuil
 class LockTable:
     """The live message locks of one partition by key, and the heaps that expire them."""
 
-    __slots__ = ("by_key", "heap", "session_heap")
+    __slots__ = ("by_key", "heap", "heap_keys", "session_heap")
 
     def __init__(self) -> None:
         # Live locks by their token's int (a UUID hashes in Python code, its int in C). The
         # broker hands this very dict out as `PartitionBroker.locks`: never rebound.
         self.by_key: dict[int, Lock] = {}
-        self.heap: list[tuple[int, int, int]] = []  # (until, seq, lock key)
+        # (until, seq, lock key), or (until, first seq, first key, every key) for a run
+        self.heap: list[tuple[int, int, int] | tuple[int, int, int, tuple[int, ...]]] = []
+        self.heap_keys = 0  # the lock keys the heap's entries hold (a run's entry: several)
         self.session_heap: list[tuple[int, str, str]] = []  # (until, sub-queue, session id)
 
     def add(self, lock: Lock) -> None:
@@ -40,6 +44,22 @@ class LockTable:
         lock.queue.locks[lock.seq] = lock
         if lock.session is None:
             heapq.heappush(self.heap, (lock.until_ms, lock.seq, lock.key))
+            self.heap_keys += 1
+
+    def add_run(self, locks: list[Lock]) -> None:
+        """Hold new locks outside sessions that share their locked-until (a run taken at
+        once): each in the indexes, the run as one heap entry."""
+        by_key = self.by_key
+        keys = []
+        for lock in locks:
+            key = lock.key
+            by_key[key] = lock
+            lock.queue.locks[lock.seq] = lock
+            keys.append(key)
+        if locks:
+            first = locks[0]
+            heapq.heappush(self.heap, (first.until_ms, first.seq, first.key, tuple(keys)))
+            self.heap_keys += len(keys)
 
     def live(self, key: int, now_ms: int) -> Lock:
         """The lock a settlement names, if it still holds; raises lock-lost (message or
@@ -75,15 +95,17 @@ class LockTable:
         Once stale entries outnumber live locks, rebuild from the live ones, in place
         (expired() may be popping this very list)."""
         heap = self.heap
-        if len(heap) > 2 * len(self.by_key) + LOCK_HEAP_SLACK:
+        if self.heap_keys > 2 * len(self.by_key) + LOCK_HEAP_SLACK:
             heap[:] = [
                 (k.until_ms, k.seq, k.key) for k in self.by_key.values() if k.session is None
             ]
             heapq.heapify(heap)
+            self.heap_keys = len(heap)
 
     def renewed(self, lock: Lock) -> None:
         """A lock outside sessions got a new locked-until: its new heap entry."""
         heapq.heappush(self.heap, (lock.until_ms, lock.seq, lock.key))
+        self.heap_keys += 1
         self.trim()
 
     def expired(self, now_ms: int) -> Iterator[Lock]:
@@ -91,11 +113,15 @@ class LockTable:
         before the next is looked at."""
         heap, by_key = self.heap, self.by_key
         while heap and heap[0][0] <= now_ms:
-            until, _seq, key = heapq.heappop(heap)
-            lock = by_key.get(key)
-            if lock is None or lock.until_ms != until:
-                continue  # settled, or renewed (a newer heap entry exists)
-            yield lock
+            entry = heapq.heappop(heap)
+            until = entry[0]
+            keys = entry[3] if len(entry) == 4 else (entry[2],)
+            self.heap_keys -= len(keys)
+            for key in keys:
+                lock = by_key.get(key)
+                if lock is None or lock.until_ms != until:
+                    continue  # settled, or renewed (a newer heap entry exists)
+                yield lock
 
     def expired_sessions(self, now_ms: int) -> Iterator[tuple[int, str, str]]:
         """(until, sub-queue, session id) of session locks that may be due (the caller checks
@@ -208,4 +234,5 @@ class LockTable:
         """Forget every lock (the partition reloads from its store)."""
         self.by_key.clear()
         self.heap.clear()
+        self.heap_keys = 0
         self.session_heap.clear()

@@ -231,11 +231,21 @@ def _encode_large(r: MessageRecord) -> bytes:
 
 
 _MESSAGE_FIELDS = 25  # version + the 24 fields of a current record
+_DECODE = msgspec.msgpack.Decoder(MessageRecord).decode
 _STATES = {s.value: s for s in MessageState}
 
 
 def decode_message(data: bytes) -> MessageRecord:
-    """Deserialise a message record; refuses unknown schema versions."""
+    """Deserialise a message record; refuses unknown schema versions.
+
+    A current record (every one read for delivery) is decoded by msgspec straight into the
+    Struct, in C, its tag (the version) and field types checked; anything it does not take
+    (an older layout, a span stored empty, an unknown version, bad bytes) goes the general
+    way below, which reads every layout and says what is wrong."""
+    try:
+        return _DECODE(data)
+    except msgspec.MsgspecError:
+        pass
     f = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=False)
     if not f or f[0] != MESSAGE_SCHEMA_VERSION:
         raise ValueError(f"unknown message record version {f[0] if f else None!r}")

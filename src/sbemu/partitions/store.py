@@ -37,6 +37,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import lmdb
@@ -351,20 +352,30 @@ class PartitionStore:
     ) -> list[tuple[int, Any]]:
         """Up to `limit` (sequence number, decoded record) from `start` on, in key order."""
         db = self._read_db(queue)
-        out: list[tuple[int, Any]] = []
         unpack = _U64.unpack
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(_U64.pack(max(start, 0))):
-                    return out
-                for k, v in cur:
-                    out.append((unpack(k)[0], decode(v)))
-                    if len(out) >= limit:
-                        break
+                    return []
+                return [(unpack(k)[0], decode(v)) for k, v in islice(cur, limit)]
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
-        return out
+
+    def scan_values(
+        self, queue: str, start: int, limit: int, decode: Callable[[Any], Any]
+    ) -> list[Any]:
+        """scan() without the keys: up to `limit` decoded records from `start` on, in key
+        order (the read-ahead: a record carries its sequence number, so no key is read)."""
+        db = self._read_db(queue)
+        try:
+            with self._env.begin(db=db, buffers=True) as txn:
+                cur = txn.cursor()
+                if not cur.set_range(_U64.pack(max(start, 0))):
+                    return []
+                return list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
     def due_deadlines(self, start: bytes, now_ms: int, limit: int) -> list[bytes]:
         """Up to `limit` timer keys >= `start` that are due at `now_ms`, in order."""
@@ -552,22 +563,42 @@ class PartitionStore:
         pack = _U64.pack
         run: list[tuple[bytes, bytes]] = []
         run_queue: str | None = None
+        gone: list[bytes] = []  # a run of deletes from one sub-queue (gone_queue)
+        gone_queue: str | None = None
         for op, queue, seq, value in ops:
             if op == 0 and queue == run_queue:
                 assert value is not None  # WriteBatch.put always carries a value
                 run.append((pack(seq), value))
                 continue
+            if op == 1 and queue == gone_queue:
+                gone.append(pack(seq))
+                continue
             if run:
                 self._put_run(txn, run_queue, run)  # type: ignore[arg-type]
-                run = []
+                run, run_queue = [], None
+            if gone:
+                self._delete_run(txn, gone_queue, gone)  # type: ignore[arg-type]
+                gone, gone_queue = [], None
             if op == 0:
                 assert value is not None
                 run, run_queue = [(pack(seq), value)], queue
             else:
-                run_queue = None
-                txn.delete(pack(seq), db=self._db(queue, txn))
+                gone, gone_queue = [pack(seq)], queue
         if run:
             self._put_run(txn, run_queue, run)  # type: ignore[arg-type]
+        if gone:
+            self._delete_run(txn, gone_queue, gone)  # type: ignore[arg-type]
+
+    def _delete_run(self, txn: lmdb.Transaction, queue: str, keys: list[bytes]) -> None:
+        """Delete `keys` from a sub-queue, in order. Completions delete messages in sequence
+        order, mostly neighbours in the database: a cursor deletes each where the previous
+        delete left it (the next record) and looks a key up only when it is elsewhere,
+        instead of a search from the root per key."""
+        cur = txn.cursor(db=self._db(queue, txn))
+        at = cur.key
+        for key in keys:
+            if at() == key or cur.set_key(key):
+                cur.delete()
 
     def _put_run(self, txn: lmdb.Transaction, queue: str, run: list[tuple[bytes, bytes]]) -> None:
         db = self._db(queue, txn)

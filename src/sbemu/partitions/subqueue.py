@@ -435,24 +435,24 @@ class SubQueueReader:
     # ---------------------------------------------------------------- the ready line
     def refill(self, sq: SubQueue) -> None:
         """Read the next few ready messages of a plain sub-queue from the store."""
-        rows = self.store.scan(sq.name, sq.scan_from, READ_AHEAD, decode_message)
-        if len(rows) < READ_AHEAD:
+        recs = self.store.scan_values(sq.name, sq.scan_from, READ_AHEAD, decode_message)
+        if len(recs) < READ_AHEAD:
             sq.more = False
+        if not recs:
+            return
+        sq.scan_from = recs[-1].sequence_number + 1
         overlay, name = self.overlay, sq.name
-        buffer = sq.buffer
-        for seq, rec in rows:
-            sq.scan_from = seq + 1
-            hit = overlay.get((name, seq), _MISSING)
-            if hit is not _MISSING:
-                rec = hit[0]  # type: ignore[index]
-            if (
-                rec is None
-                or rec.state != MessageState.ACTIVE
-                or seq in sq.locks
-                or seq in sq.back_set
-            ):
-                continue
-            buffer[seq] = rec
+        buffer, locks, back, active = sq.buffer, sq.locks, sq.back_set, MessageState.ACTIVE
+        for rec in recs:
+            seq = rec.sequence_number
+            if overlay:  # a change not committed yet is the truth
+                hit = overlay.get((name, seq), _MISSING)
+                if hit is not _MISSING:
+                    rec = hit[0]  # type: ignore[index]
+                    if rec is None:
+                        continue
+            if rec.state == active and seq not in locks and seq not in back:
+                buffer[seq] = rec
 
     def pop_ready(self, sq: SubQueue, session_id: str | None) -> MessageRecord | None:
         """The ready message with the lowest sequence number (of one session), out of line."""

@@ -26,7 +26,7 @@ class Counting:
     def __init__(self, store):
         self.store = store
         self.reads = 0
-        for name in ("scan", "get"):
+        for name in ("scan", "scan_values", "get"):
             real = getattr(store, name)
 
             def wrapped(*args, _real=real, **kw):
@@ -433,3 +433,33 @@ def test_uncommitted_default_ttl_messages_keep_their_expiry(h):
     h.broker.on_timer(62_000)
     h.commit()
     assert sorted(r.message_id for r in h.broker.peek(DLQ, 0, 20)) == ["m1", "m2"]
+
+
+def test_runs_of_deletes_remove_exactly_their_keys(tmp_path):
+    """_write_ops deletes a run of one sub-queue with a cursor (neighbours without a search):
+    the same records go as with a delete per key, wherever the keys are, absent ones ignored,
+    in order with the puts around them."""
+    store = PartitionStore(str(tmp_path / "p"), map_size=64 << 20, durable=False)
+    batch = WriteBatch()
+    for seq in range(1, 301):
+        batch.put(MAIN, seq, b"m%d" % seq)
+        batch.put(DLQ, seq, b"d%d" % seq)
+    store.commit(batch)
+    batch = WriteBatch()
+    gone = [*range(10, 60), *range(100, 103), 150, 151, 299, 300, 301, 5, 5]  # 301: absent
+    for seq in gone:
+        batch.delete(MAIN, seq)
+    batch.delete(DLQ, 7)
+    batch.put(MAIN, 150, b"again")  # after its delete: stored again
+    batch.delete(MAIN, 200)
+    store.commit(batch)
+    kept = [seq for seq, _ in store.scan(MAIN, 0, 1000, bytes)]
+    assert kept == sorted({*range(1, 301)} - set(gone) - {200} | {150})
+    assert store.get(MAIN, 150, bytes) == b"again"
+    for start, limit in ((0, 1000), (0, 3), (57, 10), (299, 5), (400, 5)):  # and keyless reads
+        rows = store.scan(MAIN, start, limit, bytes)
+        assert store.scan_values(MAIN, start, limit, bytes) == [value for _seq, value in rows]
+    assert [seq for seq, _ in store.scan(DLQ, 0, 1000, bytes)] == [
+        s for s in range(1, 301) if s != 7
+    ]
+    store.close()

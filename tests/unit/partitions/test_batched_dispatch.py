@@ -160,7 +160,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
 
     monkeypatch.setattr(subqueue_module, "READ_AHEAD", 2)
     broker_h.send(*[msg(i) for i in range(5)])
-    real_scan = broker_h.store.scan
+    real_scan = broker_h.store.scan_values  # what the read-ahead reads with
     calls = []
 
     def scan(*args, **kw):
@@ -169,7 +169,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
             raise StoreUnavailable("disk gone")
         return real_scan(*args, **kw)
 
-    monkeypatch.setattr(broker_h.store, "scan", scan)
+    monkeypatch.setattr(broker_h.store, "scan_values", scan)
     taken = broker_h.broker.take_batch(MAIN, 2000, 5)
     assert [r.message_id for r, _ in taken] == ["m0", "m1"]  # locked before the fault
     with pytest.raises(StoreUnavailable):
@@ -275,3 +275,38 @@ def test_lock_keys_drawn_for_a_run_are_version_4_tokens_of_their_partition():
         assert token.version == 4 and token.variant == "specified in RFC 4122"
         assert partition_of_token(token) == 7
     assert make_lock_keys(3, 0) == []
+
+
+def test_a_run_of_locks_expires_together_and_leaves_no_timers_behind(tmp_path, monkeypatch):
+    """A take_batch run's locks share one lock-heap entry (LockTable.add_run): each lock still
+    expires once, at its locked-until, unless settled or renewed first; settled runs leave
+    no more timers behind than single locks do."""
+    from sbemu.partitions import locks as locks_module
+
+    h = Harness(tmp_path)
+    h.send(*[msg(i) for i in range(10)])
+    taken = h.broker.take_batch(MAIN, 1_000, 6)  # locked until 6,000 (5 s locks)
+    keys = [lock.key for _rec, lock in taken if lock is not None]
+    table = h.broker.lock_table
+    assert len(table.heap) == 1 and table.heap_keys == 6
+    h.broker.complete(keys[0], 1_001, lambda e: None)
+    h.broker.renew(keys[1], 2_000)  # now until 7,000
+    assert [lock.key for lock in table.expired(5_999)] == []
+    due = list(table.expired(6_000))
+    assert [lock.key for lock in due] == keys[2:]  # each once; the renewed one not yet
+    for lock in due:
+        table.unlock(lock)
+    assert [lock.key for lock in table.expired(7_000)] == [keys[1]]
+    assert table.heap == [] and table.heap_keys == 0
+
+    # a drain in runs, every lock settled: the heap stays bounded as with single locks
+    monkeypatch.setattr(locks_module, "LOCK_HEAP_SLACK", 64)
+    h.send(*[msg(100 + i) for i in range(600)])
+    now = 10_000
+    while True:
+        run = h.broker.take_batch(MAIN, now, 7)
+        if not run:
+            break
+        h.broker.complete_lazy([lock.key for _rec, lock in run if lock is not None], now)
+    assert table.heap_keys <= 2 * len(table.by_key) + 64 + 7
+    assert sum(len(e[3]) if len(e) == 4 else 1 for e in table.heap) == table.heap_keys

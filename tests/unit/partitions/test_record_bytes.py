@@ -133,3 +133,45 @@ def test_log_record_bytes_are_the_packers(rec: MessageRecord, with_body: bool) -
 def test_an_unencodable_value_is_refused() -> None:
     with pytest.raises(TypeError):
         encode_message(_record(message_id=object()))
+
+
+def _general(data: bytes, monkeypatch: pytest.MonkeyPatch) -> MessageRecord:
+    """decode_message the general way (msgpack, every layout), msgspec's decoder refused."""
+    import msgspec
+
+    from sbemu.partitions import records
+
+    def refuse(_data: bytes) -> MessageRecord:
+        raise msgspec.ValidationError("refused")
+
+    with monkeypatch.context() as m:
+        m.setattr(records, "_DECODE", refuse)
+        return decode_message(data)
+
+
+@pytest.mark.parametrize("rec", _variants(), ids=lambda r: f"{r.sequence_number}-{r.size}")
+def test_a_current_record_decodes_as_the_general_way_does(rec, monkeypatch):
+    """decode_message reads a current record with msgspec's decoder straight into the Struct:
+    the same record as the general (msgpack) way, state as the enum, spans as tuples."""
+    data = encode_message(rec)
+    fast = decode_message(data)
+    assert fast == _general(data, monkeypatch)
+    assert type(fast.state) is MessageState
+    assert fast.properties_span is None or type(fast.properties_span) is tuple
+
+
+def test_other_layouts_go_the_general_way():
+    """Older layouts (22 and 24 fields), a span stored empty, transfer hops stored nil: read
+    as before; an unknown version or state is refused."""
+    rec = _record(properties_span=(1, 2), body_span=(0, 1), transfer_hops=2)
+    fields = msgpack.unpackb(encode_message(rec))
+    for n in (22, 24):
+        got = decode_message(PACKER.pack(fields[:n]))
+        assert got.sequence_number == rec.sequence_number and got.transfer_hops == 0
+        assert got.body_span == (None if n == 22 else (0, 1))
+    empty = decode_message(PACKER.pack([*fields[:22], [], [], None]))
+    assert (empty.properties_span, empty.body_span, empty.transfer_hops) == (None, None, 0)
+    with pytest.raises(ValueError, match="unknown message record version"):
+        decode_message(PACKER.pack([2, *fields[1:]]))
+    with pytest.raises(ValueError):
+        decode_message(PACKER.pack([fields[0], fields[1], fields[2], 9, *fields[4:]]))

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
+import msgspec
+
 from .records import MessageRecord, MessageState, decode_message
 from .store import PartitionStore, StoreError
 from .tokens import token_of
@@ -49,10 +51,12 @@ class SubQueueSettings:
         return self.message_ttl or self.default_ttl_ms is not None
 
 
-@dataclass(slots=True)
-class Lock:
+class Lock(msgspec.Struct):
     """A peek-lock held on one message. Its lock token is `key`, the token's int: inside
-    partitions/ a lock is an int (locks.token_of makes the UUID at the edges)."""
+    partitions/ a lock is an int (locks.token_of makes the UUID at the edges).
+
+    A msgspec Struct (slots, mutable, compared field by field, as the dataclass it was): one
+    is built per peek-locked delivery, in C."""
 
     key: int
     queue: SubQueue

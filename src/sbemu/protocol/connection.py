@@ -132,6 +132,8 @@ _pn_delivery_remote_state = _lib.pn_delivery_remote_state
 _pn_delivery_pending = _lib.pn_delivery_pending
 _pn_delivery_update = _lib.pn_delivery_update
 _pn_delivery_settle = _lib.pn_delivery_settle
+_pn_delivery_settled = _lib.pn_delivery_settled
+_pn_delivery_tag = _lib.pn_delivery_tag
 _pn_link_recv = _lib.pn_link_recv
 _pn_link_advance = _lib.pn_link_advance
 _pn_link_credit = _lib.pn_link_credit
@@ -586,21 +588,21 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             return True
         if cls is ReceiveLink:
             # A client's accept (complete) of a peek-locked message [contract 5.1].
-            if lib.pn_delivery_remote_state(d) != _PN_ACCEPTED:
+            if _pn_delivery_remote_state(d) != _PN_ACCEPTED:
                 return False
-            tag = lib.pn_delivery_tag(d)
+            tag = _pn_delivery_tag(d)
             key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
             if key is None:
-                if lib.pn_delivery_settled(d):
-                    lib.pn_delivery_settle(d)
+                if _pn_delivery_settled(d):
+                    _pn_delivery_settle(d)
                 return True
-            if lib.pn_delivery_settled(d):
+            if _pn_delivery_settled(d):
                 # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
                 # so there is nothing to answer, now or after the commit. Let go of the
                 # delivery at once; the deletion is lazy (rides with the partition's next
                 # commit). A lost lock is nobody's to hear of: the message comes back. The
                 # accepts of one read are completed together, per partition.
-                lib.pn_delivery_settle(d)
+                _pn_delivery_settle(d)
                 lazy = self._lazy_completes.get(state)
                 if lazy is None:
                     self._lazy_completes[state] = [key]  # completed by _complete_lazy
@@ -751,13 +753,14 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         unsettled = state.unsettled
         if state.peek_lock:  # every message has its lock: the run's tags and bytes at once,
             # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
-            tag_bytes, tag = _TAG_BYTES, _TAG
+            tag_bytes, tag, memmove = _TAG_BYTES, _TAG, ffi.memmove
+            delivery, send, advance = lib.pn_delivery, lib.pn_link_send, _pn_link_advance
             for tag_value, data, key in locked_deliveries(taken, partition_id):
                 # proton copies the tag (pn_delivery): the one buffer serves every delivery
-                ffi.memmove(tag_bytes, tag_value, 16)
-                lib.pn_delivery(link, tag)
-                lib.pn_link_send(link, data, len(data))
-                lib.pn_link_advance(link)
+                memmove(tag_bytes, tag_value, 16)
+                delivery(link, tag)
+                send(link, data, len(data))
+                advance(link)
                 unsettled[tag_value] = key
             self.on_output()
             return

@@ -126,6 +126,14 @@ def delivery_bytes(
     )
 
 
+def _map_head(size: int, count: int) -> bytes:
+    """The head of a map of `count` pairs whose items take `size` bytes: map8 when size and
+    count (2 per pair) fit a byte, else map32."""
+    if size < 0xFF and count <= 0x7F:
+        return bytes((0xC1, size + 1, 2 * count))
+    return b"\xd1" + (size + 4).to_bytes(4, "big") + (2 * count).to_bytes(4, "big")
+
+
 # A lock token as its delivery tag: the GUID's bytes in .NET order (UUID.bytes_le) [contract
 # 4.6], from its 16 big-endian bytes by one unpack and one pack.
 _GUID_BE = struct.Struct(">IHH8s")
@@ -144,9 +152,10 @@ def locked_deliveries(
     headers, da_head, ann_head, client_da = _headers, _LOCK_TOKEN_HEAD, _ANNOTATIONS, _CLIENT_DA
     join = b"".join
     if partition_id is None:
-        pack, stamps_count = _STAMPS.pack, 3
+        pack, stamps_count, stamps_size = _STAMPS.pack, 3, _STAMPS.size
     else:
-        pack, stamps_count = _STAMPS_PID.pack, 4
+        pack, stamps_count, stamps_size = _STAMPS_PID.pack, 4, _STAMPS_PID.size
+    heads: dict[int, bytes] = {}  # message-annotations section heads of this run
     k_seq, k_enq, k_lock, k_pid = _K_SEQ, _K_ENQ, _K_LOCK, _K_PID
     for rec, lock in taken:
         assert lock is not None  # peek-locked: each message has its lock
@@ -173,16 +182,17 @@ def locked_deliveries(
                 k_seq, seq, k_enq, rec.enqueued_time_ms, k_lock, lock.until_ms, k_pid, partition_id
             )
         annotations = rec.annotations
-        size = len(annotations) + len(stamps)
-        count = rec.annotation_count + stamps_count
-        if size < 0xFF and count <= 0x7F:  # map8: size and count (2 per pair) fit a byte
-            map_head = bytes((0xC1, size + 1, 2 * count))
-        else:  # map32
-            map_head = b"\xd1" + (size + 4).to_bytes(4, "big") + (2 * count).to_bytes(4, "big")
+        # the message-annotations section's head: its map's size and count (a few shapes)
+        akey = (len(annotations) << 32) | rec.annotation_count
+        map_head = heads.get(akey)
+        if map_head is None:
+            map_head = heads[akey] = ann_head + _map_head(
+                len(annotations) + stamps_size, rec.annotation_count + stamps_count
+            )
         hkey = (rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count)
         header = headers.get(hkey)
         if header is None:
             header = _header(*hkey)
-        data = join((header, da_head, token, ann_head, map_head, annotations, stamps, rec.tail))
+        data = join((header, da_head, token, map_head, annotations, stamps, rec.tail))
         append((tag, data, key))
     return out

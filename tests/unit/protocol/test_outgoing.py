@@ -95,6 +95,14 @@ def test_a_run_of_locked_deliveries_gives_each_tag_and_bytes():
         record(sequence_number=1_000 + i, delivery_count=i % 3, ttl_ms=(None, 60_000)[i % 2])
         for i in range(6)
     ]
+    one = codec.enc_symbol("x-opt-custom") + codec.enc_string("v")
+    many = b"".join(codec.enc_symbol(f"k{i}") + codec.enc_long(i) for i in range(130))
+    recs += [  # message annotations of their own: other section heads (map8, map32), mixed
+        record(sequence_number=2_000, annotations=one, annotation_count=1),
+        record(sequence_number=2_001, annotations=many, annotation_count=130),
+        record(sequence_number=2_002),
+        record(sequence_number=2_003, annotations=one, annotation_count=1),
+    ]
     recs += [
         record(sequence_number=5),
         record(dead_letter_reason="r"),

@@ -401,26 +401,16 @@ def encode_log_run(
     """One run record (version 2) for `event` of each of `records` (messages of the sub-queue
     `site` names: namespace, entity, queue, partition) at offsets from `offset` on: what
     encode_log would write for each, in one value (see the schema above)."""
-    if with_body:
-        items = [
-            (
-                r.sequence_number, r.message_id, r.session_id, r.partition_key,
-                r.enqueued_time_ms, r.size, r.delivery_count,
-                r.tail[ps[0] : ps[1]] if (ps := r.properties_span) else None,
-                r.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)] if (bs := r.body_span) else None,
-            )
-            for r in records
-        ]  # fmt: skip
-    else:
-        items = [
-            (
-                r.sequence_number, r.message_id, r.session_id, r.partition_key,
-                r.enqueued_time_ms, r.size, r.delivery_count,
-                r.tail[ps[0] : ps[1]] if (ps := r.properties_span) else None,
-                None,
-            )
-            for r in records
-        ]  # fmt: skip
+    items = [
+        (
+            r.sequence_number, r.message_id, r.session_id, r.partition_key,
+            r.enqueued_time_ms, r.size, r.delivery_count,
+            r.tail[ps[0] : ps[1]] if (ps := r.properties_span) else None,
+            r.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)]
+            if with_body and (bs := r.body_span) else None,
+        )
+        for r in records
+    ]  # fmt: skip
     rest = _ENCODE([offset, _EVENT_VALUES[event], event_ms, reason, items])
     return b"".join(
         (_RUN_HEAD, _RUN_COUNT.pack(len(items)), _run_site(*site), rest[1:])  # fixarray(5) dropped

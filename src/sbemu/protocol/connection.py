@@ -207,6 +207,10 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any], Any]] = {}
         # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
         self._lazy_completes: dict[ReceiveLink, list[int]] = {}
+        # Receive links whose flow arrived in this read (their C links): served once the read's
+        # dispositions are in, so a message the peer released in the same read goes out again
+        # before the messages behind it (sequence order, as Azure serves it)
+        self._flows: dict[ReceiveLink, Any] = {}
         self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
 
     # ------------------------------------------------------------------ IO surface
@@ -449,6 +453,8 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                     self._send_pending()
                 if self._lazy_completes:  # and accepts before it are completed
                     self._complete_lazy()
+                if self._flows and kind != _PN_DELIVERY:  # and flows served (a disposition
+                    self._serve_flows()  # is taken first: it may put a message back in line)
                 event = Event.wrap(ev)
                 try:
                     self._dispatch(event)
@@ -459,6 +465,26 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             self._send_pending()
         if self._lazy_completes:
             self._complete_lazy()
+        if self._flows:
+            self._serve_flows()
+
+    def _serve_flows(self) -> None:
+        """Serve the receive links whose credit arrived in this read (gathered by _fast_event),
+        after the read's dispositions: a client that releases a message and asks for the next
+        one in the same breath gets the released one again, not the one behind it."""
+        pending, self._flows = self._flows, {}
+        now_ms, lib = self.now_ms, _lib
+        for state, link in pending.items():
+            if state.phase is _WAITING or state.phase is _DETACHED:
+                continue  # (detached: by a disposition of this read that failed)
+            try:
+                state.view.dispatch(now_ms)
+            except Exception as exc:  # not the peer's fault: the link ends, the server stays
+                log.exception("connection %d: unexpected error serving a flow", self.id)
+                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
+                continue
+            if lib.pn_link_get_drain(link):
+                lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
 
     def _send_pending(self) -> None:
         """Send the transfers _fast_event gathered, one Entity.send_many per link: each is
@@ -533,9 +559,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                     return True
                 if state.session is not None:  # a receive request on the session
                     state.session.touch(self.now_ms)
-                state.view.dispatch(self.now_ms)
-                if lib.pn_link_get_drain(link):
-                    lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
+                self._flows[state] = link  # served after the read's dispositions
                 return True
             if cls is SendLink:
                 credit = lib.pn_link_credit(link)

@@ -22,6 +22,7 @@ from amqp_harness import (
     codec,
     frame_bytes,
     message_sections,
+    parse_frames,
     perf_field_map,
     perf_types,
     raw_tag,
@@ -978,3 +979,32 @@ def test_aborted_transfer_is_dropped_and_the_next_stored(pair):
     assert snd.remote_condition is None
     rcv = pair.receiver(Q, credit=5)
     assert [_decode(raw).id for _, raw in pair.take(rcv)] == ["kept"]
+
+
+def _client_bytes(pair: EnginePair) -> bytes:
+    """What the client engine has written and the server has not read yet (taken from it)."""
+    pending = pair.transport.pending()
+    data = pair.transport.peek(pending) if pending > 0 else b""
+    pair.transport.pop(max(pending, 0))
+    return data
+
+
+def test_release_and_credit_in_one_read_serve_the_released_message_first(pair):
+    """A client that asks for the next message and releases the one it holds in the same
+    breath (the Python SDK's keep-alive thread releasing a message that arrived between two
+    receive calls while the receive call flows credit) gets the released message again:
+    the read's dispositions are taken before its credit is served, in sequence order."""
+    _send_n(pair, Q, 2)
+    rcv, dlv, raw = _one_locked(pair)
+    assert _decode(raw).id == "m-0"
+    rcv.flow(1)
+    first = _client_bytes(pair)  # the flow goes first on the wire, the release after it
+    dlv.update(Delivery.RELEASED)
+    dlv.settle()
+    second = _client_bytes(pair)
+    assert [f.code for f in parse_frames(first)] == [FLOW]
+    assert [f.code for f in parse_frames(second)] == [DISPOSITION]
+    pair.feed(first + second)  # one read holds both
+    pair.pump()
+    again = pair.take(rcv)
+    assert [_decode(r).id for _, r in again] == ["m-0"]

@@ -335,29 +335,54 @@ def encode_log_after(
     with_body: bool,
 ) -> bytes:
     """encode_log() with the sub-queue's log_prefix() at hand (the broker's send path)."""
-    # The bytes are those of packing the whole map (the schema above, keys in that order):
-    # the map header and the five fields fixed per sub-queue and partition are packed once,
-    # the other 13 pairs as an array whose 3-byte header is dropped.
     ps, bs = record.properties_span, record.body_span
-    rest = _ENCODE(
+    return prefix + _log_pairs(
+        offset, _EVENT_VALUES[event], record.sequence_number, record.message_id,
+        record.session_id, record.partition_key, record.enqueued_time_ms, event_ms,
+        record.size, record.delivery_count, reason,
+        record.tail[ps[0] : ps[1]] if ps else None,
+        record.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)] if with_body and bs else None,
+    )  # fmt: skip
+
+
+def _log_pairs(
+    offset: int,
+    event: str,
+    seq: int,
+    message_id: str | None,
+    session_id: str | None,
+    partition_key: str | None,
+    enqueued_ms: int,
+    event_ms: int,
+    size: int,
+    delivery_count: int,
+    reason: str | None,
+    properties: bytes | None,
+    body: bytes | None,
+) -> bytes:
+    """The 13 pairs of a log record after its log_prefix(), packed: the one place that names
+    them and their order (encode_log_after and expand_log both write through it).
+
+    The bytes are those of packing the whole map (the schema above, keys in that order): the
+    map header and the five pairs fixed per sub-queue and partition are packed once (the
+    prefix), these pairs as an array whose 3-byte header is dropped."""
+    return _ENCODE(
         [
             "offset", offset,
-            "event", _EVENT_VALUES[event],
-            "seq", record.sequence_number,
-            "message_id", record.message_id,
-            "session_id", record.session_id,
-            "partition_key", record.partition_key,
-            "enqueued_ms", record.enqueued_time_ms,
+            "event", event,
+            "seq", seq,
+            "message_id", message_id,
+            "session_id", session_id,
+            "partition_key", partition_key,
+            "enqueued_ms", enqueued_ms,
             "event_ms", event_ms,
-            "size", record.size,
-            "delivery_count", record.delivery_count,
+            "size", size,
+            "delivery_count", delivery_count,
             "reason", reason,
-            "properties", record.tail[ps[0] : ps[1]] if ps else None,
-            "body", record.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)] if with_body and bs
-            else None,
+            "properties", properties,
+            "body", body,
         ]
-    )  # fmt: skip
-    return prefix + rest[_ARRAY16_HEADER:]
+    )[_ARRAY16_HEADER:]  # fmt: skip
 
 
 _EVENT_VALUES = {e: e.value for e in LogEvent}
@@ -434,19 +459,14 @@ def expand_log(value: bytes) -> list[bytes]:
         raise ValueError("malformed log run record")
     _v, _n, ns, entity, queue, partition, offset, event, event_ms, reason, items = f
     prefix = log_prefix(ns, entity, queue, partition)
-    pack = _ENCODE
-    out = []
-    for i, (seq, mid, sid, pk, enqueued, size, count, props, body) in enumerate(items):
-        rest = pack(
-            [
-                "offset", offset + i, "event", event, "seq", seq, "message_id", mid,
-                "session_id", sid, "partition_key", pk, "enqueued_ms", enqueued,
-                "event_ms", event_ms, "size", size, "delivery_count", count, "reason", reason,
-                "properties", props, "body", body,
-            ]
-        )  # fmt: skip
-        out.append(prefix + rest[_ARRAY16_HEADER:])
-    return out
+    return [
+        prefix
+        + _log_pairs(
+            offset + i, event, seq, mid, sid, pk, enqueued, event_ms, size, count, reason,
+            props, body,
+        )
+        for i, (seq, mid, sid, pk, enqueued, size, count, props, body) in enumerate(items)
+    ]  # fmt: skip
 
 
 def decode_log(data: bytes) -> dict:

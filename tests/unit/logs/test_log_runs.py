@@ -96,6 +96,25 @@ def test_a_run_expands_to_the_bytes_of_its_plain_records(event, reason, body, n)
         decode_log(value)  # only through expand_log
 
 
+@pytest.mark.parametrize("event", list(LogEvent))
+def test_every_event_kind_expands_to_its_plain_records(event):
+    """A run of each kind of event is read back as encode_log writes each of its records,
+    every one of the 18 keys in the schema's order (with and without bodies)."""
+    recs = [record(seq) for seq in range(1, 6)]
+    for reason, body in ((None, False), ("MaxDeliveryCountExceeded", True)):
+        value = encode_log_run(SITE, 40, event, recs, NOW + 5, reason, body)
+        plain = singles(recs, 40, event, reason, body)
+        assert expand_log(value) == plain
+        first = decode_log(plain[1])
+        assert list(first) == [
+            "v", "ns", "entity", "queue", "partition", "offset", "event", "seq", "message_id",
+            "session_id", "partition_key", "enqueued_ms", "event_ms", "size", "delivery_count",
+            "reason", "properties", "body",
+        ]  # fmt: skip
+        assert (first["offset"], first["event"], first["reason"]) == (41, event.value, reason)
+        assert first["body"] == (recs[1].tail[0:7] if body else None)
+
+
 def test_a_plain_record_is_its_own_expansion():
     [plain] = singles([record(1)], 4, LogEvent.ENQUEUED, None, False)
     assert expand_log(plain) == [plain] and log_extent(plain) == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
-from sbemu.partitions.records import IncomingMessage
+from sbemu.partitions.records import IncomingMessage, MessageRecord, MessageState
 from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.transitions import Route
@@ -21,6 +21,27 @@ SETTINGS = {
     MAIN: SubQueueSettings(5_000, 3, 60_000, True, DLQ),
     DLQ: SubQueueSettings(5_000, None, None, False, None),
 }
+
+
+def message_record(**fields: Any) -> MessageRecord:
+    """A stored message record: active, durable, no ids, TTL, priority or annotations unless
+    `fields` say otherwise; `fields` must give the rest (sequence_number, enqueued_time_ms,
+    tail, size, ...)."""
+    values: dict[str, Any] = {
+        "state": MessageState.ACTIVE,
+        "delivery_count": 0,
+        "message_id": None,
+        "session_id": None,
+        "partition_key": None,
+        "ttl_ms": None,
+        "expires_at_ms": None,
+        "durable": True,
+        "priority": None,
+        "annotation_count": 0,
+        "annotations": b"",
+    }
+    values.update(fields)
+    return MessageRecord(**values)
 
 
 def msg(i: int, ttl: int | None = None, **kw: Any) -> IncomingMessage:

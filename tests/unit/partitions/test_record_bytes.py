@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from broker_harness import message_record
 
 from sbemu.partitions.records import (
     LogEvent,
@@ -33,24 +34,14 @@ def _record(**kw: object) -> MessageRecord:
     fields: dict[str, object] = {
         "sequence_number": (3 << 48) | 17,
         "enqueued_time_ms": NOW,
-        "state": MessageState.ACTIVE,
-        "delivery_count": 0,
         "message_id": "m-1",
-        "session_id": None,
-        "partition_key": None,
-        "ttl_ms": None,
-        "expires_at_ms": None,
-        "durable": True,
-        "priority": None,
-        "annotation_count": 0,
-        "annotations": b"",
         "tail": b"\x00\x53\x75\xa0\x03abc",
         "size": 40,
         "properties_span": (3, 9),
         "body_span": (0, 8),
     }
     fields.update(kw)
-    return MessageRecord(**fields)  # type: ignore[arg-type]
+    return message_record(**fields)
 
 
 def _packer_message(r: MessageRecord) -> bytes:

@@ -3,14 +3,16 @@
 import uuid
 
 import pytest
-from broker_harness import DLQ, MAIN, Harness, msg
+from broker_harness import DLQ, MAIN, Harness, message_record, msg
 
 from sbemu.errors import MessageLockLost, MessageNotFound
 from sbemu.partitions.records import (
     LogEvent,
+    MessageRecord,
     MessageState,
     decode_log,
     decode_message,
+    encode_log,
     encode_message,
 )
 from sbemu.partitions.store import PartitionStore, WriteBatch
@@ -40,8 +42,6 @@ def test_store_roundtrip_and_log(tmp_path):
 
 
 def test_message_record_roundtrip():
-    from sbemu.partitions.records import MessageRecord
-
     rec = MessageRecord(
         7,
         123,
@@ -214,61 +214,48 @@ def test_lock_token_carries_partition():
         assert {token: 1}[same] == 1 and uuid.UUID(bytes_le=token.bytes_le) == token
 
 
+# A tail with body sections at [0, 7) and an application-properties map at [10, 13).
+SPANNED_TAIL = b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00"
+
+
+def spanned_record(**fields: object) -> MessageRecord:
+    """Message 5 with SPANNED_TAIL and its spans; `fields` override the rest."""
+    values: dict = {
+        "sequence_number": 5,
+        "enqueued_time_ms": 1,
+        "message_id": "m",
+        "tail": SPANNED_TAIL,
+        "size": 10,
+        "properties_span": (10, 13),
+        "body_span": (0, 7),
+    }
+    values.update(fields)
+    return message_record(**values)
+
+
 def test_message_records_without_spans_still_decode():
     import msgpack
 
-    from sbemu.partitions.records import MessageRecord, decode_log, encode_log
-
-    rec = MessageRecord(
-        5,
-        1,
-        MessageState.ACTIVE,
-        0,
-        "m",
-        None,
-        None,
-        None,
-        None,
-        True,
-        None,
-        0,
-        b"",
-        b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00",
-        10,
-        properties_span=(10, 13),
-        body_span=(0, 7),
-    )
+    rec = spanned_record()
     assert decode_message(encode_message(rec)) == rec
     old = msgpack.unpackb(encode_message(rec))[:22]  # as written before the spans existed
     got = decode_message(msgpack.packb(old, use_bin_type=True))
     assert (got.properties_span, got.body_span) == (None, None)
-    log = decode_log(
-        encode_log(
-            namespace="ns",
-            entity="q",
-            queue="main",
-            partition=0,
-            offset=0,
-            event=LogEvent.ENQUEUED,
-            record=rec,
-            event_ms=1,
+    for with_body, body in ((False, None), (True, b"\x00Sw\xa1\x02hi")):
+        log = decode_log(
+            encode_log(
+                namespace="ns",
+                entity="q",
+                queue="main",
+                partition=0,
+                offset=0,
+                event=LogEvent.ENQUEUED,
+                record=rec,
+                event_ms=1,
+                with_body=with_body,
+            )
         )
-    )
-    assert log["v"] == 1 and log["properties"] == b"\xc1\x01\x00" and log["body"] is None
-    log = decode_log(
-        encode_log(
-            namespace="ns",
-            entity="q",
-            queue="main",
-            partition=0,
-            offset=0,
-            event=LogEvent.ENQUEUED,
-            record=rec,
-            event_ms=1,
-            with_body=True,
-        )
-    )
-    assert log["body"] == b"\x00Sw\xa1\x02hi"
+        assert log["v"] == 1 and log["properties"] == b"\xc1\x01\x00" and log["body"] == body
 
 
 def test_log_records_are_the_bytes_of_the_schema_map():
@@ -276,26 +263,16 @@ def test_log_records_are_the_bytes_of_the_schema_map():
     those of packing the schema's map in order (sparkjobs and old readers decode them)."""
     import msgpack
 
-    from sbemu.partitions.records import MessageRecord, encode_log
-
-    rec = MessageRecord(
-        (3 << 48) | 7,
-        1_700_000_000_000,
-        MessageState.ACTIVE,
-        2,
-        "m-ü",
-        "s",
-        "pk",
-        60_000,
-        1_700_000_060_000,
-        True,
-        5,
-        0,
-        b"",
-        b"\x00Sw\xa1\x02hi\x00St\xc1\x01\x00",
-        10,
-        properties_span=(10, 13),
-        body_span=(0, 7),
+    rec = spanned_record(
+        sequence_number=(3 << 48) | 7,
+        enqueued_time_ms=1_700_000_000_000,
+        delivery_count=2,
+        message_id="m-ü",
+        session_id="s",
+        partition_key="pk",
+        ttl_ms=60_000,
+        expires_at_ms=1_700_000_060_000,
+        priority=5,
     )
     for event, reason, with_body, ns in [
         (LogEvent.ENQUEUED, None, False, "ns"),

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from sbemu.partitions.layout import entity_dir
 from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.writebatch import WriteBatch
 
 # (event, when in ms, dead-letter reason) of one log record
 Step = tuple[LogEvent, int, str | None]

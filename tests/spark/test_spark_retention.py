@@ -78,7 +78,7 @@ def test_exporter_registers_and_fails_loudly_when_passed(tmp_path):
 def bulk_more(data: str, start: int, end: int) -> None:
     """Append log records start..end-1 to partition 0 (same shape as bulk_logs)."""
     from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
-    from sbemu.partitions.store import WriteBatch
+    from sbemu.partitions.writebatch import WriteBatch
 
     logreader.close_all()
     store = PartitionStore(partition_dir(data), map_size=1 << 30)

@@ -126,7 +126,7 @@ q = Entity(sys.argv[1], NS, "q")
 print("ready", flush=True)
 for i, line in enumerate(sys.stdin):
     if line.strip() == "grow":  # outgrow the readers' map: they get MapResizedError
-        from sbemu.partitions.store import WriteBatch
+        from sbemu.partitions.writebatch import WriteBatch
         store = q.brokers[0].store
         store._env.set_mapsize(256 << 20)
         batch = WriteBatch()

@@ -48,8 +48,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from sbemu.partitions.logdb import TRIMMED_BELOW_META, read_log_events
 from sbemu.partitions.records import log_extent
-from sbemu.partitions.store import LOG_DB, META_DB, TRIMMED_BELOW_META, read_log_events
+from sbemu.partitions.store import LOG_DB, META_DB
 
 __all__ = [
     "LogPartition",

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..atomicfile import atomic_write
-from ..partitions.store import TRIM_LIMIT, StoreError
+from ..partitions.logdb import TRIM_LIMIT
+from ..partitions.store import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from .records import (
 )
 from .staging import Staging
 from .stats import PartitionStats
-from .store import PartitionStore, StoreError, WriteBatch
+from .store import PartitionStore, StoreError
 from .subqueue import (
     Lock,
     SessionLock,
@@ -56,6 +56,7 @@ from .subqueue import (
 )
 from .tokens import make_lock_key, make_lock_keys
 from .transitions import Route, Transitions, merge_overrides
+from .writebatch import WriteBatch
 
 DLQ_SUFFIX = "/$deadletterqueue"
 SEQUENCE_BITS = 48

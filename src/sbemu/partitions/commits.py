@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from .store import WriteBatch
+from .writebatch import WriteBatch
 
 if TYPE_CHECKING:
     from ..completions import Done

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 
 from .deadlines import timer_key
 from .records import MessageRecord
-from .store import PartitionStore, WriteBatch
+from .store import PartitionStore
 from .subqueue import SubQueue
+from .writebatch import WriteBatch
 
 LAYOUT = 3  # 2: counts in meta, timers in the deadlines database; 3: byte counts in meta
 

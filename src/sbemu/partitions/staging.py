@@ -32,8 +32,8 @@ from .records import (
     log_prefix,
 )
 from .stats import PartitionStats
-from .store import WriteBatch
 from .subqueue import Overlay, SubQueue
+from .writebatch import WriteBatch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -3,7 +3,8 @@
 One LMDB environment per partition [SB partitioning P1]. Inside it:
   meta            counters: next sequence number, next log offset, and (once the log was
                   trimmed) log_trimmed_below: every log record below it is deleted
-  log             the append-only partition log (key: 8-byte big-endian offset)
+  log             the append-only partition log (key: 8-byte big-endian offset; reading,
+                  bounds and trimming in partitions/logdb.py)
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
   s:<sub-queue>   session state of a session-enabled sub-queue, key: UTF-8 session id
@@ -29,21 +30,21 @@ in a worker thread; py-lmdb releases the GIL while LMDB syncs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import mmap
 import os
 import struct
-import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import lmdb
 
+from . import logdb
 from .lockfile import place_lock_file, release_lock_file
-from .records import expand_log, log_extent
+from .logdb import TRIM_LIMIT
+from .resident import ResidentPages
+from .writebatch import WriteBatch
 
 if TYPE_CHECKING:
     from lmdb import _Database  # defined only in lmdb's type stubs
@@ -52,8 +53,6 @@ _U64 = struct.Struct(">Q")
 META_DB = b"meta"
 LOG_DB = b"log"
 DEADLINE_DB = b"deadlines"
-TRIMMED_BELOW_META = b"log_trimmed_below"
-TRIM_LIMIT = 50_000  # log records deleted per trim_log() call (one write transaction)
 FORWARD_DB = b"fwd"
 DEDUP_ID_DB = b"dd:id"
 DEDUP_TIME_DB = b"dd:t"
@@ -82,37 +81,6 @@ def map_size_for(quota_bytes: int) -> int:
     return 2 * max(quota_bytes, 0) + MAP_HEADROOM
 
 
-def _load_madvise() -> Callable[[int, int], int] | None:
-    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    fn = libc.madvise
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return lambda addr, length: int(fn(addr, length, mmap.MADV_DONTNEED))
-
-
-_MADVISE = _load_madvise()
-
-
-def _mapping_of(path: str) -> tuple[int, int] | None:
-    """(address, length) of this process's mapping of `path` (from /proc/self/maps)."""
-    real = os.path.realpath(path)
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[5].rstrip("\n") == real:
-                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                    return lo, hi - lo
-    except OSError:
-        return None
-    return None
-
-
 class StoreError(Exception):
     """A storage fault of one partition."""
 
@@ -127,101 +95,12 @@ class StoreUnavailable(StoreError):
 
 
 @dataclass(slots=True)
-class WriteBatch:
-    """The writes of one group commit, applied in order in one transaction."""
-
-    ops: list[tuple[int, str, int, bytes | None]] = field(default_factory=list)
-    session_ops: list[tuple[str, str, bytes | None]] = field(default_factory=list)
-    meta: dict[str, int] = field(default_factory=dict)
-    log: list[tuple[int, bytes]] = field(default_factory=list)
-    deadlines: list[tuple[bytes, bool]] = field(default_factory=list)  # (key, put?)
-    # duplicate detection: MessageIds admitted by this batch (id, time ms), and the time below
-    # which history is swept in the same transaction (None: no sweep)
-    dedup: list[tuple[bytes, int]] = field(default_factory=list)
-    dedup_sweep_before: int | None = None
-    # auto-forwarding markers (key, True: put / False: delete), see partitions/forwarding.py
-    markers: list[tuple[bytes, bool]] = field(default_factory=list)
-
-    def put(self, queue: str, seq: int, value: bytes) -> None:
-        """Queue a put of one message record."""
-        self.ops.append((0, queue, seq, value))
-
-    def delete(self, queue: str, seq: int) -> None:
-        """Queue a delete of one message record."""
-        self.ops.append((1, queue, seq, None))
-
-    def delete_many(self, queue: str, seqs: Sequence[int]) -> None:
-        """delete() for each of `seqs`."""
-        self.ops.extend([(1, queue, seq, None) for seq in seqs])
-
-    def put_session_state(self, queue: str, session_id: str, state: bytes | None) -> None:
-        """Queue a write (or, with None, a delete) of one session's state."""
-        self.session_ops.append((queue, session_id, state))
-
-    def put_deadline(self, key: bytes) -> None:
-        """Queue a put of one timer (a deadline_key())."""
-        self.deadlines.append((key, True))
-
-    def delete_deadline(self, key: bytes) -> None:
-        """Queue a delete of one timer (absent keys are ignored)."""
-        self.deadlines.append((key, False))
-
-    def __bool__(self) -> bool:
-        return bool(
-            self.ops
-            or self.meta
-            or self.log
-            or self.session_ops
-            or self.deadlines
-            or self.dedup
-            or self.dedup_sweep_before is not None
-            or self.markers
-        )
-
-
-@dataclass(slots=True)
 class StoredState:
     """Everything load() read back: counters and each sub-queue's records in key order."""
 
     meta: dict[str, int]
     queues: dict[str, list[bytes]]
     session_states: dict[str, dict[str, bytes]]
-
-
-def read_log_events(
-    cur: Any, start: int, end: int | None, limit: int
-) -> tuple[list[tuple[int, bytes]], int | None]:
-    """Up to `limit` log events from offset `start` (to `end`, exclusive; None: the last) on
-    a cursor of the log database, run records expanded (records.expand_log): the events as
-    (offset, version-1 record) and where the next read starts (None: nothing further).
-
-    A `start` inside a run record (a reader's resume point, a trimmed log's first offset)
-    begins in that run: its earlier events are skipped."""
-    out: list[tuple[int, bytes]] = []
-    key = _U64.pack(start)
-    if cur.set_range(key):
-        if _U64.unpack(cur.key())[0] > start:  # the record before may be a run holding start
-            if not cur.prev():
-                cur.set_range(key)
-            elif _U64.unpack(cur.key())[0] + log_extent(cur.value()) <= start:
-                cur.next()  # it ends before `start`: begin after it
-    elif not cur.last() or _U64.unpack(cur.key())[0] + log_extent(cur.value()) <= start:
-        return out, None
-    while True:
-        first = _U64.unpack(cur.key())[0]
-        if end is not None and first >= end:
-            return out, None
-        value = bytes(cur.value())
-        events = expand_log(value)
-        for i, event in enumerate(events):
-            off = first + i
-            if off < start:
-                continue
-            if (end is not None and off >= end) or len(out) >= limit:
-                return out, off
-            out.append((off, event))
-        if not cur.next():
-            return out, None
 
 
 def key_of(seq: int) -> bytes:
@@ -284,7 +163,7 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"cannot open store at {path}: {exc}") from exc
         self._dbs: dict[bytes, _Database] = {}
-        self._mapping: tuple[int, int] | None = None
+        self._resident = ResidentPages(os.path.join(path, "data.mdb"))
         self._closed = False
         try:
             with self._env.begin(write=True) as txn:
@@ -656,68 +535,25 @@ class PartitionStore:
 
     def read_log(self, start: int, limit: int) -> list[tuple[int, bytes]]:
         """Read up to `limit` log records from offset `start` (run records expanded: one
-        version-1 record per offset)."""
+        version-1 record per offset; see logdb.read_log_events)."""
         with self._env.begin() as txn:
-            return read_log_events(txn.cursor(db=self._log), start, None, limit)[0]
+            return logdb.read_log_events(txn.cursor(db=self._log), start, None, limit)[0]
 
     def log_bounds(self) -> tuple[int, int]:
         """(first offset still stored, next offset): the log holds [first, end).
         Safe off the event loop (log retention): holds remap_lock."""
         with self.remap_lock, self._env.begin() as txn:
-            raw = txn.get(b"next_log_offset", db=self._meta)
-            end = _U64.unpack(raw)[0] if raw else 0
-            cur = txn.cursor(db=self._log)
-            if cur.first():
-                first = _U64.unpack(cur.key())[0]
-                if cur.last():
-                    end = max(end, _U64.unpack(cur.key())[0] + log_extent(cur.value()))
-            else:
-                low = txn.get(TRIMMED_BELOW_META, db=self._meta)
-                first = min(end, _U64.unpack(low)[0]) if low else end
-        return first, end
+            return logdb.log_bounds(txn, self._log, self._meta)
 
     def trim_log(self, below: int, *, limit: int = TRIM_LIMIT) -> int:
-        """Delete up to `limit` log records below offset `below`, in one write transaction.
-
-        Records meta ``log_trimmed_below`` (never lowered) so readers can tell a trimmed log
-        from one that starts later. Returns how many records (offsets) were deleted. A run
-        record that reaches `below` stays whole, and the log then starts at its first offset.
-        Safe off the event loop (log retention): holds remap_lock.
-        """
-        deleted = 0
+        """Delete up to `limit` log records below offset `below`, in one write transaction
+        (see logdb.trim_log); returns how many records (offsets) were deleted.
+        Safe off the event loop (log retention): holds remap_lock."""
         try:
             with self.remap_lock, self._env.begin(write=True) as txn:
-                cur = txn.cursor(db=self._log)
-                last = -1  # the first offset past what was deleted
-                kept: int | None = None  # where a run reaching `below` keeps the log
-                if cur.first():
-                    while deleted < limit:
-                        off = _U64.unpack(cur.key())[0]
-                        if off >= below:
-                            break
-                        extent = log_extent(cur.value())
-                        if off + extent > below:
-                            kept = off
-                            break
-                        last = off + extent
-                        deleted += extent
-                        if not cur.delete():  # moves to the next record
-                            break
-                        if cur.key() == b"":
-                            break
-                if deleted:
-                    nxt = txn.get(b"next_log_offset", db=self._meta)
-                    end = max(last, _U64.unpack(nxt)[0] if nxt else 0)
-                    if kept is not None:
-                        mark = kept
-                    else:
-                        mark = min(below, end) if deleted < limit else last
-                    old = txn.get(TRIMMED_BELOW_META, db=self._meta)
-                    if not old or _U64.unpack(old)[0] < mark:
-                        txn.put(TRIMMED_BELOW_META, _U64.pack(mark), db=self._meta)
+                return logdb.trim_log(txn, self._log, self._meta, below, limit)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
-        return deleted
 
     def release_resident(self) -> None:
         """Unmap the pages of the store this process touched (MADV_DONTNEED on the read-only
@@ -725,13 +561,8 @@ class PartitionStore:
         so the server's resident memory does not grow with the data it has written or read
         [issue 10]. Linux only; a no-op elsewhere. Call it between transactions of this thread.
         """
-        if _MADVISE is None or self._closed:
-            return  # closed: the address range may belong to another mapping by now
-        if self._mapping is None:
-            self._mapping = _mapping_of(os.path.join(self.path, "data.mdb")) or (0, 0)
-        addr, length = self._mapping
-        if length:
-            _MADVISE(addr, length)
+        if not self._closed:  # closed: the address range may belong to another mapping by now
+            self._resident.release()
 
     def grow(self) -> bool:
         """Double the map after a MapFullError (False: at MAX_MAP_SIZE, or it failed).
@@ -748,7 +579,7 @@ class PartitionStore:
             except lmdb.Error:
                 return False
             self.map_size = size
-            self._mapping = None  # the map may have moved
+            self._resident.forget()  # the map may have moved
         return True
 
     def reopen(self) -> None:
@@ -768,7 +599,7 @@ class PartitionStore:
                     self._env.close()
                 release_lock_file(self._lock_file)
             self._dbs.clear()
-            self._mapping = None
+            self._resident.forget()
             before = self._stored_file()
             self._open(create=False)
             if self._stored_file() != before:

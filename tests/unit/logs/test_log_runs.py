@@ -17,7 +17,8 @@ from sbemu.partitions.records import (
     expand_log,
     log_extent,
 )
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.writebatch import WriteBatch
 
 NOW = 1_700_000_000_000
 SITE = ("другой-ns", "Q", "subscriptions/s/$deadletterqueue", 3)

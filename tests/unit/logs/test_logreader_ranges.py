@@ -6,7 +6,8 @@ import msgpack
 import pytest
 
 from sbemu.logs import reader as logreader
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.writebatch import WriteBatch
 
 
 @pytest.fixture

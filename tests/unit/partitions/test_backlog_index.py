@@ -15,9 +15,10 @@ from sbemu.partitions import deadlines as deadlines_module
 from sbemu.partitions import locks as locks_module
 from sbemu.partitions import subqueue as subqueue_module
 from sbemu.partitions.records import MessageState, encode_message
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.transitions import Route
+from sbemu.partitions.writebatch import WriteBatch
 
 
 class Counting:

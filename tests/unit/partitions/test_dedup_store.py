@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sbemu.partitions.dedup import history_key
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.writebatch import WriteBatch
 
 
 def test_history_is_durable_and_swept(tmp_path: Path) -> None:

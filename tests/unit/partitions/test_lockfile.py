@@ -14,7 +14,8 @@ import lmdb
 import pytest
 
 from sbemu.partitions import lockfile
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
+from sbemu.partitions.writebatch import WriteBatch
 
 pytestmark = pytest.mark.skipif(
     not os.access(lockfile.LOCK_DIR, os.W_OK), reason="no writable /dev/shm"

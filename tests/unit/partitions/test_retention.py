@@ -17,7 +17,8 @@ from sbemu.logs.retention import (
 )
 from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
-from sbemu.partitions.store import PartitionStore, WriteBatch, key_of
+from sbemu.partitions.store import PartitionStore, key_of
+from sbemu.partitions.writebatch import WriteBatch
 
 NOW = 1_700_000_000_000
 

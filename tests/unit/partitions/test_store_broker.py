@@ -15,9 +15,10 @@ from sbemu.partitions.records import (
     encode_log,
     encode_message,
 )
-from sbemu.partitions.store import PartitionStore, WriteBatch
+from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.tokens import make_lock_key, partition_of_token, token_of
 from sbemu.partitions.transitions import Route
+from sbemu.partitions.writebatch import WriteBatch
 
 
 @pytest.fixture

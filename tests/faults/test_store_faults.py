@@ -114,7 +114,9 @@ def test_a_failed_commit_ends_locks_and_forgets_uncommitted_changes(tmp_path):
     assert _send(broker, 1) is None and _send(broker, 2) is None
     lock = broker.take_next(MAIN, 1_500, True)
     assert lock is not None
-    assert broker.store_failed(StoreFull("map full")).__class__ is ServerBusy  # grows, reloads
+    assert (
+        broker.loader.store_failed(StoreFull("map full")).__class__ is ServerBusy
+    )  # grows, reloads
     assert broker.locks == {}  # the lock ended: settling it now fails with lock-lost
     assert sorted(_drain(broker, 2_000)) == ["m1", "m2"]  # delivered again, nothing lost
     broker.store.close()
@@ -130,21 +132,21 @@ def test_an_io_faulted_partition_reopens_its_store_by_itself_with_backoff(tmp_pa
     os.mkdir(data)
     broker.store._env.close()  # the open environment dies with the disk
     error = _send(broker, 2)
-    assert isinstance(error, ServerBusy) and not broker.healthy and broker.store_fault
+    assert isinstance(error, ServerBusy) and not broker.healthy and broker.health.faulted
     # While the fault lasts the router's timer calls recover(now): it waits, then retries
     # with a growing backoff and stays out of service.
     now = 10_000
     assert broker.recover(now) is False  # schedules the first attempt
-    assert broker.fault_retry_at_ms == now + FAULT_RETRY_MS
+    assert broker.health.fault_retry_at_ms == now + FAULT_RETRY_MS
     assert broker.recover(now + FAULT_RETRY_MS - 1) is False
     assert broker.recover(now + FAULT_RETRY_MS) is False  # attempt fails: still faulty
-    assert broker.fault_retry_at_ms == now + 3 * FAULT_RETRY_MS  # waited 1 s, now 2 s
+    assert broker.health.fault_retry_at_ms == now + 3 * FAULT_RETRY_MS  # waited 1 s, now 2 s
     assert not broker.healthy
     # The fault goes away: the next attempt reopens the store and the partition serves again.
     os.rmdir(data)
     shutil.move(str(tmp_path / "saved.mdb"), data)
     assert broker.recover(now + 3 * FAULT_RETRY_MS) is True
-    assert broker.healthy and not broker.store_fault and broker.unhealthy_reason is None
+    assert broker.healthy and not broker.health.faulted and broker.health.reason is None
     assert _send(broker, 3) is None
     assert sorted(_drain(broker, 20_000)) == ["m1", "m3"]  # m2 was refused, never stored
     broker.store.close()
@@ -152,11 +154,11 @@ def test_an_io_faulted_partition_reopens_its_store_by_itself_with_backoff(tmp_pa
 
 def test_an_operator_offline_partition_is_not_brought_back_by_recovery(tmp_path):
     broker = _open(str(tmp_path / "p0"), 64 << 20)
-    broker.store_failed(OSError("EIO"))
+    broker.loader.store_failed(OSError("EIO"))
     broker.set_online(False)
     assert broker.recover(0) is False and broker.recover(10**9) is False
     broker.set_online(True)  # the operator's online reopens at once
-    assert broker.healthy and not broker.store_fault
+    assert broker.healthy and not broker.health.faulted
     assert _send(broker, 1) is None
     broker.store.close()
 
@@ -170,14 +172,14 @@ def test_recovery_does_not_open_a_new_store_where_the_disk_is_not_mounted(tmp_pa
     broker = _open(path, 64 << 20)
     assert _send(broker, 1) is None
     broker.store._env.close()  # the disk fails under the open environment
-    assert isinstance(_send(broker, 2), ServerBusy) and broker.store_fault
+    assert isinstance(_send(broker, 2), ServerBusy) and broker.health.faulted
     os.rename(path, str(tmp_path / "disk"))  # unmounted for e2fsck ...
     os.mkdir(path)  # ... leaving the empty mount point
     now = 10_000
     assert broker.recover(now) is False
     assert broker.recover(now + FAULT_RETRY_MS) is False  # no store there: still out
     assert os.listdir(path) == [], os.listdir(path)  # and nothing was created in its place
-    assert "is its disk mounted?" in (broker.unhealthy_reason or ""), broker.unhealthy_reason
+    assert "is its disk mounted?" in (broker.health.reason or ""), broker.health.reason
     os.rmdir(path)
     os.rename(str(tmp_path / "disk"), path)  # mounted again
     assert broker.recover(now + 3 * FAULT_RETRY_MS) is True
@@ -192,18 +194,18 @@ def test_a_reopened_store_that_keeps_failing_is_retried_less_and_less_often(tmp_
     resets the wait."""
     broker = _open(str(tmp_path / "p0"), 64 << 20)
     now = 10_000
-    broker.store_failed(OSError("EIO"))
+    broker.loader.store_failed(OSError("EIO"))
     assert broker.recover(now) is False
     assert broker.recover(now + FAULT_RETRY_MS) is True  # it opens ...
-    broker.store_failed(OSError("EIO"))  # ... and its next commit fails again
+    broker.loader.store_failed(OSError("EIO"))  # ... and its next commit fails again
     now += FAULT_RETRY_MS
     assert broker.recover(now) is False
-    assert broker.fault_retry_at_ms == now + 2 * FAULT_RETRY_MS  # twice as long this time
+    assert broker.health.fault_retry_at_ms == now + 2 * FAULT_RETRY_MS  # twice as long this time
     assert broker.recover(now + 2 * FAULT_RETRY_MS) is True
     assert _send(broker, 1) is None  # a commit lands: the next fault starts from 1 s again
-    broker.store_failed(OSError("EIO"))
+    broker.loader.store_failed(OSError("EIO"))
     now += 2 * FAULT_RETRY_MS
-    assert broker.recover(now) is False and broker.fault_retry_at_ms == now + FAULT_RETRY_MS
+    assert broker.recover(now) is False and broker.health.fault_retry_at_ms == now + FAULT_RETRY_MS
     broker.store.close()
 
 

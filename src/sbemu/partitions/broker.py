@@ -10,7 +10,8 @@ in the store (LMDB) only. This class is the front; each thing it keeps has a roo
   counters persisted with them (the server commits once per event-loop turn, group commit);
 - deadlines.py: TTL and schedule timers (a sorted database in the store) and derived expiry;
 - locks.py: message and session locks and the heaps that expire them;
-- health.py: whether the partition serves (quota, disk room, store faults, operator holds).
+- health.py: whether the partition serves (quota, disk room, store faults, operator holds);
+- loader.py: loading the partition from its store, at start and again after a store fault.
 
 Rules:
 - A new message becomes visible (peekable, deliverable) only after the commit that stores it,
@@ -31,13 +32,12 @@ from ..completions import Done
 from ..errors import (
     InvalidOperation,
     MessageNotFound,
-    ServerBusy,
     ServiceBusError,
 )
 from .deadlines import Deadlines
 from .health import Health
+from .loader import PartitionLoader
 from .locks import LockTable
-from .migrate import LAYOUT, migrate
 from .records import (
     IncomingMessage,
     LogEvent,
@@ -89,7 +89,9 @@ class PartitionBroker:
             self, namespace=namespace, entity=entity, partition_id=partition_id,
             stats=self.stats, mark_dirty=mark_dirty, mark_lazy=mark_lazy,
         )  # fmt: skip
-        self.reader = SubQueueReader(store, self.queues, self.staging.overlay, self._notify_ready)
+        self.reader = SubQueueReader(
+            store, self.queues, self.staging.overlay, lambda queue: self.moves.on_ready(queue)
+        )
         self.lock_table = LockTable()
         self.locks = self.lock_table.by_key  # live locks by their token's int
         self.deadlines = Deadlines(store, self.queues, self.staging, self.reader)
@@ -99,9 +101,11 @@ class PartitionBroker:
             (partition_id << SEQUENCE_BITS) if partitioned else 0,
         )  # fmt: skip
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
-
-    def _notify_ready(self, queue: str) -> None:
-        self.moves.on_ready(queue)
+        self.loader = PartitionLoader(
+            store, self.queues, self.staging, self.reader, self.lock_table, self.deadlines,
+            self.health, self.moves, f"Partition {partition_id} of '{entity}'",
+            lambda lock: self.on_session_lost(lock),
+        )  # fmt: skip
 
     @property
     def on_ready(self) -> Callable[[str], None]:
@@ -132,48 +136,10 @@ class PartitionBroker:
         """Whether new messages may fit (see Health.accepting)."""
         return self.health.accepting
 
-    @property
-    def store_fault(self) -> bool:
-        """Whether a store I/O fault holds the partition out of service."""
-        return self.health.faulted
-
-    @property
-    def fault_retry_at_ms(self) -> int | None:
-        """When recover() tries to reopen the faulted store next (None: not scheduled)."""
-        return self.health.fault_retry_at_ms
-
-    @property
-    def unhealthy_reason(self) -> str | None:
-        """Why the partition is out of service (None: it is in service)."""
-        return self.health.reason
-
     # ---------------------------------------------------------------- load
     def load(self) -> None:
-        """Open the store without reading the backlog: counters, session states, and (for
-        session-enabled sub-queues only) each session's ready line; every lock starts released.
-        """
-        store = self.store
-        store.ensure_queues(list(self.queues))
-        meta = store.load_meta()
-        self.staging.next_seq = meta.get("next_sequence", 1)
-        self.staging.next_offset = meta.get("next_log_offset", 0)
-        if meta.get("layout", 1) < LAYOUT:
-            migrate(store, self.queues, meta.get("layout", 1), self.reader.each_record)
-            meta = store.load_meta()
-        for name, sq in self.queues.items():
-            sq.counts = [meta.get(f"n:{name}:{k}", 0) for k in "ads"]
-            sq.bytes = meta.get(f"n:{name}:b", 0)
-        self.health.reloaded(sum(max(sq.bytes, 0) for sq in self.queues.values()))
-        for sq in self.queues.values():
-            if sq.settings.requires_session:
-                self.reader.start_session_scan(sq, self.sequence_base() | self.staging.next_seq)
-        for name, states in store.load_session_states().items():
-            target = self.queues.get(name)
-            if target is None:
-                continue
-            for session_id, data in states.items():
-                target.session(session_id).state = data
-        self.deadlines.load(self.moves.expire)
+        """Open the store without reading the backlog (see PartitionLoader.load)."""
+        self.loader.load()
 
     # ---------------------------------------------------------------- the store
     def close(self) -> None:
@@ -259,93 +225,35 @@ class PartitionBroker:
         return taken
 
     def commit_done(self, callbacks: list[Done], error: BaseException | None) -> None:
-        """Run the completions of a committed (or failed) batch, in order.
-
-        A failed commit leaves the store as it was before the batch, so the partition forgets
-        every change not yet committed (the failed batch and the one gathered meanwhile, both
-        answered with the error) and reads its state back from the store: held locks end
-        (settling them fails with lock-lost; the messages are delivered again), nothing
-        acknowledged is touched. A full LMDB map is grown at once (the partition stays in
-        service; the completions get server-busy, which the SDKs retry); an I/O fault takes
-        the partition out of service until recover() reopens the store.
-        """
+        """Run the completions of a committed (or failed: see PartitionLoader.commit_failed)
+        batch, in order."""
         touched = self.staging.landed()
-        if error is None:
-            # The sub-queues the batch wrote may have ready messages past their scan.
-            for name in touched or ():
-                sq = self.queues.get(name)
-                if sq is not None and not sq.settings.requires_session:
-                    sq.more = True
-            self.health.commit_landed()
-            # No read of the timers here: the next timer time stays a lower bound. Timers added
-            # lowered it as they were staged, and one removed (a completed message's expiry)
-            # only makes the tick that reaches it look early; the tick then finds nothing due
-            # and reads the true first timer. (This was a read transaction per commit on the
-            # loop thread.)
-            for cb in callbacks:
-                cb(None)
+        if error is not None:
+            self.loader.commit_failed(callbacks, error)
             return
-        pending = self.staging.forget_pending()
-        failure = self.store_failed(error)
-        for cb in callbacks + pending:
-            cb(failure)
-
-    def store_failed(self, error: BaseException) -> ServiceBusError:
-        """Record a store fault on this partition (no commit may be in flight); returns the
-        error to report (see Health.store_failed)."""
-        return self.health.store_failed(error, bool(self.staging.taken_gens), self._reload)
+        # The sub-queues the batch wrote may have ready messages past their scan.
+        for name in touched or ():
+            sq = self.queues.get(name)
+            if sq is not None and not sq.settings.requires_session:
+                sq.more = True
+        self.health.commit_landed()
+        # No read of the timers here: the next timer time stays a lower bound. Timers added
+        # lowered it as they were staged, and one removed (a completed message's expiry)
+        # only makes the tick that reaches it look early; the tick then finds nothing due
+        # and reads the true first timer. (This was a read transaction per commit on the
+        # loop thread.)
+        for cb in callbacks:
+            cb(None)
 
     def recover(self, now_ms: int) -> bool:
-        """After a store fault: reopen the store and reload the partition once the retry time
-        has come (see Health.recover); the router's timer calls it for partitions out of
-        service. True: back in service."""
-        if not self.health.recover(now_ms, bool(self.staging.taken_gens), self._reload):
-            return False
-        self.set_online(True)
-        return True
-
-    def _reload(self) -> None:
-        """Forget every uncommitted change, lock and read-ahead and load the partition's
-        state from the store again (as a restart of this partition would); the held session
-        locks are reported lost. Raises StoreError if the store cannot be read."""
-        lost = [
-            sess.lock for sq in self.queues.values() for sess in sq.sessions.values()
-            if sess.lock is not None
-        ]  # fmt: skip
-        self.staging.epoch += 1  # (the sends answered below leave the counts to the store)
-        for cb in self.staging.forget_pending():  # (none when a failed commit led here)
-            cb(ServerBusy(f"Partition {self.partition_id} of '{self.entity}' was reloaded."))
-        self.staging.clear()
-        self.lock_table.clear()
-        for sq in self.queues.values():
-            sq.clear()
-        self.deadlines.reset()
-        self.load()
-        for lock in lost:
-            self.on_session_lost(lock)
-        self._announce_ready()
-
-    def _announce_ready(self) -> None:
-        for name, sq in self.queues.items():
-            if sq.has_ready_any():
-                self.on_ready(name)
+        """After a store fault: reopen and reload (see PartitionLoader.recover)."""
+        return self.loader.recover(now_ms)
 
     def set_online(self, online: bool, reason: str | None = None) -> None:
-        """Take the partition out of service (operator command) or bring it back. After a
-        store fault the store is reopened first; if it still fails the partition stays out."""
-        health = self.health
-        health.hold(online, reason)
-        if online and health.faulted:
-            self.recover(0)  # (hold() made the retry due at once)
-            return
-        if online:
-            self._announce_ready()
+        """Take the partition out of service or bring it back (see PartitionLoader)."""
+        self.loader.set_online(online, reason)
 
     # ---------------------------------------------------------------- sending
-    def sequence_base(self) -> int:
-        """The partition id shifted into the top 16 bits (0 on non-partitioned entities)."""
-        return (self.partition_id << SEQUENCE_BITS) if self.partitioned else 0
-
     def enqueue(
         self,
         messages: list[IncomingMessage],

@@ -10,10 +10,10 @@ import msgspec
 import pytest
 from broker_harness import DLQ, MAIN, Harness, msg, open_broker
 
-from sbemu.partitions import broker as broker_module
 from sbemu.partitions import deadlines as deadlines_module
 from sbemu.partitions import locks as locks_module
 from sbemu.partitions import subqueue as subqueue_module
+from sbemu.partitions.migrate import LAYOUT
 from sbemu.partitions.records import MessageState, encode_message
 from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.subqueue import SubQueueSettings
@@ -209,7 +209,7 @@ def test_store_written_before_the_index_layout_is_migrated_once(tmp_path):
     h = Harness(path)
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     assert h.broker.next_deadline() == 9000
-    assert h.store.load_meta()["layout"] == broker_module.LAYOUT
+    assert h.store.load_meta()["layout"] == LAYOUT
     h.broker.on_timer(61_000)
     h.commit()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 0}

@@ -16,7 +16,8 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
                   forwarded message at its destination (see partitions/forwarding.py)
   dd:id           duplicate-detection history: UTF-8 MessageId -> 8-byte first-seen time (ms)
   dd:t            the same history in time order: 8-byte time + MessageId -> empty, so the
-                  expired part is swept from the front (see partitions/dedup.py)
+                  expired part is swept from the front (see partitions/dedup.py; written and
+                  read in partitions/dedupdb.py)
 
 Reads (get, scan, due_deadlines) run in short read transactions with buffers=True: values are
 memoryviews into the map, valid only inside the transaction, so they are decoded (copied into
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 
-from . import logdb
+from . import dedupdb, logdb
 from .lockfile import place_lock_file, release_lock_file
 from .logdb import TRIM_LIMIT
 from .resident import ResidentPages
@@ -56,7 +57,6 @@ DEADLINE_DB = b"deadlines"
 FORWARD_DB = b"fwd"
 DEDUP_ID_DB = b"dd:id"
 DEDUP_TIME_DB = b"dd:t"
-DEDUP_SWEEP_LIMIT = 10_000  # expired history entries deleted per commit
 READ_TXNS_KEPT = 2  # spare read transactions per store: the loop's reads and log retention's
 MIB = 1 << 20
 MAP_HEADROOM = 64 * MIB  # map room beyond twice the quota (log, timers, dedup, page churn)
@@ -359,7 +359,7 @@ class PartitionStore:
                     else:
                         txn.delete(key, db=self._fwd)
                 if batch.dedup or batch.dedup_sweep_before is not None:
-                    self._write_dedup(txn, batch)
+                    dedupdb.write_history(txn, self._dd_id, self._dd_t, batch)
         except lmdb.MapFullError as exc:
             raise StoreFull(f"partition store {self.path} is full") from exc
         except lmdb.Error as exc:
@@ -486,42 +486,10 @@ class PartitionStore:
             for key, value in run:
                 txn.put(key, value, db=db)
 
-    def _write_dedup(self, txn: lmdb.Transaction, batch: WriteBatch) -> None:
-        """Record admitted MessageIds and sweep expired ones (inside the commit's transaction)."""
-        for mid, at in batch.dedup:
-            old = txn.get(mid, db=self._dd_id)
-            if old is not None:
-                txn.delete(bytes(old) + mid, db=self._dd_t)
-            stamp = _U64.pack(at)
-            txn.put(mid, stamp, db=self._dd_id)
-            txn.put(stamp + mid, b"", db=self._dd_t)
-        cutoff = batch.dedup_sweep_before
-        if cutoff is None:
-            return
-        cur = txn.cursor(db=self._dd_t)
-        swept = 0
-        if not cur.first():
-            return
-        while swept < DEDUP_SWEEP_LIMIT:
-            key = cur.key()
-            if not key or _U64.unpack(key[:8])[0] >= cutoff:
-                break
-            mid = bytes(key[8:])
-            if txn.get(mid, db=self._dd_id) == key[:8]:
-                txn.delete(mid, db=self._dd_id)
-            swept += 1
-            if not cur.delete():
-                break
-
     def dedup_seen(self, ids: list[bytes], since_ms: int) -> set[bytes]:
         """Which of these MessageIds were admitted at or after `since_ms` (committed history)."""
-        found: set[bytes] = set()
         with self._env.begin(db=self._dd_id) as txn:
-            for mid in ids:
-                raw = txn.get(mid)
-                if raw is not None and _U64.unpack(raw)[0] >= since_ms:
-                    found.add(mid)
-        return found
+            return dedupdb.seen(txn, ids, since_ms)
 
     def forward_markers(self) -> list[bytes]:
         """Every auto-forwarding marker (few: only those of an interrupted forward remain)."""

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from sbemu.partitions.logdb import TRIMMED_BELOW_META, read_log_events
+from sbemu.partitions.logdb import NEXT_OFFSET_META, TRIMMED_BELOW_META, read_log_events
 from sbemu.partitions.records import log_extent
 from sbemu.partitions.store import LOG_DB, META_DB
 
@@ -66,7 +66,6 @@ __all__ = [
 ]
 
 _U64 = struct.Struct(">Q")
-NEXT_OFFSET_META = b"next_log_offset"
 MAX_READERS = 512  # the broker opens with 512; the first opener sizes the reader table
 READ_CHUNK = 8192  # records per read transaction
 PARTITION_RE = re.compile(r"^partition-(\d+)$")

@@ -125,6 +125,15 @@ class PartitionBroker:
     def fan_out(self, hook: Callable[[MessageRecord], list[Route]] | None) -> None:
         self.moves.fan_out = hook
 
+    @property
+    def forwards(self) -> Callable[[str], bool]:
+        """Whether a sub-queue forwards (see Transitions.forwards)."""
+        return self.moves.forwards
+
+    @forwards.setter
+    def forwards(self, hook: Callable[[str], bool]) -> None:
+        self.moves.forwards = hook
+
     # ---------------------------------------------------------------- views of health.py
     @property
     def healthy(self) -> bool:
@@ -261,8 +270,9 @@ class PartitionBroker:
         now_ms: int,
         done: Done,
     ) -> list[int | None]:
-        """Store each message in the sub-queues its routes name; visible and acknowledged after
-        the commit, all or nothing (one transaction).
+        """Store each message in the sub-queues its routes name; acknowledged after the commit,
+        all or nothing (one transaction); delivered as soon as it is in line (see
+        Transitions.enqueue: when the read-ahead has caught up, before the commit lands).
 
         Returns each message's sequence number (None for a message routed nowhere). Copies of a
         message share its sequence number [Azure: topic sequence numbers], except a second copy

@@ -12,6 +12,7 @@ pending dispatch work; the server then calls run_pending() and commits dirty bro
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from .broker import PartitionBroker
 from .commits import DirtyPartitions
 from .dispatch import EntityView
 from .entity import Entity
-from .forwarding import Forwarder
+from .forwarding import Forwarder, forward_target
 from .idle import IdleTracker
 from .layout import entity_dir, open_partitions
 from .records import MessageRecord
@@ -40,6 +41,11 @@ from .transfer import ViewOf, incoming_from_record
 from .transitions import Route
 
 RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages they touched
+
+
+def _forwards(entity: Entity, queue: str) -> bool:
+    """Whether the entity's sub-queue forwards (ForwardTo, ForwardDeadLetteredMessagesTo)."""
+    return forward_target(entity, queue) is not None
 
 
 def _notify_session_lost(lock: SessionLock) -> None:
@@ -105,6 +111,7 @@ class Router:
         for broker in partitions:
             broker.on_ready = self._ready_hook(entity, broker)
             broker.on_session_lost = _notify_session_lost
+            broker.forwards = functools.partial(_forwards, entity)
             if subscriptions is not None:
                 broker.fan_out = self._fan_out_hook(subscriptions)
         self.entities[(spec.namespace.lower(), spec.name.lower())] = entity

@@ -125,6 +125,9 @@ class SubQueue:
         self.settings = settings
         self.scan_from = 0
         self.more = True  # the store may hold ready messages at or after scan_from
+        # Active messages staged and not in line yet: they join it when their commit lands;
+        # until then no newer message may join the read-ahead before its commit (FIFO).
+        self.unlanded = 0
         self.buffer: dict[int, MessageRecord] = {}
         self.back: list[int] = []
         self.back_set: set[int] = set()

@@ -108,6 +108,10 @@ class Transitions:
         self.sequence_base = sequence_base  # the partition id in the top bits [P11]
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.fan_out: Callable[[MessageRecord], list[Route]] | None = None
+        # Whether a sub-queue forwards (auto-forwarding): its new messages wait for their
+        # commit to join the line, since the forwarder's exactly-once steps assume a stored
+        # message (see enqueue).
+        self.forwards: Callable[[str], bool] = lambda queue: False
 
     # ---------------------------------------------------------------- the bookkeeping
     def count(self, sq: SubQueue, state: MessageState, delta: int, nbytes: int = 0) -> None:
@@ -177,8 +181,20 @@ class Transitions:
         now_ms: int,
         done: Done,
     ) -> list[int | None]:
-        """Stage each message in the sub-queues its routes name (see PartitionBroker.enqueue);
-        in line once the commit lands."""
+        """Stage each message in the sub-queues its routes name (see PartitionBroker.enqueue).
+
+        A message is acknowledged once its commit lands, but it may be delivered sooner: when
+        the sub-queue's read-ahead has caught up with the store and nothing staged before it
+        is still on its way, it joins the read-ahead at once, so a waiting receiver gets it
+        while the commit syncs (as RabbitMQ and Artemis deliver a durable message before
+        confirming it). What that cannot break: an acknowledged send is committed; a
+        settlement of the message is staged after it, so it commits after it (one commit in
+        flight per partition, in order) and is answered only then. If the commit fails, the
+        sender gets the error and the partition reloads from its store before it serves
+        again, where the message never was: a receiver that got it meanwhile loses its lock
+        (at least once: the sender sends again). Every other message (a session's, a
+        scheduled one, one behind a message still on its way, one in a sub-queue that
+        forwards) joins its line as the commit lands (on_commit)."""
         staged: list[tuple[SubQueue, MessageRecord]] = []
         numbers: list[int | None] = []
         base = self.sequence_base
@@ -195,6 +211,7 @@ class Transitions:
         next_seq, offset = staging.next_seq, staging.next_offset
         active = _ACTIVE
         enqueued = 0  # ENQUEUED events, counted once for the call
+        placed: list[tuple[SubQueue, MessageRecord]] = []  # in line at once (not on_commit)
         for msg, targets in zip(messages, routes, strict=True):
             if not targets:
                 numbers.append(None)
@@ -255,6 +272,22 @@ class Transitions:
                         route.dead_letter_reason, with_body,
                     )))  # fmt: skip
                     offset += 1
+                if state is active and not sq.settings.requires_session:
+                    if (
+                        not sq.more
+                        and not sq.unlanded
+                        and len(sq.buffer) < READ_AHEAD
+                        and copy_seq >= sq.scan_from
+                        and not self.forwards(name)
+                    ):
+                        # In line at once (see enqueue's docstring): the scan had reached
+                        # the end of the store and nothing staged before it is still on its
+                        # way, so it is the next message of the sub-queue.
+                        sq.buffer[copy_seq] = rec
+                        sq.scan_from = copy_seq + 1
+                        placed.append((sq, rec))
+                        continue
+                    sq.unlanded += 1  # in line when its commit lands (on_commit)
                 staged.append((sq, rec))
         staging.next_seq, staging.next_offset = next_seq, offset
         if enqueued:
@@ -268,6 +301,8 @@ class Transitions:
             self.deadlines.derived(derived)
         staging.dirty()
         epoch = staging.epoch
+        for name in {sq.name for sq, _ in placed}:
+            self.on_ready(name)
 
         def on_commit(error: Exception | None) -> None:
             if error is None:
@@ -278,7 +313,11 @@ class Transitions:
                         sq.count_session(rec, 1)
                         if rec.state == _ACTIVE:
                             sq.make_ready(rec)
-                    elif (
+                        touched.add(sq.name)
+                        continue
+                    if rec.state is _ACTIVE:
+                        sq.unlanded -= 1
+                    if (
                         not sq.more
                         and rec.state is _ACTIVE
                         and len(sq.buffer) < READ_AHEAD
@@ -297,6 +336,12 @@ class Transitions:
                     self.on_ready(name)
             elif staging.epoch == epoch:  # (after a reload the counts come from the store)
                 for sq, rec in staged:
+                    self.count(sq, rec.state, -1, -rec.size)
+                    if rec.state is _ACTIVE and not sq.settings.requires_session:
+                        sq.unlanded -= 1
+                # (the messages put in line at once stay in the read-ahead until the reload
+                # every failed commit leads to, before the partition serves again)
+                for sq, rec in placed:
                     self.count(sq, rec.state, -1, -rec.size)
             done(error)
 

@@ -101,7 +101,7 @@ def test_a_map_that_really_fills_grows_and_nothing_acknowledged_is_lost(tmp_path
                 acked.append(f"m{i}")
     assert refused, "the map should have filled at least once"
     assert broker.store.map_size > first_map
-    assert broker.healthy and broker.accepting
+    assert broker.health.serving and broker.health.accepting
     assert sorted(_drain(broker, 2_000), key=lambda s: int(s[1:])) == acked
     broker.store.close()
     again = _open(str(tmp_path / "p0"), first_map)  # a restart keeps everything (and nothing)
@@ -132,7 +132,7 @@ def test_an_io_faulted_partition_reopens_its_store_by_itself_with_backoff(tmp_pa
     os.mkdir(data)
     broker.store._env.close()  # the open environment dies with the disk
     error = _send(broker, 2)
-    assert isinstance(error, ServerBusy) and not broker.healthy and broker.health.faulted
+    assert isinstance(error, ServerBusy) and not broker.health.serving and broker.health.faulted
     # While the fault lasts the router's timer calls recover(now): it waits, then retries
     # with a growing backoff and stays out of service.
     now = 10_000
@@ -141,12 +141,12 @@ def test_an_io_faulted_partition_reopens_its_store_by_itself_with_backoff(tmp_pa
     assert broker.recover(now + FAULT_RETRY_MS - 1) is False
     assert broker.recover(now + FAULT_RETRY_MS) is False  # attempt fails: still faulty
     assert broker.health.fault_retry_at_ms == now + 3 * FAULT_RETRY_MS  # waited 1 s, now 2 s
-    assert not broker.healthy
+    assert not broker.health.serving
     # The fault goes away: the next attempt reopens the store and the partition serves again.
     os.rmdir(data)
     shutil.move(str(tmp_path / "saved.mdb"), data)
     assert broker.recover(now + 3 * FAULT_RETRY_MS) is True
-    assert broker.healthy and not broker.health.faulted and broker.health.reason is None
+    assert broker.health.serving and not broker.health.faulted and broker.health.reason is None
     assert _send(broker, 3) is None
     assert sorted(_drain(broker, 20_000)) == ["m1", "m3"]  # m2 was refused, never stored
     broker.store.close()
@@ -158,7 +158,7 @@ def test_an_operator_offline_partition_is_not_brought_back_by_recovery(tmp_path)
     broker.set_online(False)
     assert broker.recover(0) is False and broker.recover(10**9) is False
     broker.set_online(True)  # the operator's online reopens at once
-    assert broker.healthy and not broker.health.faulted
+    assert broker.health.serving and not broker.health.faulted
     assert _send(broker, 1) is None
     broker.store.close()
 

@@ -219,7 +219,9 @@ class Dashboard:
                     ),
                     "partitioned": sum(1 for e in ents if e.partitioned),
                     "limited": sum(
-                        1 for e in ents if not all(b.healthy and b.accepting for b in e.partitions)
+                        1
+                        for e in ents
+                        if not all(b.health.serving and b.health.accepting for b in e.partitions)
                     ),
                 }
             )

@@ -158,7 +158,7 @@ def peek(
         "next": None if exhausted and len(found) < count else cursor,
         "scanned": scanned,
         # EntityView.peek skips partitions out of service, as the AMQP peek does
-        "offline_partitions": [b.partition_id for b in entity.partitions if not b.healthy],
+        "offline_partitions": [b.partition_id for b in entity.partitions if not b.health.serving],
     }
 
 
@@ -510,7 +510,7 @@ async def purge(
     removed = kept = 0
     touched: list[PartitionBroker] = []
     for broker in entity.partitions:
-        if not broker.healthy:
+        if not broker.health.serving:
             continue
         touched.append(broker)
         if wanted is None:
@@ -537,5 +537,7 @@ async def purge(
         "path": view.address,
         "removed": removed,
         "locked_kept": kept,
-        "offline_partitions_skipped": [b.partition_id for b in entity.partitions if not b.healthy],
+        "offline_partitions_skipped": [
+            b.partition_id for b in entity.partitions if not b.health.serving
+        ],
     }

@@ -274,7 +274,7 @@ class Management:
     @staticmethod
     def availability(entity: Entity) -> str:
         """[P18] Limited while any partition is out of service, else Available."""
-        ok = all(b.healthy and b.accepting for b in entity.partitions)
+        ok = all(b.health.serving and b.health.accepting for b in entity.partitions)
         return "Available" if ok else "Limited"
 
     # ------------------------------------------------------------------ queues and topics

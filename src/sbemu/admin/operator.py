@@ -89,7 +89,7 @@ class _Operator:
         entities = []
         if router is not None:
             for (ns, _), entity in router.entities.items():
-                healthy = all(p.healthy for p in entity.partitions)
+                healthy = all(p.health.serving for p in entity.partitions)
                 entities.append(
                     {
                         "namespace": ns,

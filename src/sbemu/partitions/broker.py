@@ -134,17 +134,6 @@ class PartitionBroker:
     def forwards(self, hook: Callable[[str], bool]) -> None:
         self.moves.forwards = hook
 
-    # ---------------------------------------------------------------- views of health.py
-    @property
-    def healthy(self) -> bool:
-        """Whether the partition is in service (see Health.serving)."""
-        return self.health.serving
-
-    @property
-    def accepting(self) -> bool:
-        """Whether new messages may fit (see Health.accepting)."""
-        return self.health.accepting
-
     # ---------------------------------------------------------------- load
     def load(self) -> None:
         """Open the store without reading the backlog (see PartitionLoader.load)."""

@@ -143,7 +143,7 @@ def test_keyless_send_fails_over_when_its_partition_turns_out_full(h):
             h.send(q, message(f"fill{i}", partition_key=key0, size=100_000))
             filled += 1
     assert filled > 0
-    assert q.partitions[0].accepting is False
+    assert q.partitions[0].health.accepting is False
     assert h.router.partition_status(q)["status"] == "Limited"
     # round-robin skips the full partition; a pinned send to it is refused as retriable
     h.send(q, message("rr"))
@@ -157,11 +157,11 @@ def test_keyless_send_is_retried_on_the_next_partition_after_a_store_full_commit
     key0 = key_on(0, 2)
     # nearly fill partition 0; it still accepts (no commit failed yet)
     h.send(q, *(message(f"fill{i}", partition_key=key0, size=150_000) for i in range(4)))
-    assert q.partitions[0].accepting
+    assert q.partitions[0].health.accepting
     # the next key-less send goes to partition 0 in turn, does not fit, and moves on [P8]
     h.send(q, message("big", size=600_000))
     assert h.partitions_of(q)["big"] == 1
-    assert q.partitions[0].accepting is False
+    assert q.partitions[0].health.accepting is False
 
 
 def test_every_partition_full_is_quota_exceeded(h):

@@ -325,6 +325,32 @@ def encode_log(
     )
 
 
+class LogPairs(msgspec.Struct, gc=False):
+    """The 13 pairs of a log record after its log_prefix(): the one place that names them and
+    their order (encode_log_after and expand_log both write through it; a new log field is a
+    new field here, and _LOG_KEYS counts it).
+
+    _ENCODE writes a Struct as a map of its fields in order (every field, None as nil), the
+    bytes of packing the whole schema map above, keys in that order: the map header and the
+    five pairs fixed per sub-queue and partition are packed once (the prefix), these pairs as
+    a map whose header is dropped. A Struct is built in C: no Python call on the
+    send path."""
+
+    offset: int
+    event: str
+    seq: int
+    message_id: str | None
+    session_id: str | None
+    partition_key: str | None
+    enqueued_ms: int
+    event_ms: int
+    size: int
+    delivery_count: int
+    reason: str | None
+    properties: bytes | None
+    body: bytes | None
+
+
 def encode_log_after(
     prefix: bytes,
     offset: int,
@@ -336,61 +362,23 @@ def encode_log_after(
 ) -> bytes:
     """encode_log() with the sub-queue's log_prefix() at hand (the broker's send path)."""
     ps, bs = record.properties_span, record.body_span
-    return prefix + _log_pairs(
+    pairs = LogPairs(
         offset, _EVENT_VALUES[event], record.sequence_number, record.message_id,
         record.session_id, record.partition_key, record.enqueued_time_ms, event_ms,
         record.size, record.delivery_count, reason,
         record.tail[ps[0] : ps[1]] if ps else None,
         record.tail[bs[0] : min(bs[1], bs[0] + LOG_BODY_MAX)] if with_body and bs else None,
     )  # fmt: skip
-
-
-def _log_pairs(
-    offset: int,
-    event: str,
-    seq: int,
-    message_id: str | None,
-    session_id: str | None,
-    partition_key: str | None,
-    enqueued_ms: int,
-    event_ms: int,
-    size: int,
-    delivery_count: int,
-    reason: str | None,
-    properties: bytes | None,
-    body: bytes | None,
-) -> bytes:
-    """The 13 pairs of a log record after its log_prefix(), packed: the one place that names
-    them and their order (encode_log_after and expand_log both write through it).
-
-    The bytes are those of packing the whole map (the schema above, keys in that order): the
-    map header and the five pairs fixed per sub-queue and partition are packed once (the
-    prefix), these pairs as an array whose 3-byte header is dropped."""
-    return _ENCODE(
-        [
-            "offset", offset,
-            "event", event,
-            "seq", seq,
-            "message_id", message_id,
-            "session_id", session_id,
-            "partition_key", partition_key,
-            "enqueued_ms", enqueued_ms,
-            "event_ms", event_ms,
-            "size", size,
-            "delivery_count", delivery_count,
-            "reason", reason,
-            "properties", properties,
-            "body", body,
-        ]
-    )[_ARRAY16_HEADER:]  # fmt: skip
+    return prefix + _ENCODE(pairs)[_FIXMAP_HEADER:]
 
 
 _EVENT_VALUES = {e: e.value for e in LogEvent}
 # serve --log-bodies: the first 256 KiB (Standard's largest message) of a body's encoded
 # sections; a larger (Premium) body is cut there, `size` keeps the message's whole size
 LOG_BODY_MAX = 256 * 1024
-_LOG_KEYS = 18  # pairs in a log record's map
-_ARRAY16_HEADER = 3  # 0xdc + 2-byte length: the 26 items of the 13 variable pairs
+_LOG_KEYS = 5 + len(LogPairs.__struct_fields__)  # pairs in a log record's map (18)
+# the header of LogPairs' map, dropped: fixmap (0x8d for 13 pairs) up to 15, then map16
+_FIXMAP_HEADER = 1 if len(LogPairs.__struct_fields__) <= 15 else 3
 
 
 @functools.lru_cache(maxsize=4096)
@@ -459,12 +447,15 @@ def expand_log(value: bytes) -> list[bytes]:
         raise ValueError("malformed log run record")
     _v, _n, ns, entity, queue, partition, offset, event, event_ms, reason, items = f
     prefix = log_prefix(ns, entity, queue, partition)
+    pack = _ENCODE
     return [
         prefix
-        + _log_pairs(
-            offset + i, event, seq, mid, sid, pk, enqueued, event_ms, size, count, reason,
-            props, body,
-        )
+        + pack(
+            LogPairs(
+                offset + i, event, seq, mid, sid, pk, enqueued, event_ms, size, count, reason,
+                props, body,
+            )
+        )[_FIXMAP_HEADER:]
         for i, (seq, mid, sid, pk, enqueued, size, count, props, body) in enumerate(items)
     ]  # fmt: skip
 

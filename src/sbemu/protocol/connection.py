@@ -12,8 +12,9 @@ AmqpConnection is assembled from parts that each own one thing (mixins, each nam
 uses of the connection under TYPE_CHECKING), as aioquic keeps loss recovery out of its
 connection: attach.py (link attach and detach), incoming.py (flow, transfers in and their
 settlement), fastevents.py (the per-message events on proton's C layer: transfers, accepts and
-flows of each read), requestlinks.py (request/reply links: $cbs put-token, $management). This
-module keeps the state machine: the IO surface, the event loop, deliveries out.
+flows of each read), deliveries.py (messages out on receive links, and the client's outcomes on
+them), requestlinks.py (request/reply links: $cbs put-token, $management). This module keeps
+the state machine: the IO surface, the event loop and the dispatch of its other events.
 
 What this module does not own lives beside it: links.py (per-link state and the one link
 lifecycle table), messages.py (transfers in, deliveries encoded out), settlement.py
@@ -42,7 +43,6 @@ from proton import (
     Collector,
     Condition,
     Connection,
-    Delivery,
     Event,
     Link,
     Transport,
@@ -54,12 +54,11 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..partitions.dispatch import Delivered, Taken
 from ..partitions.entity import Entity
-from ..partitions.tokens import token_of
 from . import cbs
 from .attach import LinkAttach
 from .channels import EndedChannelFilter
+from .deliveries import OutgoingDeliveries
 from .detaching import DetachHold
 from .fastevents import PN_DELIVERY, PN_LINK_FLOW, FastEvents
 from .frames import FramePadder
@@ -70,15 +69,12 @@ from .links import (
     LinkStateError,
     ReceiveLink,
 )
-from .messages import encode_delivery
-from .outgoing import locked_deliveries
 from .peeropen import PeerOpenFilter
 from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
-from .settlement import error_condition, settle_delivery
+from .settlement import error_condition
 from .transactions import (
-    TRANSACTIONAL_STATE,
     TransactionCoordinator,
 )
 
@@ -105,22 +101,14 @@ _PN_IGNORED = frozenset(
     )
 )
 _NULL = _ffi.NULL
-# The delivery tag passed to pn_delivery (by value): 16 bytes that send_deliveries fills for
-# each peek-locked delivery (proton copies them), no cdata made per delivery.
-_TAG_BYTES = _ffi.new("char[16]")
-_TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
-_TAG_STRUCT.size = 16
-_TAG_STRUCT.start = _TAG_BYTES
-_TAG = _TAG_STRUCT[0]
-# The C functions of the event loop and of deliveries out, bound once (`lib.name` is a lookup
-# on cffi's library object at every call); those of the events in are fastevents.py's.
+# The C functions of the event loop, bound once (`lib.name` is a lookup on cffi's library
+# object at every call); those of the events in are fastevents.py's.
 _pn_collector_peek = _lib.pn_collector_peek
 _pn_collector_pop = _lib.pn_collector_pop
 _pn_event_type = _lib.pn_event_type
-_pn_link_advance = _lib.pn_link_advance
 
 
-class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, RequestLinks):
+class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveries, RequestLinks):
     """One client connection."""
 
     _ids = itertools.count(1)
@@ -489,62 +477,6 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, RequestLinks):
             self._conn.condition = self.condition_for(exc)
             self._conn.close()
 
-    # ------------------------------------------------------------------ deliveries out
-    def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
-        self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
-
-    def send_deliveries(self, state: ReceiveLink, taken: Taken, partition_id: int | None) -> None:
-        link = state.link._impl  # on proton's C layer: no wrapper per delivery
-        lib, ffi = _lib, _ffi
-        unsettled = state.unsettled
-        if state.peek_lock:  # every message has its lock: the run's tags and bytes at once,
-            # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
-            tag_bytes, tag, memmove = _TAG_BYTES, _TAG, ffi.memmove
-            delivery, send, advance = lib.pn_delivery, lib.pn_link_send, _pn_link_advance
-            for tag_value, data, key in locked_deliveries(taken, partition_id):
-                # proton copies the tag (pn_delivery): the one buffer serves every delivery
-                memmove(tag_bytes, tag_value, 16)
-                delivery(link, tag)
-                send(link, data, len(data))
-                advance(link)
-                unsettled[tag_value] = key
-            self.on_output()
-            return
-        for rec, _lock in taken:  # receive-and-delete: no locks
-            # The delivery-annotations the service sends are the sender's or {}, and the
-            # delivery tag is empty (a settled delivery needs no unique tag [AMQP 2.6.12]; the
-            # SDK suite's backcompat tests expect delivery_tag None). proton writes it as null;
-            # frames.py sends it as an empty binary, which go-amqp requires on a first
-            # transfer [issue 23].
-            data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
-            delivery = lib.pn_delivery(link, (0, _NULL))
-            lib.pn_link_send(link, data, len(data))
-            lib.pn_link_advance(link)
-            lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
-        # Dispatch may run from another connection's commit: ask the adapter to flush us.
-        self.on_output()
-
-    def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        key = state.unsettled.pop(raw_tag(delivery), None)
-        outcome = delivery.remote_state
-        if key is None or outcome is None:
-            if delivery.settled:
-                delivery.settle()
-            return
-        token = token_of(key)
-        if outcome == TRANSACTIONAL_STATE:
-            self.transactions.on_disposition(state.entity, token, delivery)
-        else:
-            # Only an unsettled outcome is answered, so only it may hold a detach: one the client
-            # settled itself (proton's reject(), release()) may be committed lazily, later.
-            answered = None
-            if not delivery.settled:
-                self._detach_hold.started(state)
-                answered = lambda: self._detach_hold.answered(state)  # noqa: E731
-            settle_delivery(
-                self, state.entity, token, delivery, outcome, state.session, answered=answered
-            )
-
     # ------------------------------------------------------------------ operator view
     def condition_for(self, exc: ServiceBusError) -> Condition:
         """error_condition(), counted for /metrics (throttled, server or user error)."""
@@ -593,15 +525,6 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, RequestLinks):
         else:
             self.closed = True
         self.on_output()
-
-
-# ------------------------------------------------------------------------ helpers
-def raw_tag(delivery: Delivery) -> bytes:
-    """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
-    tag = _lib.pn_delivery_tag(delivery._impl)
-    if tag.size == 0:  # an empty tag has no buffer at all (start is NULL): found by fuzzing
-        return b""
-    return bytes(_ffi.unpack(tag.start, tag.size))
 
 
 __all__ = ["AmqpConnection", "NamespaceInfo", "Services", "EntityNotFound"]

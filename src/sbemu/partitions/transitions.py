@@ -285,6 +285,9 @@ class Transitions:
                         # way, so it is the next message of the sub-queue.
                         sq.buffer[copy_seq] = rec
                         sq.scan_from = copy_seq + 1
+                        # seen through the overlay until its batch lands (a release, say,
+                        # puts it back in line by number: the store does not have it yet)
+                        staging.remember(name, copy_seq, rec)
                         placed.append((sq, rec))
                         continue
                     sq.unlanded += 1  # in line when its commit lands (on_commit)

@@ -11,8 +11,10 @@ Links are ours to track: proton engine objects never carry partition state (hous
 AmqpConnection is assembled from parts that each own one thing (mixins, each naming what it
 uses of the connection under TYPE_CHECKING), as aioquic keeps loss recovery out of its
 connection: attach.py (link attach and detach), incoming.py (flow, transfers in and their
-settlement), requestlinks.py (request/reply links: $cbs put-token, $management). This module
-keeps the state machine: the IO surface, the event loop and its fast paths, deliveries out.
+settlement), fastevents.py (the per-message events on proton's C layer: transfers, accepts and
+flows of each read), deliveries.py (messages out on receive links, and the client's outcomes on
+them), requestlinks.py (request/reply links: $cbs put-token, $management). This module keeps
+the state machine: the IO surface, the event loop and the dispatch of its other events.
 
 What this module does not own lives beside it: links.py (per-link state and the one link
 lifecycle table), messages.py (transfers in, deliveries encoded out), settlement.py
@@ -41,7 +43,6 @@ from proton import (
     Collector,
     Condition,
     Connection,
-    Delivery,
     Event,
     Link,
     Transport,
@@ -53,33 +54,27 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..partitions.dispatch import Delivered, Taken
 from ..partitions.entity import Entity
-from ..partitions.records import IncomingMessage
-from ..partitions.tokens import token_of
 from . import cbs
 from .attach import LinkAttach
 from .channels import EndedChannelFilter
+from .deliveries import OutgoingDeliveries
 from .detaching import DetachHold
+from .fastevents import PN_DELIVERY, PN_LINK_FLOW, FastEvents
 from .frames import FramePadder
-from .incoming import SENDER_CREDIT, IncomingTransfers
+from .incoming import IncomingTransfers
 from .links import (
     LinkMap,
-    LinkPhase,
     LinkState,
     LinkStateError,
     ReceiveLink,
-    SendLink,
 )
-from .messages import encode_delivery, scan_transfer
-from .outgoing import locked_deliveries
 from .peeropen import PeerOpenFilter
 from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
-from .settlement import error_condition, settle_delivery, storage_error
+from .settlement import error_condition
 from .transactions import (
-    TRANSACTIONAL_STATE,
     TransactionCoordinator,
 )
 
@@ -88,10 +83,7 @@ log = logging.getLogger("sbemu.connection")
 MAX_FRAME_SIZE = 262_144
 SESSION_CAPACITY = 1 << 30
 
-# proton's C event types, for the raw event loop (AmqpConnection._process).
-_PN_DELIVERY = Event.DELIVERY.number
-_PN_LINK_FLOW = Event.LINK_FLOW.number
-# Events nobody handles: popped without building Python wrappers for them.
+# Events nobody handles: popped without building Python wrappers for them (_process).
 _PN_IGNORED = frozenset(
     e.number
     for e in (
@@ -108,66 +100,15 @@ _PN_IGNORED = frozenset(
         Event.LINK_FINAL,
     )
 )
-_PN_ACCEPTED = Delivery.ACCEPTED
 _NULL = _ffi.NULL
-# The delivery tag passed to pn_delivery (by value): 16 bytes that send_deliveries fills for
-# each peek-locked delivery (proton copies them), no cdata made per delivery.
-_TAG_BYTES = _ffi.new("char[16]")
-_TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
-_TAG_STRUCT.size = 16
-_TAG_STRUCT.start = _TAG_BYTES
-_TAG = _TAG_STRUCT[0]
-_MISSING = object()
-# The C functions of the per-message paths, bound once (`lib.name` is a lookup on cffi's
-# library object at every call).
+# The C functions of the event loop, bound once (`lib.name` is a lookup on cffi's library
+# object at every call); those of the events in are fastevents.py's.
 _pn_collector_peek = _lib.pn_collector_peek
 _pn_collector_pop = _lib.pn_collector_pop
 _pn_event_type = _lib.pn_event_type
-_pn_event_link = _lib.pn_event_link
-_pn_event_delivery = _lib.pn_event_delivery
-_pn_delivery_partial = _lib.pn_delivery_partial
-_pn_delivery_aborted = _lib.pn_delivery_aborted
-_pn_delivery_readable = _lib.pn_delivery_readable
-_pn_delivery_remote_state = _lib.pn_delivery_remote_state
-_pn_delivery_pending = _lib.pn_delivery_pending
-_pn_delivery_update = _lib.pn_delivery_update
-_pn_delivery_settle = _lib.pn_delivery_settle
-_pn_delivery_settled = _lib.pn_delivery_settled
-_pn_delivery_tag = _lib.pn_delivery_tag
-_pn_link_recv = _lib.pn_link_recv
-_pn_link_advance = _lib.pn_link_advance
-_pn_link_credit = _lib.pn_link_credit
-_pn_link_flow = _lib.pn_link_flow
-_pn_incref = _lib.pn_incref
-_pn_decref = _lib.pn_decref
-_unpack = _ffi.unpack
-# Where a transfer of up to _RECV_SIZE bytes is read before it is copied into its bytes: one
-# buffer for the loop's thread (read and copied at once, never held), not a bytearray and a
-# cffi view of it per message.
-_RECV_SIZE = 65_536
-_RECV_BUF = _ffi.new("char[]", _RECV_SIZE)
-_WAITING = LinkPhase.WAITING
-_DETACHED = LinkPhase.DETACHED
 
 
-class _Acknowledge:
-    """Settles the transfers of one Entity.send_many group once their commit is done."""
-
-    __slots__ = ("conn", "deliveries")
-
-    def __init__(self, conn: AmqpConnection, deliveries: list[Any]) -> None:
-        self.conn = conn
-        self.deliveries = deliveries
-
-    def __call__(self, indices: list[int], error: Exception | None) -> None:
-        deliveries = self.deliveries
-        if len(indices) == len(deliveries):
-            self.conn._settle_many(deliveries, error)
-        else:
-            self.conn._settle_many([deliveries[i] for i in indices], error)
-
-
-class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
+class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveries, RequestLinks):
     """One client connection."""
 
     _ids = itertools.count(1)
@@ -188,10 +129,6 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         self.closed = False
         self.on_output: Callable[[], None] = lambda: None
         self._tag_counter = itertools.count(1)
-        self._accepts = 0  # accepts taken on the fast path: their order, for _settle_completed
-        # Completes confirmed by their commits, answered at the next flush in the order the
-        # client accepted them (order, C delivery): proton coalesces contiguous ranges.
-        self._completed: list[tuple[int, Any]] = []
         self._padder = FramePadder()
         self._peer_open: PeerOpenFilter | None = PeerOpenFilter()  # until the peer's open passed
         self.more_output = False  # data_to_send() stopped at its limit: call it again
@@ -202,15 +139,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
-        # Transfers read but not yet sent, by link: (their messages, their C deliveries, the
-        # C link, whose credit is topped up once per read)
-        self._sends: dict[SendLink, tuple[list[list[IncomingMessage]], list[Any], Any]] = {}
-        # Lock tokens (their ints) of pre-settled accepts read but not yet completed, by link
-        self._lazy_completes: dict[ReceiveLink, list[int]] = {}
-        # Receive links whose flow arrived in this read (their C links): served once the read's
-        # dispositions are in, so a message the peer released in the same read goes out again
-        # before the messages behind it (sequence order, as Azure serves it)
-        self._flows: dict[ReceiveLink, Any] = {}
+        self._init_fast_events()  # the events of one read (fastevents.py)
         self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
 
     # ------------------------------------------------------------------ IO surface
@@ -440,7 +369,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             if ev == _NULL:
                 break
             kind = _pn_event_type(ev)
-            if kind == _PN_DELIVERY or kind == _PN_LINK_FLOW:  # (checked first: the most)
+            if kind == PN_DELIVERY or kind == PN_LINK_FLOW:  # (checked first: the most)
                 try:
                     handled = self._fast_event(kind, ev)
                 except Exception as exc:
@@ -453,7 +382,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
                     self._send_pending()
                 if self._lazy_completes:  # and accepts before it are completed
                     self._complete_lazy()
-                if self._flows and kind != _PN_DELIVERY:  # and flows served (a disposition
+                if self._flows and kind != PN_DELIVERY:  # and flows served (a disposition
                     self._serve_flows()  # is taken first: it may put a message back in line)
                 event = Event.wrap(ev)
                 try:
@@ -467,225 +396,6 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             self._complete_lazy()
         if self._flows:
             self._serve_flows()
-
-    def _serve_flows(self) -> None:
-        """Serve the receive links whose credit arrived in this read (gathered by _fast_event),
-        after the read's dispositions: a client that releases a message and asks for the next
-        one in the same breath gets the released one again, not the one behind it."""
-        pending, self._flows = self._flows, {}
-        now_ms, lib = self.now_ms, _lib
-        for state, link in pending.items():
-            if state.phase is _WAITING or state.phase is _DETACHED:
-                continue  # (detached: by a disposition of this read that failed)
-            try:
-                state.view.dispatch(now_ms)
-            except Exception as exc:  # not the peer's fault: the link ends, the server stays
-                log.exception("connection %d: unexpected error serving a flow", self.id)
-                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
-                continue
-            if lib.pn_link_get_drain(link):
-                lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
-
-    def _send_pending(self) -> None:
-        """Send the transfers _fast_event gathered, one Entity.send_many per link: each is
-        its own send, but those bound for one partition are staged and committed together,
-        and each group is acknowledged at once after its commit."""
-        pending, self._sends = self._sends, {}
-        now_ms = self.now_ms
-        for state, (sends, deliveries, link) in pending.items():
-            # the credit the link's transfers of this read took, topped up once for them all
-            # (the flow goes out with this turn's output, as it did topped up per transfer)
-            credit = _pn_link_credit(link)
-            if credit < SENDER_CREDIT // 2:
-                _pn_link_flow(link, SENDER_CREDIT - credit)
-            if not sends:  # every transfer of the read was refused at its scan
-                continue
-            try:
-                state.entity.send_many(sends, now_ms, _Acknowledge(self, deliveries))
-            except Exception as exc:  # not the peer's fault: the link ends, the server stays
-                log.exception("connection %d: unexpected error storing transfers", self.id)
-                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
-
-    def _complete_lazy(self) -> None:
-        """Complete the pre-settled accepts _fast_event gathered: one Entity.complete_lazy
-        per link (nobody waits for these outcomes; see _fast_event)."""
-        pending, self._lazy_completes = self._lazy_completes, {}
-        now_ms = self.now_ms
-        for state, tokens in pending.items():
-            try:
-                state.entity.complete_lazy(tokens, now_ms)
-            except Exception as exc:  # not the peer's fault: the link ends, the server stays
-                log.exception("connection %d: unexpected error completing messages", self.id)
-                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
-
-    def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
-        """Settle incoming transfers held by _fast_event (and drop our references)."""
-        try:
-            if error is None:
-                update, settle = _pn_delivery_update, _pn_delivery_settle
-                for d in deliveries:
-                    update(d, _PN_ACCEPTED)
-                    settle(d)
-                self.on_output()
-            else:
-                for d in deliveries:
-                    self._settle_incoming(Delivery.wrap(d), error)
-        finally:
-            decref = _pn_decref
-            for d in deliveries:
-                decref(d)
-
-    def _state_of(self, link: Any) -> Any:
-        """Our state for a C link pointer (cached; None for links we do not track)."""
-        links = self._links
-        cache: dict[Any, Any] = links.by_ptr  # type: ignore[attr-defined]
-        state = cache.get(link, _MISSING)  # cffi pointers hash and compare by address
-        if state is _MISSING:
-            state = links.get(Link.wrap(link))
-            cache[link] = state
-        return state
-
-    def _fast_event(self, kind: int, ev: Any) -> bool:
-        """The hot events on the C layer; False hands the event to the wrapped path."""
-        lib = _lib
-        link = _pn_event_link(ev)
-        state = self._links.by_ptr.get(link, _MISSING)  # type: ignore[attr-defined]
-        if state is _MISSING:
-            state = self._state_of(link)
-        cls = type(state)
-        if kind == _PN_LINK_FLOW:
-            if cls is ReceiveLink:
-                if state.phase is _WAITING:
-                    return True
-                if state.session is not None:  # a receive request on the session
-                    state.session.touch(self.now_ms)
-                self._flows[state] = link  # served after the read's dispositions
-                return True
-            if cls is SendLink:
-                credit = lib.pn_link_credit(link)
-                if credit < SENDER_CREDIT // 2:
-                    lib.pn_link_flow(link, SENDER_CREDIT - credit)
-                return True
-            return False
-        d = _pn_event_delivery(ev)
-        if cls is SendLink:
-            # A whole, plain (non-transactional) transfer: read it, store it (its credit is
-            # topped up with the link's other transfers of this read: _send_pending).
-            if (
-                _pn_delivery_partial(d)
-                or not _pn_delivery_readable(d)
-                or _pn_delivery_remote_state(d) != 0
-            ):
-                return False
-            pending = _pn_delivery_pending(d)
-            # (proton gives an aborted delivery a pending of 1, so only then is it asked)
-            if pending <= 0 or (pending == 1 and _pn_delivery_aborted(d)):
-                return False
-            sends = self._sends.get(state)
-            if sends is None:
-                sends = self._sends[state] = ([], [], link)
-            if pending <= _RECV_SIZE:
-                got = _pn_link_recv(link, _RECV_BUF, pending)
-                _pn_link_advance(link)
-                data = _unpack(_RECV_BUF, got) if got > 0 else b""
-            else:
-                buf = bytearray(pending)
-                got = _pn_link_recv(link, _ffi.from_buffer(buf), pending)
-                _pn_link_advance(link)
-                data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
-                del buf  # not held beside its copy while the message is stored (up to 100 MB)
-            _pn_incref(d)  # held until the commit settles it
-            entity, tier = state.entity, self.namespace.max_message_size
-            try:  # sizes.message_limit / batch_limit, inline on the hot path
-                messages = scan_transfer(
-                    data,
-                    entity.spec.max_message_size or tier,
-                    entity.subscriptions is not None,
-                    tier,
-                )
-            except ServiceBusError as exc:
-                self._settle_many([d], exc)
-                return True
-            # Stored with the link's other transfers of this read (_send_pending).
-            sends[0].append(messages)
-            sends[1].append(d)
-            return True
-        if cls is ReceiveLink:
-            # A client's accept (complete) of a peek-locked message [contract 5.1].
-            if _pn_delivery_remote_state(d) != _PN_ACCEPTED:
-                return False
-            tag = _pn_delivery_tag(d)
-            key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
-            if key is None:
-                if _pn_delivery_settled(d):
-                    _pn_delivery_settle(d)
-                return True
-            if _pn_delivery_settled(d):
-                # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
-                # so there is nothing to answer, now or after the commit. Let go of the
-                # delivery at once; the deletion is lazy (rides with the partition's next
-                # commit). A lost lock is nobody's to hear of: the message comes back. The
-                # accepts of one read are completed together, per partition.
-                _pn_delivery_settle(d)
-                lazy = self._lazy_completes.get(state)
-                if lazy is None:
-                    self._lazy_completes[state] = [key]  # completed by _complete_lazy
-                else:
-                    lazy.append(key)
-                return True
-            # An unsettled accept (the SDKs): answered after the commit of the deletion.
-            self._accepts += 1
-            order = self._accepts
-            lib.pn_incref(d)
-            hold = self._detach_hold
-            hold.started(state)
-
-            def done(error: Exception | None) -> None:
-                hold.answered(state)
-                if error is None and not self.closed:
-                    if not self._completed:
-                        self.on_output()  # one flush request per batch: the flush empties it
-                    self._completed.append((order, d))
-                else:
-                    self._complete_raw(d, error)
-
-            try:
-                state.entity.complete(key, self.now_ms, done)
-            except ServiceBusError as exc:
-                done(exc)
-            return True
-        return False
-
-    def _settle_completed(self) -> None:
-        """Answer the completes whose commits landed: accepted and settled, in the order the
-        client accepted them (its delivery order, for a client accepting in turn), so that
-        proton coalesces them into ranges: one disposition frame per run of deliveries, not
-        one per message (a partitioned entity's commits confirm its messages out of order,
-        partition by partition)."""
-        completed, self._completed = self._completed, []
-        completed.sort()
-        lib = _lib
-        for _, d in completed:
-            lib.pn_delivery_update(d, _PN_ACCEPTED)
-            lib.pn_delivery_settle(d)
-            lib.pn_decref(d)
-
-    def _complete_raw(self, d: Any, error: Exception | None) -> None:
-        """Answer an unsettled accept taken by _fast_event now [contract 5.2] (its commit
-        failed, or the connection is closing), and drop our reference."""
-        try:
-            if error is None:
-                _lib.pn_delivery_update(d, _PN_ACCEPTED)
-                _lib.pn_delivery_settle(d)
-            else:
-                delivery = Delivery.wrap(d)
-                err = error if isinstance(error, ServiceBusError) else storage_error(error)
-                delivery.local.condition = error_condition(err)
-                delivery.update(Delivery.REJECTED)
-                delivery.settle()
-            self.on_output()
-        finally:
-            _lib.pn_decref(d)
 
     def _dispatch(self, event: Event) -> None:
         t = event.type
@@ -767,62 +477,6 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
             self._conn.condition = self.condition_for(exc)
             self._conn.close()
 
-    # ------------------------------------------------------------------ deliveries out
-    def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
-        self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
-
-    def send_deliveries(self, state: ReceiveLink, taken: Taken, partition_id: int | None) -> None:
-        link = state.link._impl  # on proton's C layer: no wrapper per delivery
-        lib, ffi = _lib, _ffi
-        unsettled = state.unsettled
-        if state.peek_lock:  # every message has its lock: the run's tags and bytes at once,
-            # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
-            tag_bytes, tag, memmove = _TAG_BYTES, _TAG, ffi.memmove
-            delivery, send, advance = lib.pn_delivery, lib.pn_link_send, _pn_link_advance
-            for tag_value, data, key in locked_deliveries(taken, partition_id):
-                # proton copies the tag (pn_delivery): the one buffer serves every delivery
-                memmove(tag_bytes, tag_value, 16)
-                delivery(link, tag)
-                send(link, data, len(data))
-                advance(link)
-                unsettled[tag_value] = key
-            self.on_output()
-            return
-        for rec, _lock in taken:  # receive-and-delete: no locks
-            # The delivery-annotations the service sends are the sender's or {}, and the
-            # delivery tag is empty (a settled delivery needs no unique tag [AMQP 2.6.12]; the
-            # SDK suite's backcompat tests expect delivery_tag None). proton writes it as null;
-            # frames.py sends it as an empty binary, which go-amqp requires on a first
-            # transfer [issue 23].
-            data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
-            delivery = lib.pn_delivery(link, (0, _NULL))
-            lib.pn_link_send(link, data, len(data))
-            lib.pn_link_advance(link)
-            lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
-        # Dispatch may run from another connection's commit: ask the adapter to flush us.
-        self.on_output()
-
-    def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        key = state.unsettled.pop(raw_tag(delivery), None)
-        outcome = delivery.remote_state
-        if key is None or outcome is None:
-            if delivery.settled:
-                delivery.settle()
-            return
-        token = token_of(key)
-        if outcome == TRANSACTIONAL_STATE:
-            self.transactions.on_disposition(state.entity, token, delivery)
-        else:
-            # Only an unsettled outcome is answered, so only it may hold a detach: one the client
-            # settled itself (proton's reject(), release()) may be committed lazily, later.
-            answered = None
-            if not delivery.settled:
-                self._detach_hold.started(state)
-                answered = lambda: self._detach_hold.answered(state)  # noqa: E731
-            settle_delivery(
-                self, state.entity, token, delivery, outcome, state.session, answered=answered
-            )
-
     # ------------------------------------------------------------------ operator view
     def condition_for(self, exc: ServiceBusError) -> Condition:
         """error_condition(), counted for /metrics (throttled, server or user error)."""
@@ -871,15 +525,6 @@ class AmqpConnection(LinkAttach, IncomingTransfers, RequestLinks):
         else:
             self.closed = True
         self.on_output()
-
-
-# ------------------------------------------------------------------------ helpers
-def raw_tag(delivery: Delivery) -> bytes:
-    """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
-    tag = _lib.pn_delivery_tag(delivery._impl)
-    if tag.size == 0:  # an empty tag has no buffer at all (start is NULL): found by fuzzing
-        return b""
-    return bytes(_ffi.unpack(tag.start, tag.size))
 
 
 __all__ = ["AmqpConnection", "NamespaceInfo", "Services", "EntityNotFound"]

@@ -3,21 +3,22 @@
 messages.encode_delivery rebuilds a stored message with its service annotations [contract 3.7]
 for every reader (deliveries, peek, receive-by-sequence-number). A receiver's delivery is by
 far the most frequent, and most stored messages carry nothing to rewrite (no dead-letter
-fields, no property overrides, not scheduled, not forwarded). For those, delivery_bytes gives
-the very same bytes with less work: the header section comes from a small cache (it depends
-only on durable, priority, ttl and delivery count), the lock token's delivery-annotations
-section is a constant head and 16 bytes, the three or four stamps are packed by one struct
-call, and the message is joined once. Anything else goes to encode_delivery (a sender's own
-delivery-annotations among them).
+fields, no property overrides, not scheduled, not forwarded). For those, locked_deliveries
+gives the very same bytes with less work: the header section comes from a small cache (it
+depends only on durable, priority, ttl and delivery count), the lock token's
+delivery-annotations section is a constant head and 16 bytes, the three or four stamps are
+packed by one struct call, and the message is joined once. Anything else goes to
+encode_delivery (a sender's own delivery-annotations among them): locked_deliveries is the one
+place that decides which. delivery_bytes is its form for one message.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
 from ..partitions.records import MessageRecord
-from ..partitions.subqueue import Lock
 from . import sections
 from .messages import (
     K_ENQUEUED,
@@ -69,63 +70,6 @@ def _header(durable: bool, priority: int | None, ttl_ms: int | None, count: int)
     return hdr
 
 
-def delivery_bytes(
-    rec: MessageRecord, partition_id: int | None, locked_until_ms: int, lock_key: int
-) -> bytes:
-    """A peek-locked message as sent to its receiver, its lock token (Lock.key) in the
-    delivery-annotations: encode_delivery's bytes exactly."""
-    seq = rec.sequence_number
-    if (
-        seq <= _SMALLLONG_MAX
-        or rec.tail[:3] == _CLIENT_DA
-        or rec.property_overrides
-        or rec.dead_letter_reason is not None
-        or rec.dead_letter_description is not None
-        or rec.dead_letter_source is not None
-        or rec.scheduled_enqueue_time_ms is not None
-        or rec.original_sequence_number is not None
-    ):
-        return encode_delivery(
-            rec, partition_id, locked_until_ms, delivery_stamps=lock_token_stamp(lock_key)
-        )
-    if partition_id is None:
-        stamps = _STAMPS.pack(_K_SEQ, seq, _K_ENQ, rec.enqueued_time_ms, _K_LOCK, locked_until_ms)
-        count = rec.annotation_count + 3
-    else:
-        stamps = _STAMPS_PID.pack(
-            _K_SEQ,
-            seq,
-            _K_ENQ,
-            rec.enqueued_time_ms,
-            _K_LOCK,
-            locked_until_ms,
-            _K_PID,
-            partition_id,
-        )
-        count = rec.annotation_count + 4
-    annotations = rec.annotations
-    size = len(annotations) + len(stamps)
-    if size < 0xFF and count <= 0x7F:  # map8: size and count (2 per pair) fit a byte
-        map_head = bytes((0xC1, size + 1, 2 * count))
-    else:  # map32
-        map_head = b"\xd1" + (size + 4).to_bytes(4, "big") + (2 * count).to_bytes(4, "big")
-    header = _headers.get((rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count))
-    if header is None:
-        header = _header(rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count)
-    return b"".join(
-        (
-            header,
-            _LOCK_TOKEN_HEAD,
-            lock_key.to_bytes(16, "big"),
-            _ANNOTATIONS,
-            map_head,
-            annotations,
-            stamps,
-            rec.tail,
-        )
-    )
-
-
 def _map_head(size: int, count: int) -> bytes:
     """The head of a map of `count` pairs whose items take `size` bytes: map8 when size and
     count (2 per pair) fit a byte, else map32."""
@@ -140,12 +84,26 @@ _GUID_BE = struct.Struct(">IHH8s")
 _GUID_LE = struct.Struct("<IHH8s")
 
 
+class Held(Protocol):
+    """What a delivery's bytes take of its lock (partitions.subqueue.Lock has them)."""
+
+    @property
+    def key(self) -> int: ...  # the lock token's int
+    @property
+    def until_ms(self) -> int: ...  # locked until (Unix ms)
+
+
+class _Held(NamedTuple):
+    key: int
+    until_ms: int
+
+
 def locked_deliveries(
-    taken: Sequence[tuple[MessageRecord, Lock | None]], partition_id: int | None
+    taken: Sequence[tuple[MessageRecord, Held | None]], partition_id: int | None
 ) -> list[tuple[bytes, bytes, int]]:
     """(delivery tag, message bytes, lock key) of each peek-locked message of a run: the tag
-    is the lock token in .NET byte order and the bytes are delivery_bytes', built in one loop
-    (the receive hot path: one call per run, the constants looked up once)."""
+    is the lock token in .NET byte order and the bytes are encode_delivery's exactly, built in
+    one loop (the receive hot path: one call per run, the constants looked up once)."""
     out: list[tuple[bytes, bytes, int]] = []
     append = out.append
     be, le = _GUID_BE.unpack, _GUID_LE.pack
@@ -173,7 +131,9 @@ def locked_deliveries(
             or rec.scheduled_enqueue_time_ms is not None
             or rec.original_sequence_number is not None
         ):
-            append((tag, delivery_bytes(rec, partition_id, lock.until_ms, key), key))
+            stamp = lock_token_stamp(key)
+            data = encode_delivery(rec, partition_id, lock.until_ms, delivery_stamps=stamp)
+            append((tag, data, key))
             continue
         if stamps_count == 3:
             stamps = pack(k_seq, seq, k_enq, rec.enqueued_time_ms, k_lock, lock.until_ms)
@@ -196,3 +156,11 @@ def locked_deliveries(
         data = join((header, da_head, token, map_head, annotations, stamps, rec.tail))
         append((tag, data, key))
     return out
+
+
+def delivery_bytes(
+    rec: MessageRecord, partition_id: int | None, locked_until_ms: int, lock_key: int
+) -> bytes:
+    """One peek-locked message as sent to its receiver, its lock token (Lock.key) in the
+    delivery-annotations: locked_deliveries' bytes for a run of one."""
+    return locked_deliveries(((rec, _Held(lock_key, locked_until_ms)),), partition_id)[0][1]

@@ -114,3 +114,21 @@ def test_a_failed_commit_takes_back_what_was_delivered(tmp_path):
         broker.complete(lock.key, NOW, None)
     assert _ids(broker) == []
     assert broker.counts(MAIN)["active"] == 0
+
+
+def test_a_message_released_before_its_commit_lands_is_delivered_again(tmp_path):
+    """The Python SDK releases a message that reaches it between two receive calls (its
+    keep-alive thread): released before its commit landed, it is back in line, before and
+    after the commit."""
+    broker = open_broker(tmp_path / "p")
+    _caught_up(broker)
+    _send(broker, 1, 2)
+    _rec, lock = broker.take_next(MAIN, NOW, True)  # type: ignore[misc]
+    assert lock is not None
+    broker.release(lock.key, NOW)
+    again = broker.take_next(MAIN, NOW, True)
+    assert again is not None and again[0].message_id == "m1"
+    assert again[1] is not None
+    broker.release(again[1].key, NOW)
+    commit(broker)
+    assert _ids(broker) == ["m1", "m2"]

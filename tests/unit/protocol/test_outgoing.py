@@ -1,4 +1,5 @@
-"""delivery_bytes (the receive hot path's encoder) gives exactly encode_delivery's bytes."""
+"""locked_deliveries and delivery_bytes (the receive hot path's encoder, for a run and for one
+message) give exactly encode_delivery's bytes."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def test_records_with_more_to_stamp_or_rewrite_match_too():
         record(sequence_number=1),
         record(sequence_number=127),
         record(dead_letter_reason="r", dead_letter_description="d"),
+        record(dead_letter_reason="r"),
+        record(dead_letter_description="d"),
         record(dead_letter_source="q"),
         record(scheduled_enqueue_time_ms=1_700_000_100_000),
         record(original_sequence_number=55),
@@ -85,7 +88,8 @@ def test_records_with_more_to_stamp_or_rewrite_match_too():
 
 def test_a_run_of_locked_deliveries_gives_each_tag_and_bytes():
     """locked_deliveries: per message the lock token in .NET byte order as its delivery tag
-    [contract 4.6], delivery_bytes' bytes and the lock key, plain and rewritten messages alike."""
+    [contract 4.6], encode_delivery's bytes and the lock key, plain and rewritten messages
+    alike."""
     import uuid
 
     from sbemu.partitions.subqueue import Lock
@@ -117,6 +121,6 @@ def test_a_run_of_locked_deliveries_gives_each_tag_and_bytes():
         assert [key for _tag, _data, key in got] == keys
         assert [tag for tag, _data, _key in got] == [uuid.UUID(int=k).bytes_le for k in keys]
         assert [data for _tag, data, _key in got] == [
-            delivery_bytes(r, pid, until + i, k)
+            encode_delivery(r, pid, until + i, delivery_stamps=lock_token_stamp(k))
             for i, (r, k) in enumerate(zip(recs, keys, strict=True))
         ]

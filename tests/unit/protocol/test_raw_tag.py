@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from proton import Connection, Transport
 
-from sbemu.protocol.connection import raw_tag
+from sbemu.protocol.deliveries import raw_tag
 
 
 def _pump(a: Transport, b: Transport) -> None:

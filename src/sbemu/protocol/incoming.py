@@ -65,15 +65,10 @@ class IncomingTransfers:
         transactions: TransactionCoordinator
 
     def _on_link_flow(self, link: Link) -> None:
+        # (a receive link's or a send link's flow never gets here: fastevents takes them on
+        # the C layer, a receive link's served after the read's dispositions)
         state = self._links.get(link)
-        if isinstance(state, ReceiveLink):
-            if state.phase is _WAITING:
-                return
-            state.view.dispatch(self.now_ms)
-            if link.drain_mode:
-                # [AMQP 2.6.7] drain: use up what we can, then give back the rest of the credit.
-                link.drained()
-        elif isinstance(state, ReplyLink):
+        if isinstance(state, ReplyLink):
             self._flush_replies(state)
         elif isinstance(state, SendLink | RequestLink):
             self._top_up_credit(link)

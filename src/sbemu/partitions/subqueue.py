@@ -179,6 +179,17 @@ class SubQueue:
             sess = self.sessions[session_id] = SessionState(session_id)
         return sess
 
+    def join_read_ahead(self, rec: MessageRecord) -> bool:
+        """Put a new message of a plain sub-queue straight into the read-ahead, when the scan
+        has reached the end of the store and it is the next one (no read transaction, no
+        decode of what was just written); False: it is left to the scan."""
+        seq = rec.sequence_number
+        if self.more or len(self.buffer) >= READ_AHEAD or seq < self.scan_from:
+            return False
+        self.buffer[seq] = rec
+        self.scan_from = seq + 1
+        return True
+
     def make_ready(self, rec: MessageRecord) -> None:
         """Put a visible message (back) in line for delivery, in sequence order."""
         seq = rec.sequence_number

@@ -36,7 +36,7 @@ from .records import (
     log_prefix,
 )
 from .staging import Staging
-from .subqueue import READ_AHEAD, SubQueue, SubQueueReader
+from .subqueue import SubQueue, SubQueueReader
 
 MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
 TTL_EXPIRED_REASON = "TTLExpiredException"
@@ -273,18 +273,9 @@ class Transitions:
                     )))  # fmt: skip
                     offset += 1
                 if state is active and not sq.settings.requires_session:
-                    if (
-                        not sq.more
-                        and not sq.unlanded
-                        and len(sq.buffer) < READ_AHEAD
-                        and copy_seq >= sq.scan_from
-                        and not self.forwards(name)
-                    ):
-                        # In line at once (see enqueue's docstring): the scan had reached
-                        # the end of the store and nothing staged before it is still on its
-                        # way, so it is the next message of the sub-queue.
-                        sq.buffer[copy_seq] = rec
-                        sq.scan_from = copy_seq + 1
+                    # In line at once (see enqueue's docstring) when nothing staged before it
+                    # is still on its way and the read-ahead has caught up with the store.
+                    if not sq.unlanded and not self.forwards(name) and sq.join_read_ahead(rec):
                         # seen through the overlay until its batch lands (a release, say,
                         # puts it back in line by number: the store does not have it yet)
                         staging.remember(name, copy_seq, rec)
@@ -312,29 +303,18 @@ class Transitions:
                 staging.stats.incoming += len(messages)
                 touched: set[str] = set()
                 for sq, rec in staged:
+                    touched.add(sq.name)
                     if sq.settings.requires_session:
                         sq.count_session(rec, 1)
                         if rec.state == _ACTIVE:
                             sq.make_ready(rec)
-                        touched.add(sq.name)
-                        continue
-                    if rec.state is _ACTIVE:
-                        sq.unlanded -= 1
-                    if (
-                        not sq.more
-                        and rec.state is _ACTIVE
-                        and len(sq.buffer) < READ_AHEAD
-                        and rec.sequence_number >= sq.scan_from
-                    ):
-                        # The scan had reached the end of the store and the new message is
-                        # the next one: it joins the read-ahead as it is, without a read
-                        # transaction and a decode of what was just written (a receiver
-                        # keeping up gets each message straight from its commit).
-                        sq.buffer[rec.sequence_number] = rec
-                        sq.scan_from = rec.sequence_number + 1
-                    else:
+                    elif rec.state is not _ACTIVE:
                         sq.more = True  # the store now holds it past the scan
-                    touched.add(sq.name)
+                    else:
+                        sq.unlanded -= 1
+                        # a receiver keeping up gets it straight from its commit; else the scan
+                        if not sq.join_read_ahead(rec):
+                            sq.more = True
                 for name in touched:
                     self.on_ready(name)
             elif staging.epoch == epoch:  # (after a reload the counts come from the store)

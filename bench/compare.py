@@ -48,6 +48,7 @@ ARTEMIS_QUEUE = "bench"
 RABBIT_QUEUE = "bench"
 SBEMU_USER, SBEMU_PASSWORD = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
 FLOOR = "floor (forwarder)"
+MACHINE = "machine (fixed CPU work)"
 START_TIMEOUT = 90.0
 PHASE_TIMEOUT = 300.0
 
@@ -352,9 +353,53 @@ class Forwarder:
         self.start()
 
 
+# A fixed piece of CPU-bound Python work (dict stores and small bytes objects: interpreter work,
+# as a broker's event loop does), the same every round.
+MACHINE_WORK = (
+    "import sys\nd = {}\nfor i in range(int(sys.argv[1])):\n"
+    "    d[i & 1023] = (i * 3).to_bytes(8, 'little')\n"
+)
+
+
+class MachineProbe:
+    """The machine's own round-to-round spread: the same fixed CPU work on every core at once
+    (one process per core, as a broker and its client keep both cores busy), timed in each
+    round beside the brokers. Nothing but the machine changes between its rounds, so its
+    spread is what any CPU-bound broker inherits from this machine in a round of that length.
+    Its size is set once at the start so that a round takes about `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        self.cores = os.cpu_count() or 2
+        trial = 1_000_000
+        self.iterations = max(trial, int(trial * seconds / self._time(trial, 1)))
+
+    @staticmethod
+    def _time(iterations: int, processes: int) -> float:
+        t0 = time.perf_counter()
+        procs = [
+            subprocess.Popen([sys.executable, "-c", MACHINE_WORK, str(iterations)])
+            for _ in range(processes)
+        ]
+        for proc in procs:
+            proc.wait(timeout=PHASE_TIMEOUT)
+        return time.perf_counter() - t0
+
+    def run(self) -> float:
+        """One round: the work's rate per core (iterations/s), over the wall time of all."""
+        return self.iterations / self._time(self.iterations, self.cores)
+
+
 def spread(values: list[float]) -> str:
     """Round-to-round spread: max / min of the rounds (1.00 = identical rounds)."""
     return f"{max(values) / min(values):.2f}" if values and min(values) > 0 else "-"
+
+
+def cpu_cells(result: dict) -> str:
+    """A phase's CPU per message, for its round's line: the client's main thread (where rhea
+    runs) and the broker's process tree, in us (both move with the machine's speed)."""
+    if "main_us" not in result or "broker_cpu_us" not in result:
+        return ""
+    return f" ({result['main_us']:>4.1f}/{result['broker_cpu_us']:>5.1f} us)"
 
 
 def cpu_medians(results: list[dict]) -> dict[str, float] | None:
@@ -398,10 +443,11 @@ def print_summary(
     rates: dict[str, dict[str, list[float]]],
     cpu: dict[str, dict[str, list[dict]]],
     latencies: dict[str, list[dict]],
+    machine: list[float],
     args: argparse.Namespace,
 ) -> None:
-    """Medians of the rounds, spreads, CPU per message, ratios to each peer,
-    partitioned/plain, latency."""
+    """Medians of the rounds, spreads (and the machine's own), CPU per message, ratios to each
+    peer, partitioned/plain, latency."""
 
     def med(name: str, kind: str) -> float:
         values = rates[name][kind]
@@ -412,6 +458,12 @@ def print_summary(
         print(
             f"  {name:<30} {med(name, 'send'):>8.0f} {med(name, 'receive'):>10.0f}"
             f" {spread(rates[name]['send']):>12} {spread(rates[name]['receive']):>8}"
+        )
+    if machine:
+        print(
+            f"  {MACHINE:<30} {'':>8} {'':>10} {spread(machine):>12}"
+            f"   ({args.machine_seconds:g} s on each core a round: what a broker bound by CPU"
+            " inherits from the machine)"
         )
     bounds = print_cpu(targets, cpu)
     for peer in ("artemis", "rabbitmq"):
@@ -470,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency-seconds", type=float, default=10.0, help="latency phase length [10]"
     )
+    parser.add_argument(
+        "--machine-seconds", type=float, default=1.0,
+        help="length of the machine's fixed CPU work in each round [1.0; 0 = skip]",
+    )  # fmt: skip
     parser.add_argument("--keep-data", action="store_true", help="keep the temp directories")
     args = parser.parse_args(argv)
     if not CLIENT.exists() or not (NODE_DIR / "node_modules" / "rhea").exists():
@@ -518,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[str, dict[str, list[dict]]] = {k: {"send": [], "receive": []} for k in rounds_targets}
     failures: list[str] = []
     latencies: dict[str, list[dict]] = {}
+    machine: list[float] = []  # MachineProbe rates, one a round
     try:
         rabbit.start()
         artemis.start()
@@ -528,9 +585,17 @@ def main(argv: list[str] | None = None) -> int:
             f"({artemis.describe()}), sbemu on {sbemu.url}",
             flush=True,
         )
+        probe = MachineProbe(args.machine_seconds) if args.machine_seconds > 0 else None
+        slots = [*rounds_targets, MACHINE] if probe else list(rounds_targets)
         for rnd in range(1, args.rounds + 1):
-            order = list(rounds_targets) if rnd % 2 else list(reversed(rounds_targets))
+            order = slots if rnd % 2 else list(reversed(slots))
             for name in order:
+                if name == MACHINE:
+                    assert probe is not None
+                    machine.append(probe.run())
+                    print(f"  round {rnd} {name:<26} {machine[-1]:>10.0f} iterations/s a core",
+                          flush=True)  # fmt: skip
+                    continue
                 port, address, auth = rounds_targets[name]
                 row = [f"  round {rnd} {name:<18}"]
                 for kind in ("send", "receive"):
@@ -543,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     rates[name][kind].append(result["rate"])
                     cpu[name][kind].append(result)
-                    row.append(f"{kind} {result['rate']:>8.0f} msg/s")
+                    row.append(f"{kind} {result['rate']:>8.0f} msg/s{cpu_cells(result)}")
                 print("  ".join(row), flush=True)
         if args.latency_rate > 0:
             # Send-to-receive latency at a fixed offered rate, same client, alternating rounds
@@ -574,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         rabbit.stop()
         if not args.keep_data:
             shutil.rmtree(workdir, ignore_errors=True)
-    print_summary(rounds_targets, rates, cpu, latencies, args)
+    print_summary(rounds_targets, rates, cpu, latencies, machine, args)
     if failures:
         print("\nbench-compare: " + "; ".join(failures), file=sys.stderr)
         return 1

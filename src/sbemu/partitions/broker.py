@@ -544,6 +544,12 @@ class PartitionBroker:
         with make_ready or removed with forward_out."""
         return self.reader.take_ready(self.queues[queue], limit)
 
+    def in_line_before_commit(self, queue: str) -> bool:
+        """Whether a message of the sub-queue was put in line before its commit (early
+        delivery) and that commit has not landed yet: such a message is not stored yet."""
+        sq = self.queues.get(queue)
+        return sq is not None and not self.staging.has_landed(sq.early_batch)
+
     def has_ready_any(self, queue: str) -> bool:
         """Whether a sub-queue may have a ready message, in or outside sessions."""
         sq = self.queues.get(queue)

@@ -230,6 +230,12 @@ class Forwarder:
             is not entity
         ):
             return  # deleted
+        if broker.in_line_before_commit(queue):
+            # Put in line before its commit while the sub-queue did not forward yet (early
+            # delivery; ForwardTo was set since): not stored yet, and its send may still
+            # fail. The move's exactly-once steps need a stored message: go on after it lands.
+            broker.after_commit(lambda _error: self._pending.add(src))
+            return
         recs = broker.take_ready(queue, STEP)
         if not recs:
             return

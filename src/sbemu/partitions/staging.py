@@ -189,6 +189,11 @@ class Staging:
         the gathered writes to the committer."""
         return self.gen
 
+    def has_landed(self, batch: int) -> bool:
+        """Whether batch `batch` (a batch_number) is done: handed to the committer and its
+        commit finished (or failed, and the store is the truth again)."""
+        return batch < self.gen and (not self.taken_gens or self.taken_gens[0] > batch)
+
     def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
         """Hand the pending writes and their completions to the committer (None: nothing)."""
         if self.counts_dirty:

@@ -128,6 +128,9 @@ class SubQueue:
         # Active messages staged and not in line yet: they join it when their commit lands;
         # until then no newer message may join the read-ahead before its commit (FIFO).
         self.unlanded = 0
+        # The batch of the newest message put in line before its commit (early delivery):
+        # the forwarder takes nothing from this line until that batch landed (-1: none).
+        self.early_batch = -1
         self.buffer: dict[int, MessageRecord] = {}
         self.back: list[int] = []
         self.back_set: set[int] = set()

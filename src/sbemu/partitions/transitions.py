@@ -279,6 +279,7 @@ class Transitions:
                         # seen through the overlay until its batch lands (a release, say,
                         # puts it back in line by number: the store does not have it yet)
                         staging.remember(name, copy_seq, rec)
+                        sq.early_batch = staging.gen
                         placed.append((sq, rec))
                         continue
                     sq.unlanded += 1  # in line when its commit lands (on_commit)

@@ -125,3 +125,74 @@ def test_stale_markers_are_removed_at_start(tmp_path: Path) -> None:
     commit_all(router)
     assert not router.entities[("sbemulatorns", "dst")].partitions[3].store.forward_markers()
     close(router)
+
+
+def _plain_then_forwarding(tmp_path: Path) -> tuple[Router, object]:
+    """A router whose "src" does not forward yet (so a caught-up receiver gets its new messages
+    before their commit lands), and the settings that make it forward to "dst"."""
+    doc = {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": "sbemulatorns",
+                    "Queues": [{"Name": "src", "Properties": {}}, {"Name": "dst"}],
+                }
+            ]
+        }
+    }
+    router = Router(tmp_path, lambda: None)
+    ns = parse_config(doc, "<forwarding tests>").namespaces[0]
+    for q in ns.queues:
+        router.add_entity(queue_spec(ns, q))
+        router.apply_settings(ns.name, q.name, entity_settings(q))
+    forwarding = config().namespaces[0].queues[0]  # type: ignore[attr-defined]
+    assert forwarding.name == "src"
+    return router, entity_settings(forwarding)
+
+
+def _early_message_then_forward_to(tmp_path: Path) -> tuple[Router, object, list[object]]:
+    """A message put in line before its commit (early delivery), then ForwardTo set on its
+    queue while that commit is on its way, and a forwarding turn run."""
+    router, forwarding = _plain_then_forwarding(tmp_path)
+    src = router.entities[("sbemulatorns", "src")]
+    broker = src.partitions[0]
+    assert broker.take_next(MAIN, NOW, True) is None  # a receiver looked: caught up
+    errors: list[object] = []
+    src.send([message(1)], NOW, errors.append)
+    assert broker.has_ready_any(MAIN)  # in line already, its commit not yet landed
+    router.apply_settings("sbemulatorns", "src", forwarding)  # type: ignore[arg-type]
+    router.run_pending(NOW)
+    assert errors == []
+    return router, src, errors
+
+
+def test_forwarding_switched_on_waits_for_a_message_put_in_line_before_its_commit(
+    tmp_path: Path,
+) -> None:
+    router, src, errors = _early_message_then_forward_to(tmp_path)
+    assert counts(router, "dst") == 0  # not taken before its own commit landed
+    commit_all(router)  # the source commit lands; the forwarder goes on after it
+    assert errors == [None]
+    router.run_pending(NOW)
+    commit_all(router)
+    commit_all(router)
+    assert counts(router, "src") == 0 and counts(router, "dst") == 1
+    close(router)
+
+
+def test_a_send_whose_commit_fails_is_not_forwarded(tmp_path: Path) -> None:
+    """The message was in line, but its commit failed: its sender is told so, and it must not
+    turn up at the forwarding destination either."""
+    from sbemu.partitions.store import StoreUnavailable
+
+    router, src, errors = _early_message_then_forward_to(tmp_path)
+    broker = src.partitions[0]
+    taken = broker.take_commit()
+    assert taken is not None
+    broker.commit_done(taken[1], StoreUnavailable("disk gone"))  # reloads from its store
+    assert len(errors) == 1 and errors[0] is not None
+    router.run_pending(NOW)
+    commit_all(router)
+    commit_all(router)
+    assert counts(router, "src") == 0 and counts(router, "dst") == 0
+    close(router)

@@ -130,6 +130,10 @@ class Dashboard:
         self._timer: asyncio.TimerHandle | None = None
         self._static = resources.files("sbemu.admin") / "static"
 
+    def _now_ms(self) -> int:
+        """The server's clock (the one its brokers read; a test may move it), in ms."""
+        return int(self.server.clock() * 1000)
+
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
         """Begin sampling rates once a second (on the running loop)."""
@@ -146,7 +150,7 @@ class Dashboard:
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            now_ms = int(self.server.clock() * 1000)  # the server's clock (a TestClock in tests)
+            now_ms = self._now_ms()  # the server's clock (a TestClock in tests)
             self.rates.sample(now_ms, self._partition_counters())
             point = self.history.sample(now_ms, self._totals())
             if point is not None and self._subscribers:
@@ -196,7 +200,7 @@ class Dashboard:
             rows.extend(entity_rows(router, self.rates, entity))
         cost = time.perf_counter() - started
         self._snapshot_age = max(SNAPSHOT_MIN_AGE, cost * SNAPSHOT_COST_FACTOR)
-        self._snapshot = {"generated_ms": int(time.time() * 1000), "entities": rows}
+        self._snapshot = {"generated_ms": self._now_ms(), "entities": rows}
         self._snapshot_at = time.monotonic()
         return self._snapshot
 
@@ -391,7 +395,7 @@ class Dashboard:
     def _page(self, request: Request, params: dict[str, str]) -> Response:
         if "api-version" in request.query:
             # an admin client's GET of an empty entity name: the management API's answer
-            return empty_feed(request, int(time.time() * 1000))
+            return empty_feed(request, self._now_ms())
         body = self._asset("index.html") or b"dashboard assets missing\n"
         return Response(200, body, _html_headers())
 
@@ -409,11 +413,11 @@ class Dashboard:
                 key_name,
                 "dashboard login: not a key with the Manage right",
                 request.peer,
-                time.time(),
+                self.server.clock(),
             )
             return Response(303, b"", [("location", "/login?failed=1")])
         cookie = self.access.cookie_header(
-            self.access.new_session(key_name, time.time()), request.secure
+            self.access.new_session(key_name, self.server.clock()), request.secure
         )
         return Response(303, b"", [("location", "/"), ("set-cookie", cookie)])
 
@@ -459,7 +463,7 @@ class Dashboard:
             _q(request, "state", "active"),
             _q_int(request, "from", 0, 0, INT64_MAX),
             _q_int(request, "count", 20, 1, 1000),
-            int(time.time() * 1000),
+            self._now_ms(),
             MessageSearch.parse(_q(request, "message_id", ""), _q(request, "property", "")),
         )
 
@@ -529,7 +533,7 @@ class Dashboard:
     async def _api_send(self, request: Request, principal: Principal) -> dict[str, Any]:
         body = _json_body(request)
         entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
-        now_ms = int(time.time() * 1000)
+        now_ms = self._now_ms()
         data = explorer.build_test_message(body, now_ms)
         done, committed = explorer.completion()
         numbers = explorer.send_bytes(
@@ -554,7 +558,7 @@ class Dashboard:
             body.get("subscription") or None,
             numbers,
             self._max_size(entity.spec.namespace),
-            lambda: int(time.time() * 1000),
+            self._now_ms,
         )
         self._snapshot = None
         return {"results": results}
@@ -568,7 +572,7 @@ class Dashboard:
             entity,
             body.get("subscription") or None,
             str(body.get("state") or "active"),
-            lambda: int(time.time() * 1000),
+            self._now_ms,
         )
         log.warning(
             "dashboard: purged %s (%s): %d messages",
@@ -584,7 +588,7 @@ class Dashboard:
         router = self.server.router
         assert router is not None
         done, committed = explorer.completion()
-        counts = router.purge(entity.spec.namespace, entity.name, int(time.time() * 1000), done)
+        counts = router.purge(entity.spec.namespace, entity.name, self._now_ms(), done)
         await committed
         log.warning("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
         self._snapshot = None

@@ -4,7 +4,8 @@ The commit turn itself (sbemu.partitions.commits.GroupCommit) reads no clock and
 socket; this is its thin asyncio side, as aioquic's asyncio layer is over its sans-IO
 connection. A wake asks for one turn soon (the wakes of one loop pass make one turn); a turn
 runs the router's pending dispatch and hands every dirty partition's batch to a commit thread
-(CommitThreads, at most COMMIT_THREADS in flight); finished commits come back on the loop
+(CommitThreads, at most COMMIT_THREADS in flight; ephemeral stores, which do not sync, commit
+inline instead, inside the turn); finished commits come back on the loop
 (loop.call_soon_threadsafe), in order, and a turn follows at once, so what a send commit landed
 reaches waiting receivers in the same callback as the acknowledgements. The output of a turn is
 written at its end (Flusher). `settle` and `drain` wait on the idle event GroupCommit sets when
@@ -35,10 +36,21 @@ COMMIT_THREADS = 8
 
 
 class CommitLoop:
-    """GroupCommit over one router, its commit threads, and the turns the loop runs."""
+    """GroupCommit over one router, its commit threads, and the turns the loop runs.
+
+    `inline` (stores that do not sync: ``serve --ephemeral``): each commit runs inside the
+    turn, on the loop, with no thread. Without a sync a commit only copies pages into the page
+    cache, while the hand-off to a thread and back (and py-lmdb taking and dropping the GIL
+    around every put) is what an acknowledgement would wait for: inline, a client that
+    completes one message at a time gets its answer in the turn that read the request."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, router: Router, clock: Clock, flusher: Flusher
+        self,
+        loop: asyncio.AbstractEventLoop,
+        router: Router,
+        clock: Clock,
+        flusher: Flusher,
+        inline: bool = False,
     ) -> None:
         self._loop = loop
         self._clock = clock
@@ -46,7 +58,11 @@ class CommitLoop:
         self.commits = GroupCommit(
             router, max_inflight=COMMIT_THREADS, max_inflight_per_entity=COMMITS_PER_ENTITY
         )
-        self._threads = CommitThreads(COMMIT_THREADS, loop.call_soon_threadsafe, self._committed)
+        self._threads: CommitThreads | None = None
+        if not inline:
+            self._threads = CommitThreads(
+                COMMIT_THREADS, loop.call_soon_threadsafe, self._committed
+            )
         self.commits.runner = self._threads
         self.commits.on_error = _commit_failed
         self._idle = asyncio.Event()
@@ -118,7 +134,8 @@ class CommitLoop:
         """Turns do nothing from now on (a turn a last commit scheduled must not dispatch or
         commit into closed stores: found by make crash-test --sigterm) and the threads end."""
         self.closed = True
-        self._threads.shutdown()
+        if self._threads is not None:
+            self._threads.shutdown()
 
 
 def _commit_failed(broker: PartitionBroker, error: Exception) -> None:

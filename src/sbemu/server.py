@@ -165,7 +165,9 @@ class Server:
         )
         self._retention = OffLoopJob(self._loop, executor, self._retention_failed)
         self._idle_deletion = IdleDeletion(self.management, self.data_dir, self._loop, executor)
-        self.commit_loop = CommitLoop(self._loop, self.router, self.clock, flusher)
+        self.commit_loop = CommitLoop(
+            self._loop, self.router, self.clock, flusher, inline=not self.durable
+        )
         self.commit_loop.wake()  # for what the start-up staged
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         try:

@@ -123,8 +123,13 @@ class ServerProcess:
     """A ``python -m sbemu serve`` subprocess (``sbemu.testing``) with a known config file and
     data directory, kept across restarts."""
 
-    def __init__(self, config_path: Path, data_dir: Path, log_dir: Path) -> None:
+    def __init__(
+        self, config_path: Path, data_dir: Path, log_dir: Path, *, ephemeral: bool = False
+    ) -> None:
         self.config_path = Path(config_path)
+        # serve --ephemeral: a temporary data dir of its own (not data_dir), no fsync, commits
+        # on the event loop (sbemu.commitloop); gone at every stop
+        self.ephemeral = ephemeral
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
         self.port = 0
@@ -162,7 +167,8 @@ class ServerProcess:
             host = env.get("SBEMU_HOST") or "127.0.0.1"
             env["SBEMU_TEST_CLOCK"] = "1" if self.test_clock and is_loopback(host) else ""
             self._launcher = SbemuProcess(
-                config=self.config_path, data_dir=self.data_dir, host=host, env=env,
+                config=self.config_path, data_dir=None if self.ephemeral else self.data_dir,
+                ephemeral=self.ephemeral, host=host, env=env,
                 stderr=self.log_dir / "server.stderr",
             )  # fmt: skip
         try:
@@ -275,12 +281,15 @@ class ServerProcess:
         return f"Endpoint=sb://localhost/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
 
 
-def start_server(tmp: Path, queues: Iterable[dict[str, Any]]) -> ServerProcess:
-    """Write a config under ``tmp`` and start a server on ``tmp/data``."""
+def start_server(
+    tmp: Path, queues: Iterable[dict[str, Any]], *, ephemeral: bool = False
+) -> ServerProcess:
+    """Write a config under ``tmp`` and start a server on ``tmp/data`` (``ephemeral``: on a
+    temporary data dir of its own, ``serve --ephemeral``)."""
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "config.json"
     cfg.write_text(json.dumps(make_config(queues), indent=2))
-    server = ServerProcess(cfg, tmp / "data", tmp)
+    server = ServerProcess(cfg, tmp / "data", tmp, ephemeral=ephemeral)
     return server.start()
 
 
@@ -296,9 +305,11 @@ def _shutdown(server: ServerProcess) -> None:
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """One server for the whole module (queues from the module's SBEMU_QUEUES)."""
+    """One server for the whole module (queues from the module's SBEMU_QUEUES; a module with
+    SBEMU_EPHEMERAL = True gets a ``serve --ephemeral`` one)."""
     queues = getattr(request.module, "SBEMU_QUEUES", DEFAULT_QUEUES)
-    srv = start_server(tmp_path_factory.mktemp("sbemu"), queues)
+    ephemeral = getattr(request.module, "SBEMU_EPHEMERAL", False)
+    srv = start_server(tmp_path_factory.mktemp("sbemu"), queues, ephemeral=ephemeral)
     try:
         yield srv
     finally:

@@ -153,11 +153,14 @@ class _Plain:
         return await self._reader.read(READ_CHUNK)
 
     async def send(self, data: bytes) -> None:
+        if self._writer.is_closing():  # the peer went away mid-response: uvloop raises
+            raise ConnectionResetError("the admin client closed the connection")
         self._writer.write(data)
         await asyncio.wait_for(self._writer.drain(), WRITE_TIMEOUT)
 
     def write_nowait(self, data: bytes) -> None:
-        self._writer.write(data)
+        if not self._writer.is_closing():  # a dropped peer: uvloop raises on a closed handle
+            self._writer.write(data)
 
     def write_buffer_size(self) -> int:
         return self._writer.transport.get_write_buffer_size()

@@ -16,7 +16,7 @@ import uvloop
 from sbemu.admin import HttpRoutes, Request, Response, json_response, start_admin
 from sbemu.admin.access import Access
 from sbemu.admin.certs import ca_path, ensure_certificates, server_ssl_context
-from sbemu.admin.http import _Tls
+from sbemu.admin.http import _Plain, _Tls
 from sbemu.admin.policy import PUBLIC, AccessPolicy
 
 
@@ -387,6 +387,38 @@ def test_a_tls_stream_whose_socket_failed_closes_without_raising(tmp_path: Path)
         tls.write_nowait(b"after the failure")
         tls.close()
         assert writer.is_closing()
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
+
+
+def test_a_plain_response_to_a_client_that_went_away_ends_quietly() -> None:
+    """Found by make test: an admin client closed its connection while its response was being
+    written; uvloop had closed the transport, so writing the response's end raised "the handler
+    is closed" and the server logged a traceback. A closed plain transport now ends the response
+    as a dropped peer (ConnectionError, which the connection handler logs at debug level)."""
+
+    async def scenario() -> None:
+        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        accepted = asyncio.get_running_loop().create_future()
+        server = await asyncio.start_server(
+            lambda r, w: accepted.set_result((r, w)), "127.0.0.1", 0
+        )
+        client_reader, client = await asyncio.open_connection(
+            "127.0.0.1", server.sockets[0].getsockname()[1]
+        )
+        reader, writer = await accepted
+        plain = _Plain(reader, writer, b"")
+        await plain.send(b"HTTP/1.1 200 OK\r\n")
+        writer.transport.abort()  # the client went away: uvloop closed the handle
+        with contextlib.suppress(ConnectionError):
+            await client_reader.read()
+        plain.write_nowait(b"an event for a stream nobody reads")
+        with pytest.raises(ConnectionError):
+            await plain.send(b"0\r\n\r\n")
         client.close()
         server.close()
         await server.wait_closed()

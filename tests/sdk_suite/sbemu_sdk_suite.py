@@ -75,25 +75,25 @@ def test_proxy() -> Iterator[None]:
     yield
 
 
+def _listed(nodeid: str, entries: list[tuple[str, str]]) -> str | None:
+    """The reason of the first entry whose pattern matches `nodeid` (None: not listed)."""
+    return next((r for p, r in entries if fnmatch.fnmatchcase(nodeid, p)), None)
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m: count only what the run selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     entries = load_not_applicable()
+    known_failures = load_not_applicable(KNOWN_FAILURES)
+    races = load_not_applicable(SDK_RACES)
     for item in items:  # open defects: run, reported, and strict (a pass fails the run)
-        known = next(
-            (
-                r
-                for p, r in load_not_applicable(KNOWN_FAILURES)
-                if fnmatch.fnmatchcase(item.nodeid, p)
-            ),
-            None,
-        )
+        known = _listed(item.nodeid, known_failures)
         if known is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"KNOWN FAILURE: {known}"))
-        if any(fnmatch.fnmatchcase(item.nodeid, p) for p, _ in load_not_applicable(SDK_RACES)):
+        if _listed(item.nodeid, races) is not None:
             item.add_marker(pytest.mark.flaky(reruns=1))
     keep, dropped = [], []
     for item in items:
-        reason = next((r for p, r in entries if fnmatch.fnmatchcase(item.nodeid, p)), None)
+        reason = _listed(item.nodeid, entries)
         if reason is None:
             keep.append(item)
         else:

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
-from integration_support import ServerProcess, body_text, queue_def, receive_n
+from integration_support import ServerProcess, body_text, drain, queue_def, receive_n
 
 SBEMU_EPHEMERAL = True
 SBEMU_QUEUES = [
@@ -23,11 +23,6 @@ SBEMU_QUEUES = [
     queue_def("elate"),
     queue_def("edlq", max_delivery_count=2),
 ]
-
-
-def _nothing_left(client: Any, queue: str) -> None:
-    with client.get_queue_receiver(queue, max_wait_time=1) as receiver:
-        assert receiver.receive_messages(max_message_count=10, max_wait_time=1) == []
 
 
 def test_the_server_runs_ephemeral(server: ServerProcess) -> None:
@@ -47,7 +42,7 @@ def test_one_message_at_a_time_received_and_completed(sb_client: Any) -> None:
             seen.append(body_text(msg))
             receiver.complete_message(msg)
     assert seen == [f"m{i}" for i in range(40)]  # in order, each once
-    _nothing_left(sb_client, "eq")
+    assert drain(sb_client, "eq") == 0
 
 
 def test_a_partitioned_queue(sb_client: Any) -> None:
@@ -61,7 +56,7 @@ def test_a_partitioned_queue(sb_client: Any) -> None:
             receiver.complete_message(msg)
     assert sorted(body_text(m) for m in got) == sorted(f"p{i}" for i in range(64))
     assert len({m.sequence_number >> 48 for m in got}) > 1  # spread over partitions
-    _nothing_left(sb_client, "epq")
+    assert drain(sb_client, "epq") == 0
 
 
 def test_a_session_with_state(sb_client: Any) -> None:
@@ -91,7 +86,7 @@ def test_forwarding(sb_client: Any) -> None:
 def test_a_scheduled_message_comes_due(server: ServerProcess, sb_client: Any) -> None:
     with sb_client.get_queue_sender("elate") as sender:
         sender.schedule_messages(ServiceBusMessage("later"), server.now() + dt.timedelta(minutes=2))
-    _nothing_left(sb_client, "elate")
+    assert drain(sb_client, "elate") == 0
     server.advance_clock(121)
     with sb_client.get_queue_receiver("elate", max_wait_time=5) as receiver:
         (msg,) = receive_n(receiver, 1)
@@ -113,7 +108,7 @@ def test_abandoned_to_the_dead_letter_queue(sb_client: Any) -> None:
         assert body_text(dead) == "poison" and dead.delivery_count == 2
         assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
         dlq.complete_message(dead)
-    _nothing_left(sb_client, "edlq")
+    assert drain(sb_client, "edlq") == 0
 
 
 def test_a_200_kb_message(sb_client: Any) -> None:

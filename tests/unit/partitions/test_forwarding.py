@@ -31,9 +31,9 @@ def config() -> object:
     return parse_config(doc, "<forwarding tests>")
 
 
-def open_router(data_dir: Path) -> Router:
+def open_router(data_dir: Path, cfg: object | None = None) -> Router:
     router = Router(data_dir, lambda: None)
-    ns = config().namespaces[0]  # type: ignore[attr-defined]
+    ns = (cfg or config()).namespaces[0]  # type: ignore[attr-defined]
     for q in ns.queues:
         router.add_entity(queue_spec(ns, q))
         router.apply_settings(ns.name, q.name, entity_settings(q))
@@ -140,11 +140,7 @@ def _plain_then_forwarding(tmp_path: Path) -> tuple[Router, object]:
             ]
         }
     }
-    router = Router(tmp_path, lambda: None)
-    ns = parse_config(doc, "<forwarding tests>").namespaces[0]
-    for q in ns.queues:
-        router.add_entity(queue_spec(ns, q))
-        router.apply_settings(ns.name, q.name, entity_settings(q))
+    router = open_router(tmp_path, parse_config(doc, "<forwarding tests>"))
     forwarding = config().namespaces[0].queues[0]  # type: ignore[attr-defined]
     assert forwarding.name == "src"
     return router, entity_settings(forwarding)

@@ -18,10 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbemu.partitions.layout import entity_dir
-from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
-from sbemu.partitions.store import PartitionStore
-from sbemu.partitions.writebatch import WriteBatch
+from sbemu.partitions import (
+    LogEvent,
+    MessageRecord,
+    MessageState,
+    PartitionStore,
+    WriteBatch,
+    encode_log,
+    entity_dir,
+)
 
 # (event, when in ms, dead-letter reason) of one log record
 Step = tuple[LogEvent, int, str | None]

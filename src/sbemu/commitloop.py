@@ -19,9 +19,14 @@ import logging
 from collections.abc import Collection
 
 from .clock import Clock
-from .partitions.broker import PartitionBroker
-from .partitions.commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
-from .partitions.router import Router
+from .partitions import (
+    COMMITS_PER_ENTITY,
+    CommitJob,
+    CommitThreads,
+    GroupCommit,
+    PartitionBroker,
+    Router,
+)
 from .protocol.listener import Flusher
 
 log = logging.getLogger("sbemu.server")

@@ -27,13 +27,16 @@ from .endpoints import EndpointError, ListenPort
 from .heap import HeapTrimmer, libc_malloc_trim
 from .logs.retention import RETENTION_INTERVAL_MS, trim_logs
 from .offloop import OffLoopJob
-from .partitions.broker import PartitionBroker
-from .partitions.idle import load_idle_times
-from .partitions.layout import StorageLayoutError, lock_data_dir
-from .partitions.lockfile import sweep_lock_files
-from .partitions.router import Router
-from .partitions.store import StoreError
-from .partitions.subscriptions import RuleDefinitionError
+from .partitions import (
+    PartitionBroker,
+    Router,
+    RuleDefinitionError,
+    StorageLayoutError,
+    StoreError,
+    load_idle_times,
+    lock_data_dir,
+    sweep_lock_files,
+)
 from .protocol.limits import Limits
 from .protocol.listener import AmqpProtocol, Flusher
 from .protocol.messages import view_of_record

@@ -30,9 +30,7 @@ from xml.sax.saxutils import escape
 
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
-from ..partitions.entity import Entity
-from ..partitions.store import StoreError
-from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
+from ..partitions import Entity, RuleDefinitionError, RuleSource, StoreError, subscription_queue
 from ..sas import normalize_entity_path
 from .bounded import BodyError, xml_document
 from .http import Request, Response

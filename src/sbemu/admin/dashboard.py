@@ -31,10 +31,7 @@ from urllib.parse import parse_qs
 
 from .. import __version__
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
-from ..partitions.broker import DLQ_SUFFIX
-from ..partitions.entity import Entity
-from ..partitions.stats import totals
-from ..partitions.transitions import SCHEDULED_QUEUE
+from ..partitions import DLQ_SUFFIX, SCHEDULED_QUEUE, Entity, totals
 from . import explorer, metrics
 from .access import COOKIE_NAME, Access, Principal
 from .atom import empty_feed

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..partitions.broker import DLQ_SUFFIX
-from ..partitions.entity import Entity
-from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX
-from ..partitions.router import Router
-from ..partitions.specs import MAIN
-from ..partitions.transitions import SCHEDULED_QUEUE
+from ..partitions import DLQ_SUFFIX, MAIN, SCHEDULED_QUEUE, TRANSFER_DLQ_SUFFIX, Entity, Router
 from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 from .rates import PartitionRates
 

@@ -28,12 +28,19 @@ from typing import Any, Protocol
 from proton import Message, symbol, timestamp
 
 from ..errors import ArgumentError, MessageSizeExceeded, ServiceBusError
-from ..partitions.broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
-from ..partitions.dispatch import EntityView
-from ..partitions.entity import Entity
-from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX
-from ..partitions.records import IncomingMessage, MessageRecord, MessageState
-from ..partitions.specs import MAIN
+from ..partitions import (
+    DLQ_SUFFIX,
+    MAIN,
+    SEQUENCE_BITS,
+    TRANSFER_DLQ_SUFFIX,
+    Entity,
+    EntityView,
+    IncomingMessage,
+    MessageRecord,
+    MessageState,
+    locked_until,
+    purge_state,
+)
 from .bounded import INT64_MAX, INT64_MIN, int_field
 from .msgsearch import MessageSearch
 
@@ -95,12 +102,6 @@ def _partition_of(entity: Entity, seq: int) -> int | None:
     return (seq >> SEQUENCE_BITS) if entity.partitioned else None
 
 
-def _lock_until(broker: PartitionBroker, queue: str, seq: int) -> int | None:
-    sq = broker.queues.get(queue)
-    lock = sq.locks.get(seq) if sq is not None else None
-    return lock.until_ms if lock is not None else None
-
-
 def peek(
     codec: WireCodec,
     entity: Entity,
@@ -136,11 +137,9 @@ def peek(
                 props = codec.read_properties(codec.encode_peeked(rec, pid))
                 if not search.id_matches(_json_value(props.get("message-id"))):
                     continue
-            broker = entity.partitions[pid or 0]
+            until = locked_until(entity, view.queue, rec.sequence_number)
             try:
-                message = describe(
-                    codec, rec, pid, _lock_until(broker, view.queue, rec.sequence_number), now_ms
-                )
+                message = describe(codec, rec, pid, until, now_ms)
             except (RecursionError, ValueError, TypeError) as exc:
                 # stored before sbemu refused such messages at send (sections nesting beyond
                 # protocol/nesting.py's limit): shown as undecodable, the page still works
@@ -471,7 +470,7 @@ async def resubmit(
             page = broker.peek(view.queue, seq, 1)
             if not page or page[0].sequence_number != seq:
                 raise ArgumentError(f"No dead-lettered message with sequence number {seq}.")
-            if _lock_until(broker, view.queue, seq) is not None:
+            if locked_until(entity, view.queue, seq) is not None:
                 raise ArgumentError(f"Message {seq} is locked by a receiver; try again later.")
             done, sent = completion()
             new_numbers = send_bytes(
@@ -506,33 +505,9 @@ async def purge(
     only messages in that state go, and a message locked by a receiver stays with its receiver.
     """
     view = sub_queue(entity, subscription, state)
-    wanted = STATES[state][1]
-    removed = kept = 0
-    touched: list[PartitionBroker] = []
-    for broker in entity.partitions:
-        if not broker.health.serving:
-            continue
-        touched.append(broker)
-        if wanted is None:
-            removed += broker.purge_queue(view.queue, now())
-            continue
-        cursor = 0
-        while True:
-            page = broker.peek(view.queue, cursor, 1000)
-            if not page:
-                break
-            for rec in page:
-                cursor = rec.sequence_number + 1
-                if rec.state != wanted:
-                    continue
-                if broker.remove(view.queue, rec.sequence_number, now()) is None:
-                    kept += 1
-                else:
-                    removed += 1
-    for broker in touched:
-        done, committed = completion()
-        broker.after_commit(done)
-        await committed
+    done, committed = completion()
+    removed, kept = purge_state(entity, view.queue, STATES[state][1], now(), done)
+    await committed
     return {
         "path": view.address,
         "removed": removed,

@@ -22,8 +22,7 @@ from typing import Any
 
 from ..errors import EntityNotFound
 from ..offloop import OffLoopJob
-from ..partitions.entity import Entity
-from ..partitions.idle import SAVE_INTERVAL_MS, save_idle_times
+from ..partitions import SAVE_INTERVAL_MS, Entity, save_idle_times
 from .management import Management
 
 log = logging.getLogger("sbemu.server")

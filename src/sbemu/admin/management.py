@@ -36,13 +36,21 @@ from ..errors import (
     QuotaExceeded,
     ServiceBusError,
 )
-from ..partitions.broker import DLQ_SUFFIX, PartitionBroker
-from ..partitions.entity import Entity
-from ..partitions.forwarding import TRANSFER_DLQ_SUFFIX, forward_target
-from ..partitions.router import Router
-from ..partitions.specs import MAIN, EntitySpec, entity_settings, queue_spec, topic_spec
-from ..partitions.subscriptions import RuleSource
-from ..partitions.transitions import SCHEDULED_QUEUE
+from ..partitions import (
+    DLQ_SUFFIX,
+    MAIN,
+    SCHEDULED_QUEUE,
+    TRANSFER_DLQ_SUFFIX,
+    Entity,
+    EntitySpec,
+    PartitionBroker,
+    Router,
+    RuleSource,
+    entity_settings,
+    forward_target,
+    queue_spec,
+    topic_spec,
+)
 from .catalog import (
     READ_ONLY,
     Catalog,

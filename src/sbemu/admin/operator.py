@@ -19,8 +19,7 @@ from .. import __version__
 from ..clock import Clock, TestClock
 from ..config import ENTITY_STATUSES, Config
 from ..errors import ServiceBusError
-from ..partitions.router import Router
-from ..partitions.store import StoreError
+from ..partitions import Router, StoreError
 from .http import Request, Response, json_response
 from .management import Management
 from .policy import MANAGE, PUBLIC, READ, entity_in_path

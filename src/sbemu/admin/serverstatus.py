@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import Config
-from ..partitions.router import Router
-from ..partitions.stats import ServerStats
+from ..partitions import Router, ServerStats
 
 
 # ------------------------------------------------------------------ what the dashboard reads

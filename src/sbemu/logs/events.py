@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sbemu.partitions.records import LOG_SCHEMA_VERSION, decode_log
+from sbemu.partitions import LOG_SCHEMA_VERSION, decode_log
 from sbemu.protocol import codec
 
 __all__ = [

@@ -48,9 +48,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from sbemu.partitions.logdb import NEXT_OFFSET_META, TRIMMED_BELOW_META, read_log_events
-from sbemu.partitions.records import log_extent
-from sbemu.partitions.store import LOG_DB, META_DB
+from sbemu.partitions import (
+    LOG_DB,
+    META_DB,
+    NEXT_OFFSET_META,
+    TRIMMED_BELOW_META,
+    log_extent,
+    read_log_events,
+)
 
 __all__ = [
     "LogPartition",

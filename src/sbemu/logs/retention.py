@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..atomicfile import atomic_write
-from ..partitions.logdb import TRIM_LIMIT
-from ..partitions.store import StoreError
+from ..partitions import TRIM_LIMIT, StoreError
 
 log = logging.getLogger(__name__)
 

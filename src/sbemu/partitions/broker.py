@@ -50,6 +50,7 @@ from .store import PartitionStore, StoreError
 from .subqueue import (
     Lock,
     SessionLock,
+    SessionOwner,
     SubQueue,
     SubQueueReader,
     SubQueueSettings,
@@ -513,6 +514,12 @@ class PartitionBroker:
         """Up to `count` messages with sequence number >= from_seq, oldest first (locks ignored)."""
         return self.reader.peek(self.queues[queue], from_seq, count, session_id)
 
+    def locked_until(self, queue: str, seq: int) -> int | None:
+        """When a receiver's lock on message `seq` expires (Unix ms); None when it is unlocked."""
+        sq = self.queues.get(queue)
+        lock = sq.locks.get(seq) if sq is not None else None
+        return lock.until_ms if lock is not None else None
+
     def remove(self, queue: str, seq: int, now_ms: int) -> MessageRecord | None:
         """Operator removal of one unlocked message (dashboard purge / resubmit), logged as
         completed; None when it is gone or locked. Durable with the next commit."""
@@ -603,7 +610,7 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- sessions
     def accept_session(
-        self, queue: str, session_id: str | None, owner: object, now_ms: int
+        self, queue: str, session_id: str | None, owner: SessionOwner, now_ms: int
     ) -> SessionLock | None:
         """Lock a named session, or the next available one (None if there is none)."""
         sq = self.queues[queue]

@@ -16,7 +16,7 @@ from typing import Protocol
 from .broker import PartitionBroker
 from .records import MessageRecord
 from .specs import MAIN, EntitySpec
-from .subqueue import Lock, SessionLock
+from .subqueue import Lock, SessionLock, SessionOwner
 
 # Messages one dispatch hands to a receiver before the rest of its credit waits for the next
 # loop pass: what was built goes out first, so the client works on it meanwhile.
@@ -113,7 +113,7 @@ class SessionHandle:
 class SessionWaiter:
     """A next-available-session receiver waiting for a session [contract 4.4]."""
 
-    owner: object
+    owner: SessionOwner
     deadline_ms: int
     callback: Callable[[SessionHandle | None], None]
 
@@ -158,7 +158,7 @@ class EntityView:
 
     # ------------------------------------------------------------ sessions
     def accept_session(
-        self, session_id: str | None, owner: object, now_ms: int
+        self, session_id: str | None, owner: SessionOwner, now_ms: int
     ) -> SessionHandle | None:
         """Lock a named session (on its partition [P6]) or the next available one anywhere."""
         parts = self.entity.partitions
@@ -180,7 +180,7 @@ class EntityView:
 
     def wait_for_session(
         self,
-        owner: object,
+        owner: SessionOwner,
         deadline_ms: int,
         callback: Callable[[SessionHandle | None], None],
     ) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from ..errors import MessageLockLost, SessionCannotBeLocked, SessionLockLost
 from .records import MessageRecord
-from .subqueue import Lock, SessionLock, SubQueue
+from .subqueue import Lock, SessionLock, SessionOwner, SubQueue
 
 LOCK_HEAP_SLACK = 4_096  # stale lock-heap entries tolerated before it is rebuilt
 
@@ -132,7 +132,7 @@ class LockTable:
 
     # ---------------------------------------------------------------- session locks
     def accept_session(
-        self, sq: SubQueue, session_id: str | None, owner: object, now_ms: int
+        self, sq: SubQueue, session_id: str | None, owner: SessionOwner, now_ms: int
     ) -> SessionLock | None:
         """Lock a named session, or the next available one (None if there is none)."""
         if session_id is None:

@@ -21,6 +21,7 @@ from .subqueue import SubQueueSettings
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
 
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
+PURGE_PAGE = 1_000  # messages read per store page while purging by state
 
 
 def partition_status(entity: Entity) -> dict:
@@ -166,3 +167,40 @@ def purge(entities: list[Entity], now_ms: int, done: Done) -> dict[str, int]:
     if not brokers:
         done(None)
     return counts
+
+
+def locked_until(entity: Entity, queue: str, seq: int) -> int | None:
+    """When a receiver's lock on message `seq` of sub-queue `queue` expires (Unix ms); None
+    when it is unlocked."""
+    return entity.partition_of_sequence(seq).locked_until(queue, seq)
+
+
+def purge_state(
+    entity: Entity, queue: str, state: int | None, now_ms: int, done: Done
+) -> tuple[int, int]:
+    """Delete the messages of one sub-queue on every partition in service, each logged: all of
+    them when `state` is None (locks end, as `purge` does), else only the unlocked ones in that
+    MessageState (a locked one stays with its receiver). `done` runs after the commits.
+    Returns (removed, locked messages kept)."""
+    removed = kept = 0
+    touched = [b for b in entity.partitions if b.health.serving]
+    for broker in touched:
+        if state is None:
+            removed += broker.purge_queue(queue, now_ms)
+            continue
+        cursor = 0
+        while page := broker.peek(queue, cursor, PURGE_PAGE):
+            for rec in page:
+                cursor = rec.sequence_number + 1
+                if rec.state != state:
+                    continue
+                if broker.remove(queue, rec.sequence_number, now_ms) is None:
+                    kept += 1
+                else:
+                    removed += 1
+    part_done = join_completions(len(touched), done) if touched else done
+    for broker in touched:
+        broker.after_commit(part_done)
+    if not touched:
+        done(None)
+    return removed, kept

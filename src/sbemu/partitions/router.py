@@ -50,9 +50,7 @@ def _forwards(entity: Entity, queue: str) -> bool:
 
 def _notify_session_lost(lock: SessionLock) -> None:
     """Tell the receiver holding a session that its lock expired (it detaches the link)."""
-    callback = getattr(lock.owner, "session_lost", None)
-    if callback is not None:
-        callback(lock)
+    lock.owner.session_lost(lock)
 
 
 class Router:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import Protocol
 
 import msgspec
 
@@ -71,13 +72,20 @@ class Lock(msgspec.Struct):
         return token_of(self.key)
 
 
+class SessionOwner(Protocol):
+    """The receiver holding a session lock, as the partitions see it (protocol.links' link)."""
+
+    def session_lost(self, lock: SessionLock) -> None:
+        """The lock expired or a reload ended it: the receiver lets the session go."""
+
+
 @dataclass(slots=True, eq=False)
 class SessionLock:
     """One receiver's exclusive hold on a session [contract 4.4]."""
 
     queue: SubQueue
     session_id: str
-    owner: object
+    owner: SessionOwner
     until_ms: int
     armed_ms: int = 0  # the latest expiry the session heap holds for this lock (see touch_session)
 

@@ -23,7 +23,7 @@ from ..errors import (
     QuotaExceeded,
     ServiceBusError,
 )
-from ..partitions.dispatch import Delivered, SessionHandle, Taken
+from ..partitions import Delivered, SessionHandle, Taken
 from . import cbs
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT

@@ -54,7 +54,7 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..partitions.entity import Entity
+from ..partitions import Entity
 from . import cbs
 from .attach import LinkAttach
 from .channels import EndedChannelFilter

@@ -16,8 +16,7 @@ from cproton_ffi import lib as _lib
 from proton import Condition, Delivery
 
 from ..errors import ServiceBusError
-from ..partitions.dispatch import Delivered, Taken
-from ..partitions.tokens import token_of
+from ..partitions import Delivered, Taken, token_of
 from .detaching import DetachHold
 from .links import ReceiveLink
 from .messages import encode_delivery

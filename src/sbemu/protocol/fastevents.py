@@ -28,7 +28,7 @@ from proton import (
 )
 
 from ..errors import ServiceBusError
-from ..partitions.records import IncomingMessage
+from ..partitions import IncomingMessage
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
 from .links import (

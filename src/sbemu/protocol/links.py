@@ -34,8 +34,7 @@ from typing import Any, Protocol
 from proton import Described, Link
 
 from ..errors import NotImplementedOperation, ServiceBusError, SessionLockLost
-from ..partitions.dispatch import Delivered, EntityView, SessionHandle, Taken
-from ..partitions.entity import Entity
+from ..partitions import Delivered, Entity, EntityView, SessionHandle, Taken
 
 
 class LinkPhase(enum.Enum):

@@ -25,7 +25,7 @@ from ..errors import (
     ServiceBusError,
     SessionLockLost,
 )
-from ..partitions.records import MessageState
+from ..partitions import MessageState
 from . import codec, sections
 from .links import RequestLink
 from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
@@ -436,7 +436,7 @@ def _str_map(value: object) -> dict[str, Any]:
 
 
 def _add_rule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
-    from ..partitions.subscriptions import RuleSource
+    from ..partitions import RuleSource
 
     subscriptions, sub_name = _subscription_of(state)
     name = body.get("rule-name")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import ArgumentError, ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
 from ..filters import MessageView
-from ..partitions.records import IncomingMessage, MessageRecord
+from ..partitions import IncomingMessage, MessageRecord
 from . import codec, sections
 from .sectioncodes import _FAILURES
 from .views import message_view

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from ..partitions.records import MessageRecord
+from ..partitions import MessageRecord
 from . import sections
 from .messages import (
     K_ENQUEUED,

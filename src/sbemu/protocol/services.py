@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 from ..config import NamespaceConfig
 from ..errors import EntityNotFound
-from ..partitions.router import Router, resolve_view_name
-from ..partitions.stats import ServerStats
+from ..partitions import Router, ServerStats, resolve_view_name
 from ..rejections import RejectionLog
 from ..sasrules import SasRule, parse_authorization_rules
 from .limits import Limits

@@ -15,8 +15,7 @@ from typing import Any, Protocol
 from proton import Condition, Delivery, symbol
 
 from ..errors import InvalidOperation, MessageLockLost, ServerBusy, ServiceBusError, SessionLockLost
-from ..partitions.dispatch import SessionHandle
-from ..partitions.entity import Entity
+from ..partitions import Entity, SessionHandle
 from . import codec
 from .messages import plain_value
 

@@ -26,8 +26,7 @@ from proton import Condition, Delivery, Described, ulong
 
 from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
-from ..partitions.entity import Entity
-from ..partitions.records import IncomingMessage
+from ..partitions import Entity, IncomingMessage
 from .settlement import apply_settlement, condition_from_fields
 
 

@@ -8,7 +8,7 @@ the bytes an AMQP client would get or send.
 
 from __future__ import annotations
 
-from ..partitions.records import IncomingMessage, MessageRecord
+from ..partitions import IncomingMessage, MessageRecord
 from . import sections
 from .messages import encode_delivery, encode_record, to_incoming
 

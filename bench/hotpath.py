@@ -2,7 +2,7 @@
 """Where the server's CPU goes per message: ``make bench-profile`` (``bench/hotpath.py``).
 
 A fixed workload on a real server: this script starts ``hotpath.py --serve`` as a child
-process (an in-process ``sbemu.server.Server`` on a loopback port, uvloop, a temporary data
+process (an in-process ``sbemu.runtime.server.Server`` on a loopback port, uvloop, a temporary data
 dir, the ``bench`` queue of bench/bench.py or its 16-partition ``benchp``) and drives it with
 python-qpid-proton from this process in three phases on one queue:
 
@@ -213,7 +213,7 @@ def _parts(stats: Any) -> dict[str, list[float]]:
 
 async def _serve(args: argparse.Namespace) -> None:
     from sbemu.config import load_config
-    from sbemu.server import Server
+    from sbemu.runtime.server import Server
 
     server = Server(
         load_config(args.config),

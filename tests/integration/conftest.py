@@ -128,7 +128,7 @@ class ServerProcess:
     ) -> None:
         self.config_path = Path(config_path)
         # serve --ephemeral: a temporary data dir of its own (not data_dir), no fsync, commits
-        # on the event loop (sbemu.commitloop); gone at every stop
+        # on the event loop (sbemu.runtime.commitloop); gone at every stop
         self.ephemeral = ephemeral
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)

@@ -1,5 +1,5 @@
 """``sbemu serve --ephemeral`` under the Python SDK. Its stores do not sync, so its commits run
-inside the event loop's turn (sbemu.commitloop, inline) rather than on commit threads: this
+inside the event loop's turn (sbemu.runtime.commitloop, inline) rather than on commit threads: this
 module drives the paths the rest of the suite runs on durable servers through that mode too.
 One message at a time received and completed, a partitioned queue, a session with state,
 forwarding, a scheduled message coming due on the server's test clock, abandon and

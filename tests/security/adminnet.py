@@ -23,7 +23,7 @@ from typing import Any
 
 from sbemu.clock import TestClock
 from sbemu.config import parse_config
-from sbemu.server import Server
+from sbemu.runtime.server import Server
 
 # a client in the namespace: JSON requests on stdin, [status, location] per request on stdout
 _CLIENT = r"""

@@ -3,7 +3,7 @@ that each sent part of a frame, and stayed there after they closed. Three causes
 a closed connection left proton's collector (whose pending events hold the C connection and
 transport, input buffer included) alive, so every burst added ~20 MB for good; the SASL layer
 kept each connection's first AMQP bytes (up to a frame) for the connection's life; and glibc
-kept freed buffers in its arenas (sbemu.heap trims them after a burst of closes). Measured on
+kept freed buffers in its arenas (sbemu.runtime.heap trims them after a burst of closes). Measured on
 the real server process (RssAnon)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from hardening import amqpraw as raw
 from hardening.common import Server, make_config, queue_def
 
-from sbemu.heap import HeapTrimmer, libc_malloc_trim
+from sbemu.runtime.heap import HeapTrimmer, libc_malloc_trim
 
 CONNECTIONS = 400
 PARTIAL = 30_000  # bytes of a 60,000-byte frame each connection sends, then waits
@@ -78,7 +78,7 @@ def test_memory_returns_after_a_burst_of_half_sent_frames(server) -> None:
     for s in socks:
         s.close()
     assert _wait(lambda: server.health()["connections"] == 0, 30)
-    # the trim runs once the count stayed put 2 s (sbemu.heap.SETTLE), at the next timer tick
+    # the trim runs once the count stayed put 2 s (sbemu.runtime.heap.SETTLE), at the next timer tick
     # a regression keeps the whole burst (20+ MB); fragmentation leaves a few MB
     assert _wait(lambda: rss_anon_mb(pid) - before < 12, 25), (
         f"{CONNECTIONS} connections held {held:.1f} MB; {rss_anon_mb(pid) - before:.1f} MB "

@@ -65,7 +65,7 @@ STATES: dict[str, tuple[str, MessageState | None]] = {
 
 
 class WireCodec(Protocol):
-    """The AMQP wire format, as the explorer needs it (sbemu.server.WIRE_CODEC implements it
+    """The AMQP wire format, as the explorer needs it (sbemu.runtime.server.WIRE_CODEC implements it
     over protocol.messages and protocol.sections)."""
 
     def encode_peeked(self, rec: MessageRecord, partition_id: int | None) -> bytes:

@@ -35,7 +35,7 @@ NAMESPACE_MANAGE = MANAGE.but(audience="the entity, or the namespace", locate=en
 
 
 class OperatorServer(Protocol):
-    """What the operator routes read of the running server (sbemu.server.Server is one)."""
+    """What the operator routes read of the running server (sbemu.runtime.server.Server is one)."""
 
     @property
     def config(self) -> Config: ...

@@ -1,6 +1,6 @@
 """What the dashboard reads of the running server: admin/ is below the server, so it names what
 it uses of the Server (and of its AMQP connections) in these Protocols instead of importing it;
-sbemu.server.Server is one."""
+sbemu.runtime.server.Server is one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..partitions import Router, ServerStats
 
 # ------------------------------------------------------------------ what the dashboard reads
 # admin/ is below the server: the dashboard names what it uses of the running Server (and of
-# its AMQP connections) in these Protocols instead of importing it; sbemu.server.Server is one.
+# its AMQP connections) in these Protocols instead of importing it; sbemu.runtime.server.Server is one.
 class Connection(Protocol):
     """One open AMQP connection (protocol.listener.AmqpProtocol)."""
 

@@ -25,7 +25,7 @@ from .serverstatus import ServerStatus
 
 
 class SiteServer(OperatorServer, ServerStatus, Protocol):
-    """What the admin port reads of the running server (sbemu.server.Server is one)."""
+    """What the admin port reads of the running server (sbemu.runtime.server.Server is one)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def admin_site(
     websocket: tuple[str, Handler] | None = None,
 ) -> AdminSite:
     """Every route of the admin port with its rule; `websocket` (path, handler) serves AMQP
-    over WebSockets there (sbemu.endpoints) when given."""
+    over WebSockets there (sbemu.runtime.endpoints) when given."""
     namespaces: tuple[NamespaceConfig, ...] = server.config.namespaces
     manage = [
         (p.key_name, p.key) for ns in namespaces for p in ns.sas_policies if "Manage" in p.rights

@@ -347,8 +347,8 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
 
 async def _serve_async(config: Config, settings: Settings) -> int:
     try:
-        from sbemu.endpoints import ListenPort
-        from sbemu.server import Server, StartupError  # lazily: `sbemu --help` stays light
+        from sbemu.runtime.endpoints import ListenPort
+        from sbemu.runtime.server import Server, StartupError  # lazily: `sbemu --help` stays light
 
         clock = _server_clock(settings)
         if isinstance(clock, str):

@@ -27,7 +27,7 @@ from sbemu.cli import (
 )
 from sbemu.config import default_config, parse_config
 
-SERVER_REASON = "sbemu.server is not importable yet (written in parallel)"
+SERVER_REASON = "sbemu.runtime.server is not importable yet (written in parallel)"
 
 
 def settings(
@@ -275,7 +275,7 @@ def test_out_of_range_port_exits_2_with_one_line(tmp_path: Path) -> None:
 
 
 def test_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
-    pytest.importorskip("sbemu.server", reason=SERVER_REASON)
+    pytest.importorskip("sbemu.runtime.server", reason=SERVER_REASON)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -293,7 +293,7 @@ def test_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
 
 
 def test_serve_prints_ready_lines_serves_health_and_stops_on_sigterm(tmp_path: Path) -> None:
-    pytest.importorskip("sbemu.server", reason=SERVER_REASON)
+    pytest.importorskip("sbemu.runtime.server", reason=SERVER_REASON)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SBEMU_")}
     env["SBEMU_DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.Popen(

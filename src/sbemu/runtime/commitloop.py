@@ -18,8 +18,8 @@ import asyncio
 import logging
 from collections.abc import Collection
 
-from .clock import Clock
-from .partitions import (
+from ..clock import Clock
+from ..partitions import (
     COMMITS_PER_ENTITY,
     CommitJob,
     CommitThreads,
@@ -27,7 +27,7 @@ from .partitions import (
     PartitionBroker,
     Router,
 )
-from .protocol.listener import Flusher
+from ..protocol.listener import Flusher
 
 log = logging.getLogger("sbemu.server")
 

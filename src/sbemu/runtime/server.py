@@ -1,6 +1,6 @@
 """Wiring: configuration -> router and partition stores, AMQP listener, admin HTTP, timers.
 
-This is where the event loop meets the core: the commit turns run on it (sbemu.commitloop: one
+This is where the event loop meets the core: the commit turns run on it (sbemu.runtime.commitloop: one
 durable LMDB commit per dirty partition per turn, on worker threads, completions back on the
 loop in order), the timer sweeps locks, TTLs and schedules every TIMER_INTERVAL (at once when a
 TestClock moves), and the admin port (sbemu.admin.site), log retention (sbemu.logs.retention)
@@ -19,15 +19,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, endpoints
-from .clock import SYSTEM_CLOCK, Clock, TestClock
-from .commitloop import CommitLoop
-from .config import Config
-from .endpoints import EndpointError, ListenPort
-from .heap import HeapTrimmer, libc_malloc_trim
-from .logs.retention import RETENTION_INTERVAL_MS, trim_logs
-from .offloop import OffLoopJob
-from .partitions import (
+from .. import __version__
+from ..clock import SYSTEM_CLOCK, Clock, TestClock
+from ..config import Config
+from ..logs.retention import RETENTION_INTERVAL_MS, trim_logs
+from ..offloop import OffLoopJob
+from ..partitions import (
     PartitionBroker,
     Router,
     RuleDefinitionError,
@@ -37,16 +34,20 @@ from .partitions import (
     lock_data_dir,
     sweep_lock_files,
 )
-from .protocol.limits import Limits
-from .protocol.listener import AmqpProtocol, Flusher
-from .protocol.messages import view_of_record
-from .protocol.services import Services, namespace_info
-from .protocol.views import encode_property, encode_symbol
-from .protocol.wirecodec import WIRE_CODEC
+from ..protocol.limits import Limits
+from ..protocol.listener import AmqpProtocol, Flusher
+from ..protocol.messages import view_of_record
+from ..protocol.services import Services, namespace_info
+from ..protocol.views import encode_property, encode_symbol
+from ..protocol.wirecodec import WIRE_CODEC
+from . import endpoints
+from .commitloop import CommitLoop
+from .endpoints import EndpointError, ListenPort
+from .heap import HeapTrimmer, libc_malloc_trim
 
 if TYPE_CHECKING:
-    from .admin.dashboard import Dashboard
-    from .admin.idledeletion import IdleDeletion
+    from ..admin.dashboard import Dashboard
+    from ..admin.idledeletion import IdleDeletion
 
 log = logging.getLogger("sbemu.server")
 
@@ -115,7 +116,7 @@ class Server:
         self._closed = False  # stores closed: no more sweeps (a TestClock may still move)
         # freed connection buffers go back to the system after a burst of closes (heap.py)
         self._heap = HeapTrimmer(libc_malloc_trim())
-        # AMQPS and the WebSocket port (sbemu.endpoints): None = not asked; the bound port
+        # AMQPS and the WebSocket port (sbemu.runtime.endpoints): None = not asked; the bound port
         # numbers once started (None when a default port could not be bound: see `unserved`)
         self._tls_listen, self._ws_listen = tls_port, ws_port
         self.tls_port: int | None = None
@@ -141,8 +142,8 @@ class Server:
         )
         self.router.log_bodies = self.log_bodies
         self.router.durable = self.durable
-        from .admin.idledeletion import IdleDeletion
-        from .admin.management import Management
+        from ..admin.idledeletion import IdleDeletion
+        from ..admin.management import Management
 
         try:
             # configured entities, with the runtime catalog (admin API changes) laid over them
@@ -162,7 +163,7 @@ class Server:
         self.router.forwarder.clean_stale_markers()
         self.router.idle.restore(*load_idle_times(self.data_dir))
         # log retention passes and idle-time saves run here, off the loop (commits have their
-        # own threads: sbemu.commitloop)
+        # own threads: sbemu.runtime.commitloop)
         self._executor = executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="sbemu-offloop"
         )
@@ -193,9 +194,9 @@ class Server:
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
         await self._listen_namespace_ports(services, flusher)
-        from .admin.certs import server_ssl_context
-        from .admin.http import start_admin
-        from .admin.site import admin_site
+        from ..admin.certs import server_ssl_context
+        from ..admin.http import start_admin
+        from ..admin.site import admin_site
 
         self.services = services
 
@@ -232,7 +233,7 @@ class Server:
 
     async def _start_endpoints(self) -> None:
         """AMQPS on the TLS port and AMQP over WebSockets on the WebSocket port, when asked."""
-        from .admin.certs import server_ssl_context
+        from ..admin.certs import server_ssl_context
 
         assert self.services is not None
         host, tls, ws = self.host, self._tls_listen, self._ws_listen

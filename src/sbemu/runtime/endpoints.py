@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .admin.access import Access
-from .admin.http import AdminServer, Request, Response, json_response, start_admin
-from .admin.policy import AMQP, AccessPolicy
-from .admin.routes import HttpRoutes
-from .protocol.listener import AmqpProtocol, ByteStream, serve_websocket
-from .protocol.websocket import PATH, HandshakeRefused, accept_headers
+from ..admin.access import Access
+from ..admin.http import AdminServer, Request, Response, json_response, start_admin
+from ..admin.policy import AMQP, AccessPolicy
+from ..admin.routes import HttpRoutes
+from ..protocol.listener import AmqpProtocol, ByteStream, serve_websocket
+from ..protocol.websocket import PATH, HandshakeRefused, accept_headers
 
 __all__ = [
     "PATH",

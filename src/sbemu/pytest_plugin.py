@@ -77,7 +77,7 @@ class SbemuServer:
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """One signed admin API request over plain HTTP; (status, body)."""
-        from sbemu.sas import make_sas_token
+        from sbemu.auth.sas import make_sas_token
 
         token = make_sas_token(
             f"sb://localhost:{self.admin_port}/", self.key_name, self.key, int(time.time()) + 3600

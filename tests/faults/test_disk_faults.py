@@ -240,7 +240,7 @@ def _post(srv: Server, path: str) -> int:
     client sends it; returns the status code."""
     import http.client
 
-    from sbemu.sas import make_sas_token
+    from sbemu.auth.sas import make_sas_token
 
     token = make_sas_token(
         f"sb://localhost:{srv.admin_port}/", KEY_NAME, KEY, int(time.time()) + 3600

@@ -30,8 +30,8 @@ from azure.servicebus.management import (
     SqlRuleFilter,
 )
 
+from sbemu.auth.sas import make_sas_token
 from sbemu.pytest_plugin import EntityFactory, SbemuServer, start_server, stop_server
-from sbemu.sas import make_sas_token
 
 NS = "sbemulatorns"
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sbemu.admin.routes import RouteInfo
-from sbemu.sas import make_sas_token
+from sbemu.auth.sas import make_sas_token
 
 CONFIG = make_config(
     [queue_def("q1")],

@@ -22,7 +22,7 @@ from hardening.common import KEY, KEY_NAME, NAMESPACE, make_config, queue_def
 
 from sbemu.admin.policy import Need
 from sbemu.admin.routes import RouteInfo
-from sbemu.sas import make_sas_token
+from sbemu.auth.sas import make_sas_token
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = [

@@ -11,8 +11,8 @@ from hardening.common import KEY, KEY_NAME, Server, make_config, queue_def
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
-from sbemu.rejections import BURST
-from sbemu.sas import make_sas_token
+from sbemu.auth.rejections import BURST
+from sbemu.auth.sas import make_sas_token
 
 POLICIES = [
     {"KeyName": KEY_NAME, "Key": KEY, "Rights": ["Manage", "Send", "Listen"]},

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..rejections import RejectionLog
+from ..auth.rejections import RejectionLog
 
 COOKIE_NAME = "sbemu_session"
 CSRF_HEADER = "x-csrf-token"

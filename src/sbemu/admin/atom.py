@@ -28,10 +28,10 @@ from typing import Any
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
+from ..auth.sas import normalize_entity_path
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions import Entity, RuleDefinitionError, RuleSource, StoreError, subscription_queue
-from ..sas import normalize_entity_path
 from .bounded import BodyError, xml_document
 from .http import Request, Response
 from .keyvalues import key_values_xml, read_key_values

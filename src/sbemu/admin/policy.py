@@ -28,7 +28,7 @@ AMQP       passed through: AMQP over WebSocket authenticates itself with SAS in 
 
 Cross-site: an ``Origin`` that is not the request's own ``Host``, or a ``Sec-Fetch-Site`` other
 than ``same-origin`` (a browser sends them; SDKs, curl and the CLI do not). Refused credentials
-are logged at warning level, rate-limited (sbemu.rejections), with key name, reason and peer.
+are logged at warning level, rate-limited (sbemu.auth.rejections), with key name, reason and peer.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ..clock import Clock
-from ..sas import (
+from ..auth.sas import (
     SAS_PREFIX,
     TokenError,
     covers,
@@ -51,6 +50,7 @@ from ..sas import (
     token_key_name,
     verify_sas_token,
 )
+from ..clock import Clock
 from .access import CSRF_HEADER, Access, Principal, is_loopback
 from .http import Request, Response, json_response
 
@@ -93,7 +93,7 @@ class Resource:
     the whole emulator (a key of any namespace, with a namespace-wide audience)."""
 
     namespace: str | None
-    path: str = ""  # normalised entity path (sbemu.sas.normalize_entity_path); '' = namespace
+    path: str = ""  # normalised entity path (sbemu.auth.sas.normalize_entity_path); '' = namespace
 
 
 Locate = Callable[[Request, dict[str, str]], Resource]

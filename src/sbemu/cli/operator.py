@@ -105,7 +105,7 @@ def _admin_credentials(base: str, method: str, timeout: float) -> dict[str, str]
     import time as _time
     import urllib.request
 
-    from sbemu.sas import make_sas_token
+    from sbemu.auth.sas import make_sas_token
 
     conn = os.environ.get(ENV_CONNECTION_STRING)
     if conn:

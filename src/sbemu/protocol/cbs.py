@@ -2,7 +2,7 @@
 
 A client puts a SAS token on `$cbs` before attaching to an entity; each connection keeps its
 Grants (below), checks them at attach and detaches links whose token expires. The token code
-itself lives in sbemu/sas.py, shared with the admin HTTP API.
+itself lives in sbemu/auth/sas.py, shared with the admin HTTP API.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import Unauthorized
-from ..sas import (
+from ..auth.sas import (
     SAS_PREFIX,
     SasGrant,
     TokenError,
@@ -21,7 +20,8 @@ from ..sas import (
     normalize_entity_path,
     verify_sas_token,
 )
-from ..sasrules import SasRule
+from ..auth.sasrules import SasRule
+from ..errors import Unauthorized
 
 __all__ = [
     "SAS_PREFIX",

@@ -15,7 +15,7 @@ from proton import (
     Message,
 )
 
-from ..sas import token_key_name
+from ..auth.sas import token_key_name
 from . import cbs
 from .links import (
     LinkState,

@@ -8,11 +8,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..auth.rejections import RejectionLog
+from ..auth.sasrules import SasRule, parse_authorization_rules
 from ..config import NamespaceConfig
 from ..errors import EntityNotFound
 from ..partitions import Router, ServerStats, resolve_view_name
-from ..rejections import RejectionLog
-from ..sasrules import SasRule, parse_authorization_rules
 from .limits import Limits
 
 

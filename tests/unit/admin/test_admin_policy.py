@@ -27,7 +27,7 @@ from sbemu.admin.policy import (
     loopback_host,
     peer_is_loopback,
 )
-from sbemu.sas import make_sas_token
+from sbemu.auth.sas import make_sas_token
 
 NOW = 1_700_000_000.0
 KEYS = [

@@ -19,6 +19,7 @@ from cproton_ffi import ffi as _ffi
 from cproton_ffi import lib as _lib
 from proton import Connection, Data, Delivery, Link, Message, Transport
 
+from sbemu.auth.sas import make_sas_token
 from sbemu.config import default_config
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
@@ -26,7 +27,6 @@ from sbemu.partitions.specs import queue_spec
 from sbemu.protocol import codec
 from sbemu.protocol.connection import AmqpConnection, Services
 from sbemu.protocol.services import namespace_info
-from sbemu.sas import make_sas_token
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"

@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from sbemu.sas import (
+from sbemu.auth.sas import (
     SasGrant,
     TokenError,
     covers,

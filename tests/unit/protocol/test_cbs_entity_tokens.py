@@ -7,10 +7,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from sbemu.auth.sas import make_sas_token
+from sbemu.auth.sasrules import SasRule, parse_authorization_rules
 from sbemu.errors import Unauthorized
 from sbemu.protocol.cbs import ENTITY_NOT_FOUND, Grants, put_token
-from sbemu.sas import make_sas_token
-from sbemu.sasrules import SasRule, parse_authorization_rules
 
 NOW = 1_700_000_000.0
 EXPIRY = int(NOW) + 3600

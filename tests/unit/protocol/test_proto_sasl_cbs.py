@@ -31,7 +31,7 @@ from amqp_harness import (
 )
 from proton import Data, Delivery, Message, Terminus, ulong
 
-from sbemu.sas import make_sas_token
+from sbemu.auth.sas import make_sas_token
 
 ENTITY = "queue.1"
 AUDIENCE = f"sb://localhost/{ENTITY}"

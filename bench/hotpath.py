@@ -224,7 +224,7 @@ async def _serve(args: argparse.Namespace) -> None:
     )
     await server.start()
     try:
-        from sbemu.gcpolicy import tune_for_serving
+        from sbemu.cli.gcpolicy import tune_for_serving
     except ImportError:  # a tree from before it (comparisons across commits)
         pass
     else:

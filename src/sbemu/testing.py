@@ -1,7 +1,7 @@
 """The one way to start an sbemu process for tests, benches and tools.
 
 ``SbemuProcess`` runs ``python -m sbemu serve --ready-file <file>`` on ephemeral ports and
-waits for the ready document (``sbemu.ready``) instead of parsing the human ready lines: the
+waits for the ready document (``sbemu.cli.ready``) instead of parsing the human ready lines: the
 server writes the file atomically, then prints its lines, so each stdout line is the event that
 says "look now", and EOF says the process is gone. The pytest plugin, the integration tests'
 fixtures, the hardening tools and the benches all start servers through it.
@@ -42,7 +42,7 @@ class StartError(RuntimeError):
 
 @dataclass(frozen=True)
 class Ready:
-    """The ``--ready-file`` document of a started server (see ``sbemu.ready``)."""
+    """The ``--ready-file`` document of a started server (see ``sbemu.cli.ready``)."""
 
     pid: int
     host: str

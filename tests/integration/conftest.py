@@ -143,7 +143,7 @@ class ServerProcess:
 
     @property
     def ready(self) -> Ready:
-        """The ready document of the running server (sbemu.ready)."""
+        """The ready document of the running server (sbemu.cli.ready)."""
         assert self._launcher is not None and self._launcher.ready is not None
         return self._launcher.ready
 

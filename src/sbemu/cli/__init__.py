@@ -11,7 +11,7 @@ Exit codes: 0 after a clean stop on SIGINT/SIGTERM; 2 for a usage, configuration
 problem, reported as exactly one ``sbemu: ...`` line on stderr (a traceback only at debug
 level); 1 when stopping fails; 130 when interrupted before the server is up.
 
-Once the server is up, ``--ready-file`` gets a JSON document (sbemu.ready; what programs
+Once the server is up, ``--ready-file`` gets a JSON document (sbemu.cli.ready; what programs
 should read) and these lines go to stdout (for people)::
 
     sbemu <version> listening on amqp://<host>:<amqp_port> for namespace <ns>[, <ns>...]
@@ -45,6 +45,8 @@ from sbemu.cli.common import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR
 from sbemu.cli.common import Handler, UsageError, _fail
 from sbemu.cli.logs import _add_export_logs, _add_report
 from sbemu.cli.operator import _add_cert, _add_init, _add_partition, _add_purge
+from sbemu.cli.ready import DEFAULT_PORT as DEFAULT_PORT
+from sbemu.cli.ready import connection_string, ready_lines
 from sbemu.cli.serve import DEFAULT_ADMIN_PORT as DEFAULT_ADMIN_PORT
 from sbemu.cli.serve import DEFAULT_HOST as DEFAULT_HOST
 from sbemu.cli.serve import DEFAULT_LOG_LEVEL as DEFAULT_LOG_LEVEL
@@ -53,8 +55,6 @@ from sbemu.cli.serve import LOG_LEVELS as LOG_LEVELS
 from sbemu.cli.serve import OFF as OFF
 from sbemu.cli.serve import Settings, _add_serve, resolve_data_dir, resolve_settings
 from sbemu.cli.serve import _log_targets as _log_targets
-from sbemu.ready import DEFAULT_PORT as DEFAULT_PORT
-from sbemu.ready import connection_string, ready_lines
 
 __all__ = [
     "Settings",

@@ -26,7 +26,7 @@ def _add_init(subcommands: Any) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from sbemu.starter import starter_text
+    from sbemu.cli.starter import starter_text
 
     path = Path(args.path)
     if path.exists() and not args.force:
@@ -236,7 +236,7 @@ def _run_partition(args: Any) -> int:
     import json as _json
     from urllib.parse import quote
 
-    from sbemu.partitiontable import entity_table, partition_table
+    from sbemu.cli.partitiontable import entity_table, partition_table
 
     if args.action == "status":
         body = _admin_call(args, "GET", "/partitions", timeout=10)

@@ -25,8 +25,7 @@ from sbemu.cli.common import (
     _run,
     log,
 )
-from sbemu.config import Config, ConfigError, default_config, load_config
-from sbemu.ready import (
+from sbemu.cli.ready import (
     DEFAULT_PORT,
     DEFAULT_TLS_PORT,
     endpoint_lines,
@@ -35,6 +34,7 @@ from sbemu.ready import (
     ready_lines,
     write_ready_file,
 )
+from sbemu.config import Config, ConfigError, default_config, load_config
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_ADMIN_PORT = 5300  # Microsoft's emulator serves /health on 5300 too
@@ -78,7 +78,7 @@ class Settings:
     # that cannot be bound is skipped with a warning, one asked for stops the start
     tls_port: tuple[int, bool] | None = (DEFAULT_TLS_PORT, False)
     ws_port: tuple[int, bool] | None = (DEFAULT_WS_PORT, False)
-    ready_file: Path | None = None  # JSON written once the server listens (sbemu.ready)
+    ready_file: Path | None = None  # JSON written once the server listens (sbemu.cli.ready)
     # a temporary data dir deleted at exit, commits not fsynced: a process crash keeps what was
     # acknowledged (the OS has it), a power loss may not. For tests and CI.
     ephemeral: bool = False
@@ -326,7 +326,7 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
     """Act on the configuration's Logging.Type, as Microsoft's emulator does: "File" writes
     the log to <data dir>/logs/sbemu.log (rotated at 10 MB, 5 kept), "Console" to stderr.
     With "File" alone, stderr keeps warnings and errors only, so a failure is never silent."""
-    from sbemu.logfile import attach_file_log
+    from sbemu.cli.logfile import attach_file_log
 
     targets = {t.strip().casefold() for t in logging_type.split(",")}
     root = logging.getLogger()
@@ -334,7 +334,7 @@ def _log_targets(logging_type: str, data_dir: Path) -> None:
         return
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    # written by its own thread, and surviving a disk that fails or stalls (sbemu/logfile.py)
+    # written by its own thread, and surviving a disk that fails or stalls (sbemu/cli/logfile.py)
     handler = attach_file_log(
         logs / "sbemu.log", logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
@@ -384,7 +384,7 @@ async def _serve_async(config: Config, settings: Settings) -> int:
         await _stop_quietly(server)
         return _fail(f"cannot start: {type(exc).__name__}: {exc}")
 
-    from sbemu.gcpolicy import tune_for_serving
+    from sbemu.cli.gcpolicy import tune_for_serving
 
     tune_for_serving()  # after start-up: what the server holds for good is frozen
     # The stop signals are caught from here on: a launcher may send SIGTERM the moment it sees

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sbemu.cli import UsageError, build_parser, resolve_settings
+from sbemu.cli.ready import endpoint_lines
 from sbemu.config import default_config
-from sbemu.ready import endpoint_lines
 
 
 def settings(argv: list[str], env: dict[str, str] | None = None):  # noqa: ANN201

@@ -8,7 +8,7 @@ import logging
 import logging.handlers
 import os
 
-from sbemu.logfile import RETRY_S, ResilientFileHandler, attach_file_log
+from sbemu.cli.logfile import RETRY_S, ResilientFileHandler, attach_file_log
 
 
 def _record(msg: str) -> logging.LogRecord:

@@ -63,7 +63,7 @@ class ResilientFileHandler(logging.handlers.RotatingFileHandler):
             return
         dropped, self.dropped, self.failed_at = self.dropped, 0, None
         note = logging.LogRecord(
-            "sbemu.logfile",
+            "sbemu.cli.logfile",
             logging.WARNING,
             __file__,
             0,

@@ -1,18 +1,18 @@
-"""sbemu.gcpolicy: the collector settings `sbemu serve` applies once started."""
+"""sbemu.cli.gcpolicy: the collector settings `sbemu serve` applies once started."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from sbemu.gcpolicy import THRESHOLDS
+from sbemu.cli.gcpolicy import THRESHOLDS
 
 
 def test_tune_for_serving_freezes_startup_and_raises_thresholds() -> None:
     # in a child process: the settings are process-wide and would outlive this test
     code = (
         "import gc\n"
-        "from sbemu.gcpolicy import tune_for_serving\n"
+        "from sbemu.cli.gcpolicy import tune_for_serving\n"
         "held = [[i] for i in range(1000)]\n"
         "tune_for_serving()\n"
         "print(gc.get_threshold(), gc.get_freeze_count() >= 1000, gc.get_count()[2])\n"

@@ -7,6 +7,8 @@ inside). What a room outside uses, by who uses it:
 - the running process (server, commit loop): the ``Router`` over every entity, the partition
   brokers it commits (``PartitionBroker``, ``CommitThreads``/``GroupCommit``), start-up helpers
   (``lock_data_dir``, ``sweep_lock_files``, ``load_idle_times``);
+- every side: ``Done``, the completion an operation calls once its group commit landed, and
+  ``join_completions`` (one completion for several operations);
 - the AMQP side: ``Entity`` (send, settle, sessions), ``EntityView`` and ``SessionHandle``
   (receive), ``Delivered``/``Taken`` (what a receiver is handed), the message values
   (``IncomingMessage``, ``MessageRecord``, ``MessageState``), ``token_of``;
@@ -19,6 +21,7 @@ inside). What a room outside uses, by who uses it:
 
 from .broker import DLQ_SUFFIX, SEQUENCE_BITS, PartitionBroker
 from .commits import COMMITS_PER_ENTITY, CommitJob, CommitThreads, GroupCommit
+from .completions import Done, join_completions
 from .dispatch import Delivered, EntityView, SessionHandle, Taken
 from .entity import Entity
 from .forwarding import TRANSFER_DLQ_SUFFIX, forward_target
@@ -63,6 +66,7 @@ __all__ = [
     "CommitJob",
     "CommitThreads",
     "Delivered",
+    "Done",
     "Entity",
     "EntitySpec",
     "EntityView",
@@ -87,6 +91,7 @@ __all__ = [
     "entity_dir",
     "entity_settings",
     "forward_target",
+    "join_completions",
     "load_idle_times",
     "lock_data_dir",
     "locked_until",

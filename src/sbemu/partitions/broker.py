@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..completions import Done
 from ..errors import (
     InvalidOperation,
     MessageNotFound,
     ServiceBusError,
 )
+from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
 from .loader import PartitionLoader

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Protocol
 from .writebatch import WriteBatch
 
 if TYPE_CHECKING:
-    from ..completions import Done
     from .broker import PartitionBroker
+    from .completions import Done
 
 
 class DirtyPartitions:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..completions import Done, join_completions
 from ..errors import (
     EntityNotFound,
     InvalidOperation,
@@ -23,6 +22,7 @@ from ..errors import (
     ServiceBusError,
 )
 from .broker import SEQUENCE_BITS, PartitionBroker
+from .completions import Done, join_completions
 from .dedup import DuplicateHistory
 from .dispatch import EntityView
 from .forwarding import forward_target

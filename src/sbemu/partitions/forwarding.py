@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..completions import Done, join_completions
 from ..errors import QuotaExceeded, ServiceBusError
 from .broker import DLQ_SUFFIX, PartitionBroker
+from .completions import Done, join_completions
 from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..completions import Done
 from ..errors import ServerBusy, ServiceBusError
+from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
 from .locks import LockTable

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..completions import Done, join_completions
 from ..errors import EntityAlreadyExists, InvalidOperation, QuotaExceeded, ServerBusy
+from .completions import Done, join_completions
 from .dispatch import EntityView
 from .entity import Entity
 from .forwarding import transfer_counts

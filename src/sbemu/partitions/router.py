@@ -17,7 +17,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ..completions import Done
 from ..errors import (
     EntityAlreadyExists,
     EntityNotFound,
@@ -26,6 +25,7 @@ from ..errors import (
 from . import registry
 from .broker import PartitionBroker
 from .commits import DirtyPartitions
+from .completions import Done
 from .dispatch import EntityView
 from .entity import Entity
 from .forwarding import Forwarder, forward_target

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..completions import Done
+from .completions import Done
 from .records import (
     LogEvent,
     MessageRecord,

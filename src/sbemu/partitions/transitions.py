@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..completions import Done
+from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
 from .records import (

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from proton import UNDESCRIBED as _UNDESCRIBED
 from proton import Array, Data, Described, Message, int32, symbol, timestamp, ulong
 
-from ..completions import join_completions
 from ..errors import (
     ArgumentError,
     InvalidOperation,
@@ -25,7 +24,7 @@ from ..errors import (
     ServiceBusError,
     SessionLockLost,
 )
-from ..partitions import MessageState
+from ..partitions import MessageState, join_completions
 from . import codec, sections
 from .links import RequestLink
 from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming

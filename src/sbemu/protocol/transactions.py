@@ -24,9 +24,8 @@ from typing import Any, Protocol
 
 from proton import Condition, Delivery, Described, ulong
 
-from ..completions import join_completions
 from ..errors import InvalidOperation, ServiceBusError
-from ..partitions import Entity, IncomingMessage
+from ..partitions import Entity, IncomingMessage, join_completions
 from .settlement import apply_settlement, condition_from_fields
 
 

@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,48 +28,61 @@ $(RUN_STAMP): pyproject.toml
 	    || { cat $(VENV)/pip-run.log; exit 1; }; fi
 	@touch $(RUN_STAMP)
 
-# Spark needs Java 17+: use the machine's, else install Debian's headless JRE when we can.
-java-check:
-	@if java -version >/dev/null 2>&1; then :; \
+# One rule for every tool a target needs from the machine: when TOOL_CHECK (a shell test) fails,
+# install the Debian TOOL_PACKAGES if we are root and have apt-get, else say what is missing.
+# By default a missing tool only skips some tests (TOOL_SKIPS; TOOL_NAME and TOOL_ABSENT name it
+# in the warnings); a bench sets TOOL_ON_FAILURE / TOOL_ON_ABSENT to stop instead. Each tool's
+# settings are target-specific variables next to the target that explains why it is needed.
+TOOLS := java-check chromium-check disk-tools-check netns-check node-check maven-check go-check \
+  valgrind-check bench-node-tool bench-rabbitmq
+TOOL_ON_FAILURE = echo "WARNING: could not install $(TOOL_NAME); $(TOOL_SKIPS) will be skipped"
+TOOL_ON_ABSENT = echo "WARNING: $(TOOL_ABSENT) not found; $(TOOL_SKIPS) will be skipped"
+$(TOOLS):
+	@if $(TOOL_CHECK); then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Java not found: installing openjdk-17-jre-headless for Spark"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null) \
-	    || echo "WARNING: could not install Java; the Spark tests will be skipped"; \
-	else echo "WARNING: Java 17+ not found; the Spark tests will be skipped"; fi
+	  $(if $(TOOL_INSTALLING),echo "$(TOOL_INSTALLING)";) \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TOOL_PACKAGES) >/dev/null) \
+	    || { $(TOOL_ON_FAILURE); }; \
+	else $(TOOL_ON_ABSENT); fi
+
+# Spark needs Java 17+: use the machine's, else install Debian's headless JRE when we can.
+java-check: TOOL_CHECK = java -version >/dev/null 2>&1
+java-check: TOOL_PACKAGES = openjdk-17-jre-headless
+java-check: TOOL_INSTALLING = Java not found: installing openjdk-17-jre-headless for Spark
+java-check: TOOL_NAME = Java
+java-check: TOOL_ABSENT = Java 17+
+java-check: TOOL_SKIPS = the Spark tests
 
 # The dashboard's browser tests drive Debian's Chromium through its chromedriver (no browser
 # download at test time): install both when missing and we are root, else the tests skip.
 # certutil (libnss3-tools) trusts sbemu's CA in Chromium's NSS database for the page that runs
 # the JS SDK over wss (tests/ui/test_browser_sdk.py), as mkcert -install does for a developer.
-chromium-check:
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
-	    && command -v certutil >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Chromium or certutil not found: installing chromium, chromium-driver and libnss3-tools for the browser tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver libnss3-tools >/dev/null) \
-	    || echo "WARNING: could not install Chromium; the browser tests will be skipped"; \
-	else echo "WARNING: chromium/chromedriver/certutil not found; the browser tests will be skipped"; fi
+chromium-check: TOOL_CHECK = command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
+    && command -v certutil >/dev/null 2>&1
+chromium-check: TOOL_PACKAGES = chromium chromium-driver libnss3-tools
+chromium-check: TOOL_INSTALLING = Chromium or certutil not found: installing chromium, chromium-driver and libnss3-tools for the browser tests
+chromium-check: TOOL_NAME = Chromium
+chromium-check: TOOL_ABSENT = chromium/chromedriver/certutil
+chromium-check: TOOL_SKIPS = the browser tests
 
 # The disk-fault tests (tests/faults/test_disk_faults.py) put a small ext4 on a loop device:
 # mkfs.ext4 and e2fsck come from Debian's e2fsprogs (losetup, mount and fsfreeze from
 # util-linux, always there). Installed when missing and we are root, else those tests skip.
-disk-tools-check:
-	@if command -v mkfs.ext4 >/dev/null 2>&1 && command -v e2fsck >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "e2fsprogs not found: installing it for the disk-fault tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs >/dev/null) \
-	    || echo "WARNING: could not install e2fsprogs; the disk-fault tests will be skipped"; \
-	else echo "WARNING: mkfs.ext4/e2fsck not found; the disk-fault tests will be skipped"; fi
+disk-tools-check: TOOL_CHECK = command -v mkfs.ext4 >/dev/null 2>&1 && command -v e2fsck >/dev/null 2>&1
+disk-tools-check: TOOL_PACKAGES = e2fsprogs
+disk-tools-check: TOOL_INSTALLING = e2fsprogs not found: installing it for the disk-fault tests
+disk-tools-check: TOOL_NAME = e2fsprogs
+disk-tools-check: TOOL_ABSENT = mkfs.ext4/e2fsck
+disk-tools-check: TOOL_SKIPS = the disk-fault tests
 
 # The admin-port access test (tests/security/test_admin_policy.py) reaches the server from a
 # network namespace (`ip netns`, iproute2): installed when missing and we are root, else it skips.
-netns-check:
-	@if command -v ip >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "ip not found: installing iproute2 for the admin-port access test"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null) \
-	    || echo "WARNING: could not install iproute2; the network-namespace test will be skipped"; \
-	else echo "WARNING: ip (iproute2) not found; the network-namespace test will be skipped"; fi
+netns-check: TOOL_CHECK = command -v ip >/dev/null 2>&1
+netns-check: TOOL_PACKAGES = iproute2
+netns-check: TOOL_INSTALLING = ip not found: installing iproute2 for the admin-port access test
+netns-check: TOOL_NAME = iproute2
+netns-check: TOOL_ABSENT = ip (iproute2)
+netns-check: TOOL_SKIPS = the network-namespace test
 
 # pyspark ships as a large source archive that pip builds once (about a minute; pip caches it).
 $(SPARK_STAMP): $(STAMP)
@@ -80,13 +93,12 @@ install-spark: $(SPARK_STAMP) java-check
 	@$(PY) -m sparkjobs.cds >/dev/null 2>&1 || echo "WARNING: no class-data-sharing archive for the local Spark driver (slower warm-up)"
 
 # The JS SDK suite (tests/js) needs Node 18+ and npm: use the machine's, else Debian's when root.
-node-check:
-	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Node.js not found: installing nodejs and npm from Debian for the JS SDK tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
-	    || echo "WARNING: could not install Node.js; the JS SDK tests will be skipped"; \
-	else echo "WARNING: Node.js/npm not found; the JS SDK tests will be skipped"; fi
+node-check: TOOL_CHECK = command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1
+node-check: TOOL_PACKAGES = nodejs npm
+node-check: TOOL_INSTALLING = Node.js not found: installing nodejs and npm from Debian for the JS SDK tests
+node-check: TOOL_NAME = Node.js
+node-check: TOOL_ABSENT = Node.js/npm
+node-check: TOOL_SKIPS = the JS SDK tests
 
 # @azure/service-bus exactly as pinned in tests/js/package-lock.json, into tests/js/node_modules.
 tests/js/node_modules/.package-lock.json: tests/js/package-lock.json
@@ -107,13 +119,12 @@ test-js: install js-deps
 # Debian's when root. Its dependencies (azure-messaging-servicebus as azure-sdk-bom pins it) are
 # resolved from Maven Central once into tests/java/.m2repo (gitignored) and compiled there.
 MVN := mvn -B -ntp -Dmaven.repo.local=$(CURDIR)/tests/java/.m2repo -f tests/java/pom.xml
-maven-check:
-	@if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Maven/JDK not found: installing maven and openjdk-17-jdk-headless for the Java SDK tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null) \
-	    || echo "WARNING: could not install Maven; the Java SDK tests will be skipped"; \
-	else echo "WARNING: mvn/javac not found; the Java SDK tests will be skipped"; fi
+maven-check: TOOL_CHECK = command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1
+maven-check: TOOL_PACKAGES = maven openjdk-17-jdk-headless
+maven-check: TOOL_INSTALLING = Maven/JDK not found: installing maven and openjdk-17-jdk-headless for the Java SDK tests
+maven-check: TOOL_NAME = Maven
+maven-check: TOOL_ABSENT = mvn/javac
+maven-check: TOOL_SKIPS = the Java SDK tests
 
 tests/java/.m2repo/.resolved: tests/java/pom.xml
 	$(MVN) -q test-compile
@@ -135,13 +146,12 @@ test-java: install java-deps
 # module's own live tests, run from the module cache unchanged (tests/go/live.py, with the
 # not-applicable list tests/go/not-applicable.txt). Go from the machine, else Debian's (when
 # root; its go command fetches the toolchain go.mod names from the Go module proxy).
-go-check:
-	@if command -v go >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Go not found: installing golang-go from Debian for the Go SDK tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null) \
-	    || echo "WARNING: could not install Go; the Go SDK tests will be skipped"; \
-	else echo "WARNING: go not found; the Go SDK tests will be skipped"; fi
+go-check: TOOL_CHECK = command -v go >/dev/null 2>&1
+go-check: TOOL_PACKAGES = golang-go
+go-check: TOOL_INSTALLING = Go not found: installing golang-go from Debian for the Go SDK tests
+go-check: TOOL_NAME = Go
+go-check: TOOL_ABSENT = go
+go-check: TOOL_SKIPS = the Go SDK tests
 
 # Download the modules and compile both test binaries once (Go's build cache keeps them).
 go-deps: go-check
@@ -176,36 +186,13 @@ compat-table: install
 run: $(RUN_STAMP)
 	@$(VENV)/bin/sbemu serve $(ARGS)
 
-# make test runs make lint first: ruff, mypy and the import-layer contracts must pass.
-# The suite mostly waits (lock expiry, receive timeouts, server start-ups), so pytest runs on
-# TEST_WORKERS pytest-xdist processes, one test module per work unit (tests/conftest.py), with
-# the JS suite, the Java and Go suites and the azure-servicebus sdist's suite alongside (their
-# output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with its JVMs and standalone
-# cluster, headless Chromium) run after that, in one process, so they do not starve for CPU next
-# to the rest. TEST_WORKERS=0: everything in one process.
+# make test runs make lint first: ruff, mypy and the import-layer contracts must pass; then
+# tests/run_all.sh (pytest on TEST_WORKERS processes with the JS, Java, Go and sdist suites
+# alongside, then the CPU-heavy SERIAL_TESTS in one process; TEST_WORKERS=0: one process).
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
 test: install install-spark chromium-check disk-tools-check netns-check js-deps lint docs
-	@js_log=$$(mktemp); sdk_log=$$(mktemp); suite_log=$$(mktemp); \
-	$(MAKE) --no-print-directory test-js >"$$js_log" 2>&1 & js=$$!; \
-	$(MAKE) --no-print-directory test-sdks >"$$sdk_log" 2>&1 & sdk=$$!; \
-	$(MAKE) --no-print-directory test-sdk-suite >"$$suite_log" 2>&1 & suite=$$!; \
-	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -q tests; py=$$?; serial=0; \
-	else $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
-	  $(addprefix --ignore=,$(SERIAL_TESTS)) tests; py=$$?; \
-	  echo "---- $(SERIAL_TESTS): one process ----"; $(PY) -m pytest -q $(SERIAL_TESTS); serial=$$?; fi; \
-	wait $$js; js_rc=$$?; \
-	echo "---- JS SDK suite (tests/js, ran alongside pytest) ----"; cat "$$js_log"; rm -f "$$js_log"; \
-	wait $$sdk; sdk_rc=$$?; \
-	echo "---- Java and Go SDK suites (tests/java, tests/go, ran alongside pytest) ----"; \
-	cat "$$sdk_log"; rm -f "$$sdk_log"; \
-	wait $$suite; suite_rc=$$?; \
-	echo "---- azure-servicebus sdist's own suite (tests/sdk_suite, ran alongside pytest) ----"; \
-	cat "$$suite_log"; rm -f "$$suite_log"; \
-	if [ $$py -ne 0 ] || [ $$serial -ne 0 ] || [ $$js_rc -ne 0 ] || [ $$sdk_rc -ne 0 ] \
-	  || [ $$suite_rc -ne 0 ]; then \
-	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc, azure-servicebus suite exit $$suite_rc"; \
-	  exit 1; fi
+	@PY=$(PY) MAKE="$(MAKE)" TEST_WORKERS=$(TEST_WORKERS) SERIAL_TESTS="$(SERIAL_TESTS)" tests/run_all.sh
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
 docs: install
@@ -225,29 +212,27 @@ bench: install bench-node
 bench-profile: install valgrind-check
 	$(PY) bench/hotpath.py $(ARGS)
 
-valgrind-check:
-	@if command -v valgrind >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 \
-	  && test -f /usr/include/valgrind/callgrind.h; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind gcc >/dev/null); \
-	else echo "bench-profile needs valgrind and a C compiler (apt-get install valgrind gcc)"; exit 1; fi
+valgrind-check: TOOL_CHECK = command -v valgrind >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 \
+    && test -f /usr/include/valgrind/callgrind.h
+valgrind-check: TOOL_PACKAGES = valgrind gcc
+valgrind-check: TOOL_ON_FAILURE = exit 1
+valgrind-check: TOOL_ON_ABSENT = echo "bench-profile needs valgrind and a C compiler (apt-get install valgrind gcc)"; exit 1
 
 # rhea (npm, pinned by bench/node/package-lock.json) for the latency phase and bench-compare.
-bench-node:
-	@command -v node >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
-	  else echo "the latency bench needs Node.js"; exit 1; fi; }
+bench-node-tool: TOOL_CHECK = command -v node >/dev/null 2>&1
+bench-node-tool: TOOL_PACKAGES = nodejs npm
+bench-node-tool: TOOL_ON_FAILURE = exit 1
+bench-node-tool: TOOL_ON_ABSENT = echo "the latency bench needs Node.js"; exit 1
+bench-node: bench-node-tool
 	@test -d bench/node/node_modules/rhea || (cd bench/node && npm ci --no-audit --no-fund --silent)
 
 # sbemu vs Debian's RabbitMQ 3.10 (AMQP 1.0 plugin), same rhea client, alternating rounds;
 # installs rabbitmq-server (apt, as root) when absent. bench/compare.py runs its own node.
-bench-rabbitmq:
-	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing rabbitmq-server from Debian"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
-	  else echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1; fi; }
+bench-rabbitmq: TOOL_CHECK = test -x /usr/lib/rabbitmq/bin/rabbitmq-server
+bench-rabbitmq: TOOL_PACKAGES = rabbitmq-server
+bench-rabbitmq: TOOL_INSTALLING = installing rabbitmq-server from Debian
+bench-rabbitmq: TOOL_ON_FAILURE = exit 1
+bench-rabbitmq: TOOL_ON_ABSENT = echo "bench-compare needs rabbitmq-server (apt-get install as root)"; exit 1
 
 # A test fixture's round trip (durable vs --ephemeral) and the Python SDK's sync/async rates
 # against sbemu and against the SDK's own ceiling (the in-memory forwarder): bench/sdk.py.

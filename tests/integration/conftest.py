@@ -8,10 +8,7 @@ the three ready lines on stdout, AMQP on the printed port, SIGTERM/SIGKILL.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import hashlib
-import hmac
 import json
 import os
 import re
@@ -29,6 +26,7 @@ from typing import Any
 import pytest
 
 from sbemu.admin.access import is_loopback
+from sbemu.auth.sas import make_sas_token  # noqa: F401  (the suite's tests import it from here)
 from sbemu.testing import Ready, SbemuProcess, StartError
 
 NAMESPACE = "sbemulatorns"
@@ -389,17 +387,6 @@ def sb_client(server: ServerProcess) -> Iterator[Any]:
     )
     with client:
         yield client
-
-
-def make_sas_token(uri: str, key_name: str, key: str, expiry: int) -> str:
-    """A Service Bus SAS token signing ``uri`` (unencoded) until ``expiry`` (unix seconds)."""
-    sr = urllib.parse.quote_plus(uri)
-    to_sign = f"{sr}\n{expiry}".encode()
-    sig = base64.b64encode(hmac.new(key.encode(), to_sign, hashlib.sha256).digest()).decode()
-    return (
-        f"SharedAccessSignature sr={sr}&sig={urllib.parse.quote_plus(sig)}"
-        f"&se={expiry}&skn={urllib.parse.quote_plus(key_name)}"
-    )
 
 
 def partition_of(sequence_number: int) -> int:

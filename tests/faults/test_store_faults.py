@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from builders import incoming_message
 from sbemu.errors import ServerBusy
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.health import FAULT_RETRY_MS
@@ -25,18 +26,7 @@ BODY = b"\x00Sw\xa0\x00\x00\x40\x00" + b"x" * 16_384  # a 16 KiB binary body sec
 
 
 def _msg(i: int) -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=BODY,
-        size=len(BODY),
-    )
+    return incoming_message(message_id=f"m{i}", tail=BODY, size=len(BODY))
 
 
 def _open(path: str, map_size: int) -> PartitionBroker:

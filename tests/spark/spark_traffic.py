@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sparkjobs.synthetic_logs import Traffic, lay_out_entity, write_logs
 
+from builders import incoming_message
 from sbemu.partitions import layout
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
 from sbemu.partitions.records import IncomingMessage
@@ -55,15 +56,11 @@ def message(
     ttl: int | None = None,
     scheduled: int | None = None,
 ) -> IncomingMessage:
-    return IncomingMessage(
+    return incoming_message(
         message_id=mid,
         session_id=session,
         partition_key=key,
         ttl_ms=ttl,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
         tail=b"\x00Sw\xa1\x02hi",
         size=40,
         scheduled_enqueue_time_ms=scheduled,

@@ -7,6 +7,7 @@ import os
 import pytest
 from spark_traffic import NS, bulk_logs, entity_dir
 
+from builders import message_record
 from sbemu.logs import reader as logreader
 from sbemu.logs.export import export_logs
 from sbemu.logs.retention import reader_name, registered_readers, trim_logs
@@ -77,27 +78,13 @@ def test_exporter_registers_and_fails_loudly_when_passed(tmp_path):
 
 def bulk_more(data: str, start: int, end: int) -> None:
     """Append log records start..end-1 to partition 0 (same shape as bulk_logs)."""
-    from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
+    from sbemu.partitions.records import LogEvent, encode_log
     from sbemu.partitions.writebatch import WriteBatch
 
     logreader.close_all()
     store = PartitionStore(partition_dir(data), map_size=1 << 30)
-    rec = MessageRecord(
-        10**6,
-        1_700_000_000_000,
-        MessageState.ACTIVE,
-        0,
-        "x",
-        None,
-        None,
-        None,
-        None,
-        True,
-        None,
-        0,
-        b"",
-        b"",
-        5,
+    rec = message_record(
+        sequence_number=10**6, enqueued_time_ms=1_700_000_000_000, message_id="x", tail=b"", size=5
     )
     batch = WriteBatch()
     for off in range(start, end):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from builders import message_record
 from sbemu.logs import reader as logreader
 from sbemu.partitions.records import (
     LogEvent,
     MessageRecord,
-    MessageState,
     decode_log,
     encode_log,
     encode_log_run,
@@ -34,22 +34,16 @@ def record(seq: int, **kw: object) -> MessageRecord:
         "partition_key": "pk" * seq if seq % 5 == 2 else None,
     }
     fields.update(kw)
-    return MessageRecord(
-        seq,
-        NOW - seq,
-        MessageState.ACTIVE,
-        seq % 3,
-        fields["message_id"],
-        fields["session_id"],
-        fields["partition_key"],
-        60_000,
-        None,
-        True,
-        None,
-        0,
-        b"",
-        tail,
-        len(tail) + seq,
+    return message_record(
+        sequence_number=seq,
+        enqueued_time_ms=NOW - seq,
+        delivery_count=seq % 3,
+        message_id=fields["message_id"],
+        session_id=fields["session_id"],
+        partition_key=fields["partition_key"],
+        ttl_ms=60_000,
+        tail=tail,
+        size=len(tail) + seq,
         properties_span=fields["properties_span"],
         body_span=fields["body_span"],
     )

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import msgpack
 import pytest
 
+from builders import message_record
 from sbemu.logs import events as logevents
 
 pa = pytest.importorskip("pyarrow")
@@ -147,22 +148,14 @@ def test_bad_utf8_is_not_parsed_column_wise() -> None:
 def test_encode_log_records_take_the_column_path() -> None:
     """What the broker writes (records.encode_log) is in the parsed layout."""
     pytest.importorskip("numpy")
-    from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
+    from sbemu.partitions.records import LogEvent, encode_log
 
-    rec = MessageRecord(
+    rec = message_record(
         sequence_number=(3 << 48) | 7,
         enqueued_time_ms=1_767_225_600_000,
-        state=MessageState.ACTIVE,
         delivery_count=2,
         message_id="mid",
         session_id="s",
-        partition_key=None,
-        ttl_ms=None,
-        expires_at_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
         tail=b"",
         size=321,
     )

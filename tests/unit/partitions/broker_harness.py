@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from builders import incoming_message, message_record  # noqa: F401  (message_record: the broker tests import it from here)
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
-from sbemu.partitions.records import IncomingMessage, MessageRecord, MessageState
+from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.transitions import Route
@@ -23,44 +24,17 @@ SETTINGS = {
 }
 
 
-def message_record(**fields: Any) -> MessageRecord:
-    """A stored message record: active, durable, no ids, TTL, priority or annotations unless
-    `fields` say otherwise; `fields` must give the rest (sequence_number, enqueued_time_ms,
-    tail, size, ...)."""
-    values: dict[str, Any] = {
-        "state": MessageState.ACTIVE,
-        "delivery_count": 0,
-        "message_id": None,
-        "session_id": None,
-        "partition_key": None,
-        "ttl_ms": None,
-        "expires_at_ms": None,
-        "durable": True,
-        "priority": None,
-        "annotation_count": 0,
-        "annotations": b"",
-    }
-    values.update(fields)
-    return MessageRecord(**values)
-
-
 def msg(i: int, ttl: int | None = None, **kw: Any) -> IncomingMessage:
     """Message number `i` (MessageId 'm<i>', a 10-byte body); `kw`: other IncomingMessage
     fields (session_id, scheduled_enqueue_time_ms, ...)."""
     fields: dict[str, Any] = {
         "message_id": f"m{i}",
-        "session_id": None,
-        "partition_key": None,
         "ttl_ms": ttl,
-        "durable": True,
-        "priority": None,
-        "annotation_count": 0,
-        "annotations": b"",
         "tail": b"\x00Sw\xa1\x02hi",
         "size": 10,
     }
     fields.update(kw)
-    return IncomingMessage(**fields)
+    return incoming_message(**fields)
 
 
 def open_broker(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from builders import incoming_message
 from sbemu.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from sbemu.partitions import specs
 from sbemu.partitions.commits import GroupCommit
@@ -82,15 +83,10 @@ def message(
         if size > 10
         else b"\x00Sw\xa1\x02hi"
     )
-    return IncomingMessage(
+    return incoming_message(
         message_id=message_id,
         session_id=session_id,
         partition_key=partition_key,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
         tail=body,
         size=len(body),
         message_id_assigned=assigned,

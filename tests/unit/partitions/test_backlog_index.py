@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from broker_harness import DLQ, MAIN, Harness, msg, open_broker
 
+from builders import message_record
 from sbemu.partitions import deadlines as deadlines_module
 from sbemu.partitions import locks as locks_module
 from sbemu.partitions import subqueue as subqueue_module
@@ -177,30 +178,21 @@ def test_store_written_before_the_index_layout_is_migrated_once(tmp_path):
     path = tmp_path / "old"
     store = PartitionStore(str(path), map_size=16 << 20)
     batch = WriteBatch()
-    from sbemu.partitions.records import MessageRecord
 
     for seq, state, expires, sched in (
         (1, 0, 61_000, None),
         (2, 1, None, None),
         (3, 2, None, 9000),
     ):
-        rec = MessageRecord(
-            seq,
-            1000,
-            MessageState(state),
-            0,
-            f"m{seq}",
-            None,
-            None,
-            None,
-            expires,
-            True,
-            None,
-            0,
-            b"",
-            b"\x00Sw\xa1\x02hi",
-            10,
-            sched,
+        rec = message_record(
+            sequence_number=seq,
+            enqueued_time_ms=1000,
+            state=MessageState(state),
+            message_id=f"m{seq}",
+            expires_at_ms=expires,
+            tail=b"\x00Sw\xa1\x02hi",
+            size=10,
+            scheduled_enqueue_time_ms=sched,
         )
         batch.put(MAIN, seq, encode_message(rec))
     batch.meta["next_sequence"] = 4

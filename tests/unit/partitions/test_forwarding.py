@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from builders import incoming_message
 from sbemu.config import parse_config
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.records import IncomingMessage
@@ -51,18 +52,7 @@ def commit_all(router: Router) -> None:
 
 
 def message(i: int) -> IncomingMessage:
-    return IncomingMessage(
-        message_id=f"m{i}",
-        session_id=None,
-        partition_key=f"k{i}",
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"",
-        size=10,
-    )
+    return incoming_message(message_id=f"m{i}", partition_key=f"k{i}", tail=b"", size=10)
 
 
 def counts(router: Router, name: str) -> int:

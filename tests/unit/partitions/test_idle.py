@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from builders import incoming_message
 from sbemu.config import parse_config
 from sbemu.partitions.idle import (
     SAVE_INTERVAL_MS,
@@ -72,18 +73,7 @@ def open_router(data_dir: Path) -> Router:
 
 
 def message() -> IncomingMessage:
-    return IncomingMessage(
-        message_id="m",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
-        tail=b"",
-        size=10,
-    )
+    return incoming_message(message_id="m", tail=b"", size=10)
 
 
 def names(keys: list[tuple[object, str | None]]) -> set[str]:

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 from proton import Message
 
+from builders import message_record
 from sbemu.admin import explorer
 from sbemu.config import NamespaceConfig, QueueConfig
 from sbemu.errors import MessageSizeExceeded
@@ -20,7 +21,6 @@ from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.records import (
     LogEvent,
     MessageRecord,
-    MessageState,
     decode_message,
     encode_message,
 )
@@ -35,31 +35,24 @@ MIB = 1024 * 1024
 
 
 def _record(tail: bytes, body_span: tuple[int, int] | None = None) -> MessageRecord:
-    return MessageRecord(
-        7,
-        NOW,
-        MessageState.ACTIVE,
-        0,
-        "m",
-        "s",
-        None,
-        60_000,
-        NOW + 60_000,
-        True,
-        None,
-        0,
-        b"",
-        tail,
-        len(tail) + 20,
-        None,
-        "r",
-        "d",
-        None,
-        {"k": b"\x41\x01"},
-        3,
-        None,
-        body_span,
-        1,
+    return message_record(
+        sequence_number=7,
+        enqueued_time_ms=NOW,
+        message_id="m",
+        session_id="s",
+        ttl_ms=60_000,
+        expires_at_ms=NOW + 60_000,
+        tail=tail,
+        size=len(tail) + 20,
+        scheduled_enqueue_time_ms=None,
+        dead_letter_reason="r",
+        dead_letter_description="d",
+        dead_letter_source=None,
+        property_overrides={"k": b"\x41\x01"},
+        original_sequence_number=3,
+        properties_span=None,
+        body_span=body_span,
+        transfer_hops=1,
     )
 
 

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from builders import message_record
 from sbemu.logs.retention import (
     plan_trim,
     reader_name,
@@ -16,7 +17,7 @@ from sbemu.logs.retention import (
     trim_logs,
 )
 from sbemu.partitions.broker import PartitionBroker
-from sbemu.partitions.records import LogEvent, MessageRecord, MessageState, encode_log
+from sbemu.partitions.records import LogEvent, encode_log
 from sbemu.partitions.store import PartitionStore, key_of
 from sbemu.partitions.writebatch import WriteBatch
 
@@ -24,9 +25,7 @@ NOW = 1_700_000_000_000
 
 
 def fill(store: PartitionStore, n: int, start: int = 0) -> None:
-    rec = MessageRecord(
-        1, NOW, MessageState.ACTIVE, 0, "m", None, None, None, None, True, None, 0, b"", b"", 1
-    )
+    rec = message_record(sequence_number=1, enqueued_time_ms=NOW, message_id="m", tail=b"", size=1)
     batch = WriteBatch()
     for off in range(start, start + n):
         batch.log.append(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from sbemu.partitions.records import MessageRecord, MessageState
+from builders import message_record
+from sbemu.partitions.records import MessageRecord
 from sbemu.protocol import codec
 from sbemu.protocol.messages import encode_delivery, lock_token_stamp
 from sbemu.protocol.outgoing import delivery_bytes
@@ -15,20 +16,10 @@ KEY = 0x0123456789ABCDEF_FEDCBA9876543210  # a lock token's int (Lock.key)
 
 
 def record(**changes: object) -> MessageRecord:
-    rec = MessageRecord(
+    rec = message_record(
         sequence_number=1_000,
         enqueued_time_ms=1_700_000_000_000,
-        state=MessageState.ACTIVE,
-        delivery_count=0,
         message_id="m",
-        session_id=None,
-        partition_key=None,
-        ttl_ms=None,
-        expires_at_ms=None,
-        durable=True,
-        priority=None,
-        annotation_count=0,
-        annotations=b"",
         tail=TAIL,
         size=len(TAIL),
     )

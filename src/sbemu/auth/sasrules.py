@@ -1,4 +1,4 @@
-"""Entity-level SAS rules: a queue's or topic's AuthorizationRules [issue 23 item 7].
+"""Entity-level SAS rules: a queue's or topic's AuthorizationRules.
 
 Azure lets a queue or a topic carry Shared Access rules of its own beside the namespace's
 (the admin API's `authorization_rules`, Resource Manager's queue/topic authorization rules).

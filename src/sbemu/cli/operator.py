@@ -181,7 +181,8 @@ def _run_cert(args: Any) -> int:
 
 
 def _data_dir_in_use(data_dir: Path) -> bool:
-    """Whether a server holds the data dir's lock (Server._lock_data_dir); nothing is created."""
+    """Whether a server holds the data dir's lock (partitions.layout.lock_data_dir); nothing
+    is created."""
     import fcntl
 
     try:

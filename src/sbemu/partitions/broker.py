@@ -17,7 +17,7 @@ Rules:
 - A new message becomes visible (peekable, deliverable) only after the commit that stores it,
   and the sender is acknowledged only then: an accepted message is never lost.
 - Settlements change memory at once and are confirmed to the client after their commit.
-- Locks live in memory only: they are released on restart [issue 2, durability].
+- Locks live in memory only: they are released on restart, as the service does.
 - No clocks: every operation takes `now_ms` (Unix milliseconds).
 
 Sequence numbers are per partition, starting at 1; on a partitioned entity the partition id

@@ -1,7 +1,8 @@
 """Loading one partition's state from its store: at start, and again after a store fault.
 
 The broker keeps nothing in memory that the store does not hold or that may not be lost
-(locks live in memory only [issue 2]). So one path serves a start and every recovery: load()
+(locks live in memory only: a restart releases them, as the service does). So one path
+serves a start and every recovery: load()
 reads the counters, session states and each session's ready line (never the backlog); after a
 failed commit or a store fault the partition forgets every uncommitted change, lock and
 read-ahead and loads again (reload()), as a restart of this partition would.

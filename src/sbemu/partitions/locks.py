@@ -1,6 +1,6 @@
 """Peek-locks and session locks of one partition, and the heaps that expire them.
 
-A message lock is memory only (released on restart [issue 2, durability]). Inside partitions/
+A message lock is memory only (a restart releases it, as the service does). Inside partitions/
 a lock is its token's int (`Lock.key`, see tokens.py); the Lock and SessionLock records
 themselves sit in the sub-queue's index (subqueue.py), this table owns their life.
 

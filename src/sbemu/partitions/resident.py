@@ -1,4 +1,4 @@
-"""Letting go of the resident pages of a store's file [issue 10].
+"""Letting go of the resident pages of a store's file, so memory does not grow with the data.
 
 A partition's LMDB environment is a read-only shared map of its data.mdb: every page the
 process reads or LMDB writes stays resident (counted in the server's RSS) until it is unmapped.

@@ -9,7 +9,7 @@ store is the truth again). The per-state counts and byte counts of the sub-queue
 the batch as meta keys, written only when their value changed since the last batch that
 carried them.
 
-Lazy writes [issue: lazy completions]: the log record of a peek-lock delivery, or a
+Lazy writes: the log record of a peek-lock delivery, or a
 completion the client settled without waiting for the outcome, need not be durable before
 anything is answered. They ride with the partition's next commit (a send's), or go at the
 second timer tick that finds them waiting (commits.DirtyPartitions.tick_lazy), instead of
@@ -81,7 +81,7 @@ class Staging:
         # round trip of the commit thread) fewer per unchanged counter. Forgotten with any
         # uncommitted change (a failed commit, a reload): then every dirty counter is written.
         self._counts_sent: dict[str, int] = {}
-        self.epoch = 0  # counts the partition's reloads from its store (PartitionBroker._reload)
+        self.epoch = 0  # counts the partition's reloads from its store (PartitionLoader.reload)
         self.next_seq = 1  # the partition's next sequence number (without its base)
         self.next_offset = 0  # the partition log's next offset
 

@@ -21,7 +21,7 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
 
 Reads (get, scan, due_deadlines) run in short read transactions with buffers=True: values are
 memoryviews into the map, valid only inside the transaction, so they are decoded (copied into
-Python objects) before it ends [issue 10: message bytes stay in LMDB].
+Python objects) before it ends; message bytes stay in LMDB, not in memory.
 
 Writes arrive as a WriteBatch and are committed in one durable transaction (group commit: the
 caller collects a whole event-loop turn of work per partition into one batch). commit() runs
@@ -382,7 +382,7 @@ class PartitionStore:
         LMDB cannot delete anything on a disk that is completely full (every transaction
         writes new copies of the pages it changes), so a store that filled its disk with
         messages could not even commit the completions that would make room again: it failed
-        every commit for good (issue 15). Keeping DISK_RESERVE free for what must always
+        every commit for good. Keeping DISK_RESERVE free for what must always
         commit breaks that: below it new messages are refused (server-busy) while receives,
         completions and dead-letters go on. The room is the disk's free space plus, when that
         runs low, the pages LMDB freed inside its file (reused before the file grows), so a
@@ -526,8 +526,8 @@ class PartitionStore:
     def release_resident(self) -> None:
         """Unmap the pages of the store this process touched (MADV_DONTNEED on the read-only
         shared map): they stay in the kernel's page cache and fault back in when read again,
-        so the server's resident memory does not grow with the data it has written or read
-        [issue 10]. Linux only; a no-op elsewhere. Call it between transactions of this thread.
+        so the server's resident memory does not grow with the data it has written or read.
+        Linux only; a no-op elsewhere. Call it between transactions of this thread.
         """
         if not self._closed:  # closed: the address range may belong to another mapping by now
             self._resident.release()

@@ -1,6 +1,7 @@
 """The index of a partition's sub-queues: which stored messages are ready, and the read-ahead.
 
-Messages live in the store (LMDB) only; memory holds an index [issue 10]. A plain sub-queue
+Messages live in the store (LMDB) only; memory holds an index, so a backlog costs disk, not
+memory. A plain sub-queue
 reads its ready line straight from the store in sequence order (a read-ahead window of a few
 records, and a heap of the messages made ready again behind the scan); a session-enabled one
 keeps a ready line per session, rebuilt after a restart by a scan in chunks. Every read goes
@@ -413,7 +414,7 @@ class SubQueueReader:
 
     def scan_sessions(self, sq: SubQueue, limit: int = 0) -> None:
         """Read the next `limit` stored records (0: all the rest) of a session-enabled
-        sub-queue into its session lines [issue 10: restart does not load the backlog]."""
+        sub-queue into its session lines (in chunks: a restart never loads the whole backlog)."""
         start, end = sq.session_scan, sq.session_scan_end
         if start is None:
             return

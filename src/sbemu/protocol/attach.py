@@ -51,7 +51,7 @@ from .transactions import (
 _DETACHED = LinkPhase.DETACHED
 _WAITING = LinkPhase.WAITING
 # How long a next-available-session attach waits when the client names no com.microsoft:timeout:
-# the service's operation timeout ("within the allotted timeout of 00:01:05") [issue 23]
+# the service's operation timeout ("within the allotted timeout of 00:01:05")
 NEXT_SESSION_WAIT_MS = 65_000
 log = logging.getLogger("sbemu.connection")
 

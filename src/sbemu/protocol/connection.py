@@ -166,7 +166,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
                 return
             self._start_amqp()
             # handed over once: kept, it would hold the connection's first AMQP bytes (up to a
-            # frame) for the connection's life (issue 24's memory growth)
+            # frame) for the connection's life: memory that grows with idle connections
             data, self._sasl.remainder = self._sasl.remainder, b""
             if not data:
                 return

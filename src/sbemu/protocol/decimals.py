@@ -1,4 +1,4 @@
-"""AMQP decimals, written the way Azure Service Bus writes them [issue 23 item 3].
+"""AMQP decimals, written the way Azure Service Bus writes them.
 
 The service does not hand a message's application properties back as the sender encoded them:
 it decodes them into .NET values and encodes them again with its AMQP stack

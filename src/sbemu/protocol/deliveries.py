@@ -74,7 +74,7 @@ class OutgoingDeliveries:
             # delivery tag is empty (a settled delivery needs no unique tag [AMQP 2.6.12]; the
             # SDK suite's backcompat tests expect delivery_tag None). proton writes it as null;
             # frames.py sends it as an empty binary, which go-amqp requires on a first
-            # transfer [issue 23].
+            # transfer.
             data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
             delivery = lib.pn_delivery(link, (0, _NULL))
             lib.pn_link_send(link, data, len(data))
@@ -108,6 +108,6 @@ class OutgoingDeliveries:
 def raw_tag(delivery: Delivery) -> bytes:
     """A delivery tag as bytes: the binding's `tag` decodes it as UTF-8, which lock tokens are not."""
     tag = _lib.pn_delivery_tag(delivery._impl)
-    if tag.size == 0:  # an empty tag has no buffer at all (start is NULL): found by fuzzing
+    if tag.size == 0:  # an empty tag has no buffer at all (start is NULL)
         return b""
     return bytes(_ffi.unpack(tag.start, tag.size))

@@ -10,7 +10,7 @@ Speed is this module's reason to exist (bench/hotpath.py, docs/performance.md): 
 Python wrapper is built per message, and the C functions are bound once as module-level names
 (`lib.name` is a lookup on cffi's library object at every call). Anything unusual (a partial,
 aborted or transactional transfer, an outcome other than accepted, an untracked link) returns
-False from _fast_event and takes the wrapped path (incoming.py, connection._on_disposition).
+False from _fast_event and takes the wrapped path (incoming.py, deliveries._on_disposition).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -
     except ServiceBusError as exc:
         reply(exc.status_code, exc.description, None, exc.condition)
     except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
-        # A field of the wrong AMQP type or shape (found by fuzzing): the caller's error.
+        # A field of the wrong AMQP type or shape: the caller's error, never an internal one.
         log.info("management %s on %s: invalid request: %r", operation, state.node, exc)
         error = ArgumentError(f"The request for '{operation}' is invalid: {exc}")
         reply(error.status_code, error.description, None, error.condition)

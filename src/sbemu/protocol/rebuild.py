@@ -158,7 +158,7 @@ def build_message(
         (
             # durable only when the sender said so, first-acquirer never: the service leaves
             # both null (pyamqp re-encodes a received message by its fields, and the SDK suite
-            # counts the bytes) [issue 23]
+            # counts the bytes)
             _TRUE if durable else _NULL,
             _NULL if priority is None else bytes((0x50, priority)),
             # header.ttl is a uint [AMQP 1.0 3.2.1]; a TTL beyond it cannot be

@@ -137,7 +137,8 @@ class CommitLoop:
 
     def shutdown(self) -> None:
         """Turns do nothing from now on (a turn a last commit scheduled must not dispatch or
-        commit into closed stores: found by make crash-test --sigterm) and the threads end."""
+        commit into closed stores, which a SIGTERM during commits would otherwise do) and the
+        threads end."""
         self.closed = True
         if self._threads is not None:
             self._threads.shutdown()

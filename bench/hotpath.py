@@ -66,16 +66,18 @@ PARTS = ("protocol", "broker", "commit", "loop", "other")
 def _part_of(module: str, name: str) -> str:
     """The part a profiled function belongs to, by its module path or builtin's name."""
     m = module.replace("\\", "/")
+    if m.endswith("/sbemu/partitions/completions.py"):  # commit completions, as ever: protocol
+        return "protocol"
     if "/sbemu/partitions/" in m:
         if m.endswith("/commits.py"):  # the store's reads and staging on the loop: broker
             return "commit"
         return "broker"
     if "/sbemu/protocol/" in m:
         return "loop" if m.endswith("/listener.py") else "protocol"
-    if "/sbemu/server.py" in m:
+    if "/sbemu/runtime/server.py" in m:
         return "loop"
     if "/sbemu/" in m:
-        return "protocol" if m.endswith("/completions.py") else "other"
+        return "other"
     if "/proton/" in m or "cproton" in m or "cproton" in name:
         return "protocol"
     if "lmdb" in m or "lmdb" in name or "Transaction" in name or "Environment" in name:

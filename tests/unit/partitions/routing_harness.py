@@ -95,7 +95,7 @@ def message(
 
 
 class RouterHarness:
-    """A Router whose group commits the test runs (as server.py's turn does)."""
+    """A Router whose group commits the test runs (as runtime/server.py's turn does)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir

@@ -24,7 +24,7 @@ TTL = 15_000
 
 
 def _settings(dead_letter_on_expiration: bool) -> dict[str, SubQueueSettings]:
-    return {  # as server.py builds an entity whose default TTL is "never"
+    return {  # as runtime/server.py builds an entity whose default TTL is "never"
         MAIN: SubQueueSettings(5_000, 10, None, dead_letter_on_expiration, DLQ, message_ttl=True),
         DLQ: SubQueueSettings(5_000, None, None, False, None),
     }

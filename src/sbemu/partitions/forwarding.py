@@ -38,8 +38,8 @@ from .completions import Done, join_completions
 from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
+from .resend import ViewOf, incoming_from_record
 from .status import ReceiverSettings
-from .transfer import ViewOf, incoming_from_record
 from .transitions import Route
 
 MAX_HOPS = 4  # Azure's limit on forwarding hops

@@ -32,12 +32,12 @@ from .forwarding import Forwarder, forward_target
 from .idle import IdleTracker
 from .layout import entity_dir, open_partitions
 from .records import MessageRecord
+from .resend import ViewOf, incoming_from_record
 from .specs import MIB, EntitySpec, resolve_view_name, with_scheduled
 from .status import EntitySettings
 from .store import PartitionStore
 from .subqueue import SessionLock, SubQueueSettings
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
-from .transfer import ViewOf, incoming_from_record
 from .transitions import Route
 
 RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages they touched

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..partitions import DLQ_SUFFIX, MAIN, SCHEDULED_QUEUE, TRANSFER_DLQ_SUFFIX, Entity, Router
-from .management import _size_of  # the admin API's SizeInBytes, per sub-queue
 from .rates import PartitionRates
 
 
@@ -35,7 +34,7 @@ def entity_rows(router: Router, rates: PartitionRates, entity: Entity) -> list[d
             dlq = broker.counts(queue + DLQ_SUFFIX)
             tdlq = broker.counts(queue + TRANSFER_DLQ_SUFFIX)
             size = sum(
-                _size_of(broker, q)
+                broker.stored_bytes(q)
                 for q in (queue, queue + DLQ_SUFFIX, queue + TRANSFER_DLQ_SUFFIX)
             )
             h = health[broker.partition_id]

@@ -37,17 +37,14 @@ from ..errors import (
     ServiceBusError,
 )
 from ..partitions import (
-    DLQ_SUFFIX,
     MAIN,
-    SCHEDULED_QUEUE,
-    TRANSFER_DLQ_SUFFIX,
     Entity,
     EntitySpec,
     PartitionBroker,
     Router,
     RuleSource,
     entity_settings,
-    forward_target,
+    message_counts,
     queue_spec,
     topic_spec,
 )
@@ -237,47 +234,7 @@ class Management:
 
     def counts(self, entity: Entity, prefix: str = MAIN) -> dict[str, int]:
         """Runtime counts summed over all partitions [P17/P18 aggregate]."""
-        total = {
-            "active": 0,
-            "dead_letter": 0,
-            "scheduled": 0,
-            "transfer": 0,
-            "transfer_dead_letter": 0,
-            "deferred": 0,
-            "size": 0,
-        }
-        queues: list[str]
-        if entity.spec.kind == "topic" and prefix == MAIN:
-            queues = [q for q in entity.spec.subqueues if "/$" not in q]
-        else:
-            queues = [prefix]
-        for broker in entity.partitions:
-            for queue in queues:
-                sq = broker.queues.get(queue)
-                if sq is None:
-                    continue
-                c = broker.counts(queue)
-                # a forwarding queue's messages are in transfer, not receivable (Azure's
-                # TransferMessageCount)
-                moving = forward_target(entity, queue) is not None
-                total["transfer" if moving else "active"] += c["active"]
-                total["scheduled"] += c["scheduled"]
-                total["deferred"] += c.get("deferred", 0)
-                total["size"] += _size_of(broker, queue)
-                for suffix, key in (
-                    (DLQ_SUFFIX, "dead_letter"),
-                    (TRANSFER_DLQ_SUFFIX, "transfer_dead_letter"),
-                ):
-                    if queue + suffix in broker.queues:
-                        dc = broker.counts(queue + suffix)
-                        total[key] += dc["active"] + dc["deferred"] + dc["scheduled"]
-                        total["size"] += _size_of(broker, queue + suffix)
-            if entity.spec.kind == "topic" and prefix == MAIN and SCHEDULED_QUEUE in broker.queues:
-                # a topic's scheduled messages wait in the topic until they fire: Azure counts
-                # them (and their bytes) in the topic's ScheduledMessageCount and SizeInBytes
-                total["scheduled"] += broker.counts(SCHEDULED_QUEUE)["scheduled"]
-                total["size"] += _size_of(broker, SCHEDULED_QUEUE)
-        return total
+        return message_counts(entity, prefix)
 
     @staticmethod
     def availability(entity: Entity) -> str:
@@ -588,10 +545,3 @@ def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception
             future.set_result(error)
 
     return future, on_done
-
-
-def _size_of(broker: PartitionBroker, queue: str) -> int:
-    sq = broker.queues.get(queue)
-    if sq is None:
-        return 0
-    return max(sq.bytes, 0)  # kept per sub-queue by the broker (no message is read)

@@ -14,7 +14,7 @@ inside). What a room outside uses, by who uses it:
   (``IncomingMessage``, ``MessageRecord``, ``MessageState``), ``token_of``;
 - the admin side: the entity's sub-queue names (``MAIN``, ``DLQ_SUFFIX``, ``SCHEDULED_QUEUE``,
   ``TRANSFER_DLQ_SUFFIX``), entity specs, statistics, and the operator's operations on an
-  entity (``locked_until``, ``purge_state``);
+  entity (``locked_until``, ``purge_state``, ``message_counts``);
 - the log readers (sbemu.logs, sparkjobs): the partition log's format (records, the log and
   meta databases' names and keys).
 """
@@ -39,7 +39,7 @@ from .records import (
     encode_log,
     log_extent,
 )
-from .registry import locked_until, purge_state
+from .registry import locked_until, message_counts, purge_state
 from .router import Router, resolve_view_name
 from .specs import MAIN, EntitySpec, entity_settings, queue_spec, topic_spec
 from .stats import ServerStats, totals
@@ -96,6 +96,7 @@ __all__ = [
     "lock_data_dir",
     "locked_until",
     "log_extent",
+    "message_counts",
     "purge_state",
     "queue_spec",
     "read_log_events",

@@ -567,6 +567,12 @@ class PartitionBroker:
         active, deferred, scheduled = self.queues[queue].counts
         return {"active": active, "deferred": deferred, "scheduled": scheduled}
 
+    def stored_bytes(self, queue: str) -> int:
+        """Bytes of the messages a sub-queue holds (its SizeInBytes), 0 for one this partition
+        does not have; kept per sub-queue as messages come and go, so no message is read."""
+        sq = self.queues.get(queue)
+        return max(sq.bytes, 0) if sq is not None else 0
+
     # ---------------------------------------------------------------- time
     def on_timer(self, now_ms: int) -> None:
         """Expire locks and messages, activate scheduled messages that are due."""

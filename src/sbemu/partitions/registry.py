@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import EntityAlreadyExists, InvalidOperation, QuotaExceeded, ServerBusy
+from .broker import DLQ_SUFFIX
 from .completions import Done, join_completions
 from .dispatch import EntityView
 from .entity import Entity
-from .forwarding import transfer_counts
-from .specs import MIB, EntitySpec
+from .forwarding import TRANSFER_DLQ_SUFFIX, forward_target, transfer_counts
+from .specs import MAIN, MIB, EntitySpec
 from .subqueue import SubQueueSettings
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
+from .transitions import SCHEDULED_QUEUE
 
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2_000  # Azure's quota per topic [P19 limits page]
 PURGE_PAGE = 1_000  # messages read per store page while purging by state
@@ -204,3 +206,50 @@ def purge_state(
     if not touched:
         done(None)
     return removed, kept
+
+
+def message_counts(entity: Entity, prefix: str = MAIN) -> dict[str, int]:
+    """Runtime counts of a queue, topic or subscription (`prefix`) summed over all partitions
+    [P17/P18 aggregate]: active, dead_letter, scheduled, transfer, transfer_dead_letter,
+    deferred, and size (bytes stored, kept per sub-queue: no message is read)."""
+    total = {
+        "active": 0,
+        "dead_letter": 0,
+        "scheduled": 0,
+        "transfer": 0,
+        "transfer_dead_letter": 0,
+        "deferred": 0,
+        "size": 0,
+    }
+    queues: list[str]
+    if entity.spec.kind == "topic" and prefix == MAIN:
+        queues = [q for q in entity.spec.subqueues if "/$" not in q]
+    else:
+        queues = [prefix]
+    for broker in entity.partitions:
+        for queue in queues:
+            sq = broker.queues.get(queue)
+            if sq is None:
+                continue
+            c = broker.counts(queue)
+            # a forwarding queue's messages are in transfer, not receivable (Azure's
+            # TransferMessageCount)
+            moving = forward_target(entity, queue) is not None
+            total["transfer" if moving else "active"] += c["active"]
+            total["scheduled"] += c["scheduled"]
+            total["deferred"] += c.get("deferred", 0)
+            total["size"] += broker.stored_bytes(queue)
+            for suffix, key in (
+                (DLQ_SUFFIX, "dead_letter"),
+                (TRANSFER_DLQ_SUFFIX, "transfer_dead_letter"),
+            ):
+                if queue + suffix in broker.queues:
+                    dc = broker.counts(queue + suffix)
+                    total[key] += dc["active"] + dc["deferred"] + dc["scheduled"]
+                    total["size"] += broker.stored_bytes(queue + suffix)
+        if entity.spec.kind == "topic" and prefix == MAIN and SCHEDULED_QUEUE in broker.queues:
+            # a topic's scheduled messages wait in the topic until they fire: Azure counts
+            # them (and their bytes) in the topic's ScheduledMessageCount and SizeInBytes
+            total["scheduled"] += broker.counts(SCHEDULED_QUEUE)["scheduled"]
+            total["size"] += broker.stored_bytes(SCHEDULED_QUEUE)
+    return total

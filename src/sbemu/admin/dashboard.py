@@ -281,10 +281,9 @@ class Dashboard:
             if r["namespace"].lower() == namespace.lower() and r["entity"].lower() == name.lower()
         ]
         settings = {}
-        for queue, sq in entity.partitions[0].queues.items():
+        for queue, s in entity.partitions[0].subqueue_settings().items():
             if queue.endswith(DLQ_SUFFIX) or queue == SCHEDULED_QUEUE:  # internal sub-queue
                 continue
-            s = sq.settings
             settings[queue] = {
                 "lock_duration_ms": s.lock_duration_ms,
                 "max_delivery_count": s.max_delivery_count,

@@ -100,7 +100,7 @@ def entity_rows(router: Router, rates: PartitionRates, entity: Entity) -> list[d
             ):
                 part[field] = sum(r["partitions"][broker.partition_id][field] for r in subs)
             # scheduled messages wait in the topic's own sub-queue until due
-            if SCHEDULED_QUEUE in broker.queues:
+            if broker.has_queue(SCHEDULED_QUEUE):
                 part["scheduled"] += broker.counts(SCHEDULED_QUEUE)["scheduled"]
             parts.append(part)
         rows.insert(

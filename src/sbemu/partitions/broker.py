@@ -567,6 +567,14 @@ class PartitionBroker:
         active, deferred, scheduled = self.queues[queue].counts
         return {"active": active, "deferred": deferred, "scheduled": scheduled}
 
+    def has_queue(self, queue: str) -> bool:
+        """Whether this partition holds a sub-queue of that name."""
+        return queue in self.queues
+
+    def subqueue_settings(self) -> dict[str, SubQueueSettings]:
+        """Each sub-queue's delivery rules, by name (in the order the partition keeps them)."""
+        return {name: sq.settings for name, sq in self.queues.items()}
+
     def stored_bytes(self, queue: str) -> int:
         """Bytes of the messages a sub-queue holds (its SizeInBytes), 0 for one this partition
         does not have; kept per sub-queue as messages come and go, so no message is read."""

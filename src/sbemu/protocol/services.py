@@ -12,7 +12,7 @@ from ..config import NamespaceConfig
 from ..errors import EntityNotFound
 from ..partitions.router import Router, resolve_view_name
 from ..partitions.stats import ServerStats
-from ..rejections import RejectionLog
+from ..rejections import LogThrottle, RejectionLog
 from ..sasrules import SasRule, parse_authorization_rules
 from .limits import Limits
 
@@ -49,6 +49,12 @@ class Services:
     # refused SASL PLAIN keys and $cbs tokens, logged rate-limited (docs/security.md)
     rejections: RejectionLog = field(
         default_factory=lambda: RejectionLog("AMQP", logging.getLogger("sbemu.protocol.auth"))
+    )
+    # requests dropped for want of a reply link, logged rate-limited like the rejections
+    unanswered: LogThrottle = field(
+        default_factory=lambda: LogThrottle(
+            "requests without a reply link", logging.getLogger("sbemu.connection")
+        )
     )
 
     def entity_rules(self, namespace: str, name: str) -> Sequence[SasRule]:

@@ -281,4 +281,5 @@ def plain_value(value: object) -> object:
 def view_of_record(rec: object) -> MessageView:
     """The filter view of a stored message (a topic's scheduled or forwarded message, routed
     when it fires): rebuilt and scanned like a new send. Only for subscriptions with rules."""
-    return message_view(sections.scan_message(encode_record(rec, [])))  # type: ignore[arg-type]
+    # (quotas=False: what sbemu added, dead-letter properties, must not make it unroutable)
+    return message_view(sections.scan_message(encode_record(rec, []), quotas=False))  # type: ignore[arg-type]

@@ -268,25 +268,27 @@ def _partition_key_text(v: Any) -> str | None:
     return _render(v)
 
 
-def scan_message(buf: bytes) -> ScannedMessage:
-    """Scan an encoded message, extracting routing fields and opaque byte ranges."""
-    return ScannedMessage(*scan_fields(buf)[:20])
+def scan_message(buf: bytes, quotas: bool = True) -> ScannedMessage:
+    """Scan an encoded message, extracting routing fields and opaque byte ranges. `quotas`:
+    apply Azure's property quotas (a send); False for a stored message rebuilt with what sbemu
+    added to it (dead-letter properties), which must stay movable."""
+    return ScannedMessage(*scan_fields(buf, quotas)[:20])
 
 
-def scan_fields(buf: bytes) -> tuple[Any, ...]:
+def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     """scan_message()'s fields as a tuple in ScannedMessage's order, and a 21st: whether the
     message may be a batch envelope (see _scan)."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
-        return _scan(buf)
+        return _scan(buf, quotas)
     except SectionError:
         raise
     except _FAILURES as e:
         raise SectionError(f"malformed message: {e}") from e
 
 
-def _scan(buf: bytes) -> tuple[Any, ...]:
+def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     """The scan itself (callers translate _FAILURES into SectionError): ScannedMessage's
     fields, then whether the first body section is a data section whose payload starts like an
     encoded message (a section descriptor, in any form: sectioncodes.starts_section), which
@@ -314,7 +316,7 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
     # bytes of the sections other than the body (Azure's header quota), counted only in a
     # message large enough to pass a quota (a count per section costs 4% of a small one's scan)
     head = 0
-    big = n > MAX_PROPERTY_BYTES
+    big = quotas and n > MAX_PROPERTY_BYTES
     bodies = 1  # body sections past the first (Azure's batch count)
     may_be_batch = False
     pos = 0

@@ -189,3 +189,20 @@ def _symbolic(message: bytes) -> bytes:
 )
 def test_starts_section_reads_every_descriptor_form(raw: bytes, expected: bool) -> None:
     assert starts_section(raw, 0, len(raw)) is expected
+
+
+def test_a_stored_message_rebuilt_with_sbemus_additions_is_not_held_to_the_send_quotas() -> None:
+    """What sbemu adds to a stored message (dead-letter reason and description) may take it
+    past 64 KB: routing it again (view_of_record, a resubmit) must not fail on Azure's send
+    quotas, which the sender already met."""
+    from sbemu.protocol.sections import HeaderTooLarge, scan_message
+
+    sent = _props([("a", enc_string("v" * 30_000)), ("b", enc_string("w" * 30_000))])
+    extra = _props(
+        [("a", enc_string("v" * 30_000)), ("b", enc_string("w" * 30_000))]
+        + [("DeadLetterErrorDescription", enc_string("d" * 8_000))]
+    )
+    assert len(sent) < MAX_HEADER_BYTES < len(extra)
+    with pytest.raises(HeaderTooLarge):
+        scan_message(extra + _data(b"x"))
+    assert scan_message(extra + _data(b"x"), quotas=False).properties_span is not None

@@ -153,10 +153,21 @@ def check_output(out: bytes, eof: bool, what: str) -> list[raw.Frame]:
             f"{what}: the server wrote bytes that are not whole AMQP frames: {out[-64:]!r}"
         )
     for f in frames:
-        err = f.error()
+        err = f.error() if f.code != raw.DISPOSITION else rejection(f)
         if err == "amqp:internal-error":
             raise Finding(f"{what}: {f.name} with amqp:internal-error: {f.fields!r}")
     return frames
+
+
+def rejection(f: raw.Frame) -> str | None:
+    """The condition of a disposition's rejected{error} state, if any [AMQP 3.4.3]."""
+    state = f.fields[4] if len(f.fields) > 4 else None
+    if getattr(state, "descriptor", None) != 0x25:
+        return None
+    value = getattr(state, "value", None) or [None]
+    error = value[0]
+    inner = getattr(error, "value", None)
+    return str(inner[0]) if inner else None
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -208,7 +219,9 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
     data = bytearray(BASE)
     for _ in range(draw(st.integers(1, 4))):
         kind = draw(
-            st.sampled_from(["flip", "size", "truncate", "insert", "delete", "descriptor", "nest"])
+            st.sampled_from(
+                ["flip", "size", "truncate", "insert", "delete", "descriptor", "long-form", "nest"]
+            )
         )
         pos = draw(st.integers(0, len(data) - 1))
         if kind == "flip":
@@ -234,6 +247,11 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
             if spots:
                 i = draw(st.sampled_from(spots))
                 data[i + 2] = draw(st.integers(0, 255))
+        elif kind == "long-form":  # a smallulong descriptor written as ulong (valid AMQP)
+            spots = [i for i in range(len(data) - 2) if data[i] == 0 and data[i + 1] == 0x53]
+            if spots:
+                i = draw(st.sampled_from(spots))
+                data[i : i + 3] = long_descriptor(data[i + 2], draw(st.sampled_from(FORMS)))
         else:  # deep nesting inside a frame: grow the frame's declared size to match
             depth = draw(st.sampled_from([50, 500, 5000, 20000]))
             blob = deep_list(depth)
@@ -243,6 +261,69 @@ def mutated(draw: st.DrawFn) -> list[bytes]:
             )
             data[pos:pos] = frame
     return split_steps(bytes(data))
+
+
+FORMS = ("smallulong", "ulong", "symbolic")
+SECTION_NAMES = {
+    0x70: b"amqp:header:list",
+    0x71: b"amqp:delivery-annotations:map",
+    0x72: b"amqp:message-annotations:map",
+    0x73: b"amqp:properties:list",
+    0x74: b"amqp:application-properties:map",
+    0x75: b"amqp:data:binary",
+    0x76: b"amqp:amqp-sequence:list",
+    0x77: b"amqp:amqp-value:*",
+    0x78: b"amqp:footer:map",
+}
+
+
+def long_descriptor(code: int, form: str) -> bytes:
+    """A descriptor for `code` in one of the three forms [AMQP 1.0 1.5]: smallulong
+    ``00 53 <code>``, ulong ``00 80 <8 bytes>``, or symbolic (a section's name, sym8)."""
+    if form == "ulong" or (form == "symbolic" and code not in SECTION_NAMES):
+        return b"\x00\x80" + code.to_bytes(8, "big")
+    if form == "symbolic":
+        name = SECTION_NAMES[code]
+        return b"\x00\xa3" + bytes((len(name),)) + name
+    return bytes((0x00, 0x53, code))
+
+
+def _section(code: int, value: bytes, form: str) -> bytes:
+    return long_descriptor(code, form) + value
+
+
+@st.composite
+def batch_envelopes(draw: st.DrawFn) -> list[bytes]:
+    """A transfer of a batch envelope (data sections each holding a message), its messages'
+    sections and the envelope's own written with descriptors in any form, sometimes with one
+    byte changed: split into its messages or refused with a condition, never stored as one or
+    answered with an internal error."""
+    inner = []
+    for i in range(draw(st.integers(1, 30))):
+        form = draw(st.sampled_from(FORMS))
+        parts = []
+        if draw(st.booleans()):
+            parts.append(_section(0x70, b"\xc0\x02\x01\x41", form))
+        parts.append(_section(0x73, codec.enc_list([codec.enc_string(f"b-{i}")]), form))
+        if draw(st.booleans()):
+            parts.append(
+                _section(0x74, codec.enc_map([(codec.enc_string("i"), codec.enc_int(i))]), form)
+            )
+        parts.append(_section(0x77, codec.enc_string(f"body-{i}"), form))
+        inner.append(b"".join(parts))
+    outer = draw(st.sampled_from(FORMS))
+    payload = b"".join(_section(0x75, codec.enc_binary(m), outer) for m in inner)
+    if draw(st.booleans()):
+        payload = _section(0x70, b"\xc0\x02\x01\x41", outer) + payload
+    if draw(st.integers(0, 3)) == 0:
+        data = bytearray(payload)
+        data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+        payload = bytes(data)
+    return [  # attach, the transfer once the server answered, then the goodbyes
+        raw.handshake("plain") + raw.attach_frame("s", 0, False, FUZZ_QUEUE),
+        raw.transfer_frame(0, 0, payload),
+        raw.detach_frame(0) + raw.end_frame() + raw.close_frame(),
+    ]
 
 
 def _perf(draw: st.DrawFn) -> bytes:
@@ -485,6 +566,7 @@ def categories(port: int, report: Report) -> dict[str, Any]:
         "out-of-order": (out_of_order(), bytes_case("out-of-order")),
         "sasl-then-garbage": (sasl_then_garbage(), bytes_case("sasl-then-garbage")),
         "management": (management_requests(), mgmt_check),
+        "batch-envelopes": (batch_envelopes(), bytes_case("batch-envelopes")),
     }
 
 
@@ -529,11 +611,12 @@ def fuzz(
 ) -> Report:
     """Run about `cases` cases spread over the categories against a running server."""
     weights = weights or {
-        "random-bytes": 0.25,
+        "random-bytes": 0.2,
         "mutated-frames": 0.3,
-        "out-of-order": 0.2,
+        "out-of-order": 0.15,
         "sasl-then-garbage": 0.1,
         "management": 0.15,
+        "batch-envelopes": 0.1,
     }
     report = Report()
     probe = SdkProbe(server.conn_str)

@@ -82,3 +82,41 @@ def test_management_wrong_types_get_a_4xx(server, node, operation, body):
     assert 400 <= m.properties["statusCode"] < 500, m.properties
     check_management(server.port, steps, 1)
     assert server.tracebacks() == []
+
+
+@pytest.mark.parametrize("form", ["ulong", "symbolic"])
+def test_a_batch_in_long_form_descriptors_is_split(server, form):
+    """Issue 35 item 5: a batch whose messages are written with ulong (or symbolic) section
+    descriptors was stored as one message; it is split into its 20 like the smallulong form."""
+    from azure.servicebus import ServiceBusClient
+    from hardening.fuzz import long_descriptor
+
+    tag = f"lf-{form}"
+    inner = [
+        long_descriptor(0x73, form)
+        + codec.enc_list([codec.enc_string(f"{tag}-{i}")])
+        + long_descriptor(0x77, form)
+        + codec.enc_string(f"body-{i}")
+        for i in range(20)
+    ]
+    payload = b"".join(long_descriptor(0x75, form) + codec.enc_binary(m) for m in inner)
+    out, eof = run_case(
+        server.port,
+        [
+            raw.handshake("plain") + raw.attach_frame("s", 0, False, FUZZ_QUEUE),
+            raw.transfer_frame(0, 0, payload),
+            raw.detach_frame(0) + raw.close_frame(),
+        ],
+    )
+    frames = check_output(out, eof, "long-form batch")
+    dispositions = [f for f in frames if f.code == raw.DISPOSITION]
+    assert dispositions and dispositions[-1].fields[4].descriptor == 0x24  # accepted
+    with ServiceBusClient.from_connection_string(server.conn_str) as sb:
+        with sb.get_queue_receiver(FUZZ_QUEUE) as receiver:
+            ids = []
+            seq = 0
+            while batch := receiver.peek_messages(max_message_count=250, sequence_number=seq):
+                ids += [m.message_id for m in batch if (m.message_id or "").startswith(tag)]
+                seq = batch[-1].sequence_number + 1
+    assert sorted(ids) == sorted(f"{tag}-{i}" for i in range(20))
+    assert server.tracebacks() == []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["RejectionLog"]
+__all__ = ["LogThrottle", "RejectionLog"]
 
 BURST = 10  # lines per window
 WINDOW = 60.0  # seconds
@@ -61,6 +61,49 @@ class RejectionLog:
             _short(repr(key_name), 80) if key_name else "none",
             _short(reason),
         )
+        return True
+
+
+class LogThrottle:
+    """The same window for any other line a peer can provoke at will (a `$cbs` request with
+    no reply link, ...): at most ``burst`` lines per ``window`` seconds, the rest counted and
+    reported in one line when the next window opens."""
+
+    def __init__(
+        self,
+        what: str,
+        logger: logging.Logger,
+        *,
+        level: int = logging.INFO,
+        burst: int = BURST,
+        window: float = WINDOW,
+    ) -> None:
+        self.what = what  # names the held-back lines in the summary
+        self._log = logger
+        self.level = level
+        self.burst = burst
+        self.window = window
+        self._window_start = float("-inf")
+        self._logged = 0
+        self.suppressed = 0  # held back in the current window
+
+    def log(self, now: float, msg: str, *args: object) -> bool:
+        """Log one line (True) unless this window's burst is spent (False, counted)."""
+        if now - self._window_start >= self.window:
+            if self.suppressed:
+                self._log.log(
+                    self.level,
+                    "%d more %s were not logged in the last %.0f s",
+                    self.suppressed,
+                    self.what,
+                    self.window,
+                )
+            self._window_start, self._logged, self.suppressed = now, 0, 0
+        if self._logged >= self.burst:
+            self.suppressed += 1
+            return False
+        self._logged += 1
+        self._log.log(self.level, msg, *args)
         return True
 
 

@@ -119,9 +119,25 @@ class Grants:
         self._watched: dict[Any, tuple[float, str, tuple[str, ...]]] = {}  # link -> ...
 
     def add(self, grant: SasGrant, now: float) -> None:
-        """Keep a token accepted on `$cbs` (and drop expired ones)."""
-        self.tokens = [g for g in self.tokens if g.expires_at > now]
-        self.tokens.append(grant)
+        """Keep a token accepted on `$cbs` (and drop expired ones). A token granting what a
+        kept one grants (same key, scope and rights) keeps only the later expiry, so a client
+        renewing its tokens, or putting the same one in a loop, holds one per scope."""
+        same = (grant.key_name, grant.scope, grant.rights)
+        kept: list[SasGrant] = []
+        for g in self.tokens:
+            if g.expires_at <= now:
+                continue
+            if (g.key_name, g.scope, g.rights) == same:
+                if g.expires_at >= grant.expires_at:
+                    grant = g
+                continue
+            kept.append(g)
+        kept.append(grant)
+        self.tokens = kept
+
+    def holds_authorisation(self, now: float) -> bool:
+        """Whether the connection authenticated with SASL PLAIN or holds a live `$cbs` token."""
+        return self.plain_rights is not None or any(g.expires_at > now for g in self.tokens)
 
     def authorize(
         self,

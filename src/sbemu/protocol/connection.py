@@ -133,7 +133,9 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
         self._peer_open: PeerOpenFilter | None = PeerOpenFilter()  # until the peer's open passed
         self.more_output = False  # data_to_send() stopped at its limit: call it again
         self._ended_channels = EndedChannelFilter(self.id)
-        self.transactions = TransactionCoordinator(self)
+        self.transactions = TransactionCoordinator(
+            self, lambda: self._grants.holds_authorisation(self.now)
+        )
         self.opened_ms: int | None = None  # when the AMQP open arrived (for the dashboard)
         # Set by the adapter when the server is over its connection limit: the peer's open is
         # answered with close(resource-limit-exceeded) [limits.py].

@@ -8,11 +8,18 @@ and encode_delivery run once per message; they never fully decode one.
 
 from __future__ import annotations
 
-from ..errors import ArgumentError, ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
+from ..errors import (
+    ArgumentError,
+    ArgumentOutOfRange,
+    InvalidOperation,
+    MessageSizeExceeded,
+    QuotaExceeded,
+    ServiceBusError,
+)
 from ..filters import MessageView
 from ..partitions import IncomingMessage, MessageRecord
 from . import codec, sections
-from .sectioncodes import _FAILURES
+from .sectioncodes import _FAILURES, _section_code
 from .views import message_view
 
 # Pre-encoded annotation keys (contract 3.7): the delivery path only encodes values.
@@ -33,21 +40,49 @@ def _batch_payloads(data: bytes) -> list[bytes] | None:
     A batch is marked by message-format 0x80013700 on the transfer [contract 3.4], but the
     python-qpid-proton binding does not expose a delivery's message-format. So an envelope is
     recognised by its shape: a body of data sections that each hold a whole encoded message
-    (starting with a section descriptor 0x00 0x53 0x70..0x78) and scan cleanly.
+    (starting with a section descriptor, smallulong, ulong or symbolic) and scan cleanly.
     """
     try:
         parts = sections.split_batch(data)
     except sections.SectionError:
         return None
     for part in parts:
-        if len(part) < 3 or part[0] != 0x00 or part[1] != 0x53 or not 0x70 <= part[2] <= 0x78:
+        if not sections.starts_section(part, 0, len(part)):
             return None
     return parts
+
+
+def _batch_shaped(data: bytes) -> bool:
+    """Whether the first body section of `data` is a data section holding an encoded message
+    (as a batch envelope's are), read from the sections before it only: the check a transfer
+    larger than the batch limit gets before any other work (at most one of each non-body
+    section precedes the body, so this reads a handful of descriptors whatever the size)."""
+    pos, n = 0, len(data)
+    try:
+        for _ in range(6):  # header, the two annotations, properties, application-properties
+            if pos >= n:
+                return False
+            code, vpos = _section_code(data, pos)
+            end = codec._skip(data, vpos)
+            if code >= sections.DATA:
+                offset = 2 if data[vpos] == 0xA0 else 5
+                return code == sections.DATA and sections.starts_section(data, vpos + offset, end)
+            pos = end
+    except _SCAN_ERRORS:
+        return False
+    return False
 
 
 # what a scan of a transfer that is not a message raises (sections.scan_fields translates the
 # second kind into SectionError; scan_transfer only needs to know the scan failed)
 _SCAN_ERRORS = (sections.SectionError, *_FAILURES)
+# a well-formed message the service refuses: raised as soon as it is seen, never re-scanned
+_REFUSALS = (
+    sections.SectionTooDeep,
+    sections.PropertyValueError,
+    sections.HeaderTooLarge,
+    sections.TooManySections,
+)
 
 TICKS_AT_UNIX_EPOCH = 621_355_968_000_000_000
 
@@ -162,8 +197,12 @@ def scan_transfer(
         )
     if type(data) is not bytes:
         data = bytes(data)
+    if batch_limit is not None and len(data) > batch_limit and _batch_shaped(data):
+        raise _batch_too_large(len(data), batch_limit)  # before any section is split or scanned
     try:
         fields = sections._scan(data)  # (scan_fields without its call and error translation)
+    except _REFUSALS as exc:
+        raise _refusal(exc) from exc
     except _SCAN_ERRORS:
         fields = None
     if fields is not None and not fields[20]:  # not a batch envelope: one scan, no split
@@ -196,23 +235,36 @@ def scan_transfer(
         inner = _batch_payloads(data)
         if inner is not None:
             if batch_limit is not None and len(data) > batch_limit:
-                raise MessageSizeExceeded(
-                    f"The received batch (size {len(data)} bytes) exceeds the limit "
-                    f"({batch_limit} bytes) allowed for a batch on the link."
-                )
+                raise _batch_too_large(len(data), batch_limit)
             try:
                 return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
-            except (sections.SectionTooDeep, sections.PropertyValueError):
+            except _REFUSALS:
                 raise  # a batch whose message cannot be stored is refused whole
             except sections.SectionError:
                 pass  # not an envelope after all: a message whose body looks like one
         return [to_incoming(sections.scan_message(data), for_topic)]
-    except sections.SectionTooDeep as exc:
-        raise ArgumentError(f"The message was refused: {exc} (sbemu's limit).") from exc
-    except sections.PropertyValueError as exc:  # well formed, but not storable as Azure does
-        raise ArgumentOutOfRange(f"The message was refused: {exc}") from exc
+    except _REFUSALS as exc:
+        raise _refusal(exc) from exc
     except sections.SectionError as exc:
         raise InvalidOperation(f"The message could not be decoded: {exc}") from exc
+
+
+def _batch_too_large(size: int, limit: int) -> MessageSizeExceeded:
+    return MessageSizeExceeded(
+        f"The received batch (size {size} bytes) exceeds the limit "
+        f"({limit} bytes) allowed for a batch on the link."
+    )
+
+
+def _refusal(exc: sections.SectionError) -> ServiceBusError:
+    """The error a client sees for a well-formed message the service does not take."""
+    if isinstance(exc, sections.SectionTooDeep):
+        return ArgumentError(f"The message was refused: {exc} (sbemu's limit).")
+    if isinstance(exc, sections.HeaderTooLarge):  # SDKs: MessageSizeExceeded(Error)
+        return MessageSizeExceeded(f"The message was refused: {exc}.")
+    if isinstance(exc, sections.TooManySections):
+        return QuotaExceeded(f"The message was refused: {exc}.")
+    return ArgumentOutOfRange(f"The message was refused: {exc}")  # PropertyValueError
 
 
 def plain_value(value: object) -> object:
@@ -229,4 +281,5 @@ def plain_value(value: object) -> object:
 def view_of_record(rec: object) -> MessageView:
     """The filter view of a stored message (a topic's scheduled or forwarded message, routed
     when it fires): rebuilt and scanned like a new send. Only for subscriptions with rules."""
-    return message_view(sections.scan_message(encode_record(rec, [])))  # type: ignore[arg-type]
+    # (quotas=False: what sbemu added, dead-letter properties, must not make it unroutable)
+    return message_view(sections.scan_message(encode_record(rec, []), quotas=False))  # type: ignore[arg-type]

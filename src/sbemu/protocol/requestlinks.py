@@ -16,6 +16,7 @@ from proton import (
 )
 
 from ..auth.sas import token_key_name
+from ..errors import QuotaExceeded, ServiceBusError
 from . import cbs
 from .links import (
     LinkState,
@@ -26,6 +27,13 @@ from .management import handle_request
 from .services import NamespaceInfo, Services
 
 log = logging.getLogger("sbemu.connection")
+
+# Answers a reply link may hold while its client gives it no credit. An SDK waits for each
+# answer before it needs many more (a handful of concurrent lock renewals at most), so only a
+# peer that sends requests and never reads reaches it: the link is then closed with
+# amqp:resource-limit-exceeded and its answers dropped, at once and with a reason, where
+# dropping answers silently would leave an honest client waiting for its timeout.
+MAX_PENDING_REPLIES = 1000
 
 
 class RequestLinks:
@@ -45,6 +53,8 @@ class RequestLinks:
 
         peer: str
         services: Services
+
+        def close_link(self, link: Link, exc: ServiceBusError) -> None: ...
 
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
         if not delivery.settled:
@@ -103,7 +113,26 @@ class RequestLinks:
         """Route a response to the client's reply link in this connection [contract 6.1]."""
         reply = self._find_reply_link(state, request.reply_to)
         if reply is None:
-            log.info("connection %d: no reply link for %s", self.id, state.node)
+            self.services.unanswered.log(
+                self.now, "connection %d: no reply link for %s", self.id, state.node
+            )
+            return
+        if len(reply.pending) >= MAX_PENDING_REPLIES:
+            reply.pending.clear()
+            log.info(
+                "connection %d: reply link on %s closed: %d answers wait for credit",
+                self.id,
+                reply.node,
+                MAX_PENDING_REPLIES,
+            )
+            self.close_link(
+                reply.link,
+                QuotaExceeded(
+                    f"More than {MAX_PENDING_REPLIES} answers waited for credit on this reply "
+                    f"link ({reply.node}), so it was closed: attach one and give it credit."
+                ),
+            )
+            self.on_output()
             return
         reply.pending.append(response.encode())
         self._flush_replies(reply)

@@ -82,6 +82,31 @@ class SectionTooDeep(SectionError):
     """A section nests deeper than MAX_VALUE_DEPTH (sbemu.protocol.nesting): refused at send."""
 
 
+class HeaderTooLarge(SectionError):
+    """The message's header sections (or one application property) pass Azure's size quota:
+    refused at send before the sections are read (MAX_HEADER_BYTES, MAX_PROPERTY_BYTES)."""
+
+
+class TooManySections(SectionError):
+    """More body sections (a batch's messages) than MAX_BODY_SECTIONS: refused at send."""
+
+
+# Azure's quotas on what a message carries besides its body ("Message property size for a
+# queue, topic, or subscription entity", Service Bus quotas, common to all tiers): "Maximum
+# message property size for each property is 32 KB. Cumulative size of all properties can't
+# exceed 64 KB. This limit applies to the entire header of the brokered message". sbemu counts
+# the encoded header, delivery-annotations, message-annotations, properties,
+# application-properties and footer sections against the 64 KB, and an application property's
+# encoded key and value against the 32 KB.
+MAX_HEADER_BYTES = 64 * 1024
+MAX_PROPERTY_BYTES = 32 * 1024
+# Azure refuses a batch of more than 4,500 messages (azure-service-bus#397; the .NET SDK
+# hard-codes the limit in CreateMessageBatchOptions, azure-sdk-for-net#44916; Premium takes
+# about 15,885, not reproduced: 4,500 keeps one transfer's scan well inside the event loop's
+# budget). The same cap bounds the body sections of any one message.
+MAX_BODY_SECTIONS = 4500
+
+
 @dataclass(slots=True)
 class ScannedMessage:
     """The routing-relevant fields of a message plus its opaque byte ranges."""
@@ -141,6 +166,30 @@ def _section_code(buf: bytes, pos: int) -> tuple[int, int]:
     if allowed is not None and buf[vpos] not in allowed:
         raise SectionError(f"section {code:#04x} has a value of type {buf[vpos]:#04x}")
     return code, vpos
+
+
+def starts_section(buf: bytes, p: int, end: int) -> bool:
+    """Whether ``buf[p:end]`` starts with a message section's descriptor in any of its three
+    forms [AMQP 1.0 1.5]: smallulong ``00 53 <code>``, ulong ``00 80 <8 bytes>`` or symbolic
+    (``00 a3``/``00 b3`` and the section's name). How a batch envelope's data sections are
+    recognised: each holds a whole encoded message [contract 3.4]."""
+    if end - p < 3 or buf[p] != 0x00:
+        return False
+    d = buf[p + 1]
+    if d == 0x53:
+        return HEADER <= buf[p + 2] <= FOOTER
+    if d == 0x80:
+        return (
+            end - p >= 10 and buf[p + 2 : p + 9] == _SEVEN_ZEROS and HEADER <= buf[p + 9] <= FOOTER
+        )
+    if d == 0xA3:
+        return buf[p + 3 : min(p + 3 + buf[p + 2], end)] in _SYMBOLIC
+    if d == 0xB3 and end - p >= 6:
+        return buf[p + 6 : min(p + 6 + _unpack_I(buf, p + 2)[0], end)] in _SYMBOLIC
+    return False
+
+
+_SEVEN_ZEROS = bytes(7)
 
 
 def _map_entries(buf: bytes, vpos: int, end: int) -> tuple[bytes, int]:

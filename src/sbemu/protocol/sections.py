@@ -52,20 +52,31 @@ from sbemu.protocol.sectioncodes import (
     DELIVERY_ANNOTATIONS,
     FOOTER,
     HEADER,
+    MAX_BODY_SECTIONS,
+    MAX_HEADER_BYTES,
+    MAX_PROPERTY_BYTES,
     MESSAGE_ANNOTATIONS,
     PROPERTIES,
     PROPERTY_FIELDS,
+    HeaderTooLarge,
     ScannedMessage,
     SectionError,
     SectionTooDeep,
+    TooManySections,
     _map_entries,
     _section_code,
     _unpack_I,
+    starts_section,
 )
 
 __all__ = [
+    "MAX_BODY_SECTIONS",
+    "MAX_HEADER_BYTES",
+    "MAX_PROPERTY_BYTES",
     "SERVICE_ANNOTATIONS",
     "PROPERTY_FIELDS",
+    "HeaderTooLarge",
+    "TooManySections",
     "PropertyValueError",
     "ScannedMessage",
     "SectionError",
@@ -78,6 +89,7 @@ __all__ = [
     "scan_message",
     "split_batch",
     "stamp",
+    "starts_section",
 ]
 
 # Keys the service owns (contract §3.5, §3.7): "Client-supplied service
@@ -256,30 +268,33 @@ def _partition_key_text(v: Any) -> str | None:
     return _render(v)
 
 
-def scan_message(buf: bytes) -> ScannedMessage:
-    """Scan an encoded message, extracting routing fields and opaque byte ranges."""
-    return ScannedMessage(*scan_fields(buf)[:20])
+def scan_message(buf: bytes, quotas: bool = True) -> ScannedMessage:
+    """Scan an encoded message, extracting routing fields and opaque byte ranges. `quotas`:
+    apply Azure's property quotas (a send); False for a stored message rebuilt with what sbemu
+    added to it (dead-letter properties), which must stay movable."""
+    return ScannedMessage(*scan_fields(buf, quotas)[:20])
 
 
-def scan_fields(buf: bytes) -> tuple[Any, ...]:
+def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     """scan_message()'s fields as a tuple in ScannedMessage's order, and a 21st: whether the
     message may be a batch envelope (see _scan)."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
-        return _scan(buf)
+        return _scan(buf, quotas)
     except SectionError:
         raise
     except _FAILURES as e:
         raise SectionError(f"malformed message: {e}") from e
 
 
-def _scan(buf: bytes) -> tuple[Any, ...]:
+def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     """The scan itself (callers translate _FAILURES into SectionError): ScannedMessage's
     fields, then whether the first body section is a data section whose payload starts like an
-    encoded message (a section descriptor 0x00 0x53 0x70..0x78), which every batch envelope's
-    is (messages._batch_payloads), so a plain message is not split and copied section by
-    section."""
+    encoded message (a section descriptor, in any form: sectioncodes.starts_section), which
+    every batch envelope's is (messages._batch_payloads), so a plain message is not split and
+    copied section by section. The counts and sizes Azure limits are checked as each section's
+    bounds are known, before it is read (HeaderTooLarge, TooManySections)."""
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
@@ -298,6 +313,11 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
     delivery_annotations = b""
     seen = 0
     grown = 0  # bytes a rewritten section added (or took) against the message as sent
+    # bytes of the sections other than the body (Azure's header quota), counted only in a
+    # message large enough to pass a quota (a count per section costs 4% of a small one's scan)
+    head = 0
+    big = quotas and n > MAX_PROPERTY_BYTES
+    bodies = 1  # body sections past the first (Azure's batch count)
     may_be_batch = False
     pos = 0
     fast = _FAST
@@ -320,16 +340,22 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
             end = _skip(buf, vpos)
             bit = (1 << (code - HEADER)) if code in _SINGLE else 0
             structured = code in _STRUCTURED
+        if bit:  # a section that may appear once: all but the body's
+            if seen & bit:
+                raise SectionError(f"duplicate section {code:#04x}")
+            seen |= bit
+            if big:  # Azure's quotas, checked before the section is read (sectioncodes)
+                head += end - pos
+                if head > MAX_HEADER_BYTES:
+                    raise _header_too_large(head)
+                if code == APPLICATION_PROPERTIES and end - vpos > MAX_PROPERTY_BYTES:
+                    _check_property_sizes(buf, vpos, end)
         # stored sections that may hold structure (the header is re-built from its fields,
         # delivery-annotations are dropped, data sections are opaque, properties are checked
         # field by field); a value of at most MAX_VALUE_DEPTH bytes cannot nest that deep
         # (too_deep's first bound, inline)
         if structured and end - vpos > MAX_VALUE_DEPTH and too_deep(buf, vpos, end):
             raise _too_deep(code)
-        if bit:
-            if seen & bit:
-                raise SectionError(f"duplicate section {code:#04x}")
-            seen |= bit
         if code >= PROPERTIES:
             # A section stored as sent (properties, application-properties, the body, the
             # footer): joined to the run of tail sections before it when it follows it with a
@@ -386,14 +412,19 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
                         body_span = (at, at + 3 + end - vpos)
                         if code == DATA:  # see the docstring
                             p = vpos + (2 if buf[vpos] == 0xA0 else 5)
-                            may_be_batch = (
-                                p + 3 <= end
-                                and buf[p] == 0x00
-                                and buf[p + 1] == 0x53
-                                and 0x70 <= buf[p + 2] <= 0x78
-                            )
+                            if p + 3 <= end and buf[p] == 0x00:  # a descriptor (in any form)
+                                if buf[p + 1] == 0x53:  # smallulong, inline: every SDK's
+                                    may_be_batch = 0x70 <= buf[p + 2] <= 0x78
+                                else:
+                                    may_be_batch = starts_section(buf, p, end)
                     else:
                         body_span = (body_span[0], at + 3 + end - vpos)
+                        bodies += 1
+                        if bodies > MAX_BODY_SECTIONS:
+                            raise TooManySections(
+                                f"more than {MAX_BODY_SECTIONS} body sections (a batch of more "
+                                f"than {MAX_BODY_SECTIONS} messages)"
+                            )
             elif code == APPLICATION_PROPERTIES and rewritten is None:
                 props_span = (at + 3, at + 3 + end - vpos)
         elif code == HEADER:
@@ -511,6 +542,29 @@ def _scan(buf: bytes) -> tuple[Any, ...]:
         body_span,
         may_be_batch,
     )
+
+
+def _header_too_large(size: int) -> HeaderTooLarge:
+    return HeaderTooLarge(
+        f"the message's properties and headers take more than {MAX_HEADER_BYTES} bytes "
+        f"(at least {size}): the size quota for the message header ({MAX_HEADER_BYTES}) has "
+        "been exceeded"
+    )
+
+
+def _check_property_sizes(buf: bytes, vpos: int, end: int) -> None:
+    """Refuse an application property whose encoded key and value pass MAX_PROPERTY_BYTES
+    (only called for a section larger than that: at most MAX_HEADER_BYTES to walk)."""
+    entries, count = _map_entries(buf, vpos, end)
+    p = 0
+    for _ in range(count):
+        q = _skip(entries, _skip(entries, p))
+        if q - p > MAX_PROPERTY_BYTES:
+            raise HeaderTooLarge(
+                f"an application property takes {q - p} bytes: the size quota for one "
+                f"property ({MAX_PROPERTY_BYTES}) has been exceeded"
+            )
+        p = q
 
 
 class PropertyValueError(SectionError):

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..auth.rejections import RejectionLog
+from ..auth.rejections import LogThrottle, RejectionLog
 from ..auth.sasrules import SasRule, parse_authorization_rules
 from ..config import NamespaceConfig
 from ..errors import EntityNotFound
@@ -48,6 +48,12 @@ class Services:
     # refused SASL PLAIN keys and $cbs tokens, logged rate-limited (docs/security.md)
     rejections: RejectionLog = field(
         default_factory=lambda: RejectionLog("AMQP", logging.getLogger("sbemu.protocol.auth"))
+    )
+    # requests dropped for want of a reply link, logged rate-limited like the rejections
+    unanswered: LogThrottle = field(
+        default_factory=lambda: LogThrottle(
+            "requests without a reply link", logging.getLogger("sbemu.connection")
+        )
     )
 
     def entity_rules(self, namespace: str, name: str) -> Sequence[SasRule]:

@@ -8,6 +8,15 @@ defer, dead-letter) are applied at commit and forgotten on rollback. Everything 
 lands in the same event-loop turn, so each partition writes it in one LMDB transaction.
 Closing the coordinator link (or the connection) rolls back what is still open.
 
+The coordinator is served before the connection holds any authorisation, as Azure serves it:
+the Java SDK attaches it without a `$cbs` token (its `createProducer(..., Coordinator, ...,
+requiresAuthorization: false)`), on a fresh connection when `createTransaction()` comes first;
+every transactional send or settlement is authorised by its own link. What a peer can grow
+here is bounded instead: at most MAX_OPEN_TRANSACTIONS declared and not yet discharged per
+connection, MAX_OPEN_TRANSACTIONS_UNAUTHENTICATED while it holds no authorisation (no SASL
+PLAIN key, no live `$cbs` token); a declare past the bound is rejected with
+amqp:resource-limit-exceeded and nothing is kept.
+
 Partitioned entities [SB partitioning P15, P16]: every message sent in a transaction needs a
 partition key (SessionId, PartitionKey, the transaction's via-partition-key, or MessageId on
 entities with duplicate detection), and all messages of one transaction to that entity must
@@ -92,21 +101,43 @@ class Transaction:
     failure: str | None = None  # a refused operation dooms the transaction
 
 
+MAX_OPEN_TRANSACTIONS = 1000  # declared, not yet discharged, per connection
+MAX_OPEN_TRANSACTIONS_UNAUTHENTICATED = 16  # while the connection holds no authorisation
+
+
 class TransactionCoordinator:
-    """The transactions of one connection."""
+    """The transactions of one connection; `authenticated` says whether the connection holds
+    any authorisation now (None: always, for tests of the staging alone)."""
 
     _ids = itertools.count(1)
 
-    def __init__(self, conn: TransactionHost) -> None:
+    def __init__(
+        self, conn: TransactionHost, authenticated: Callable[[], bool] | None = None
+    ) -> None:
         self.conn = conn
         self.open: dict[bytes, Transaction] = {}
+        self._authenticated = authenticated
+
+    def _room(self) -> int:
+        """How many declared transactions this connection may hold now (module docstring)."""
+        if self._authenticated is None or self._authenticated():
+            return MAX_OPEN_TRANSACTIONS
+        return MAX_OPEN_TRANSACTIONS_UNAUTHENTICATED
 
     # ------------------------------------------------------------ control messages
     def on_control(self, delivery: Delivery, body: object) -> None:
         """A declare or discharge arrived on the coordinator link."""
         code = descriptor_code(body)
         txn_id: bytes | None
-        if code == DECLARE:
+        if code == DECLARE and len(self.open) >= self._room():
+            self._reject(
+                delivery,
+                "amqp:resource-limit-exceeded",
+                f"Cannot declare more than {self._room()} transactions open at once on one "
+                "connection; discharge one first"
+                + ("." if self._room() == MAX_OPEN_TRANSACTIONS else " (or authorise first)."),
+            )
+        elif code == DECLARE:
             txn_id = next(self._ids).to_bytes(8, "big")
             self.open[txn_id] = Transaction(txn_id)
             delivery.local.data = [txn_id]  # type: ignore[list-item]  # proton says list[int]; any AMQP values

@@ -31,7 +31,7 @@ class WireCodec:
     def to_incoming(self, data: bytes, for_topic: bool) -> IncomingMessage:
         """Encoded message bytes as a send hands them to the router; sections.SectionError (a
         ValueError) when the bytes are not a well-formed message."""
-        return to_incoming(sections.scan_message(data), for_topic)
+        return to_incoming(sections.scan_message(data, quotas=False), for_topic)
 
 
 WIRE_CODEC = WireCodec()

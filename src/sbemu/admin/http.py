@@ -37,6 +37,7 @@ __all__ = [
     "AdminServer",
     "Dispatcher",
     "Handler",
+    "HttpService",
     "Request",
     "Response",
     "json_response",
@@ -139,12 +140,13 @@ class UpgradedStream:
 
 
 class _Plain:
-    secure = False
+    """The stream as it is: plain TCP, or TLS that the listener's transport already did."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes):
         self._reader = reader
         self._writer = writer
         self._pending = first
+        self.secure = writer.get_extra_info("sslcontext") is not None
 
     async def recv(self) -> bytes:
         if self._pending:
@@ -289,25 +291,34 @@ class AdminServer:
         await self._server.wait_closed()
 
 
-async def start_admin(
-    host: str,
-    port: int,
-    routes: Dispatcher,
-    *,
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-    ssl_context: ssl.SSLContext | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
-) -> AdminServer:
-    """Listen on ``host:port`` (0 = ephemeral) and serve ``routes``; TLS when a context is given.
+class HttpService:
+    """Serves HTTP(S) connections for one route table: those its own listener accepts
+    (:func:`start_admin`) and those another port's protocol hands over after reading their first
+    bytes (:meth:`adopt`: the AMQP ports answer the management API too, sbemu.endpoints)."""
 
-    Raises OSError when the address cannot be bound.
-    """
-    connections: set[asyncio.StreamWriter] = set()
+    def __init__(
+        self,
+        routes: Dispatcher,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        ssl_context: ssl.SSLContext | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self.routes = routes
+        self.request_timeout = request_timeout
+        self.ssl_context = ssl_context
+        self.max_body = max_body
+        self.connections: set[asyncio.StreamWriter] = set()
 
-    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.add(writer)
+    async def on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Serve one connection until it ends (asyncio.start_server's callback)."""
+        self.connections.add(writer)
         try:
-            await _serve(reader, writer, routes, request_timeout, ssl_context, max_body)
+            await _serve(
+                reader, writer, self.routes, self.request_timeout, self.ssl_context, self.max_body
+            )
         except (ConnectionError, asyncio.TimeoutError, ssl.SSLError) as exc:
             log.debug("admin connection dropped: %r", exc)
         except asyncio.CancelledError:
@@ -318,7 +329,7 @@ async def start_admin(
         except Exception:  # a guard: one bad connection never stops the listener
             log.exception("admin connection failed")
         finally:
-            connections.discard(writer)
+            self.connections.discard(writer)
             writer.close()
             try:
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT)
@@ -330,8 +341,44 @@ async def start_admin(
                 # asyncio logs the cancellation as an error with a traceback
                 pass
 
-    server = await asyncio.start_server(on_connection, host, port, reuse_address=True)
-    return AdminServer(server, connections)
+    def adopt(self, transport: asyncio.BaseTransport, first: bytes) -> None:
+        """Serve a connection another protocol accepted and read ``first`` from (TLS records or
+        an HTTP request; a transport that is TLS already counts as HTTPS)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self.on_connection, loop=loop)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if first:
+            protocol.data_received(first)
+
+    def close(self) -> None:
+        """Close every connection it serves."""
+        for writer in list(self.connections):
+            writer.close()
+
+
+async def start_admin(
+    host: str,
+    port: int,
+    routes: Dispatcher,
+    *,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    service: HttpService | None = None,
+) -> AdminServer:
+    """Listen on ``host:port`` (0 = ephemeral) and serve ``routes`` (or ``service``, which
+    brings its own routes); TLS when a context is given.
+
+    Raises OSError when the address cannot be bound.
+    """
+    if service is None:
+        service = HttpService(
+            routes, request_timeout=request_timeout, ssl_context=ssl_context, max_body=max_body
+        )
+    server = await asyncio.start_server(service.on_connection, host, port, reuse_address=True)
+    return AdminServer(server, service.connections)
 
 
 async def _serve(

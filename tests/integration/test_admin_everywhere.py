@@ -84,6 +84,23 @@ def test_plain_http_on_the_amqp_port_reaches_the_management_api(server: Any) -> 
         assert resp.status == 200 and b">q1</title>" in resp.read()
 
 
+def test_the_namespace_root_answers_on_443_as_on_the_admin_port(server: Any) -> None:
+    """GET / with an api-version (an admin client's empty entity name) is the API's empty feed
+    on both ports (the admin port's / is otherwise the dashboard)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    answers = []
+    for port in (server.admin_port, server.ws_port):
+        token = make_sas_token(f"sb://localhost:{port}/", KEY_NAME, KEY, 2**31 - 1)
+        request = urllib.request.Request(
+            f"https://localhost:{port}/?api-version=2021-05", headers={"Authorization": token}
+        )
+        with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+            answers.append((resp.status, resp.headers["Content-Type"], b"<feed" in resp.read()))
+    assert answers[0] == answers[1] == (200, "application/atom+xml;type=feed;charset=utf-8", True)
+
+
 @pytest.mark.parametrize("form", ["azure", "printed"])
 def test_js_admin_client_with_either_string(server: Any, form: str) -> None:
     if shutil.which("node") is None or not (JS / "node_modules" / "@azure").exists():

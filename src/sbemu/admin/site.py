@@ -74,5 +74,5 @@ def admin_site(
     dashboard = Dashboard(server, access, codec)
     dashboard.register(routes)
     add_atom_routes(routes, management)
-    add_atom_routes(azure, management)
+    add_atom_routes(azure, management, root=True)
     return AdminSite(routes, dashboard, azure)

@@ -126,12 +126,13 @@ java-deps: maven-check
 # the trust store for the admin client's HTTPS in the environment); then the 100 MB messages
 # (LargeMessagesTest, tag "premium") against a Premium server of their own; then the admin
 # client with the application's own strings on Azure's ports (ApplicationStringsTest, tag
-# "azure-ports": the Java admin client always calls 443), in sdk_run's network namespace.
+# "azure-ports": the Java admin client always calls 443), in sdk_run's network namespace,
+# offline (-o: no network there; the first run resolved every plugin).
 test-java: install java-deps
 	@if command -v mvn >/dev/null 2>&1; then \
 	  $(PY) tests/sdk_run.py -- $(MVN) test && \
 	  $(PY) tests/sdk_run.py --premium -- $(MVN) test -Dsbemu.groups=premium -Dsbemu.excludedGroups=none && \
-	  $(PY) tests/sdk_run.py --azure-ports -- $(MVN) test -Dsbemu.groups=azure-ports -Dsbemu.excludedGroups=none; \
+	  $(PY) tests/sdk_run.py --azure-ports -- $(MVN) -o test -Dsbemu.groups=azure-ports -Dsbemu.excludedGroups=none; \
 	else echo "SKIPPED: Java SDK tests (tests/java): no Maven on this machine"; fi
 
 # The Go SDK suite (tests/go: azservicebus and its admin package, pinned by go.sum) and the

@@ -9,6 +9,9 @@ each from loopback, from another address and as a forged browser request.
 
 "Loopback" means the admin listener is bound to a loopback address *and* the peer is one (a
 listener bound to 0.0.0.0 treats every request, 127.0.0.1 included, as coming from beyond).
+A loopback ``Host`` (:meth:`AccessPolicy.local_host`) is a loopback name or address, or Azure's
+name of a configured namespace (``<namespace>.servicebus.windows.net``, mapped to loopback by a
+hosts-file line for code that builds Azure's names itself).
 
 =========  =====================================  =============================================
 need       on loopback                            beyond loopback

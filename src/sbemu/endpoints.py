@@ -4,7 +4,8 @@
   clients apart by the first byte (:class:`FirstByte`): ``A`` (the AMQP header) goes to the AMQP
   connection, for the life of the socket and at no cost per frame; anything else (a TLS record,
   0x16, or an HTTP request) to the HTTP server of Azure's 443 (the management API and AMQP over
-  WebSockets, sbemu.admin.site). So an admin client given the printed connection string, which
+  WebSockets, sbemu.admin.site), which serves AMQP too when the TLS carries it (AMQPS on any
+  port: :func:`amqp_stream_handler`). So an admin client given the printed connection string, which
   speaks HTTPS to the endpoint's host and port whatever the emulator flag says (Python 7.15, JS
   7.9, Java, Go 1.11), finds the management API on whichever port that string names.
 
@@ -31,17 +32,18 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .admin.http import AdminServer, HttpService, Request, Response, json_response, start_admin
-from .protocol.listener import AmqpProtocol, ByteStream, serve_websocket
+from .protocol.listener import AmqpProtocol, ByteStream, serve_stream, serve_websocket
 from .protocol.websocket import PATH, HandshakeRefused, accept_headers
 
 __all__ = [
     "PATH",
     "EndpointError",
     "FirstByte",
+    "amqp_stream_handler",
     "ListenPort",
     "start_amqps",
     "start_websocket_port",
@@ -130,6 +132,18 @@ class FirstByte(asyncio.Protocol):
         self._transport = None
         if self._timer is not None:
             self._timer.cancel()
+
+
+def amqp_stream_handler(
+    new_protocol: Callable[[], AmqpProtocol],
+) -> Callable[[ByteStream], Awaitable[None]]:
+    """What the HTTP service does with a connection whose first bytes, inside TLS or not, are
+    AMQP's header: AMQPS on 443 or on the AMQP port, served straight over the stream."""
+
+    async def run(stream: ByteStream) -> None:
+        await serve_stream(stream, new_protocol())
+
+    return run
 
 
 def _unbound(what: str, host: str, port: ListenPort, exc: OSError, hint: str) -> str:

@@ -200,7 +200,11 @@ class Server:
         self.routes, self.dashboard = site.routes, site.dashboard
         # Azure's 443 (the management API, AMQP over WebSockets): the WebSocket port, and the
         # AMQP ports for a first byte that is not AMQP's (sbemu.endpoints.FirstByte)
-        self._azure_http = HttpService(site.management, ssl_context=ssl_context)
+        self._azure_http = HttpService(
+            site.management,
+            ssl_context=ssl_context,
+            amqp=endpoints.amqp_stream_handler(new_protocol),
+        )
         self._sniffing = functools.partial(
             endpoints.FirstByte, new_protocol, self._azure_http, limits.handshake_timeout
         )

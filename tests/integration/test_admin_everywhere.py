@@ -11,6 +11,7 @@ test_azure_layout.py runs the same with the default ports, where the strings nam
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,9 +24,10 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from conftest import KEY, KEY_NAME, make_sas_token
+from conftest import KEY, KEY_NAME, make_sas_token, queue_def
 
 JS = Path(__file__).resolve().parents[1] / "js"
+SBEMU_QUEUES = [queue_def("q1"), queue_def("sq", RequiresSession=True)]
 
 
 def azure_string(port: int) -> str:
@@ -101,6 +103,29 @@ def test_the_namespace_root_answers_on_443_as_on_the_admin_port(server: Any) -> 
     assert answers[0] == answers[1] == (200, "application/atom+xml;type=feed;charset=utf-8", True)
 
 
+@pytest.mark.parametrize("which", ["amqp", "ws"])
+def test_amqps_on_the_amqp_port_and_on_443(server: Any, which: str) -> None:
+    """A TLS connection whose first bytes inside are AMQP's header is AMQPS on any port: the
+    Python SDK pointed at the AMQP port or at the 443 port with Azure's string (JS keeps the
+    Endpoint's port and does the same)."""
+    from azure.servicebus import TransportType
+
+    port = server.port if which == "amqp" else server.ws_port
+    with ServiceBusClient.from_connection_string(
+        server.tls_conn_str(),
+        connection_verify=str(server.ca_file),
+        transport_type=TransportType.Amqp,
+        custom_endpoint_address=f"sb://localhost:{port}",
+        retry_total=0,
+    ) as client:
+        with client.get_queue_sender("q1") as sender:
+            sender.send_messages(ServiceBusMessage(f"amqps on {which}"))
+        with client.get_queue_receiver("q1", max_wait_time=5) as receiver:
+            got = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [str(m) for m in got] == [f"amqps on {which}"]
+            receiver.complete_message(got[0])
+
+
 @pytest.mark.parametrize("form", ["azure", "printed"])
 def test_js_admin_client_with_either_string(server: Any, form: str) -> None:
     if shutil.which("node") is None or not (JS / "node_modules" / "@azure").exists():
@@ -120,3 +145,22 @@ def test_js_admin_client_with_either_string(server: Any, form: str) -> None:
         cwd=JS,
     )
     assert out.returncode == 0 and "admin client ok" in out.stdout, out.stdout + out.stderr
+
+
+def test_js_amqps_on_the_amqp_port(server: Any) -> None:
+    """@azure/service-bus keeps the Endpoint's port: Azure's string naming the AMQP port is
+    AMQPS there, sessions included."""
+    if shutil.which("node") is None or not (JS / "node_modules" / "@azure").exists():
+        pytest.skip("node or tests/js/node_modules missing (`make js-deps`)")
+    conn = azure_string(server.port)
+    out = subprocess.run(
+        ["node", str(JS / "transport_client.mjs"), "amqps", conn, "q1", "sq"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NODE_EXTRA_CA_CERTS": str(server.ca_file)},
+        cwd=JS,
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["received"] == ["over amqps"], out.stdout + out.stderr
+    assert report["state"] == "state over amqps", report

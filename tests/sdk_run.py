@@ -5,7 +5,12 @@ The Java and Go suites (``make test-java``, ``make test-go``) are not pytest: th
 dir and a Config.json with send-only, listen-only and no-manage keys beside the root key),
 hands the server's addresses to CMD in the environment, and stops the server after it:
 
-- ``SBEMU_CONNECTION_STRING``: AMQP with ``UseDevelopmentEmulator=true`` (plain TCP);
+- ``SBEMU_CONNECTION_STRING``: the string sbemu printed, ``UseDevelopmentEmulator=true`` (plain
+  TCP); the admin clients take it too (HTTPS to that port, which tells AMQP, TLS and HTTP
+  apart by the first byte);
+- ``SBEMU_AZURE_CONNECTION_STRING``: Azure's form, no emulator flag, for the port where Azure
+  serves the management API and AMQP over WebSockets (sbemu's WebSocket port; with
+  ``--azure-ports`` 443, and the string names no port);
 - ``SBEMU_ADMIN_CONNECTION_STRING``: the admin port without the flag, so the admin clients speak
   HTTPS to it (the admin port tells TLS from HTTP by the first byte);
 - ``SBEMU_CA_FILE`` (sbemu's local CA), ``SSL_CERT_FILE`` (a bundle of the usual CAs plus it, for
@@ -22,8 +27,10 @@ the server's only one.
 - ``SERVICEBUS_*``: the variables the Go module's own live tests read.
 
 ``--azure-ports`` runs all that in a network namespace of its own with Azure's ports (AMQPS on
-5671, the admin API and WebSockets on 443), where ``SERVICEBUS_*`` hold Azure's connection
-string form (``Endpoint=sb://localhost/``, no emulator flag) and ``SBEMU_AZURE_PORTS=1``.
+5671, the management API and WebSockets on 443) and the emulator's AMQP port, 5672, where
+``SERVICEBUS_*`` and ``SBEMU_AZURE_CONNECTION_STRING`` hold Azure's connection string form
+(``Endpoint=sb://localhost/``, no emulator flag), ``SBEMU_CONNECTION_STRING`` the printed
+emulator string that names no port, and ``SBEMU_AZURE_PORTS=1``.
 Without a namespace (not root, or no unshare/ip) ``SERVICEBUS_*`` hold the emulator form of
 the plain AMQP port; a connection string a test derives from it (a SAS-token one drops the
 emulator flag and speaks TLS to that port) and an admin client built from it (HTTPS on that
@@ -159,8 +166,13 @@ def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]
     # own and they work as against Azure; on free ports TLS would meet the plain AMQP port
     # (connlost; "first record does not look like a TLS handshake"): live.py skips them
     live_conn = azure_form(server_conn) if azure_ports else server_conn
+    # where Azure serves the management API: 443 (the WebSocket port), a string without a port
+    azure_conn = azure_form(server_conn)
+    if not azure_ports and ready.ws_port is not None:
+        azure_conn = azure_conn.replace("sb://localhost/", f"sb://localhost:{ready.ws_port}/")
     env = {
         "SBEMU_CONNECTION_STRING": server_conn,
+        "SBEMU_AZURE_CONNECTION_STRING": azure_conn,
         "SBEMU_ADMIN_CONNECTION_STRING": admin_conn,
         "SBEMU_CA_FILE": str(ready.ca_file),
         "SSL_CERT_FILE": str(write_ca_bundle(ready.ca_file, folder / "ca-bundle.pem")[0]),
@@ -187,7 +199,7 @@ def environment(ready: Ready, folder: Path, azure_ports: bool) -> dict[str, str]
 
 
 # Azure's ports need a loopback where nothing else listens: a network namespace of our own.
-AZURE_PORTS = ("--tls-port", "5671", "--admin-port", "443", "--ws-port", "off")
+AZURE_PORTS = ("--port", "5672", "--tls-port", "5671", "--ws-port", "443")
 _IN_NETNS = "SBEMU_SDK_RUN_NETNS"
 
 
@@ -221,9 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--azure-ports",
         action="store_true",
-        help="serve AMQPS on 5671 and the admin API (HTTPS) on 443, as Azure "
-        "does, in a network namespace of its own (root); SERVICEBUS_* then hold "
-        "Azure's connection string form (Endpoint=sb://localhost/, no flag)",
+        help="serve AMQP on 5672, AMQPS on 5671 and the management API (HTTPS) and "
+        "WebSockets on 443, as Azure and the emulator do, in a network namespace of its own "
+        "(root); SERVICEBUS_* then hold Azure's connection string form "
+        "(Endpoint=sb://localhost/, no flag)",
     )
     parser.add_argument(
         "--premium",

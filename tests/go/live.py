@@ -7,8 +7,8 @@ in not-applicable.txt beside this file, one a line with the reason, and skipped 
 (``go test -skip``); every other test runs and a failure fails the run.
 
 The tests listed in needs-azure-ports.txt build an admin client from the connection string,
-which calls HTTPS on the endpoint's own host:port: they need Azure's ports (AMQPS on 5671, HTTPS
-on 443 of one host), which tests/sdk_run.py --azure-ports serves in a network namespace of its
+which calls HTTPS on the endpoint's own host:port: they need Azure's ports (AMQPS on 5671, the
+management API over HTTPS on 443 of one host), which tests/sdk_run.py --azure-ports serves in a network namespace of its
 own (SBEMU_AZURE_PORTS=1). Where it cannot (not root, no unshare or ip) they are skipped by name,
 and the run says so.
 

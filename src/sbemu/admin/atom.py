@@ -755,10 +755,11 @@ def _rule_xml(rule: RuleSource) -> str:
 
 
 # ------------------------------------------------------------------ wiring
-def add_atom_routes(routes: HttpRoutes, management: Management) -> None:
+def add_atom_routes(routes: HttpRoutes, management: Management, *, root: bool = False) -> None:
     """The management API: everything not claimed by a more specific route (a browser's
     request for a path that names nothing gets a plain 404: admin/notfound.py). Every request
-    needs a SAS token whose audience covers the path; writes need Manage (as Azure)."""
+    needs a SAS token whose audience covers the path; writes need Manage (as Azure).
+    ``root``: GET and HEAD of ``/`` too (where no dashboard claims them: Azure's 443)."""
     api = AtomApi(management, management.clock)
     rule = Rule(Need.SAS, audience="the path", locate=api.resource, refuse=api.refusal)
     handler = for_api_clients(api.handle, lambda request: _names_resource(management, request))
@@ -768,6 +769,9 @@ def add_atom_routes(routes: HttpRoutes, management: Management) -> None:
     # an api-version (sbemu.admin.dashboard answers it with empty_feed); writes are ours.
     for method in ("PUT", "DELETE"):
         routes.add(method, "/", api.handle, rule=rule)
+    if root:
+        for method in ("GET", "HEAD"):
+            routes.add(method, "/", handler, rule=rule)
 
 
 def _names_resource(management: Management, request: Request) -> bool:

@@ -2,11 +2,14 @@
 
 The Python and JS admin clients speak HTTPS to the admin port whatever the connection string says,
 and clients without the emulator flag speak AMQPS (port 5671) or WebSockets over TLS (``wss``),
-so those ports answer TLS with a certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by a
-CA generated on first start into ``<data dir>/tls/`` (``rootCA.pem`` + ``rootCA-key.pem``, and
+so those ports answer TLS with a certificate for ``localhost``, ``127.0.0.1``, ``::1`` and Azure's
+``*.servicebus.windows.net`` (and the China and US Government clouds' suffixes: a hosts-file line
+``127.0.0.1 <namespace>.servicebus.windows.net`` then serves code that builds Azure's names itself)
+signed by a CA generated on first start into ``<data dir>/tls/`` (``rootCA.pem`` + ``rootCA-key.pem``, and
 ``localhost.pem`` + ``localhost-key.pem``: mkcert's file names). Users trust ``rootCA.pem`` once
 (``sbemu cert`` prints its path). Files are reused across restarts; the server certificate is
-re-issued when it is missing, expires within 30 days, or was not signed by the CA on disk.
+re-issued when it is missing, expires within 30 days, was not signed by the CA on disk or names
+other hosts (an older sbemu's).
 
 ``SSL_CERT_FILE`` replaces a program's whole trust store, so pointing it at ``rootCA.pem`` alone
 breaks every other HTTPS call of that shell: :func:`write_ca_bundle` writes the system's CAs plus
@@ -45,7 +48,14 @@ KEY_FILE = "localhost-key.pem"
 CA_DAYS = 3650
 CERT_DAYS = 825
 RENEW_BEFORE = dt.timedelta(days=30)
-NAMES = ("localhost",)
+# Azure's host names too (one label under each cloud's suffix: <namespace>.servicebus.windows.net),
+# for code that builds them itself and a hosts-file line that maps them to loopback
+NAMES = (
+    "localhost",
+    "*.servicebus.windows.net",
+    "*.servicebus.chinacloudapi.cn",
+    "*.servicebus.usgovcloudapi.net",
+)
 ADDRESSES = ("127.0.0.1", "::1")
 
 
@@ -139,6 +149,14 @@ def _new_server_cert(
     _write_private(folder / CERT_FILE, cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
+def _dns_names(cert: x509.Certificate) -> set[str]:
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return set(alt.get_values_for_type(x509.DNSName))
+
+
 def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple[Path, Path, Path]:
     """Create what is missing; (CA file, server certificate file, server key file)."""
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -155,7 +173,11 @@ def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple
     renew = not (cert_file.exists() and key_file.exists())
     if not renew:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
-        renew = cert.not_valid_after_utc - now < RENEW_BEFORE or cert.issuer != ca.subject
+        renew = (
+            cert.not_valid_after_utc - now < RENEW_BEFORE
+            or cert.issuer != ca.subject
+            or _dns_names(cert) != set(NAMES)  # issued by an older sbemu: names missing
+        )
         if not renew:
             try:
                 cert.verify_directly_issued_by(ca)

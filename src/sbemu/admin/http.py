@@ -37,6 +37,7 @@ __all__ = [
     "AdminServer",
     "Dispatcher",
     "Handler",
+    "HttpService",
     "Request",
     "Response",
     "json_response",
@@ -56,6 +57,7 @@ KEEP_ALIVE_TIMEOUT = 60.0  # seconds an idle keep-alive connection stays open
 WRITE_TIMEOUT = 5.0  # seconds to hand a response to a slow reader
 READ_CHUNK = 64 * 1024
 TLS_HANDSHAKE = 0x16
+AMQP_HEADER = b"AMQP"  # every AMQP connection's first bytes [AMQP 2.2]
 
 _METHOD = re.compile(r"[A-Z]{1,16}\Z")
 
@@ -139,18 +141,23 @@ class UpgradedStream:
 
 
 class _Plain:
-    secure = False
+    """The stream as it is: plain TCP, or TLS that the listener's transport already did."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes):
         self._reader = reader
         self._writer = writer
         self._pending = first
+        self.secure = writer.get_extra_info("sslcontext") is not None
 
     async def recv(self) -> bytes:
         if self._pending:
             data, self._pending = self._pending, b""
             return data
         return await self._reader.read(READ_CHUNK)
+
+    def unread(self, data: bytes) -> None:
+        """The next recv() returns ``data`` first."""
+        self._pending = data
 
     async def send(self, data: bytes) -> None:
         if self._writer.is_closing():  # the peer went away mid-response: uvloop raises
@@ -193,6 +200,11 @@ class _Tls:
         self._out = ssl.MemoryBIO()
         self._in.write(first)
         self._obj = ctx.wrap_bio(self._in, self._out, server_side=True)
+        self._pending = b""  # decrypted bytes read ahead (unread)
+
+    def unread(self, data: bytes) -> None:
+        """The next recv() returns ``data`` first (what _serve read to tell AMQP from HTTP)."""
+        self._pending = data
 
     async def _flush(self) -> None:
         data = self._out.read()
@@ -220,6 +232,9 @@ class _Tls:
                     raise ConnectionResetError("peer closed during the TLS handshake") from None
 
     async def recv(self) -> bytes:
+        if self._pending:
+            data, self._pending = self._pending, b""
+            return data
         while True:
             try:
                 return self._obj.read(READ_CHUNK)
@@ -289,25 +304,35 @@ class AdminServer:
         await self._server.wait_closed()
 
 
-async def start_admin(
-    host: str,
-    port: int,
-    routes: Dispatcher,
-    *,
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-    ssl_context: ssl.SSLContext | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
-) -> AdminServer:
-    """Listen on ``host:port`` (0 = ephemeral) and serve ``routes``; TLS when a context is given.
+class HttpService:
+    """Serves HTTP(S) connections for one route table: those its own listener accepts
+    (:func:`start_admin`) and those another port's protocol hands over after reading their first
+    bytes (:meth:`adopt`: the AMQP ports answer the management API too, sbemu.runtime.endpoints)."""
 
-    Raises OSError when the address cannot be bound.
-    """
-    connections: set[asyncio.StreamWriter] = set()
+    def __init__(
+        self,
+        routes: Dispatcher,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        ssl_context: ssl.SSLContext | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        amqp: Callable[[UpgradedStream], Awaitable[None]] | None = None,
+    ) -> None:
+        self.routes = routes
+        self.request_timeout = request_timeout
+        self.ssl_context = ssl_context
+        self.max_body = max_body
+        # a connection whose first bytes (inside TLS or not) are AMQP's header goes here
+        self.amqp = amqp
+        self.connections: set[asyncio.StreamWriter] = set()
 
-    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.add(writer)
+    async def on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Serve one connection until it ends (asyncio.start_server's callback)."""
+        self.connections.add(writer)
         try:
-            await _serve(reader, writer, routes, request_timeout, ssl_context, max_body)
+            await _serve(reader, writer, self)
         except (ConnectionError, asyncio.TimeoutError, ssl.SSLError) as exc:
             log.debug("admin connection dropped: %r", exc)
         except asyncio.CancelledError:
@@ -318,7 +343,7 @@ async def start_admin(
         except Exception:  # a guard: one bad connection never stops the listener
             log.exception("admin connection failed")
         finally:
-            connections.discard(writer)
+            self.connections.discard(writer)
             writer.close()
             try:
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT)
@@ -330,18 +355,51 @@ async def start_admin(
                 # asyncio logs the cancellation as an error with a traceback
                 pass
 
-    server = await asyncio.start_server(on_connection, host, port, reuse_address=True)
-    return AdminServer(server, connections)
+    def adopt(self, transport: asyncio.BaseTransport, first: bytes) -> None:
+        """Serve a connection another protocol accepted and read ``first`` from (TLS records or
+        an HTTP request; a transport that is TLS already counts as HTTPS)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self.on_connection, loop=loop)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if first:
+            protocol.data_received(first)
+
+    def close(self) -> None:
+        """Close every connection it serves."""
+        for writer in list(self.connections):
+            writer.close()
+
+
+async def start_admin(
+    host: str,
+    port: int,
+    routes: Dispatcher,
+    *,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    service: HttpService | None = None,
+) -> AdminServer:
+    """Listen on ``host:port`` (0 = ephemeral) and serve ``routes`` (or ``service``, which
+    brings its own routes); TLS when a context is given.
+
+    Raises OSError when the address cannot be bound.
+    """
+    if service is None:
+        service = HttpService(
+            routes, request_timeout=request_timeout, ssl_context=ssl_context, max_body=max_body
+        )
+    server = await asyncio.start_server(service.on_connection, host, port, reuse_address=True)
+    return AdminServer(server, service.connections)
 
 
 async def _serve(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    routes: Dispatcher,
-    request_timeout: float,
-    ssl_context: ssl.SSLContext | None,
-    max_body: int,
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, service: HttpService
 ) -> None:
+    routes, request_timeout = service.routes, service.request_timeout
+    ssl_context, max_body = service.ssl_context, service.max_body
     try:
         first = await asyncio.wait_for(reader.read(READ_CHUNK), request_timeout)
     except asyncio.TimeoutError:
@@ -353,8 +411,16 @@ async def _serve(
         transport = _Tls(ssl_context, reader, writer, first)
         await asyncio.wait_for(transport.handshake(), request_timeout)
         first = b""
+        if service.amqp is not None:  # what the TLS carries: AMQP (AMQPS) or HTTP (HTTPS)
+            first = await asyncio.wait_for(transport.recv(), request_timeout)
+            transport.unread(first)
     else:
         transport = _Plain(reader, writer, first or b"")
+    if first and first.startswith(AMQP_HEADER) and service.amqp is not None:
+        transport.unread(b"")
+        address = peername if isinstance(peername, tuple) else None
+        await service.amqp(UpgradedStream(transport, first, address))
+        return
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     if first is None:  # nothing at all within the timeout
         await _send_error(conn, transport, 408, "request timed out")

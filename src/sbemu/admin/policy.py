@@ -9,6 +9,9 @@ each from loopback, from another address and as a forged browser request.
 
 "Loopback" means the admin listener is bound to a loopback address *and* the peer is one (a
 listener bound to 0.0.0.0 treats every request, 127.0.0.1 included, as coming from beyond).
+A loopback ``Host`` (:meth:`AccessPolicy.local_host`) is a loopback name or address, or Azure's
+name of a configured namespace (``<namespace>.servicebus.windows.net``, mapped to loopback by a
+hosts-file line for code that builds Azure's names itself).
 
 =========  =====================================  =============================================
 need       on loopback                            beyond loopback
@@ -67,6 +70,7 @@ __all__ = [
     "Refusal",
     "Resource",
     "Rule",
+    "azure_namespace_host",
     "entity_in_path",
     "loopback_host",
 ]
@@ -213,6 +217,29 @@ def loopback_host(host_header: str) -> bool:
     return name == "localhost" or name.endswith(".localhost") or is_loopback(name)
 
 
+# The host names Azure gives a namespace (public cloud, China, US Government). Code that builds
+# ``<namespace>.servicebus.windows.net`` itself (kombu's transport, for one) reaches sbemu when
+# the user maps that name to loopback in a hosts file; only a configured namespace's name is
+# accepted, so a page under any other name still meets the DNS-rebinding guard.
+AZURE_SUFFIXES = (
+    ".servicebus.windows.net",
+    ".servicebus.chinacloudapi.cn",
+    ".servicebus.usgovcloudapi.net",
+)
+
+
+def azure_namespace_host(host_header: str, namespaces: Iterable[str]) -> bool:
+    """Whether a ``Host`` header is Azure's name of one of ``namespaces`` (lower-case names):
+    ``<namespace>.servicebus.windows.net``, with or without a port."""
+    name = host_header.strip().lower()
+    name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    name = name.rstrip(".")
+    for suffix in AZURE_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)] in namespaces
+    return False
+
+
 def peer_is_loopback(peer: str) -> bool:
     """Whether a request's peer ("addr:port") is a loopback address (IPv4-mapped too)."""
     host = peer.rsplit(":", 1)[0].strip("[]")
@@ -258,6 +285,11 @@ class AccessPolicy:
         self.clock = clock
         self.rejections = access.rejections
 
+    def local_host(self, host_header: str) -> bool:
+        """Whether a loopback request's ``Host`` may be served: a loopback name, or Azure's name
+        of a configured namespace (mapped to loopback by the user's hosts file)."""
+        return loopback_host(host_header) or azure_namespace_host(host_header, self.namespaces)
+
     def is_local(self, request: Request) -> bool:
         """Loopback: a loopback-bound listener and a loopback peer."""
         return self.bind_local and peer_is_loopback(request.peer)
@@ -289,11 +321,12 @@ class AccessPolicy:
             read = self._read(rule, request, params, local)
             return Grant("public", can_read=isinstance(read, Grant))
         writes = need is Need.MANAGE or (need is Need.SAS and request.method not in READ_METHODS)
-        if local and not loopback_host(headers.get("host", "")):
+        if local and not self.local_host(headers.get("host", "")):
             return Refusal(
                 403,
-                "Host header is not a loopback name: use localhost or 127.0.0.1 "
-                "(requests under another name are refused, a DNS-rebinding guard)",
+                "Host header is not a loopback name: use localhost, 127.0.0.1 or a configured "
+                "namespace's <namespace>.servicebus.windows.net (requests under another name "
+                "are refused, a DNS-rebinding guard)",
             )
         if writes:
             why = cross_site(headers)
@@ -332,7 +365,7 @@ class AccessPolicy:
     ) -> Grant | Refusal:
         headers = request.headers
         if local:
-            if not loopback_host(headers.get("host", "")):
+            if not self.local_host(headers.get("host", "")):
                 return Refusal(403, "Host header is not a loopback name")
             return Grant("loopback")
         principal = self.access.session(headers, self.clock())

@@ -2,8 +2,13 @@
 WebSockets, the dashboard and the Atom management API, each route with its rule, all decided by
 one access policy (sbemu.admin.policy) built from the namespaces' SAS rules.
 
-The server calls `admin_site` once at start-up and lists the table (tests and docs/security.md
-read it); the route handlers are the modules named below, not this one.
+Azure's own layout has a second, smaller table (``AdminSite.management``): the management API
+and AMQP over WebSockets, what Azure serves on 443. The WebSocket port (443 by default) and the
+AMQP ports (for an HTTP or TLS first byte, sbemu.runtime.endpoints) serve it, so an admin client given
+the application's own connection string finds the API where it looks.
+
+The server calls `admin_site` once at start-up and lists the tables (tests and docs/security.md
+read them); the route handlers are the modules named below, not this one.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class AdminSite:
 
     routes: HttpRoutes
     dashboard: Dashboard
+    management: HttpRoutes  # Azure's 443: the management API and AMQP over WebSockets
 
 
 def admin_site(
@@ -57,12 +63,16 @@ def admin_site(
         )
         for ns in namespaces
     ]
-    routes = HttpRoutes(AccessPolicy(server.host, keys, access, server.clock))
+    policy = AccessPolicy(server.host, keys, access, server.clock)
+    routes = HttpRoutes(policy)
     add_operator_routes(routes, server)
+    azure = HttpRoutes(policy)
     if websocket is not None:
         path, handler = websocket
         routes.add("GET", path, handler, rule=AMQP)
+        azure.add("GET", path, handler, rule=AMQP)
     dashboard = Dashboard(server, access, codec)
     dashboard.register(routes)
     add_atom_routes(routes, management)
-    return AdminSite(routes, dashboard)
+    add_atom_routes(azure, management, root=True)
+    return AdminSite(routes, dashboard, azure)

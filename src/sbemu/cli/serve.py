@@ -122,7 +122,8 @@ def _add_serve(subcommands: Any) -> None:
     serve.add_argument(
         "--ws-port",
         metavar="P",
-        help=f"port for AMQP over WebSockets (ws and wss; the admin port serves them too), "
+        help=f"Azure's 443: AMQP over WebSockets (ws and wss; the admin port serves them too) "
+        f"and the management API, "
         f"0 = ephemeral, {OFF} = none [{ENV_WS_PORT}; default: {DEFAULT_WS_PORT}, skipped with "
         "a warning when it cannot be bound]",
     )

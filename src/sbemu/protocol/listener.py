@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ..errors import QuotaExceeded
 from .connection import AmqpConnection, Services
-from .websocket import WebSocketFraming
+from .websocket import WebSocketFraming, WebSocketInput
 
 log = logging.getLogger("sbemu.listener")
 
@@ -342,7 +342,10 @@ class _WebSocketTransport:
     """What AmqpProtocol uses of an asyncio transport, carried in WebSocket binary messages."""
 
     def __init__(
-        self, stream: ByteStream, framing: WebSocketFraming, protocol: AmqpProtocol
+        self,
+        stream: ByteStream,
+        framing: WebSocketFraming | StreamFraming,
+        protocol: AmqpProtocol,
     ) -> None:
         self._stream = stream
         self._framing = framing
@@ -408,15 +411,59 @@ class _WebSocketTransport:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
             return self._stream.peer
-        if name == "websocket":
+        if name == "websocket":  # the transport kind the dashboard shows
+            if isinstance(self._framing, StreamFraming):
+                return "amqps" if self._stream.secure else "amqp"
             return "wss" if self._stream.secure else "ws"
         return default
 
 
-async def serve_websocket(stream: ByteStream, protocol: AmqpProtocol) -> None:
+class StreamFraming:
+    """No framing at all: AMQP straight over a stream the admin HTTP server accepted, when its
+    first bytes (in TLS or not) were AMQP's header (AMQPS on a port that also answers HTTPS,
+    sbemu.runtime.endpoints); it runs through the same loop as a WebSocket."""
+
+    def __init__(self, leftover: bytes = b"") -> None:
+        self._pending = leftover
+        self._out = bytearray()
+        self._closing = False
+
+    def receive_data(self, data: bytes | None) -> WebSocketInput:
+        result = WebSocketInput()
+        if self._pending:
+            data, self._pending = self._pending + (data or b""), b""
+        if data:
+            result.amqp.append(data)
+        result.closed = data is None
+        return result
+
+    def send(self, amqp: bytes) -> None:
+        if not self._closing:
+            self._out += amqp
+
+    def close(self) -> None:
+        self._closing = True  # the AMQP close went out; the peer drops the socket
+
+    def data_to_send(self) -> bytes:
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+
+async def serve_stream(stream: ByteStream, protocol: AmqpProtocol) -> None:
+    """Run one AMQP connection straight over ``stream`` (see StreamFraming)."""
+    await serve_websocket(stream, protocol, StreamFraming(stream.leftover))
+
+
+async def serve_websocket(
+    stream: ByteStream,
+    protocol: AmqpProtocol,
+    framing: WebSocketFraming | StreamFraming | None = None,
+) -> None:
     """Run one AMQP connection over an upgraded WebSocket until either side ends it: the same
     AmqpProtocol (and sans-IO AmqpConnection) as TCP, fed the payloads of binary messages."""
-    framing = WebSocketFraming(stream.leftover)
+    if framing is None:
+        framing = WebSocketFraming(stream.leftover)
     transport = _WebSocketTransport(stream, framing, protocol)
     protocol.connection_made(transport)  # type: ignore[arg-type]  # the transport's duck type
     data: bytes | None = b""

@@ -1,11 +1,21 @@
-"""The ways in besides plain AMQP: AMQPS on the TLS port, AMQP over WebSockets.
+"""The ways in: what each port serves, AMQPS on the TLS port, AMQP over WebSockets.
+
+- **Every AMQP port** (``--port``, a namespace's ``AmqpPort``, the AMQPS port) tells its
+  clients apart by the first byte (:class:`FirstByte`): ``A`` (the AMQP header) goes to the AMQP
+  connection, for the life of the socket and at no cost per frame; anything else (a TLS record,
+  0x16, or an HTTP request) to the HTTP server of Azure's 443 (the management API and AMQP over
+  WebSockets, sbemu.admin.site), which serves AMQP too when the TLS carries it (AMQPS on any
+  port: :func:`amqp_stream_handler`). So an admin client given the printed connection string, which
+  speaks HTTPS to the endpoint's host and port whatever the emulator flag says (Python 7.15, JS
+  7.9, Java, Go 1.11), finds the management API on whichever port that string names.
 
 - **AMQPS** (``--tls-port``, default 5671, what an SDK uses for a connection string without
   ``UseDevelopmentEmulator``): TLS with the local CA's certificate (sbemu.admin.certs), done by
   asyncio; the AMQP connection behind it is the same AmqpProtocol as on the plain port.
 - **WebSockets** (path ``/$servicebus/websocket``, subprotocol ``AMQPWSB10``): an upgrade
   request on the admin port (``ws`` or ``wss``: that port tells TLS from HTTP by the first byte)
-  or on the WebSocket port (``--ws-port``, default 443, where the SDKs look by default). The
+  or on the WebSocket port (``--ws-port``, default 443, where the SDKs look by default; like
+  Azure's 443 it serves the management API too). The
   admin HTTP server answers 101 and hands the connection to protocol.listener.serve_websocket,
   which feeds the same AmqpProtocol. No HTTP-level authentication: the AMQP connection
   authenticates itself with SAS on ``$cbs``, as on every other port, so any page origin may
@@ -22,21 +32,18 @@ import asyncio
 import logging
 import os
 import ssl
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from ..admin.access import Access
-from ..admin.http import AdminServer, Request, Response, json_response, start_admin
-from ..admin.policy import AMQP, AccessPolicy
-from ..admin.routes import HttpRoutes
-from ..protocol.listener import AmqpProtocol, ByteStream, serve_websocket
+from ..admin.http import AdminServer, HttpService, Request, Response, json_response, start_admin
+from ..protocol.listener import AmqpProtocol, ByteStream, serve_stream, serve_websocket
 from ..protocol.websocket import PATH, HandshakeRefused, accept_headers
 
 __all__ = [
     "PATH",
     "EndpointError",
+    "FirstByte",
+    "amqp_stream_handler",
     "ListenPort",
     "start_amqps",
     "start_websocket_port",
@@ -82,6 +89,63 @@ def websocket_handler(new_protocol: Callable[[], AmqpProtocol]) -> Callable[...,
     return handler
 
 
+AMQP_FIRST = b"A"  # b"AMQP" begins every AMQP connection [AMQP 2.2]; no HTTP method, no TLS record
+
+
+class FirstByte(asyncio.Protocol):
+    """An AMQP port's accepted socket until its first byte says what it carries: AMQP (the
+    socket is handed to an AmqpProtocol for good) or HTTP and TLS (to ``http``, the management
+    API). A peer that sends nothing within ``timeout`` seconds is dropped, as a stuck handshake."""
+
+    def __init__(
+        self, new_amqp: Callable[[], AmqpProtocol], http: HttpService, timeout: float
+    ) -> None:
+        self._new_amqp = new_amqp
+        self._http = http
+        self._timeout = timeout
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self._timer = asyncio.get_running_loop().call_later(self._timeout, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or not data:
+            return
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+        if data[:1] == AMQP_FIRST:
+            amqp = self._new_amqp()
+            transport.set_protocol(amqp)
+            amqp.connection_made(transport)
+            amqp.data_received(data)
+        else:
+            self._http.adopt(transport, data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def amqp_stream_handler(
+    new_protocol: Callable[[], AmqpProtocol],
+) -> Callable[[ByteStream], Awaitable[None]]:
+    """What the HTTP service does with a connection whose first bytes, inside TLS or not, are
+    AMQP's header: AMQPS on 443 or on the AMQP port, served straight over the stream."""
+
+    async def run(stream: ByteStream) -> None:
+        await serve_stream(stream, new_protocol())
+
+    return run
+
+
 def _unbound(what: str, host: str, port: ListenPort, exc: OSError, hint: str) -> str:
     reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
     message = f"cannot listen on {host}:{port.number} ({what}): {reason}"
@@ -116,15 +180,12 @@ async def start_amqps(
 
 
 async def start_websocket_port(
-    host: str, port: ListenPort, handler: Callable[..., Any], context: ssl.SSLContext
+    host: str, port: ListenPort, service: HttpService
 ) -> tuple[AdminServer | None, str | None]:
-    """Listen for ws and wss on a port of its own (only the WebSocket path is served there)."""
-    # one route, whose rule is "AMQP authenticates itself" (SAS in $cbs, as over TCP): the
-    # same policy as the admin port's (sbemu.admin.policy), with nothing else to decide here
-    routes = HttpRoutes(AccessPolicy(host, [], Access(host, []), time.time))
-    routes.add("GET", PATH, handler, rule=AMQP)
+    """Listen for HTTP and HTTPS on a port of its own: Azure's 443, where ``service`` answers
+    WebSocket upgrades and the management API (sbemu.admin.site's ``management`` table)."""
     try:
-        server = await start_admin(host, port.number, routes, ssl_context=context)
+        server = await start_admin(host, port.number, service.routes, service=service)
     except OSError as exc:
         hint = (
             "serving WebSockets on the admin port only (--ws-port P or 0 picks another "

@@ -124,6 +124,8 @@ class Server:
         self.unserved: list[str] = []  # why a default port is not served (for the ready lines)
         self._extra_servers: list[Any] = []
         self._websocket_handler: Any = None
+        self._azure_http: Any = None  # sbemu.admin.http.HttpService: Azure's 443, set by start()
+        self._sniffing: Any = None  # a FirstByte for each AMQP port's socket, set by start()
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
@@ -181,24 +183,10 @@ class Server:
         services = Services(
             self.router, infos, self.config.namespaces[0].name.lower(), limits=limits
         )
-        try:
-            self._amqp_server = await self._loop.create_server(
-                lambda: AmqpProtocol(services, self._connections, flusher, self.clock),
-                self.host,
-                self.amqp_port,
-                reuse_address=True,
-            )
-        except OSError as exc:
-            raise StartupError(
-                f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
-            ) from exc
-        self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
-        await self._listen_namespace_ports(services, flusher)
-        from ..admin.certs import server_ssl_context
-        from ..admin.http import start_admin
-        from ..admin.site import admin_site
-
         self.services = services
+        from ..admin.certs import server_ssl_context
+        from ..admin.http import HttpService, start_admin
+        from ..admin.site import admin_site
 
         def new_protocol() -> AmqpProtocol:
             return AmqpProtocol(services, self._connections, flusher, self.clock)
@@ -209,12 +197,32 @@ class Server:
             ssl_context = server_ssl_context(self.data_dir)
         except (OSError, ValueError) as exc:
             raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
+        # every route with its rule (listed by tests and the docs: docs/security.md)
+        site = admin_site(
+            self, self.management, WIRE_CODEC, (endpoints.PATH, self._websocket_handler)
+        )
+        self.routes, self.dashboard = site.routes, site.dashboard
+        # Azure's 443 (the management API, AMQP over WebSockets): the WebSocket port, and the
+        # AMQP ports for a first byte that is not AMQP's (sbemu.runtime.endpoints.FirstByte)
+        self._azure_http = HttpService(
+            site.management,
+            ssl_context=ssl_context,
+            amqp=endpoints.amqp_stream_handler(new_protocol),
+        )
+        self._sniffing = functools.partial(
+            endpoints.FirstByte, new_protocol, self._azure_http, limits.handshake_timeout
+        )
         try:
-            # every route with its rule (listed by tests and the docs: docs/security.md)
-            site = admin_site(
-                self, self.management, WIRE_CODEC, (endpoints.PATH, self._websocket_handler)
+            self._amqp_server = await self._loop.create_server(
+                self._sniffing, self.host, self.amqp_port, reuse_address=True
             )
-            self.routes, self.dashboard = site.routes, site.dashboard
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
+            ) from exc
+        self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
+        await self._listen_namespace_ports(services, flusher)
+        try:
             self._admin_server = await start_admin(
                 self.host, self.admin_port, self.routes, ssl_context=ssl_context
             )
@@ -241,14 +249,10 @@ class Server:
             if tls is not None:
                 context = server_ssl_context(self.data_dir, alpn=())
                 timeout = self.services.limits.handshake_timeout
-                served = await endpoints.start_amqps(
-                    host, tls, self._new_protocol, context, timeout
-                )
+                served = await endpoints.start_amqps(host, tls, self._sniffing, context, timeout)
                 self.tls_port = self._served(*served, "amqps")
             if ws is not None:
-                context = server_ssl_context(self.data_dir)
-                handler = self._websocket_handler
-                port = await endpoints.start_websocket_port(host, ws, handler, context)
+                port = await endpoints.start_websocket_port(host, ws, self._azure_http)
                 self.ws_port = self._served(*port, "websocket port")
         except EndpointError as exc:
             for server in self._extra_servers:
@@ -275,11 +279,15 @@ class Server:
                 continue
             # the same router, keys, limits and counters; only the default namespace differs
             services = dataclasses.replace(shared, default_namespace=ns.name.lower())
+            sniffing = functools.partial(
+                endpoints.FirstByte,
+                functools.partial(AmqpProtocol, services, self._connections, flusher, self.clock),
+                self._azure_http,
+                shared.limits.handshake_timeout,
+            )
             try:
                 server = await self._loop.create_server(
-                    functools.partial(
-                        AmqpProtocol, services, self._connections, flusher, self.clock
-                    ),
+                    sniffing,
                     self.host,
                     ns.amqp_port,
                     reuse_address=True,
@@ -315,6 +323,8 @@ class Server:
                 server.close()
         for proto in list(self._connections):
             proto.close()
+        if self._azure_http is not None:
+            self._azure_http.close()  # HTTP the AMQP ports handed over
         if self._retention is not None:  # the pass uses the stores: let it finish first
             await self._retention.wait()
         if self.router is not None:

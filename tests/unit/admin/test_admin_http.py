@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import uvloop
+from cryptography import x509
 
-from sbemu.admin import HttpRoutes, Request, Response, json_response, start_admin
+from sbemu.admin import HttpRoutes, Request, Response, certs, json_response, start_admin
 from sbemu.admin.access import Access
 from sbemu.admin.certs import ca_path, ensure_certificates, server_ssl_context
 from sbemu.admin.http import _Plain, _Tls
@@ -325,6 +326,49 @@ def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
     cert.unlink()
     ensure_certificates(tmp_path)
     assert ca.read_bytes() == before[0] and cert.read_bytes() != before[1]
+
+
+async def test_the_certificate_names_azure_host_names(tmp_path: Path) -> None:
+    """Code that builds <namespace>.servicebus.windows.net itself, with a hosts-file line
+    mapping it to loopback, verifies the certificate under that name; other names fail."""
+    server = await start_admin(
+        "127.0.0.1", 0, make_routes(), ssl_context=server_ssl_context(tmp_path)
+    )
+    try:
+        port = server.sockets[0].getsockname()[1]
+        client = ssl.create_default_context(cafile=str(ca_path(tmp_path)))
+        for host in ("sbemulatorns.servicebus.windows.net", "other.servicebus.chinacloudapi.cn"):
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname=host
+            )
+            writer.close()
+        for host in ("servicebus.windows.net", "a.b.servicebus.windows.net", "evil.example"):
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname=host)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_certificate_without_the_azure_names_is_reissued(tmp_path: Path) -> None:
+    """A server certificate an older sbemu issued (localhost and addresses only) is replaced
+    at start by one that names Azure's hosts too; the CA stays (users trusted it)."""
+    ca, cert, key = ensure_certificates(tmp_path)
+    ca_before = ca.read_bytes()
+    old_names = certs.NAMES
+    certs.NAMES = ("localhost",)
+    try:
+        cert.unlink()
+        ensure_certificates(tmp_path)  # what an older sbemu left behind
+    finally:
+        certs.NAMES = old_names
+    old = cert.read_bytes()
+    ensure_certificates(tmp_path)
+    assert cert.read_bytes() != old and ca.read_bytes() == ca_before
+    names = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert "*.servicebus.windows.net" in names.value.get_values_for_type(x509.DNSName)
 
 
 def test_sbemu_cert_prints_the_ca_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,7 @@ from sbemu.admin.policy import (
     Refusal,
     Resource,
     Rule,
+    azure_namespace_host,
     cross_site,
     entity_in_path,
     loopback_host,
@@ -83,6 +84,39 @@ def status(verdict: Grant | Refusal) -> int:
 )
 def test_loopback_host_names(host: str, ok: bool) -> None:
     assert loopback_host(host) is ok
+
+
+@pytest.mark.parametrize(
+    "host,ok",
+    [
+        ("ns1.servicebus.windows.net", True),
+        ("NS2.ServiceBus.Windows.Net:443", True),
+        ("ns1.servicebus.windows.net.", True),
+        ("ns1.servicebus.chinacloudapi.cn", True),
+        ("ns1.servicebus.usgovcloudapi.net", True),
+        ("other.servicebus.windows.net", False),  # not a configured namespace
+        ("servicebus.windows.net", False),
+        ("x.ns1.servicebus.windows.net", False),
+        ("ns1.servicebus.windows.net.evil.example", False),
+        ("ns1.evil.example", False),
+    ],
+)
+def test_azure_names_of_configured_namespaces(host: str, ok: bool) -> None:
+    assert azure_namespace_host(host, {"ns1", "ns2"}) is ok
+
+
+def test_loopback_requests_under_a_namespace_azure_name_pass_the_host_check() -> None:
+    """A hosts-file line maps <namespace>.servicebus.windows.net to loopback: the admin port
+    serves it (reads and the management API) and still refuses any other name."""
+    p = policy()
+    azure = "ns1.servicebus.windows.net"
+    assert isinstance(p.decide(READ, request(host=azure), {}), Grant)
+    api = request("PUT", "/q1", host=azure, authorization=token(f"sb://{azure}/"))
+    assert isinstance(p.decide(ATOM, api, {}), Grant)
+    for foreign in ("nsx.servicebus.windows.net", "ns1.servicebus.windows.net.evil.example"):
+        assert status(p.decide(READ, request(host=foreign), {})) == 403
+        refused = request("PUT", "/q1", host=foreign, authorization=token(f"sb://{azure}/"))
+        assert status(p.decide(ATOM, refused, {})) == 403
 
 
 def test_peer_loopback_includes_ipv4_mapped() -> None:

@@ -431,15 +431,25 @@ def test_socket_frame_size_below_8(server, header, ftype):
     socket_roundtrip_works(server)
 
 
-@pytest.mark.parametrize(
-    "header", [b"GET / HTTP/1.1\r\n\r\n", b"AMQP\x02\x01\x00\x00"], ids=["http", "tls-header"]
-)
-def test_socket_wrong_protocol_header(server, header):
+def test_socket_wrong_protocol_header(server):
     s = RawSocket(server.port)
     try:
-        s.send(header)
+        s.send(b"AMQP\x02\x01\x00\x00")  # AMQP's TLS header: we offer SASL instead
         assert s.read_to_eof(), "server must close after answering the header"
         assert bytes(s.data) == SASL_HEADER
+    finally:
+        s.close()
+    socket_roundtrip_works(server)
+
+
+def test_socket_http_gets_an_http_answer(server):
+    """HTTP on the AMQP port goes to the management API (sbemu.runtime.endpoints.FirstByte): a request
+    h11 refuses (no Host) gets a 400 and the close, and the port keeps serving AMQP."""
+    s = RawSocket(server.port)
+    try:
+        s.send(b"GET / HTTP/1.1\r\n\r\n")
+        assert s.read_to_eof(), "server must close after the error"
+        assert bytes(s.data).startswith(b"HTTP/1.1 400 ")
     finally:
         s.close()
     socket_roundtrip_works(server)

@@ -4,8 +4,9 @@ for it run unchanged (docs/containers.md).
 
 Only defaults change, as environment variables under the ones a user sets:
 
-- the configuration is ``/ServiceBus_Emulator/ConfigFiles/Config.json`` when mounted there (the
-  same format), else the embedded default (Microsoft's sample entities);
+- the configuration is ``/ServiceBus_Emulator/ConfigFiles/Config.json`` (the same format): the
+  image ships Microsoft's sample entities there (container/Config.json), a user mounts theirs
+  over it; without the file, the embedded default;
 - every interface is bound (``0.0.0.0``): the container's ports are published by the engine;
 - the health and management port is ``EMULATOR_HTTP_PORT`` (default 5300), as Microsoft's.
 

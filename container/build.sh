@@ -3,7 +3,8 @@
 #   container/build.sh            build (the layers cached by podman make a rebuild quick)
 #   SBEMU_BASE_IMAGE=IMAGE ...    build FROM that Debian bookworm image instead of the local
 #                                 debootstrap one (e.g. docker.io/library/debian:bookworm-slim)
-#   SBEMU_IMAGE=NAME ...          the tag (default sbemu:<version from pyproject.toml>)
+#   SBEMU_IMAGE=NAME ...          the tag (default sbemu:<version from pyproject.toml>); the
+#                                 image is tagged sbemu:latest too
 # Prints the image name on stdout, the build's own output goes to stderr. Concurrent callers
 # (pytest workers, make) wait for one another on a lock, then share the build.
 set -eu
@@ -26,6 +27,6 @@ start=$(date +%s)
 podman build --layers --pull=missing $secret \
   --build-arg BASE="$base" \
   --ignorefile "$SBEMU_ROOT/container/containerignore" \
-  -f "$SBEMU_ROOT/container/Containerfile" -t "$IMAGE" "$SBEMU_ROOT" >&2
+  -f "$SBEMU_ROOT/container/Containerfile" -t "$IMAGE" -t sbemu:latest "$SBEMU_ROOT" >&2
 echo "build.sh: $IMAGE built in $(( $(date +%s) - start )) s, $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.0f MB", $1/1e6}')" >&2
 echo "$IMAGE"

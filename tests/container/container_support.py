@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,11 +138,23 @@ def run_sbemu(
         command += ["-v", volume]
     started = time.monotonic()
     cid = podman(*command, image, *args).strip()
+    return Running(cid, published_ports(cid, ports), started)
+
+
+def start_again(running: Running) -> Running:
+    """``podman start`` a stopped (or killed) container: the same container, its volumes; the
+    published ports read again."""
+    started = time.monotonic()
+    podman("start", running.cid)
+    return Running(running.cid, published_ports(running.cid, running.ports), started)
+
+
+def published_ports(cid: str, ports: Iterable[int]) -> dict[int, int]:
     published = {}
     for port in ports:
         mapping = podman("port", cid, f"{port}/tcp").strip().splitlines()[0]
         published[port] = int(mapping.rsplit(":", 1)[1])
-    return Running(cid, published, started)
+    return published
 
 
 def wait_healthy(running: Running, timeout: float = 30) -> float:
@@ -164,7 +176,7 @@ def wait_healthy(running: Running, timeout: float = 30) -> float:
 
 
 def remove(running: Running) -> None:
-    podman("rm", "-f", "-t", "0", running.cid, check=False)
+    podman("rm", "-f", "-v", "-t", "0", running.cid, check=False)
 
 
 @contextmanager
@@ -211,7 +223,7 @@ def remove_labelled() -> None:
     """Remove every container a test left (label sbemu-test)."""
     ids = podman("ps", "-aq", "--filter", f"label={LABEL}", check=False).split()
     if ids:
-        podman("rm", "-f", "-t", "0", *ids, check=False)
+        podman("rm", "-f", "-v", "-t", "0", *ids, check=False)
 
 
 def skip_unless_podman() -> None:

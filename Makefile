@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load image podman-check test-container
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -206,6 +206,14 @@ test: install install-spark chromium-check disk-tools-check netns-check js-deps 
 	  || [ $$suite_rc -ne 0 ]; then \
 	  echo "make test: pytest exit $$py, $(SERIAL_TESTS) exit $$serial, JS suite exit $$js_rc, Java/Go suites exit $$sdk_rc, azure-servicebus suite exit $$suite_rc"; \
 	  exit 1; fi
+
+# sbemu's OCI image sbemu:<version> (container/, docs/containers.md) and its tests (tests/container).
+podman-check:
+	@container/ensure-podman.sh
+image: podman-check
+	@container/build.sh >/dev/null
+test-container: install podman-check
+	$(PY) -m pytest -q tests/container $(ARGS)
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
 docs: install

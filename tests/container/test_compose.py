@@ -3,25 +3,29 @@ Docker-Compose-Template/docker-compose-default.yml) as a user switching to sbemu
 (tests/container/compose/docker-compose.yml): the image line changed, ``pull_policy: always``
 dropped (a locally built image cannot be pulled), the SQL Edge service and the emulator's
 ``depends_on`` on it removed; everything else verbatim, its SQL settings included. Brought up
-with podman-compose on the template's fixed ports (5672, 5300) under /tmp/fixed-ports.lock;
-the Python SDK sends and receives on the standard connection string, the admin client creates a
-queue through 5300."""
+with podman-compose; a compose override file of the test's own (``ports: !override``) publishes
+5672 and 5300 on ephemeral loopback ports instead of the template's fixed ones, so the test
+needs no free port 5672 on the machine. The Python SDK sends and receives on the standard
+connection string (the published port added), the admin client creates a queue through 5300."""
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
-from container_support import CONNECTION_STRING, Running, podman, podman_env, wait_healthy
+from container_support import (
+    Running,
+    podman,
+    podman_env,
+    published_ports,
+    wait_healthy,
+)
 
 COMPOSE_FILE = Path(__file__).resolve().parent / "compose" / "docker-compose.yml"
 CONFIG = """{
@@ -32,6 +36,13 @@ CONFIG = """{
     "Logging": { "Type": "File" }
   }
 }
+"""
+# the test's own override (compose merges it over the template): ephemeral host ports
+OVERRIDE = """services:
+  emulator:
+    ports: !override
+      - "127.0.0.1::5672"
+      - "127.0.0.1::5300"
 """
 
 
@@ -45,18 +56,11 @@ def compose(*args: str, env: dict[str, str], cwd: Path) -> str:
     return result.stdout
 
 
-@pytest.fixture
-def fixed_ports() -> Iterator[None]:
-    """The template publishes 5672 and 5300 on the host: one user of those ports at a time."""
-    with open("/tmp/fixed-ports.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def test_microsofts_compose_template_with_the_image_line_changed(
-    sbemu_image: str, fixed_ports: None, tmp_path: Path
+    sbemu_image: str, tmp_path: Path
 ) -> None:
     shutil.copy(COMPOSE_FILE, tmp_path / "docker-compose.yml")
+    (tmp_path / "docker-compose.override.yml").write_text(OVERRIDE)
     config = tmp_path / "Config.json"
     config.write_text(CONFIG)
     config.chmod(0o644)
@@ -70,9 +74,10 @@ def test_microsofts_compose_template_with_the_image_line_changed(
     started = time.monotonic()
     try:
         compose("up", "-d", env=env, cwd=tmp_path)
-        running = Running("servicebus-emulator", {5300: 5300}, started)
+        ports = published_ports("servicebus-emulator", (5672, 5300))
+        running = Running("servicebus-emulator", ports, started)
         print(f"podman-compose up to /health 200: {wait_healthy(running):.2f} s")
-        conn = CONNECTION_STRING.format(port="")  # the standard one: sb://localhost, 5672
+        conn = running.connection_string()  # the standard one, with the published port
         body = f"through compose {uuid.uuid4()}"
         with ServiceBusClient.from_connection_string(conn) as client:
             with client.get_queue_sender("compose-queue") as sender:
@@ -83,7 +88,7 @@ def test_microsofts_compose_template_with_the_image_line_changed(
                 receiver.complete_message(got[0])
         ca = tmp_path / "rootCA.pem"
         podman("cp", "servicebus-emulator:/data/tls/rootCA.pem", str(ca))
-        admin_conn = CONNECTION_STRING.format(port=":5300")
+        admin_conn = running.connection_string(5300)
         with ServiceBusAdministrationClient.from_connection_string(
             admin_conn, connection_verify=str(ca)
         ) as admin:

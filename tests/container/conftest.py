@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from container_support import build_image, docker_api, remove_labelled, skip_unless_podman
+from container_support import (
+    SESSION,
+    build_image,
+    docker_api,
+    remove_labelled,
+    skip_unless_podman,
+)
 
 
 @pytest.fixture(scope="session")
@@ -13,7 +19,7 @@ def sbemu_image() -> Iterator[str]:
     """sbemu's image, built once per run (or named by SBEMU_TEST_IMAGE)."""
     skip_unless_podman()
     yield build_image()
-    remove_labelled()
+    remove_labelled(SESSION)  # what a failed test of this process left
 
 
 @pytest.fixture(scope="session")

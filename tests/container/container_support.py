@@ -28,7 +28,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINER_DIR = ROOT / "container"
-LABEL = "sbemu-test"  # every container a test starts carries it, for the final clean-up
+LABEL = "sbemu-test"  # every container a test starts carries it, for the clean-up
+# its value in this pytest process (one per xdist worker): a worker removes only its own
+SESSION = f"session-{uuid.uuid4().hex[:8]}"
 HEALTH_BODY = {"status": "healthy", "message": "Service is healthy."}
 CONNECTION_STRING = (
     "Endpoint=sb://localhost{port};SharedAccessKeyName=RootManageSharedAccessKey;"
@@ -103,9 +105,7 @@ class Running:
         return CONNECTION_STRING.format(port=f":{self.ports[port]}")
 
     def logs(self) -> str:
-        return podman("logs", self.cid)  # stdout (the ready lines)
-
-    def logs_all(self) -> str:
+        """stdout (the ready lines) and stderr (the log) of the container."""
         result = subprocess.run(
             ["podman", "logs", self.cid], env=podman_env(), capture_output=True, text=True
         )
@@ -121,15 +121,30 @@ def run_sbemu(
     name: str | None = None,
     args: Sequence[str] = (),
 ) -> Running:
-    """``podman run -d`` the image with each port published on an ephemeral loopback port."""
-    command = [
-        "run",
-        "-d",
-        "--label",
-        LABEL,
-        "--name",
-        name or f"sbemu-test-{uuid.uuid4().hex[:8]}",
-    ]
+    """``podman run -d`` the image with each port published on an ephemeral loopback port.
+
+    podman picks each host port as free, then binds it; on a busy machine another process can
+    take it in between ("address already in use"): that start is removed and tried again."""
+    for attempt in range(3):
+        container = name or f"sbemu-test-{uuid.uuid4().hex[:8]}"
+        try:
+            return _run_once(image, container, ports, env, volumes, args)
+        except AssertionError as exc:
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+            podman("rm", "-f", "-v", "-t", "0", container, check=False)
+    raise AssertionError("unreachable")
+
+
+def _run_once(
+    image: str,
+    name: str,
+    ports: Sequence[int],
+    env: dict[str, str] | None,
+    volumes: Sequence[str],
+    args: Sequence[str],
+) -> Running:
+    command = ["run", "-d", "--label", f"{LABEL}={SESSION}", "--name", name]
     for port in ports:
         command += ["-p", f"127.0.0.1::{port}"]
     for key, value in (env or {}).items():
@@ -172,7 +187,7 @@ def wait_healthy(running: Running, timeout: float = 30) -> float:
         except OSError as exc:  # not listening yet (refused / reset by the port forwarder)
             last = exc
         time.sleep(0.05)
-    raise AssertionError(f"no /health 200 in {timeout} s ({last}):\n{running.logs_all()}")
+    raise AssertionError(f"no /health 200 in {timeout} s ({last}):\n{running.logs()}")
 
 
 def remove(running: Running) -> None:
@@ -219,11 +234,17 @@ def docker_api() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def remove_labelled() -> None:
-    """Remove every container a test left (label sbemu-test)."""
-    ids = podman("ps", "-aq", "--filter", f"label={LABEL}", check=False).split()
+def remove_labelled(value: str) -> None:
+    """Remove the containers labelled sbemu-test=``value`` that a test left behind: this
+    session's (:data:`SESSION`) or one Testcontainers run's (:func:`test_label`)."""
+    ids = podman("ps", "-aq", "--filter", f"label={LABEL}={value}", check=False).split()
     if ids:
         podman("rm", "-f", "-v", "-t", "0", *ids, check=False)
+
+
+def run_label(kind: str) -> str:
+    """A label value of one Testcontainers run (SBEMU_TEST_LABEL for the JS, Go, Java tests)."""
+    return f"{kind}-{uuid.uuid4().hex[:8]}"
 
 
 def skip_unless_podman() -> None:

@@ -70,7 +70,7 @@ def test_health_answers_within_two_seconds_then_the_up_line(default_container: R
     seconds = default_container.start_seconds  # type: ignore[attr-defined]
     print(f"podman run to /health 200: {seconds:.2f} s")
     assert seconds < START_BUDGET
-    logs = default_container.logs_all()
+    logs = default_container.logs()
     assert logs.count(UP_LINE) == 1, logs
     ignored = [x for x in logs.splitlines() if "ignoring SQL_SERVER" in x]
     assert len(ignored) == 1 and "Password123!" not in logs, logs

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from container_support import podman
+from container_support import remove_labelled, run_label
 
 GO = Path(__file__).resolve().parent / "go"
 
@@ -21,7 +21,9 @@ GO = Path(__file__).resolve().parent / "go"
 def test_servicebus_module_on_the_sbemu_image(sbemu_image: str, docker_host: str) -> None:
     if shutil.which("go") is None:
         pytest.skip("Go is not installed (make test's go-check installs it)")
+    label = run_label("tc-go")
     env = os.environ | {
+        "SBEMU_TEST_LABEL": label,
         "DOCKER_HOST": docker_host,
         "TESTCONTAINERS_RYUK_DISABLED": "true",
         "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
@@ -37,8 +39,6 @@ def test_servicebus_module_on_the_sbemu_image(sbemu_image: str, docker_host: str
             timeout=900,
         )
     finally:  # a failed start leaves its containers behind
-        ids = podman("ps", "-aq", "--filter", "label=sbemu-test", check=False).split()
-        if ids:
-            podman("rm", "-f", "-v", "-t", "0", *ids, check=False)
+        remove_labelled(label)
     print(result.stdout[-3000:])
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from container_support import podman
+from container_support import remove_labelled, run_label
 
 JAVA = Path(__file__).resolve().parent / "java"
 
@@ -24,7 +24,9 @@ def test_service_bus_emulator_container_on_the_sbemu_image(
 ) -> None:
     if shutil.which("mvn") is None or shutil.which("javac") is None:
         pytest.skip("Maven or a JDK is not installed (make test's maven-check installs them)")
+    label = run_label("tc-java")
     env = os.environ | {
+        "SBEMU_TEST_LABEL": label,
         "DOCKER_HOST": docker_host,
         "TESTCONTAINERS_RYUK_DISABLED": "true",
         "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
@@ -36,8 +38,6 @@ def test_service_bus_emulator_container_on_the_sbemu_image(
             command, cwd=JAVA, env=env, capture_output=True, text=True, timeout=900
         )
     finally:  # a failed start leaves its container behind
-        ids = podman("ps", "-aq", "--filter", "label=sbemu-test", check=False).split()
-        if ids:
-            podman("rm", "-f", "-v", "-t", "0", *ids, check=False)
+        remove_labelled(label)
     print(result.stdout[-3000:])
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]

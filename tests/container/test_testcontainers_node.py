@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from container_support import podman
+from container_support import remove_labelled, run_label
 
 JS = Path(__file__).resolve().parent / "js"
 
@@ -40,7 +40,9 @@ def test_azureservicebus_module_on_the_sbemu_image(sbemu_image: str, docker_host
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Node.js is not installed (make test's node-check installs it)")
     npm_ci()
+    label = run_label("tc-node")
     env = os.environ | {
+        "SBEMU_TEST_LABEL": label,
         "DOCKER_HOST": docker_host,
         "TESTCONTAINERS_RYUK_DISABLED": "true",
         "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
@@ -56,8 +58,6 @@ def test_azureservicebus_module_on_the_sbemu_image(sbemu_image: str, docker_host
             timeout=300,
         )
     finally:  # a failed start leaves its containers and network behind
-        ids = podman("ps", "-aq", "--filter", "label=sbemu-test", check=False).split()
-        if ids:
-            podman("rm", "-f", "-v", "-t", "0", *ids, check=False)
+        remove_labelled(label)
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
-from container_support import LABEL
+from container_support import LABEL, run_label
 
 CONFIG = """{
   // the test's own entities
@@ -48,7 +48,7 @@ def test_sbemu_container_in_a_pytest_fixture(
     config = tmp_path / "Config.json"
     config.write_text(CONFIG)
     config.chmod(0o644)
-    with SbemuContainer(sbemu_image, config=config, labels={LABEL: "1"}) as sb:
+    with SbemuContainer(sbemu_image, config=config, labels={LABEL: run_label("tc-python")}) as sb:
         with urllib.request.urlopen(sb.get_health_url(), timeout=10) as response:
             assert json.load(response)["message"] == "Service is healthy."
         body = f"from testcontainers-python {uuid.uuid4()}"

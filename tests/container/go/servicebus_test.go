@@ -33,7 +33,7 @@ func TestServiceBusModuleOnSbemuImage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	labels := testcontainers.WithLabels(map[string]string{"sbemu-test": "1"})
+	labels := testcontainers.WithLabels(map[string]string{"sbemu-test": os.Getenv("SBEMU_TEST_LABEL")})
 	started := time.Now()
 	ctr, err := servicebus.Run(ctx, image,
 		servicebus.WithAcceptEULA(),

@@ -11,6 +11,7 @@ import { AzureServiceBusContainer } from "@testcontainers/azureservicebus";
 import { GenericContainer } from "testcontainers";
 
 const image = process.env.SBEMU_IMAGE;
+const label = process.env.SBEMU_TEST_LABEL; // the pytest side removes what a failed run left
 
 const config = JSON.stringify({
   UserConfig: {
@@ -22,13 +23,13 @@ const config = JSON.stringify({
 test("AzureServiceBusContainer on sbemu's image sends and receives", async () => {
   const placeholder = new GenericContainer(image)
     .withCommand(["sleep", "infinity"])
-    .withLabels({ "sbemu-test": "1" });
+    .withLabels({ "sbemu-test": label });
   const started = Date.now();
   const container = await new AzureServiceBusContainer(image)
     .acceptLicense()
     .withMssqlContainer(placeholder)
     .withConfig(config)
-    .withLabels({ "sbemu-test": "1" })
+    .withLabels({ "sbemu-test": label })
     .start();
   console.log(`testcontainers start: ${((Date.now() - started) / 1000).toFixed(2)} s`);
   const client = new ServiceBusClient(container.getConnectionString());

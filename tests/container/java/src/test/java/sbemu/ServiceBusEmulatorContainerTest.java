@@ -37,7 +37,7 @@ class ServiceBusEmulatorContainerTest {
                 @Override
                 protected void configure() {} // sbemu needs no SQL Server
             }) {
-            servicebus.withConfig(Transferable.of(CONFIG)).withLabels(Map.of("sbemu-test", "1"));
+            servicebus.withConfig(Transferable.of(CONFIG)).withLabels(Map.of("sbemu-test", System.getenv("SBEMU_TEST_LABEL")));
             long started = System.nanoTime();
             servicebus.start();
             System.out.printf("testcontainers start: %.2f s%n", (System.nanoTime() - started) / 1e9);

@@ -71,6 +71,14 @@ def test_microsofts_compose_template_with_the_image_line_changed(
         "SQL_PASSWORD": "Unused-Passw0rd",
         "SQL_WAIT_INTERVAL": "0",
     }
+    # the template names its container and network: clear what an interrupted run left
+    subprocess.run(
+        [str(Path(sys.executable).parent / "podman-compose"), "down", "-v"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=300,
+    )
     started = time.monotonic()
     try:
         compose("up", "-d", env=env, cwd=tmp_path)

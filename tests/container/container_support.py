@@ -63,7 +63,7 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> str:
 def podman_unusable_reason() -> str | None:
     """Why podman cannot run here, or None when it can."""
     if shutil.which("podman") is None:
-        return "podman is not installed (make test installs it on Debian as root)"
+        return "podman is not installed (make podman-check installs it on Debian as root)"
     result = subprocess.run(
         ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
         env=podman_env(),

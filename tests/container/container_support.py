@@ -4,7 +4,8 @@ named by SBEMU_TEST_IMAGE when make built it already), containers on ephemeral h
 the Docker API of ``podman system service`` for the Testcontainers libraries.
 
 Skips (with the reason) only where podman cannot run at all: not installed, or ``podman info``
-failing. ``make test`` installs podman, runc, uidmap, slirp4netns, fuse-overlayfs and debootstrap
+failing. ``make podman-check`` (to be a prerequisite of ``make test``) installs podman, runc,
+uidmap, slirp4netns, fuse-overlayfs and debootstrap
 on Debian when missing.
 """
 

@@ -106,4 +106,14 @@ def test_microsofts_compose_template_with_the_image_line_changed(
                 "created-through-compose",
             }
     finally:
+        # down -v removes the project's named volumes; the image's anonymous /data volume too
+        mounts = podman(
+            "inspect",
+            "servicebus-emulator",
+            "--format",
+            "{{range .Mounts}}{{.Name}} {{end}}",
+            check=False,
+        ).split()
         compose("down", "-v", env=env, cwd=tmp_path)
+        if mounts:
+            podman("volume", "rm", "-f", *mounts, check=False)

@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load image podman-check test-container
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -210,8 +210,16 @@ run: $(RUN_STAMP)
 # alongside, then the CPU-heavy SERIAL_TESTS in one process; TEST_WORKERS=0: one process).
 TEST_WORKERS ?= 4
 SERIAL_TESTS ?= tests/spark tests/ui
-test: install install-spark chromium-check disk-tools-check netns-check js-deps lint docs
+test: install install-spark chromium-check disk-tools-check netns-check podman-check js-deps lint docs
 	@PY=$(PY) MAKE="$(MAKE)" TEST_WORKERS=$(TEST_WORKERS) SERIAL_TESTS="$(SERIAL_TESTS)" tests/run_all.sh
+
+# sbemu's OCI image sbemu:<version> (container/, docs/containers.md) and its tests (tests/container).
+podman-check:
+	@container/ensure-podman.sh
+image: podman-check
+	@container/build.sh >/dev/null
+test-container: install podman-check
+	$(PY) -m pytest -q tests/container $(ARGS)
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
 docs: install

@@ -16,10 +16,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
-# Directories whose tests form one work unit (they share a session-scoped resource).
-SHARED_UNITS = {"spark"}
+# Directories whose tests form one work unit (they share a session-scoped resource: Spark's
+# session, tests/container's image built once and its podman API service).
+SHARED_UNITS = {"spark", "container"}
 # Work units that take longest (or load the machine most): handed out first.
-HEAVY_FIRST = ("spark", "ui", "crash", "load", "faults", "fuzz")
+HEAVY_FIRST = ("spark", "container", "ui", "crash", "load", "faults", "fuzz")
 
 
 def _unit_of(item: pytest.Item) -> tuple[str, str]:

@@ -81,7 +81,12 @@ class _Operator:
 
     # ------------------------------------------------------------------ health
     def health(self, request: Request, params: dict[str, str]) -> Response:
-        body: dict[str, Any] = {"status": "healthy", "version": __version__}
+        # Microsoft's emulator answers {"status":"healthy","message":"Service is healthy."}
+        body: dict[str, Any] = {
+            "status": "healthy",
+            "message": "Service is healthy.",
+            "version": __version__,
+        }
         if request.grant is None or not request.grant.can_read:
             return json_response(200, body)  # liveness only: names nothing
         router = self.server.router

@@ -25,6 +25,7 @@ from sbemu.cli.common import (
     _run,
     log,
 )
+from sbemu.cli.container import ENV_CONTAINER, UP_LINE, container_defaults, ignored_settings_line
 from sbemu.cli.ready import (
     DEFAULT_PORT,
     DEFAULT_TLS_PORT,
@@ -82,6 +83,8 @@ class Settings:
     # a temporary data dir deleted at exit, commits not fsynced: a process crash keeps what was
     # acknowledged (the OS has it), a power loss may not. For tests and CI.
     ephemeral: bool = False
+    # Microsoft's emulator image's contract (sbemu.cli.container): its defaults, its up line
+    container: bool = False
 
 
 def _add_serve(subcommands: Any) -> None:
@@ -166,6 +169,14 @@ def _add_serve(subcommands: Any) -> None:
         "process crash keeps every acknowledged message, a power loss may not) "
         f"[{ENV_EPHEMERAL}=1]",
     )
+    serve.add_argument(
+        "--container",
+        action="store_true",
+        default=None,
+        help="run as Microsoft's emulator image does (sbemu's image sets it): Config.json from "
+        "/ServiceBus_Emulator/ConfigFiles/ when there, all interfaces, EMULATOR_HTTP_PORT for "
+        f"the admin port, SQL Server settings ignored [{ENV_CONTAINER}=1]",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -195,13 +206,19 @@ def resolve_settings(
     from ``cwd`` (default: the current directory).
     """
     base = cwd if cwd is not None else Path.cwd()
+    image_defaults: dict[str, str] = {}
 
     def pick(flag: str, env_name: str) -> tuple[str | None, str]:
         value = getattr(args, flag.replace("-", "_"), None)
         if value is not None:
             return value, f"--{flag}"
         value = env.get(env_name) or None
+        if value is None and flag in image_defaults:
+            return image_defaults[flag], f"{env_name} (the container default)"
         return value, env_name
+
+    container = _flag(*pick("container", ENV_CONTAINER))
+    image_defaults = container_defaults(env) if container else {}
 
     def path(value: str) -> Path:
         p = Path(value).expanduser()
@@ -235,6 +252,7 @@ def resolve_settings(
         ws_port=_optional_port(*pick("ws-port", ENV_WS_PORT), default=DEFAULT_WS_PORT),
         ready_file=path(ready_value) if ready_value else None,
         ephemeral=ephemeral,
+        container=container,
     )
 
 
@@ -310,6 +328,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_settings(settings: Settings) -> int:
     _configure_logging(settings.log_level)
+    if settings.container and (ignored := ignored_settings_line(os.environ)):
+        log.info(ignored)
     try:
         config = load_config(settings.config_path) if settings.config_path else default_config()
     except ConfigError as exc:
@@ -460,6 +480,8 @@ async def _announce(server: Any, config: Config, settings: Settings) -> bool:
         server.unserved,
         str(settings.data_dir / "tls" / "rootCA.pem"),
     )
+    if settings.container:
+        lines.append(UP_LINE)  # last: every port is served when a waiting tool sees it
     for line in lines:
         print(line)
     sys.stdout.flush()

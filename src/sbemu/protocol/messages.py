@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import ArgumentError, ArgumentOutOfRange, InvalidOperation, MessageSizeExceeded
 from ..filters import MessageView
-from ..partitions.records import IncomingMessage, MessageRecord
+from ..partitions.records import IncomingMessage, MessageRecord, MessageState
 from . import codec, sections
 from .sectioncodes import _FAILURES
 from .views import message_view
@@ -103,8 +103,14 @@ def encode_delivery(
         stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(locked_until_ms)))
     if partition_id is not None:
         stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
+    state = rec.state
+    if rec.scheduled_enqueue_time_ms is not None and state == MessageState.ACTIVE:
+        # A scheduled message stays "scheduled" once active: Azure says so on its deliveries
+        # and peeks (Microsoft's sendAndSchedule.spec "Schedule single message"), so every
+        # delivery of one carries the state, not only peeks and receive-by-sequence-number.
+        state, with_state = MessageState.SCHEDULED, True
     if with_state:
-        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(state))))
     if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
         stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
     return encode_record(rec, stamps, delivery_stamps)

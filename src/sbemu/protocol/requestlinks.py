@@ -57,7 +57,11 @@ class RequestLinks:
             log.info("connection %d: undecodable request on %s: %s", self.id, state.node, exc)
             return
         if state.node == "$cbs":
-            self._on_put_token(state, request)
+            try:
+                self._on_put_token(state, request)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: answered, never left hanging
+                log.warning("connection %d: $cbs put-token failed: %r", self.id, exc)
+                self._cbs_reply(state, request, 500, f"The put-token could not be served: {exc!r}")
         else:
             handle_request(self, state, request)
 
@@ -90,6 +94,11 @@ class RequestLinks:
                 self.peer,
                 self.now,
             )
+        self._cbs_reply(state, request, status, description)
+
+    def _cbs_reply(
+        self, state: RequestLink, request: Message, status: int, description: str
+    ) -> None:
         from proton import int32
 
         response = Message(

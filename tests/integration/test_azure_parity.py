@@ -1,0 +1,76 @@
+"""What Microsoft's own JS live suite found unlike Azure (issue 36), where the Python SDK sees
+the same thing: the delivery count of deferred and dead-lettered messages (it reads the
+header's delivery-count as it comes, as the JS SDK does), settling in a dead-letter queue, and
+a scheduled message's state once active. tests/js/azure_parity.test.mjs asserts the same with
+the JS SDK."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue
+from azure.servicebus.exceptions import ServiceBusError
+from integration_support import queue_def, receive_n, send_plain
+
+SBEMU_QUEUES = [
+    queue_def("ap-defer", max_delivery_count=10),
+    queue_def("ap-defer-p", max_delivery_count=10, partitioned=True),
+    queue_def("ap-dlq"),
+    queue_def("ap-sched"),
+]
+
+
+@pytest.mark.parametrize("queue", ["ap-defer", "ap-defer-p"])
+def test_a_deferral_counts_the_delivery_that_ended_in_it(sb_client, queue):
+    send_plain(sb_client, queue, [ServiceBusMessage("d", message_id="d-1")])
+    with sb_client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        (m,) = receive_n(receiver, 1)
+        assert m.delivery_count == 0
+        receiver.defer_message(m)
+        (deferred,) = receiver.receive_deferred_messages([m.sequence_number])
+        assert deferred.state == ServiceBusMessageState.DEFERRED
+        assert deferred.delivery_count == 1
+        receiver.abandon_message(deferred)  # stays deferred, counted
+        (deferred,) = receiver.receive_deferred_messages([m.sequence_number])
+        assert deferred.delivery_count == 2
+        receiver.dead_letter_message(deferred)
+    with sb_client.get_queue_receiver(
+        queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+    ) as dlq:
+        (dead,) = receive_n(dlq, 1)
+        assert dead.delivery_count == 2  # dead-lettering counts no delivery
+        dlq.complete_message(dead)
+
+
+def test_a_dead_letter_queue_counts_no_delivery_and_refuses_dead_lettering(sb_client):
+    send_plain(sb_client, "ap-dlq", [ServiceBusMessage("dl", message_id="dl-1")])
+    with sb_client.get_queue_receiver("ap-dlq", max_wait_time=5) as receiver:
+        (m,) = receive_n(receiver, 1)
+        receiver.dead_letter_message(m)
+    with sb_client.get_queue_receiver(
+        "ap-dlq", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+    ) as dlq:
+        (dead,) = receive_n(dlq, 1)
+        assert dead.delivery_count == 0
+        dlq.abandon_message(dead)
+        (dead,) = receive_n(dlq, 1)
+        assert dead.delivery_count == 0, "abandon in a dead-letter queue counts nothing"
+        with pytest.raises(ServiceBusError) as refused:
+            dlq.dead_letter_message(dead)
+        assert "cannot be dead-lettered again" in str(refused.value)
+        (again,) = receive_n(dlq, 1)  # free again at once, not after its lock expired
+        assert again.delivery_count == 0
+        dlq.complete_message(again)
+
+
+def test_a_scheduled_message_says_scheduled_once_active(sb_client):
+    with sb_client.get_queue_sender("ap-sched") as sender:
+        sender.create_message_batch()  # the link is open: the schedule below is not late
+        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
+        sender.schedule_messages(ServiceBusMessage("later"), at)
+    with sb_client.get_queue_receiver("ap-sched", max_wait_time=10) as receiver:
+        (m,) = receive_n(receiver, 1)
+        assert m.state == ServiceBusMessageState.SCHEDULED
+        assert m.scheduled_enqueue_time_utc is not None
+        receiver.complete_message(m)

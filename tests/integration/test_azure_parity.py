@@ -9,9 +9,14 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+import requests
+from admin_support import run_js_admin_script
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue
 from azure.servicebus.exceptions import ServiceBusError
 from integration_support import queue_def, receive_n, send_plain
+
+from sbemu.pytest_plugin import SbemuServer
+from sbemu.sas import make_sas_token
 
 SBEMU_QUEUES = [
     queue_def("ap-defer", max_delivery_count=10),
@@ -74,3 +79,27 @@ def test_a_scheduled_message_says_scheduled_once_active(sb_client):
         assert m.state == ServiceBusMessageState.SCHEDULED
         assert m.scheduled_enqueue_time_utc is not None
         receiver.complete_message(m)
+
+
+def test_js_admin_parity(sbemu_server: SbemuServer) -> None:
+    """tests/js/admin_azure_parity.mjs: authorization rules in Azure's canonical XML (the JS
+    SDK read none from the client's own prefixes), rules in name order, a Date property of a
+    correlation rule read back, GET / with a SAS token an Atom feed."""
+    run_js_admin_script(sbemu_server, "admin_azure_parity.mjs", "admin parity ok", amqp=True)
+
+
+def test_namespace_root_is_atom_with_sas_and_the_dashboard_without(
+    sbemu_server: SbemuServer,
+) -> None:
+    """Issue 36 G: a bare GET / that carries a SAS token (the JS SDK's, no api-version) is an
+    admin client's: Azure's Atom feed; a browser's (no token) is the dashboard's page."""
+    base = f"{sbemu_server.admin_url}/"
+    expiry = int(dt.datetime.now(dt.timezone.utc).timestamp()) + 3600
+    token = make_sas_token(base, sbemu_server.key_name, sbemu_server.key, expiry)
+    atom = requests.get(base, headers={"Authorization": token}, timeout=30)
+    assert atom.status_code == 200
+    assert atom.headers["content-type"].startswith("application/atom+xml")
+    assert atom.text.startswith("<?xml") and "<feed" in atom.text
+    page = requests.get(base, timeout=30)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")

@@ -34,6 +34,7 @@ from ..partitions.entity import Entity
 from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import normalize_entity_path
+from .authrules import authorization_rules_xml
 from .bounded import BodyError, xml_document
 from .http import Request, Response
 from .keyvalues import key_values_xml, read_key_values
@@ -358,8 +359,9 @@ class AtomApi:
             elif typ == "fwd":  # Azure's form: sb://<namespace host>/<entity path>
                 if value:
                     out.append(_el(name, f"sb://{_host(request) or 'localhost'}/{value}"))
-            elif typ == "raw":
-                out.append(f"<{name}>{value or ''}</{name}>")
+            elif typ == "raw":  # AuthorizationRules, in Azure's form (admin/authrules.py)
+                rules = authorization_rules_xml(value, _time(created), _time(updated))
+                out.append(f"<{name}>{rules}</{name}>")
             elif typ == "maxsize":  # [P5] per-partition size x partition count
                 out.append(_el(name, int(value) * entity.spec.partition_count))
             elif typ == "size":
@@ -486,7 +488,8 @@ class AtomApi:
         if desc is None:
             raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
         skip, top = _paging(request)
-        rules = self.m.rules(entity, sub)
+        # in name order, as Azure lists them ($Default, correlationRule, sqlRule) [issue 36]
+        rules = sorted(self.m.rules(entity, sub), key=lambda r: (r.name.lower(), r.name))
         entries = [
             self._rule_entry(request, ns, entity, desc["name"], r) for r in rules[skip : skip + top]
         ]

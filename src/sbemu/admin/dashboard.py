@@ -35,6 +35,7 @@ from ..partitions.broker import DLQ_SUFFIX
 from ..partitions.entity import Entity
 from ..partitions.stats import totals
 from ..partitions.transitions import SCHEDULED_QUEUE
+from ..sas import SAS_PREFIX
 from . import explorer, metrics
 from .access import COOKIE_NAME, Access, Principal
 from .atom import empty_feed
@@ -393,8 +394,12 @@ class Dashboard:
             return None
 
     def _page(self, request: Request, params: dict[str, str]) -> Response:
-        if "api-version" in request.query:
-            # an admin client's GET of an empty entity name: the management API's answer
+        if "api-version" in request.query or request.headers.get("authorization", "").startswith(
+            SAS_PREFIX
+        ):
+            # An admin client's GET of the namespace root (an empty entity name, or the JS
+            # SDK's bare GET / with its SAS token and no api-version): the management API's
+            # answer, Azure's Atom feed; a browser (no SAS header) gets the dashboard.
             return empty_feed(request, self._now_ms())
         body = self._asset("index.html") or b"dashboard assets missing\n"
         return Response(200, body, _html_headers())

@@ -12,6 +12,7 @@ import pytest
 import requests
 from admin_support import run_js_admin_script
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageHeader
 from azure.servicebus.exceptions import ServiceBusError
 from integration_support import queue_def, receive_n, send_plain
 
@@ -23,6 +24,7 @@ SBEMU_QUEUES = [
     queue_def("ap-defer-p", max_delivery_count=10, partitioned=True),
     queue_def("ap-dlq"),
     queue_def("ap-sched"),
+    queue_def("ap-header"),
 ]
 
 
@@ -79,6 +81,35 @@ def test_a_scheduled_message_says_scheduled_once_active(sb_client):
         assert m.state == ServiceBusMessageState.SCHEDULED
         assert m.scheduled_enqueue_time_utc is not None
         receiver.complete_message(m)
+
+
+def test_the_header_comes_back_as_sent(sb_client):
+    """Issue 36 C: durable and first-acquirer as the sender set them (false kept false, not
+    sent stays not sent), as Microsoft's amqpAnnotatedMessage.spec reads them back."""
+    sent = [
+        AmqpAnnotatedMessage(
+            data_body=b"f",
+            header=AmqpMessageHeader(durable=False, first_acquirer=False, priority=7),
+        ),
+        AmqpAnnotatedMessage(
+            data_body=b"t", header=AmqpMessageHeader(durable=True, first_acquirer=True)
+        ),
+        AmqpAnnotatedMessage(data_body=b"n"),
+    ]
+    with sb_client.get_queue_sender("ap-header") as sender:
+        for message in sent:
+            sender.send_messages(message)
+    with sb_client.get_queue_receiver("ap-header", max_wait_time=5) as receiver:
+        got = receive_n(receiver, 3)
+        headers = [m.raw_amqp_message.header for m in got]
+        assert [(h.durable, h.first_acquirer) for h in headers] == [
+            (False, False),
+            (True, True),
+            (None, None),
+        ]
+        assert headers[0].priority == 7
+        for m in got:
+            receiver.complete_message(m)
 
 
 def test_js_admin_parity(sbemu_server: SbemuServer) -> None:

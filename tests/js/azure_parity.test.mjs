@@ -1,7 +1,7 @@
 // Points where Microsoft's own @azure/service-bus live suite found sbemu unlike Azure (issue 36),
 // each asserted as that suite asserts it, with the unchanged SDK: the delivery count of deferred
-// and dead-lettered messages (A, E), rules (D), settling in a dead-letter queue (E) and a
-// scheduled message's state (F).
+// and dead-lettered messages (A, E), the message header as sent (C), rules (D), settling in a
+// dead-letter queue (E) and a scheduled message's state (F).
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { ServiceBusClient } from "@azure/service-bus";
@@ -21,6 +21,7 @@ before(async () => {
     queueDef("deferred"),
     queueDef("deferred-p", { EnablePartitioning: true }),
     queueDef("deferred-s", { RequiresSession: true }),
+    queueDef("header"),
     queueDef("dlq-settle"),
     queueDef("dlq-settle-s", { RequiresSession: true }),
     queueDef("scheduled"),
@@ -141,6 +142,32 @@ describe("E: settling messages in a dead-letter queue", () => {
     const left = await dlq.peekMessages(5);
     assert.equal(left.length, 0);
     await dlq.close();
+  });
+});
+
+describe("C: the message header as sent", () => {
+  it("durable false and first-acquirer false come back as sent", async () => {
+    const sender = client.createSender("header");
+    await sender.sendMessages({
+      body: "h",
+      bodyType: "data",
+      header: { durable: false, firstAcquirer: false, priority: 20, timeToLive: 100000, deliveryCount: 10 },
+    });
+    await sender.sendMessages({
+      body: "h2",
+      bodyType: "data",
+      header: { durable: true, firstAcquirer: true, priority: 4 },
+    });
+    await sender.close();
+    const receiver = client.createReceiver("header", { receiveMode: "receiveAndDelete" });
+    const got = await receiveN(receiver, 2);
+    const { deliveryCount, ...first } = got[0]._rawAmqpMessage.header;
+    assert.equal(deliveryCount, 0);
+    assert.deepEqual(first, { durable: false, firstAcquirer: false, priority: 20, timeToLive: 100000 });
+    const { deliveryCount: _, ...second } = got[1]._rawAmqpMessage.header;
+    // the queue's default TTL (PT1H) stands in for the one the sender left out
+    assert.deepEqual(second, { durable: true, firstAcquirer: true, priority: 4, timeToLive: 3600000 });
+    await receiver.close();
   });
 });
 

@@ -371,6 +371,7 @@ class Transitions:
             msg.properties_span,
             msg.body_span,
             msg.transfer_hops,
+            msg.first_acquirer,
         )
 
     # ---------------------------------------------------------------- the moves

@@ -82,6 +82,7 @@ def to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> In
         0,  # transfer_hops
         (lambda: message_view(scanned)) if for_topic else None,
         assigned,
+        scanned.first_acquirer,
     )
 
 
@@ -141,6 +142,7 @@ def encode_record(
         stamps = stamps + [(K_SCHEDULED, codec.enc_timestamp(rec.scheduled_enqueue_time_ms))]
     return sections.build_message(
         durable=rec.durable,
+        first_acquirer=rec.first_acquirer,
         priority=rec.priority,
         ttl_ms=rec.ttl_ms,
         delivery_count=rec.delivery_count,
@@ -174,11 +176,12 @@ def scan_transfer(
         fields = None
     if fields is not None and not fields[20]:  # not a batch envelope: one scan, no split
         if fields[3] is None or for_topic:  # an id to assign, or a filter view to attach
-            return [to_incoming(sections.ScannedMessage(*fields[:20]), for_topic)]
+            scanned = sections.ScannedMessage(*fields[:20], *fields[21:22])
+            return [to_incoming(scanned, for_topic)]
         (
             durable, priority, ttl, message_id, session_id, _, _, _, _, _, _,
             partition_key, via_partition_key, scheduled, annotations, annotation_count,
-            tail, size, properties_span, body_span, _,
+            tail, size, properties_span, body_span, _, first_acquirer,
         ) = fields  # fmt: skip
         return [
             IncomingMessage(  # to_incoming() without the ScannedMessage
@@ -196,6 +199,11 @@ def scan_transfer(
                 via_partition_key,
                 properties_span,
                 body_span,
+                None,
+                0,
+                None,
+                False,
+                first_acquirer,
             )  # fmt: skip
         ]
     try:

@@ -107,12 +107,16 @@ func TestDeferral(t *testing.T) {
 			r, err := c.NewReceiverForQueue(q, nil)
 			require.NoError(t, err)
 			m := receive(t, r, 1)[0]
+			// azservicebus shows the header's delivery-count plus one: 1 on a first delivery
+			require.Equal(t, uint32(1), m.DeliveryCount)
 			require.NoError(t, r.DeferMessage(ctx, m, nil))
 			require.Empty(t, receiveNone(t, r))
 			deferred, err := r.ReceiveDeferredMessages(ctx, []int64{*m.SequenceNumber}, nil)
 			require.NoError(t, err)
 			require.Len(t, deferred, 1)
 			require.Equal(t, azservicebus.MessageStateDeferred, deferred[0].State)
+			// the delivery that ended in the deferral counts, as on Azure (issue 36 A)
+			require.Equal(t, uint32(2), deferred[0].DeliveryCount)
 			require.NoError(t, r.CompleteMessage(ctx, deferred[0], nil))
 		})
 	}
@@ -215,4 +219,28 @@ func TestReceiveAndDelete(t *testing.T) {
 			require.Empty(t, receiveNone(t, locked))
 		})
 	}
+}
+
+// The header comes back as sent: first-acquirer and durable true (issue 36 C: sbemu dropped
+// first-acquirer; Microsoft's JS suite sends both and reads them back).
+func TestHeaderAsSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := newQueue(t, false, nil)
+	c := client(t)
+	sender, err := c.NewSender(q, nil)
+	require.NoError(t, err)
+	require.NoError(t, sender.SendAMQPAnnotatedMessage(ctx, &azservicebus.AMQPAnnotatedMessage{
+		Body:   azservicebus.AMQPAnnotatedMessageBody{Data: [][]byte{[]byte("h")}},
+		Header: &azservicebus.AMQPAnnotatedMessageHeader{Durable: true, FirstAcquirer: true, Priority: 4},
+	}, nil))
+	r, err := c.NewReceiverForQueue(q, nil)
+	require.NoError(t, err)
+	m := receive(t, r, 1)[0]
+	header := m.RawAMQPMessage.Header
+	require.NotNil(t, header)
+	require.True(t, header.Durable)
+	require.True(t, header.FirstAcquirer)
+	require.Equal(t, uint8(4), header.Priority)
+	require.NoError(t, r.CompleteMessage(ctx, m, nil))
 }

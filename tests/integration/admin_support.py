@@ -43,7 +43,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{os.urandom(4).hex()}"
 
 
-def run_js_admin_script(server: SbemuServer, script: str, ok_line: str) -> None:
+def run_js_admin_script(server: SbemuServer, script: str, ok_line: str, amqp: bool = False) -> None:
     """Run tests/js/<script> with node against `server`'s admin port (skips when
     @azure/service-bus is not installed); it must exit 0 and print `ok_line`."""
     module = JS_ROOT / "node_modules" / "@azure" / "service-bus"
@@ -57,6 +57,8 @@ def run_js_admin_script(server: SbemuServer, script: str, ok_line: str) -> None:
         NODE_EXTRA_CA_CERTS=str(server.ca_file),
         SBEMU_ADMIN_CONNECTION_STRING=server.admin_connection_string,
     )
+    if amqp:  # the script also opens an AMQP client
+        env["SBEMU_CONNECTION_STRING"] = server.connection_string
     out = subprocess.run(
         ["node", str(JS_ROOT / script)],
         capture_output=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import urllib.request
 
 import pytest
 from admin_support import run_js_admin_script, unique
@@ -149,8 +150,12 @@ def test_an_empty_entity_name_gets_the_management_api_answer(
     assert refused.value.response.text().startswith("<Error><Code>400</Code>")
     status, body = sbemu_server.request("GET", "/?api-version=2021-05")
     assert status == 200 and b"<feed" in body and b"<entry" not in body
-    status, body = sbemu_server.request("GET", "/")  # the dashboard stays where it was
-    assert status in (200, 303) and b"<feed" not in body
+    # a bare GET / with a SAS token is an admin client's too (issue 36 G) ...
+    status, body = sbemu_server.request("GET", "/")
+    assert status == 200 and b"<feed" in body and b"<entry" not in body
+    # ... and without one (a browser), the dashboard stays where it was
+    with urllib.request.urlopen(f"{sbemu_server.admin_url}/", timeout=30) as page:
+        assert page.status in (200, 303) and b"<feed" not in page.read()
 
 
 # ------------------------------------------------------------------ 14: typed rule parameters

@@ -568,11 +568,12 @@ def test_rule_management_over_amqp(topic_server, client):
         status, _ = mgmt.remove_rule("no-such-rule")
         assert status == 404
         assert set(rules_by_name(mgmt.rules())) == {"r1", "c1"}
-        # enumerate-rules pages with skip/top, in rule order.
+        # enumerate-rules pages with skip/top, in name order as Azure lists them (c1, r1),
+        # not in creation order (r1, c1) [issue 36]
         status, _, body = mgmt.request("com.microsoft:enumerate-rules", {"top": 1, "skip": 1})
         assert status == 200
         (page,) = body["rules"]
-        assert {str(k): v for k, v in page.items()}["rule-description"].value[2] == "c1"
+        assert {str(k): v for k, v in page.items()}["rule-description"].value[2] == "r1"
         status, _, _ = mgmt.request("com.microsoft:enumerate-rules", {"top": 10, "skip": 5})
         assert status == 204
         # The other subscription of the topic is untouched.

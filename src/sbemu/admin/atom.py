@@ -32,6 +32,7 @@ from ..auth.sas import normalize_entity_path
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions import Entity, RuleDefinitionError, RuleSource, StoreError, subscription_queue
+from .authrules import authorization_rules_xml
 from .bounded import BodyError, xml_document
 from .http import Request, Response
 from .keyvalues import key_values_xml, read_key_values
@@ -356,8 +357,9 @@ class AtomApi:
             elif typ == "fwd":  # Azure's form: sb://<namespace host>/<entity path>
                 if value:
                     out.append(_el(name, f"sb://{_host(request) or 'localhost'}/{value}"))
-            elif typ == "raw":
-                out.append(f"<{name}>{value or ''}</{name}>")
+            elif typ == "raw":  # AuthorizationRules, in Azure's form (admin/authrules.py)
+                rules = authorization_rules_xml(value, _time(created), _time(updated))
+                out.append(f"<{name}>{rules}</{name}>")
             elif typ == "maxsize":  # [P5] per-partition size x partition count
                 out.append(_el(name, int(value) * entity.spec.partition_count))
             elif typ == "size":
@@ -484,7 +486,8 @@ class AtomApi:
         if desc is None:
             raise EntityNotFound(f"Entity '{ns}:Topic:{topic}|{sub}' was not found.")
         skip, top = _paging(request)
-        rules = self.m.rules(entity, sub)
+        # in name order, as Azure lists them ($Default, correlationRule, sqlRule) [issue 36]
+        rules = sorted(self.m.rules(entity, sub), key=lambda r: (r.name.lower(), r.name))
         entries = [
             self._rule_entry(request, ns, entity, desc["name"], r) for r in rules[skip : skip + top]
         ]

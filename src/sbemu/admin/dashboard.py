@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from .. import __version__
+from ..auth.sas import SAS_PREFIX
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions import DLQ_SUFFIX, SCHEDULED_QUEUE, Entity, totals
 from . import explorer, metrics
@@ -389,8 +390,12 @@ class Dashboard:
             return None
 
     def _page(self, request: Request, params: dict[str, str]) -> Response:
-        if "api-version" in request.query:
-            # an admin client's GET of an empty entity name: the management API's answer
+        if "api-version" in request.query or request.headers.get("authorization", "").startswith(
+            SAS_PREFIX
+        ):
+            # An admin client's GET of the namespace root (an empty entity name, or the JS
+            # SDK's bare GET / with its SAS token and no api-version): the management API's
+            # answer, Azure's Atom feed; a browser (no SAS header) gets the dashboard.
             return empty_feed(request, self._now_ms())
         body = self._asset("index.html") or b"dashboard assets missing\n"
         return Response(200, body, _html_headers())

@@ -465,6 +465,12 @@ class PartitionBroker:
         """Set a locked message aside; it is fetched later by sequence number."""
         lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
+        if lock.queue.settings.dead_letter_queue is not None:
+            # The delivery that ended in the deferral counts: received again by sequence
+            # number, the message says delivery-count 1 (Microsoft's deferredMessage.spec
+            # asserts 0, then 1 after a deferral, 2 after a second); a dead-letter queue counts
+            # no deliveries (its abandon leaves 0 there too).
+            rec.delivery_count += 1
         self.moves.count(lock.queue, rec.state, -1)
         rec.state = MessageState.DEFERRED
         self.moves.count(lock.queue, rec.state, 1)
@@ -484,10 +490,17 @@ class PartitionBroker:
     ) -> None:
         """Move a locked message to the dead-letter queue with reason and description."""
         lock = self.lock_table.live(key, now_ms)
-        rec = self.lock_table.unlock(lock)
         sq = lock.queue
         if sq.settings.dead_letter_queue is None:
-            raise ServiceBusError("A message in a dead-letter queue cannot be dead-lettered again.")
+            # Azure refuses once with a non-retryable error (amqp:not-allowed: the JS SDK's
+            # InvalidOperationError, code GeneralError) and the message is free again with its
+            # delivery count unchanged (batchReceiver.spec "Throws error when dead lettering a
+            # dead lettered message" receives it at once with deliveryCount 0).
+            self.release(key, now_ms)
+            raise InvalidOperation(
+                "A message in a dead-letter queue cannot be dead-lettered again."
+            )
+        rec = self.lock_table.unlock(lock)
         self.moves.move_to_dlq(sq, rec, now_ms, reason, description, overrides)
         self.after_commit(done)
 

@@ -8,9 +8,11 @@ Message record (value in a queue's LMDB database, key = 8-byte big-endian sequen
      partition_key, ttl_ms, expires_at_ms, durable, priority, annotation_count, annotations,
      tail, size, scheduled_enqueue_time_ms, dead_letter_reason, dead_letter_description,
      dead_letter_source, property_overrides, original_sequence_number, properties_span,
-     body_span, transfer_hops]
-The two trailing spans and `transfer_hops` are optional (records written before them have 22
-or 24 fields). The spans are [start, end) in `tail` of the encoded application-properties map
+     body_span, transfer_hops, first_acquirer]
+The two trailing spans, `transfer_hops` and `first_acquirer` are optional (records written
+before them have 22, 24 or 25 fields). `durable` and `first_acquirer` are the header's as the
+sender set them, null when it did not (records written before first_acquirer existed hold
+false for a durable the sender left null). The spans are [start, end) in `tail` of the encoded application-properties map
 and of the body sections; `transfer_hops` counts the auto-forwarding hops a message made (0:
 none) and `original_sequence_number` is its sequence number at the entity it was first sent to
 (set on forwarded messages only).
@@ -112,7 +114,7 @@ class IncomingMessage(msgspec.Struct):
     session_id: str | None
     partition_key: str | None
     ttl_ms: int | None
-    durable: bool
+    durable: bool | None  # the header's, as sent (None: not sent)
     priority: int | None
     annotation_count: int
     annotations: bytes
@@ -130,6 +132,7 @@ class IncomingMessage(msgspec.Struct):
     view: Callable[[], object] | None = None
     # message_id was given by the broker (the sender set none): it is no partition key [P6]
     message_id_assigned: bool = False
+    first_acquirer: bool | None = None  # the header's, as sent (None: not sent)
 
 
 class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION):
@@ -149,7 +152,7 @@ class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION)
     partition_key: str | None
     ttl_ms: int | None
     expires_at_ms: int | None
-    durable: bool
+    durable: bool | None  # the header's, as sent (None: not sent)
     priority: int | None
     annotation_count: int
     annotations: bytes
@@ -164,6 +167,7 @@ class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION)
     properties_span: tuple[int, int] | None = None
     body_span: tuple[int, int] | None = None
     transfer_hops: int = 0
+    first_acquirer: bool | None = None  # the header's, as sent (None: not sent)
 
     def copy(self) -> MessageRecord:
         """A shallow copy (bytes are immutable, overrides dict is copied)."""
@@ -192,6 +196,7 @@ class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION)
             self.properties_span,
             self.body_span,
             self.transfer_hops,
+            self.first_acquirer,
         )
 
 
@@ -221,16 +226,17 @@ def _encode_large(r: MessageRecord) -> bytes:
             r.size, r.scheduled_enqueue_time_ms, r.dead_letter_reason,
             r.dead_letter_description, r.dead_letter_source, r.property_overrides,
             r.original_sequence_number, r.properties_span, r.body_span, r.transfer_hops,
+            r.first_acquirer,
         ]
     )  # fmt: skip
-    # array16 of the 25 fields; the parts' own fixarray headers (14 and 10 items) dropped;
+    # array16 of the 26 fields; the parts' own fixarray headers (14 and 11 items) dropped;
     # the tail as bin32 (msgpack's form for more than 65535 bytes)
     return b"".join(
-        (b"\xdc\x00\x19", head[1:], b"\xc6", len(r.tail).to_bytes(4, "big"), r.tail, rest[1:])
+        (b"\xdc\x00\x1a", head[1:], b"\xc6", len(r.tail).to_bytes(4, "big"), r.tail, rest[1:])
     )
 
 
-_MESSAGE_FIELDS = 25  # version + the 24 fields of a current record
+_MESSAGE_FIELDS = 26  # version + the 25 fields of a current record
 _DECODE = msgspec.msgpack.Decoder(MessageRecord).decode
 _STATES = {s.value: s for s in MessageState}
 
@@ -287,6 +293,7 @@ def decode_message(data: bytes) -> MessageRecord:
         _span(f, 22),
         _span(f, 23),
         int(f[24]) if len(f) > 24 and f[24] else 0,
+        f[25] if len(f) > 25 else None,
     )
 
 

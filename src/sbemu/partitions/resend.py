@@ -24,6 +24,7 @@ def incoming_from_record(rec: MessageRecord, view_of: ViewOf | None) -> Incoming
         partition_key=rec.partition_key,
         ttl_ms=rec.ttl_ms,
         durable=rec.durable,
+        first_acquirer=rec.first_acquirer,
         priority=rec.priority,
         annotation_count=rec.annotation_count,
         annotations=rec.annotations,

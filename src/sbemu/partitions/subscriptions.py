@@ -22,7 +22,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from ..atomicfile import atomic_write
-from ..errors import ArgumentError, EntityNotFound, QuotaExceeded, ServiceBusError
+from ..errors import (
+    ArgumentError,
+    EntityAlreadyExists,
+    EntityNotFound,
+    QuotaExceeded,
+)
 from ..filters import (
     CorrelationFilter,
     FalseFilter,
@@ -301,10 +306,9 @@ class Subscriptions:
         without a creation time gets `now_ms` (Unix milliseconds)."""
         sub = self.subscription(name)
         if any(s.name.lower() == source.name.lower() for s in sub.sources):
-            error = ServiceBusError(f"The rule '{source.name}' already exists.")
-            error.condition = "com.microsoft:entity-already-exists"
-            error.status_code = 409
-            raise error
+            raise EntityAlreadyExists(
+                f"The messaging entity '{self.topic}|{sub.name}|{source.name}' already exists."
+            )
         rule = source.compile()
         self._check_quota(rule)
         if not source.created_ms:

@@ -371,6 +371,7 @@ class Transitions:
             msg.properties_span,
             msg.body_span,
             msg.transfer_hops,
+            msg.first_acquirer,
         )
 
     # ---------------------------------------------------------------- the moves
@@ -425,8 +426,12 @@ class Transitions:
         event: LogEvent,
     ) -> None:
         """A lock ended without a settlement that removes the message: delivery count + 1,
-        back in line (a deferred message stays deferred), or dead-lettered at the limit."""
-        rec.delivery_count += 1
+        back in line (a deferred message stays deferred), or dead-lettered at the limit. A
+        dead-letter queue counts no deliveries: a message abandoned there keeps its count, as
+        Azure's does (Microsoft's batchReceiver.spec "Abandon a message received from dead
+        letter queue" receives it again with deliveryCount 0)."""
+        if sq.settings.dead_letter_queue is not None:
+            rec.delivery_count += 1
         merge_overrides(rec, overrides)
         limit = sq.settings.max_delivery_count
         if rec.state == MessageState.DEFERRED:

@@ -8,6 +8,7 @@ with string keys. Operations that change state answer after their group commit.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from proton import Array, Data, Described, Message, int32, symbol, timestamp, ul
 
 from ..errors import (
     ArgumentError,
+    EntityAlreadyExists,
     InvalidOperation,
     MessageLockLost,
     NotImplementedOperation,
@@ -57,13 +59,24 @@ UNDESCRIBED: Any = _UNDESCRIBED
 
 
 def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -> None:
-    """Run one management request and send its response on the client's reply link."""
-    raw_props: dict[Any, Any] = request.properties or {}  # proton leaves properties untyped
-    props = {str(k): v for k, v in raw_props.items()}
-    operation = str(props.get("operation") or "")
-    raw_body = request.body if isinstance(request.body, dict) else {}
-    body = {str(k): v for k, v in raw_body.items()}
+    """Run one management request and send its response on the client's reply link.
+
+    Every request is answered, whatever goes wrong: a ServiceBusError with its condition, a
+    field of the wrong type or shape with com.microsoft:argument-error, anything else (a bug
+    of ours) and a response that cannot be encoded with amqp:internal-error. An unanswered
+    request leaves the client waiting until its own deadline, the worst answer [issue 36]."""
+    operation = ""
     replied = False
+
+    def send(
+        status: int, description: str, result: dict[str, Any] | None, condition: str | None
+    ) -> None:
+        app: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
+        if condition is not None:
+            app["errorCondition"] = symbol(condition)
+            conn.services.stats.error(conn.namespace.name, condition)  # for /metrics
+        response = Message(correlation_id=request.id, properties=app, body=result or {})
+        conn.send_reply(state, request, response)
 
     def reply(
         status: int,
@@ -75,18 +88,25 @@ def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -
         if replied:
             return
         replied = True
-        app: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
-        if condition is not None:
-            app["errorCondition"] = symbol(condition)
-            conn.services.stats.error(conn.namespace.name, condition)  # for /metrics
-        response = Message(correlation_id=request.id, properties=app, body=result or {})
-        conn.send_reply(state, request, response)
+        try:
+            send(status, description, result, condition)
+        except Exception as exc:  # noqa: BLE001 - the answer itself failed: still answer
+            log.warning(
+                "management %s on %s: cannot encode the response: %r", operation, state.node, exc
+            )
+            send(500, f"The response to '{operation}' could not be encoded.", None, INTERNAL)
 
-    log.debug("management %s on %s: %r", operation, state.node, body)
-    if state.entity is not None and state.view is not None:
-        state.entity.note_access(state.view.queue)  # peeks, rules...: activity (AutoDeleteOnIdle)
-    handler = OPERATIONS.get(operation)
     try:
+        raw_props: Any = request.properties or {}  # proton leaves properties untyped
+        props = {str(k): v for k, v in raw_props.items()} if isinstance(raw_props, dict) else {}
+        operation = str(props.get("operation") or "")
+        raw_body = request.body if isinstance(request.body, dict) else {}
+        body = {str(k): v for k, v in raw_body.items()}
+        log.debug("management %s on %s: %r", operation, state.node, body)
+        if state.entity is not None and state.view is not None:
+            # peeks, rules...: activity (AutoDeleteOnIdle)
+            state.entity.note_access(state.view.queue)
+        handler = OPERATIONS.get(operation)
         if handler is None:
             raise NotImplementedOperation(
                 f"The management operation '{operation}' is not supported."
@@ -108,6 +128,12 @@ def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -
         log.info("management %s on %s: invalid request: %r", operation, state.node, exc)
         error = ArgumentError(f"The request for '{operation}' is invalid: {exc}")
         reply(error.status_code, error.description, None, error.condition)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: answered, never left hanging
+        log.warning("management %s on %s failed: %r", operation, state.node, exc)
+        reply(500, f"The request for '{operation}' could not be served: {exc!r}", None, INTERNAL)
+
+
+INTERNAL = "amqp:internal-error"
 
 
 def _reply_error(reply: Reply) -> Callable[[Exception | None], None]:
@@ -203,7 +229,7 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
         overrides = {str(k): codec.encode(plain_value(v)) for k, v in modify.items()}
     if not tokens:
         raise ArgumentError("update-disposition needs at least one lock token in lock-tokens.")
-    if body.get("session-id") is not None:
+    if _session_of(state, body) is not None:
         # A session receiver's settlement: its session lock must still be held, else
         # session-lock-lost (SDKs: SessionLockLost), as the receive link answers [contract 6.4].
         _owned_session(conn, state, str(body["session-id"]))
@@ -238,7 +264,7 @@ def _receive_by_sequence_number(
 ) -> None:
     entity, view = state.entity, state.view
     assert entity is not None and view is not None
-    if body.get("session-id") is not None:
+    if _session_of(state, body) is not None:
         _owned_session(conn, state, str(body["session-id"]))
     numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
     mode = int(body.get("receiver-settle-mode") or 0)
@@ -307,6 +333,18 @@ def _cancel_scheduled(conn: ManagementHost, state: RequestLink, body: dict, repl
 
 # .NET DateTime.MaxValue in Unix ms, as the SDKs send it to mean "list every session" [6.3].
 LIST_ALL_SESSIONS_MS = 253_402_300_800_000
+
+
+def _session_of(state: RequestLink, body: dict) -> object:
+    """The request's session-id, None on a dead-letter queue: it has no sessions and Azure
+    ignores the session-id the SDKs copy there from a dead-lettered session message (the JS
+    SDK settles a deferred one through $management with it)."""
+    if state.view is not None and state.view.queue.endswith(DLQ_NAME):
+        return None
+    return body.get("session-id")
+
+
+DLQ_NAME = "$deadletterqueue"  # the last segment of a dead-letter queue's path
 
 
 def _owned_session(conn: ManagementHost, state: RequestLink, session_id: str) -> object:
@@ -462,13 +500,29 @@ def _add_rule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
         source = RuleSource(name, "correlation", None, correlation, action_expression)
     else:
         source = RuleSource(name, "true", None, None, action_expression)
-    subscriptions.add_rule(sub_name, source, conn.now_ms)
+    try:
+        subscriptions.add_rule(sub_name, source, conn.now_ms)
+    except EntityAlreadyExists:
+        # Azure's words, as the Atom API has them (Microsoft's ruleManager.spec matches
+        # /The messaging entity '.*ruleName' already exists./)
+        raise EntityAlreadyExists(
+            f"The messaging entity '{conn.namespace.name}:Topic:{subscriptions.topic}|"
+            f"{sub_name}|{name}' already exists."
+        ) from None
     reply(200, "OK", {}, None)
 
 
 def _plain_value(value: object) -> object:
+    """A correlation property's value as filters compare it: a symbol as its text, a
+    timestamp as an aware UTC datetime (what a message's timestamp is in its filter view, and
+    what rules.json and the Atom API keep as a dateTime)."""
     plain = plain_value(value)
+    if isinstance(plain, codec.Timestamp):
+        return _EPOCH + dt.timedelta(milliseconds=int(plain))
     return str(plain) if isinstance(plain, codec.Symbol) else plain
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _remove_rule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
@@ -480,6 +534,26 @@ def _remove_rule(conn: ManagementHost, state: RequestLink, body: dict, reply: Re
     reply(200, "OK", {}, None)
 
 
+def _proton_value(value: Any) -> Any:
+    """A stored filter value as proton encodes it: sbemu.protocol.codec's Timestamp and Symbol
+    (what plain_value made of proton's) back to proton's types; proton refuses the others
+    (KeyError on its type table: enumerate-rules with a Date property once went unanswered)."""
+    if isinstance(value, codec.Timestamp):
+        return timestamp(int(value))
+    if isinstance(value, dt.datetime):  # naive: taken as UTC, as the filters take it
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+        return timestamp((aware - _EPOCH) // dt.timedelta(milliseconds=1))
+    if isinstance(value, codec.Symbol):
+        return symbol(str(value))
+    if isinstance(value, codec.Described):
+        return Described(_proton_value(value.descriptor), _proton_value(value.value))
+    if isinstance(value, list):
+        return [_proton_value(v) for v in value]
+    if isinstance(value, dict):
+        return {_proton_value(k): _proton_value(v) for k, v in value.items()}
+    return value
+
+
 def _describe_rule(source: Any) -> Described:
     if source.filter_type == "sql":
         filt = Described(ulong(SQL_FILTER), [source.sql_expression, int32(SQL_COMPATIBILITY_LEVEL)])
@@ -487,7 +561,7 @@ def _describe_rule(source: Any) -> Described:
         corr = {str(k).lower(): v for k, v in dict(source.correlation or {}).items()}
         fields: list[Any] = [corr.get(key.lower()) for _, key in CORRELATION_FIELDS]
         props = corr.get("properties") or {}
-        fields.append({str(k): v for k, v in dict(props).items()})
+        fields.append({str(k): _proton_value(v) for k, v in dict(props).items()})
         filt = Described(ulong(CORRELATION_FILTER), fields)
     elif source.filter_type == "false":
         filt = Described(ulong(FALSE_FILTER), [])
@@ -508,11 +582,19 @@ def _enumerate_rules(conn: ManagementHost, state: RequestLink, body: dict, reply
     subscriptions, sub_name = _subscription_of(state)
     skip = int(body.get("skip") or 0)
     top = int(body.get("top") or 2**31 - 1)
-    sources = subscriptions.subscription(sub_name).sources[skip : skip + top]
+    # Azure lists rules in name order ($Default, correlationRule, sqlRule), not by creation
+    # (Microsoft's ruleManager.spec "list rules by page").
+    ordered = sorted(subscriptions.subscription(sub_name).sources, key=_rule_order)
+    sources = ordered[skip : skip + top]
     if not sources:
         reply(204, "No rules.", {}, None)
         return
     reply(200, "OK", {"rules": [{"rule-description": _describe_rule(s)} for s in sources]}, None)
+
+
+def _rule_order(source: Any) -> tuple[str, str]:
+    """Rules by name, case-insensitively (as Azure's names are unique), then ordinally."""
+    return (source.name.lower(), source.name)
 
 
 # What a topic's own $management node answers (it has no messages of its own to browse or lock).

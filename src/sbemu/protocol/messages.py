@@ -17,7 +17,7 @@ from ..errors import (
     ServiceBusError,
 )
 from ..filters import MessageView
-from ..partitions import IncomingMessage, MessageRecord
+from ..partitions import IncomingMessage, MessageRecord, MessageState
 from . import codec, sections
 from .sectioncodes import _FAILURES, _section_code
 from .views import message_view
@@ -117,6 +117,7 @@ def to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> In
         0,  # transfer_hops
         (lambda: message_view(scanned)) if for_topic else None,
         assigned,
+        scanned.first_acquirer,
     )
 
 
@@ -138,8 +139,14 @@ def encode_delivery(
         stamps.append((K_LOCKED_UNTIL, codec.enc_timestamp(locked_until_ms)))
     if partition_id is not None:
         stamps.append((K_PARTITION_ID, codec.enc_short(partition_id)))
+    state = rec.state
+    if rec.scheduled_enqueue_time_ms is not None and state == MessageState.ACTIVE:
+        # A scheduled message stays "scheduled" once active: Azure says so on its deliveries
+        # and peeks (Microsoft's sendAndSchedule.spec "Schedule single message"), so every
+        # delivery of one carries the state, not only peeks and receive-by-sequence-number.
+        state, with_state = MessageState.SCHEDULED, True
     if with_state:
-        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(rec.state))))
+        stamps.append((K_MESSAGE_STATE, codec.enc_int(int(state))))
     if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
         stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
     return encode_record(rec, stamps, delivery_stamps)
@@ -170,6 +177,7 @@ def encode_record(
         stamps = stamps + [(K_SCHEDULED, codec.enc_timestamp(rec.scheduled_enqueue_time_ms))]
     return sections.build_message(
         durable=rec.durable,
+        first_acquirer=rec.first_acquirer,
         priority=rec.priority,
         ttl_ms=rec.ttl_ms,
         delivery_count=rec.delivery_count,
@@ -207,11 +215,12 @@ def scan_transfer(
         fields = None
     if fields is not None and not fields[20]:  # not a batch envelope: one scan, no split
         if fields[3] is None or for_topic:  # an id to assign, or a filter view to attach
-            return [to_incoming(sections.ScannedMessage(*fields[:20]), for_topic)]
+            scanned = sections.ScannedMessage(*fields[:20], *fields[21:22])
+            return [to_incoming(scanned, for_topic)]
         (
             durable, priority, ttl, message_id, session_id, _, _, _, _, _, _,
             partition_key, via_partition_key, scheduled, annotations, annotation_count,
-            tail, size, properties_span, body_span, _,
+            tail, size, properties_span, body_span, _, first_acquirer,
         ) = fields  # fmt: skip
         return [
             IncomingMessage(  # to_incoming() without the ScannedMessage
@@ -229,6 +238,11 @@ def scan_transfer(
                 via_partition_key,
                 properties_span,
                 body_span,
+                None,
+                0,
+                None,
+                False,
+                first_acquirer,
             )  # fmt: skip
         ]
     try:

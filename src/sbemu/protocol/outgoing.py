@@ -48,11 +48,17 @@ _STAMPS = struct.Struct(f">{len(_K_SEQ)}sq{len(_K_ENQ)}sq{len(_K_LOCK)}sq")
 _STAMPS_PID = struct.Struct(f">{len(_K_SEQ)}sq{len(_K_ENQ)}sq{len(_K_LOCK)}sq{len(_K_PID)}sh")
 _SMALLLONG_MAX = 127  # a sequence number up to this is a smalllong: left to encode_delivery
 _HEADERS_MAX = 1024  # header sections cached (cleared when full)
-_headers: dict[tuple[bool, int | None, int | None, int], bytes] = {}
+_headers: dict[tuple[bool | None, int | None, int | None, int, bool | None], bytes] = {}
 
 
-def _header(durable: bool, priority: int | None, ttl_ms: int | None, count: int) -> bytes:
-    key = (durable, priority, ttl_ms, count)
+def _header(
+    durable: bool | None,
+    priority: int | None,
+    ttl_ms: int | None,
+    count: int,
+    first_acquirer: bool | None,
+) -> bytes:
+    key = (durable, priority, ttl_ms, count, first_acquirer)
     hdr = _headers.get(key)
     if hdr is None:
         if len(_headers) >= _HEADERS_MAX:
@@ -62,6 +68,7 @@ def _header(durable: bool, priority: int | None, ttl_ms: int | None, count: int)
             priority=priority,
             ttl_ms=ttl_ms,
             delivery_count=count,
+            first_acquirer=first_acquirer,
             annotations=b"",
             annotation_count=0,
             stamps=[],
@@ -149,7 +156,7 @@ def locked_deliveries(
             map_head = heads[akey] = ann_head + _map_head(
                 len(annotations) + stamps_size, rec.annotation_count + stamps_count
             )
-        hkey = (rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count)
+        hkey = (rec.durable, rec.priority, rec.ttl_ms, rec.delivery_count, rec.first_acquirer)
         header = headers.get(hkey)
         if header is None:
             header = _header(*hkey)

@@ -89,6 +89,7 @@ def assign_message_id(scanned: ScannedMessage, message_id: str) -> ScannedMessag
         scanned.size + delta,
         moved(scanned.properties_span),
         moved(scanned.body_span),
+        scanned.first_acquirer,
     )
     return out
 
@@ -127,11 +128,12 @@ _HEADER_PREFIX = b"\x00\x53\x70\xc0"
 _ANNOTATIONS_PREFIX = b"\x00\x53\x72"
 _APP_PROPS_PREFIX = b"\x00\x53\x74"
 _UINT_MAX = 0xFFFFFFFF
+_FLAG = {None: _NULL, True: _TRUE, False: _FALSE}  # a header boolean as sent
 
 
 def build_message(
     *,
-    durable: bool,
+    durable: bool | None,
     priority: int | None,
     ttl_ms: int | None,
     delivery_count: int,
@@ -141,6 +143,7 @@ def build_message(
     tail: bytes,
     property_overrides: Mapping[str, bytes] | None = None,
     delivery_stamps: list[tuple[bytes, bytes]] | None = None,
+    first_acquirer: bool | None = None,
 ) -> bytes:
     """Emit header, delivery-annotations, message-annotations (client entries + stamps) and
     tail as one message.
@@ -156,15 +159,16 @@ def build_message(
     # contract §1.6: full 5-field header list with explicit values, never list0.
     hdr = b"".join(
         (
-            # durable only when the sender said so, first-acquirer never: the service leaves
-            # both null (pyamqp re-encodes a received message by its fields, and the SDK suite
-            # counts the bytes)
-            _TRUE if durable else _NULL,
+            # durable and first-acquirer as the sender set them, null when it did not: Azure
+            # hands them back so (a header sent with false for both reads false back), and
+            # pyamqp re-encodes a received message by its fields, so the SDK suite counts the
+            # bytes of the null ones
+            _FLAG[durable],
             _NULL if priority is None else bytes((0x50, priority)),
             # header.ttl is a uint [AMQP 1.0 3.2.1]; a TTL beyond it cannot be
             # expressed and is effectively unbounded, so it travels as null.
             _NULL if ttl_ms is None or ttl_ms > _UINT_MAX else enc_uint(ttl_ms),
-            _NULL,  # first-acquirer
+            _FLAG[first_acquirer],
             enc_uint(delivery_count),
         )
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,11 +14,14 @@ from proton import (
     Delivery,
     Link,
     Message,
+    int32,
+    symbol,
+    ulong,
 )
 
 from ..auth.sas import token_key_name
 from ..errors import QuotaExceeded, ServiceBusError
-from . import cbs
+from . import cbs, codec
 from .links import (
     LinkState,
     ReplyLink,
@@ -63,13 +67,43 @@ class RequestLinks:
         request = Message()
         try:
             request.decode(data)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - proton raises many types on what it refuses
             log.info("connection %d: undecodable request on %s: %s", self.id, state.node, exc)
+            self._refuse_undecodable(state, data, exc)
             return
         if state.node == "$cbs":
-            self._on_put_token(state, request)
+            try:
+                self._on_put_token(state, request)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: answered, never left hanging
+                log.warning("connection %d: $cbs put-token failed: %r", self.id, exc)
+                self._cbs_reply(state, request, 500, f"The put-token could not be served: {exc!r}")
         else:
             handle_request(self, state, request)
+
+    def _refuse_undecodable(self, state: RequestLink, data: bytes, exc: Exception) -> None:
+        """Answer a request proton cannot decode (a described value it cannot hold, found by
+        fuzzing) with amqp:decode-error, to the message-id and reply-to read with our own
+        codec; unanswered, the client would wait until its own deadline. A request without
+        even those can be answered to no one."""
+        found = _request_ids(data)
+        if found is None:
+            return
+        message_id, reply_to = found
+        request = Message(id=message_id, reply_to=reply_to)
+        description = f"The request could not be decoded: {exc}"
+        if state.node == "$cbs":
+            self._cbs_reply(state, request, 400, description)
+            return
+        response = Message(
+            correlation_id=message_id,
+            properties={
+                "statusCode": int32(400),
+                "statusDescription": description,
+                "errorCondition": symbol("amqp:decode-error"),
+            },
+            body={},
+        )
+        self.send_reply(state, request, response)
 
     def _check_plain(self, hostname: str | None, username: str, password: str) -> bool:
         """SASL PLAIN (key name, key); a refusal is logged (rate-limited) with the peer."""
@@ -100,8 +134,11 @@ class RequestLinks:
                 self.peer,
                 self.now,
             )
-        from proton import int32
+        self._cbs_reply(state, request, status, description)
 
+    def _cbs_reply(
+        self, state: RequestLink, request: Message, status: int, description: str
+    ) -> None:
         response = Message(
             correlation_id=request.id,
             properties={"status-code": int32(status), "status-description": description},
@@ -162,3 +199,33 @@ class RequestLinks:
             link.send(data)
             link.advance()
             delivery.settle()
+
+
+_PROPERTIES = 0x73  # the properties section's descriptor [AMQP 1.0 3.2.4]
+
+
+def _request_ids(data: bytes) -> tuple[object, str] | None:
+    """(message-id, reply-to) of an encoded message, read section by section with
+    sbemu.protocol.codec (the message-id in a type proton encodes back as sent); None without
+    a properties section or a reply-to, or when even that cannot be read."""
+    pos = 0
+    try:
+        while pos < len(data):
+            if data[pos] != 0x00:
+                return None
+            descriptor, at = codec.decode(data, pos + 1)
+            if descriptor != _PROPERTIES:
+                pos = codec.skip(data, at)
+                continue
+            fields, _ = codec.decode(data, at)
+            if not isinstance(fields, list) or len(fields) < 5 or not isinstance(fields[4], str):
+                return None
+            message_id = fields[0]
+            if type(message_id) is int:  # a ulong message-id (the only integer kind allowed)
+                message_id = ulong(message_id)
+            elif not isinstance(message_id, str | bytes | uuid.UUID):
+                message_id = None
+            return message_id, fields[4]
+    except codec.DecodeError:
+        return None
+    return None

@@ -111,7 +111,7 @@ MAX_BODY_SECTIONS = 4500
 class ScannedMessage:
     """The routing-relevant fields of a message plus its opaque byte ranges."""
 
-    durable: bool
+    durable: bool | None  # the header's, as sent (None: not sent)
     priority: int | None
     ttl_ms: int | None
     message_id: str | None
@@ -137,6 +137,7 @@ class ScannedMessage:
     # of the body sections (data / amqp-sequence / amqp-value, encoded with descriptors)
     properties_span: tuple[int, int] | None = None
     body_span: tuple[int, int] | None = None
+    first_acquirer: bool | None = None  # the header's, as sent (None: not sent)
 
 
 def _section_code(buf: bytes, pos: int) -> tuple[int, int]:

@@ -218,27 +218,35 @@ def _too_deep(code: int) -> SectionTooDeep:
     )
 
 
-def _header_fields(buf: bytes, vpos: int, end: int) -> tuple[bool, int | None, int | None]:
-    """Return (durable, priority, ttl) from the header list at vpos."""
+def _header_fields(
+    buf: bytes, vpos: int, end: int
+) -> tuple[bool | None, int | None, int | None, bool | None]:
+    """Return (durable, priority, ttl, first-acquirer) from the header list at vpos; durable
+    and first-acquirer as sent (None: not sent), as Azure hands them back [issue 36 C]."""
     c = buf[vpos]
     if c == 0xC0:
         count, p = buf[vpos + 2], vpos + 3
     elif c == 0xD0:
         count, p = _unpack_I(buf, vpos + 5)[0], vpos + 9
     else:  # list0 or null: all defaults
-        return False, None, None
-    fields: list[Any] = [None, None, None]
+        return None, None, None, None
+    fields: list[Any] = [None, None, None, None]
     for i in range(count):
-        if i < 3:
+        if i < 4:
             fields[i], p = _decode(buf, p)
         else:
             p = _skip(buf, p)
     if p != end:
         raise SectionError("header fields do not match the list size")
-    durable, priority, ttl = fields
+    durable, priority, ttl, first_acquirer = fields
     if not (priority is None or type(priority) is int) or not (ttl is None or type(ttl) is int):
         raise SectionError("header priority/ttl must be integers")
-    return durable is True, priority, ttl
+    return (
+        durable if type(durable) is bool else None,
+        priority,
+        ttl,
+        first_acquirer if type(first_acquirer) is bool else None,
+    )
 
 
 def _render(v: Any) -> str | None:
@@ -272,12 +280,13 @@ def scan_message(buf: bytes, quotas: bool = True) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges. `quotas`:
     apply Azure's property quotas (a send); False for a stored message rebuilt with what sbemu
     added to it (dead-letter properties), which must stay movable."""
-    return ScannedMessage(*scan_fields(buf, quotas)[:20])
+    fields = scan_fields(buf, quotas)
+    return ScannedMessage(*fields[:20], *fields[21:22])  # first-acquirer after the spans
 
 
 def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
-    """scan_message()'s fields as a tuple in ScannedMessage's order, and a 21st: whether the
-    message may be a batch envelope (see _scan)."""
+    """scan_message()'s first 20 fields as a tuple in ScannedMessage's order, a 21st: whether
+    the message may be a batch envelope (see _scan), and a 22nd: the header's first-acquirer."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
@@ -298,7 +307,7 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
-    durable = False
+    durable = first_acquirer = None
     priority = ttl = None
     message_id = to = subject = reply_to = correlation_id = content_type = None
     session_id = reply_to_session_id = None
@@ -437,10 +446,12 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
                 c = buf[end - 1]
                 if c == 0x41:
                     durable = True
-                elif c != 0x42 and c != 0x40:
-                    durable, priority, ttl = _header_fields(buf, vpos, end)
+                elif c == 0x42:
+                    durable = False  # kept as sent: Azure hands durable=false back
+                elif c != 0x40:
+                    durable, priority, ttl, first_acquirer = _header_fields(buf, vpos, end)
             else:
-                durable, priority, ttl = _header_fields(buf, vpos, end)
+                durable, priority, ttl, first_acquirer = _header_fields(buf, vpos, end)
         elif code == MESSAGE_ANNOTATIONS:
             c = buf[vpos]
             if c == 0xC1:
@@ -541,6 +552,7 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
         props_span,
         body_span,
         may_be_batch,
+        first_acquirer,
     )
 
 

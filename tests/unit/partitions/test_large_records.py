@@ -85,6 +85,7 @@ def test_a_large_record_is_packed_exactly_as_a_small_one() -> None:
         rec.properties_span,
         rec.body_span,
         rec.transfer_hops,
+        rec.first_acquirer,
     ]
     assert data == msgpack.packb(fields, use_bin_type=True)
     assert decode_message(data) == rec

@@ -52,7 +52,7 @@ def _packer_message(r: MessageRecord) -> bytes:
             r.priority, r.annotation_count, r.annotations, r.tail, r.size,
             r.scheduled_enqueue_time_ms, r.dead_letter_reason, r.dead_letter_description,
             r.dead_letter_source, r.property_overrides, r.original_sequence_number,
-            r.properties_span, r.body_span, r.transfer_hops,
+            r.properties_span, r.body_span, r.transfer_hops, r.first_acquirer,
         ]
     )  # fmt: skip
 
@@ -76,6 +76,8 @@ def _variants() -> list[MessageRecord]:
             priority=4,
             annotation_count=2,
         ),
+        # the header as sent: durable not sent, first-acquirer true (issue 36 C)
+        _record(durable=None, first_acquirer=True),
         # subclasses of the base types (the codec's Timestamp and Symbol) as their base type
         _record(ttl_ms=Timestamp(5000), message_id=Symbol("sym"), expires_at_ms=Timestamp(NOW)),
     ]

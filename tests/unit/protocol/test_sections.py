@@ -194,7 +194,7 @@ def test_scan_message_without_header_properties_or_body():
     buf = enc_described(0x72, enc_map([(enc_symbol("x-opt-partition-key"), enc_string("pk"))]))
     s = scan_message(buf)
     assert (s.durable, s.priority, s.ttl_ms, s.message_id, s.session_id) == (
-        False,
+        None,  # not sent: none handed back [issue 36 C]
         None,
         None,
         None,
@@ -398,7 +398,7 @@ def test_build_message_decodes_in_proton_with_typed_stamps():
 
 def test_build_header_wire_types():
     out = build_message(
-        durable=False,
+        durable=None,
         priority=None,
         ttl_ms=None,
         delivery_count=300,
@@ -407,9 +407,21 @@ def test_build_header_wire_types():
         stamps=[],
         tail=b"",
     )
-    # durable null (not durable), priority null, ttl null, first-acquirer null, delivery-count
-    # uint: the service leaves durable false and first-acquirer null [issue 23]
+    # durable, priority, ttl and first-acquirer null (none sent), delivery-count uint: the
+    # header as the sender set it [issue 23, issue 36 C]
     assert out == b"\x00\x53\x70\xc0\x0a\x05\x40\x40\x40\x40\x70\x00\x00\x01\x2c"
+    sent = build_message(
+        durable=False,
+        first_acquirer=True,
+        priority=None,
+        ttl_ms=None,
+        delivery_count=0,
+        annotations=b"",
+        annotation_count=0,
+        stamps=[],
+        tail=b"",
+    )
+    assert sent == b"\x00\x53\x70\xc0\x06\x05\x42\x40\x40\x41\x43"
     d = proton.Data()
     d.decode(out)
     d.rewind()
@@ -771,9 +783,12 @@ def test_fast_path_scans_as_the_generic_path(header: bytes, properties: bytes | 
     assert isinstance(got, dict)
     assert scan_message(fast).size == len(fast)
     # the fields as the generic readers give them
-    assert (got["durable"], got["priority"], got["ttl_ms"]) == sections._header_fields(
-        header, 0, len(header)
-    )
+    assert (
+        got["durable"],
+        got["priority"],
+        got["ttl_ms"],
+        got["first_acquirer"],
+    ) == sections._header_fields(header, 0, len(header))
     fields = (
         sections._property_fields(properties, 0, len(properties))
         if properties is not None

@@ -136,11 +136,14 @@ class QueuesTest {
              ServiceBusReceiverClient receiver = Sbemu.client().receiver().queueName(q).buildClient()) {
             sender.sendMessage(Sbemu.message("later"));
             ServiceBusReceivedMessage m = Sbemu.receive(receiver, 1).get(0);
+            assertEquals(0, m.getDeliveryCount(), "the header's delivery-count, as it comes");
             receiver.defer(m);
             assertEquals(0, Sbemu.receiveNone(receiver).size(), "a deferred message is not received again");
             ServiceBusReceivedMessage deferred = receiver.receiveDeferredMessage(m.getSequenceNumber());
             assertEquals("later", deferred.getBody().toString());
             assertEquals(ServiceBusMessageState.DEFERRED, deferred.getState());
+            // the delivery that ended in the deferral counts, as on Azure (issue 36 A)
+            assertEquals(1, deferred.getDeliveryCount());
             receiver.complete(deferred);
             assertEquals(0, Sbemu.admin().getQueueRuntimeProperties(q).getTotalMessageCount());
         }
@@ -194,6 +197,24 @@ class QueuesTest {
             // 6 s after the receive, past the 5 s lock duration: the lock still holds
             receiver.complete(m);
             assertEquals(0, Sbemu.receiveNone(receiver).size());
+        }
+    }
+
+    /** The header comes back as sent: durable and first-acquirer false kept false (issue 36 C). */
+    @ParameterizedTest(name = "partitioned={0}")
+    @ValueSource(booleans = {false, true})
+    void headerComesBackAsSent(boolean partitioned) {
+        String q = Sbemu.queue(partitioned);
+        try (ServiceBusSenderClient sender = Sbemu.client().sender().queueName(q).buildClient();
+             ServiceBusReceiverClient receiver = Sbemu.client().receiver().queueName(q).buildClient()) {
+            ServiceBusMessage message = Sbemu.message("h");
+            message.getRawAmqpMessage().getHeader().setDurable(false).setFirstAcquirer(false).setPriority((short) 7);
+            sender.sendMessage(message);
+            ServiceBusReceivedMessage m = Sbemu.receive(receiver, 1).get(0);
+            assertEquals(Boolean.FALSE, m.getRawAmqpMessage().getHeader().isDurable());
+            assertEquals(Boolean.FALSE, m.getRawAmqpMessage().getHeader().isFirstAcquirer());
+            assertEquals(Short.valueOf((short) 7), m.getRawAmqpMessage().getHeader().getPriority());
+            receiver.complete(m);
         }
     }
 }

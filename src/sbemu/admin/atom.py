@@ -31,6 +31,7 @@ from xml.sax.saxutils import escape
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
 from ..partitions.entity import Entity
+from ..partitions.layout import StorageLayoutError
 from ..partitions.store import StoreError
 from ..partitions.subscriptions import RuleDefinitionError, RuleSource, subscription_queue
 from ..sas import normalize_entity_path
@@ -208,6 +209,8 @@ class AtomApi:
             return self._error(request, ns.name, exc.status, exc.detail)
         except RuleDefinitionError as exc:
             return self._error(request, ns.name, 400, exc.description)
+        except StorageLayoutError as exc:  # the data dir holds the entity otherwise [P4]
+            return self._error(request, ns.name, 409, str(exc))
         except ServiceBusError as exc:
             return self._error(request, ns.name, exc.status_code, exc.description)
         except (OSError, StoreError) as exc:

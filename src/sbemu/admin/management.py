@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from ..config import (
     DEFAULT_RULE,
@@ -140,6 +141,15 @@ class Management:
                 entity = self.router.add_entity(topic_spec(ns, topic_config(desc, configs)))
                 entity.description = desc | {"subscriptions": dict(sub_descs)}
                 self._applied(ns, entity)
+        for old, new in self.router.retire_stale(retire_stamp(now / 1000)):
+            log.warning(
+                "data of %s/%s, an entity neither the configuration nor the admin API names, "
+                "moved aside to %s (its messages are gone from service, as on Azure; delete "
+                "that directory when not needed)",
+                unquote(old.parent.name),
+                unquote(old.name),
+                new,
+            )
         for ns in self.namespaces.values():
             problem = self._forwarding_problem(ns)
             if problem is not None:
@@ -327,7 +337,18 @@ class Management:
         # caller answers 503); when the entity's stores cannot be, the entry goes again.
         with self.catalog.undone_on_error():
             self.catalog.put(ns.name, kind, desc)
-            entity = self.router.create_entity(self._spec(ns, kind, desc, None))
+            entity, retired = self.router.create_entity(
+                self._spec(ns, kind, desc, None), retire_stamp(now / 1000)
+            )
+        if retired is not None:
+            log.warning(
+                "%s %s/%s: data left by an earlier entity of that name moved aside to %s "
+                "(a new entity starts empty; delete that directory when not needed)",
+                kind,
+                ns.name,
+                name,
+                retired,
+            )
         entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self._applied(ns, entity)
         log.info("created %s %s/%s", kind, ns.name, name)
@@ -569,6 +590,11 @@ class Management:
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
+
+
+def retire_stamp(now_s: float) -> str:
+    """A UTC time stamp for a retired entity directory's name (``20261128T111500Z``)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s))
 
 
 def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:

@@ -30,7 +30,7 @@ from .dispatch import EntityView
 from .entity import Entity
 from .forwarding import Forwarder, forward_target
 from .idle import IdleTracker
-from .layout import entity_dir, open_partitions
+from .layout import entity_dir, open_partitions, retire_entity_dir, stale_entity_dirs
 from .records import MessageRecord
 from .specs import MIB, EntitySpec, resolve_view_name, with_scheduled
 from .status import EntitySettings
@@ -342,13 +342,26 @@ class Router:
         """[P17] management operations fail while a partition of the entity is unhealthy."""
         registry.check_healthy(entity)
 
-    def create_entity(self, spec: EntitySpec) -> Entity:
-        """A queue or topic created at runtime; raises a 409 error when the name is taken."""
+    def create_entity(self, spec: EntitySpec, stamp: str) -> tuple[Entity, Path | None]:
+        """A queue or topic created at runtime, empty: whatever lies where its directory goes
+        (no live entity owns it) is moved aside first, named with ``stamp``; returns the
+        entity and where that went (None: nothing was there). 409 when the name is taken."""
         if self.get_entity(spec.namespace, spec.name) is not None:
             raise EntityAlreadyExists(
                 f"The messaging entity '{spec.namespace}:{spec.name}' already exists."
             )
-        return self.add_entity(spec)
+        base = self.entity_dir(spec.namespace, spec.name)
+        retired = retire_entity_dir(self.data_dir, base, stamp) if base.exists() else None
+        return self.add_entity(spec), retired
+
+    def retire_stale(self, stamp: str) -> list[tuple[Path, Path]]:
+        """Move aside every entity directory no live entity owns (at start, once the
+        configured and catalogued entities are open): (old place, new place) for each."""
+        live = [self.entity_dir(e.spec.namespace, e.name) for e in self.entities.values()]
+        return [
+            (base, retire_entity_dir(self.data_dir, base, stamp))
+            for base in stale_entity_dirs(self.data_dir, live)
+        ]
 
     def update_entity(self, spec: EntitySpec) -> Entity:
         """New settings for an existing entity; partitioning can never change [P4].

@@ -202,7 +202,7 @@ class Server:
         self._new_protocol: Any = new_protocol
         self._websocket_handler = endpoints.websocket_handler(new_protocol)
         try:
-            ssl_context = server_ssl_context(self.data_dir)
+            ssl_context = server_ssl_context(self.data_dir, hosts=(self.host,))
         except (OSError, ValueError) as exc:
             raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
         try:
@@ -235,14 +235,14 @@ class Server:
         host, tls, ws = self.host, self._tls_listen, self._ws_listen
         try:
             if tls is not None:
-                context = server_ssl_context(self.data_dir, alpn=())
+                context = server_ssl_context(self.data_dir, alpn=(), hosts=(host,))
                 timeout = self.services.limits.handshake_timeout
                 served = await endpoints.start_amqps(
                     host, tls, self._new_protocol, context, timeout
                 )
                 self.tls_port = self._served(*served, "amqps")
             if ws is not None:
-                context = server_ssl_context(self.data_dir)
+                context = server_ssl_context(self.data_dir, hosts=(host,))
                 handler = self._websocket_handler
                 port = await endpoints.start_websocket_port(host, ws, handler, context)
                 self.ws_port = self._served(*port, "websocket port")

@@ -519,7 +519,7 @@ class Dashboard:
             int_field(body, "partition", 0, MAX_PARTITION),
             bool_field(body, "online"),
         )
-        log.warning(
+        log.info(
             "dashboard: partition %s of %s/%s is now %s",
             body["partition"],
             body["ns"],
@@ -574,7 +574,7 @@ class Dashboard:
             str(body.get("state") or "active"),
             self._now_ms,
         )
-        log.warning(
+        log.info(
             "dashboard: purged %s (%s): %d messages",
             result["path"],
             body.get("state"),
@@ -590,7 +590,7 @@ class Dashboard:
         done, committed = explorer.completion()
         counts = router.purge(entity.spec.namespace, entity.name, self._now_ms(), done)
         await committed
-        log.warning("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
+        log.info("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
         self._snapshot = None
         return {"path": entity.name, "removed": sum(counts.values()), "locked_kept": 0}
 
@@ -600,7 +600,7 @@ class Dashboard:
         for proto in list(self.server.connections):
             if proto.connection_id == wanted:
                 proto.close_by_operator("Closed from the sbemu dashboard.")
-                log.warning("dashboard: closed connection %d", wanted)
+                log.info("dashboard: closed connection %d", wanted)
                 return {"ok": True, "id": wanted}
         raise EntityNotFound(f"No open connection with id {wanted}.")
 

@@ -575,18 +575,24 @@ class Management:
         entity.touch_subscription(sub)  # AutoDeleteOnIdle: an update is activity
 
     # ------------------------------------------------------------------ purge
+    def _purge_hint(self, name: str) -> str:
+        entities = sorted((e.spec.namespace, e.name) for e in self.router.entities.values())
+        return _purge_hint_text(name, entities, [ns.name for ns in self.namespaces.values()])
+
     async def purge(self, namespace: str, entity_name: str | None) -> dict[str, int]:
         """Delete every message of an entity (or of every entity of the namespace), DLQ,
         deferred and scheduled included; returns counts per entity once committed."""
         ns = self.namespace(namespace)
         if namespace.lower() not in self.namespaces:
-            raise EntityNotFound(f"The namespace '{namespace}' does not exist.")
+            raise EntityNotFound(
+                f"The namespace '{namespace}' does not exist. {self._purge_hint(namespace)}"
+            )
         done, on_done = _completion()
         counts = self.router.purge(ns.name, entity_name, self.now_ms(), on_done)
         error = await done
         if error is not None:
             raise error
-        log.warning(
+        log.info(
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
@@ -595,6 +601,15 @@ class Management:
 def retire_stamp(now_s: float) -> str:
     """A UTC time stamp for a retired entity directory's name (``20261128T111500Z``)."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s))
+
+
+def _purge_hint_text(name: str, entities: list[tuple[str, str]], namespaces: list[str]) -> str:
+    """The next step for a purge target that names no namespace: the NAMESPACE/ENTITY
+    spellings of entities called ``name``, else the namespaces there are."""
+    matches = [f"{ns}/{entity}" for ns, entity in entities if entity.lower() == name.lower()]
+    if matches:
+        return f"To purge the entity, name its namespace too: {' or '.join(matches)}."
+    return f"Name a namespace ({', '.join(namespaces)}) or NAMESPACE/ENTITY."
 
 
 def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:

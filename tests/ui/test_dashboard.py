@@ -271,8 +271,25 @@ def test_resubmit_moves_a_dead_letter_back(ui_server: Any, browser: Any) -> None
     wait_for(browser, lambda d: css_all(d, "#messages tr[data-seq]"))
     row = css_all(browser, "#messages tr[data-seq]")[0]
     assert "BadOrder" in row.text
+    # the Reason column is in sight without scrolling the list sideways (issue 33), on a
+    # laptop-sized window too
+    size = browser.get_window_size()
+    browser.set_window_size(1100, size["height"])
+    visible = browser.execute_script(
+        "const heads = [...document.querySelectorAll('#messages tr:first-child th')];"
+        "const at = heads.findIndex((th) => th.textContent === 'Reason');"
+        "const td = document.querySelector('#messages tr[data-seq]').children[at];"
+        "if (at < 0 || !td) return false;"
+        "const box = td.closest('.msglist').getBoundingClientRect();"
+        "const r = td.getBoundingClientRect();"
+        "return r.width > 0 && r.left >= box.left && r.right <= box.right + 1;"
+    )
+    browser.set_window_size(size["width"], size["height"])
+    assert visible, "the dead-letter reason is scrolled out of sight"
     row.click()
     wait_for(browser, lambda d: "customer unknown" in text_of(d, "#system-properties"))
+    # a dead-lettered message's State says so, not "active"
+    assert "dead-lettered" in text_of(browser, "#system-properties")
     screenshot(browser, "dead-letters")
     css(browser, "#messages input[data-select]").click()
     css(browser, "#resubmit").click()

@@ -386,7 +386,10 @@ async function pageEntity(root, ns, name, query) {
     av.setAttribute("data-availability", topicRow.availability);
     const c = r.counts;
     const rates = topicRow.rates || { incoming: 0, outgoing: 0 };
-    summary.replaceChildren(...[["Active", c.active, "active"], ["Dead-letter", c.deadletter, "deadletter"], ["Scheduled", c.scheduled, "scheduled"],
+    // on a topic the counts are the selected subscription's: the first card says which
+    const whose = isTopic ? [el("div", { class: "card", id: "cards-subscription" }, el("div", { class: "label" }, "Counts of subscription"),
+      el("div", { class: "value" }, r.subscription || "-"))] : [];
+    summary.replaceChildren(...whose, ...[["Active", c.active, "active"], ["Dead-letter", c.deadletter, "deadletter"], ["Scheduled", c.scheduled, "scheduled"],
       ["Deferred", c.deferred, "deferred"], ["Transfer DLQ", c.transferdeadletter, "transferdeadletter"], ["Partitions", detail.partition_count, "partitions"]]
       .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))),
       ...[["In", rates.incoming, "incoming"], ["Out", rates.outgoing, "outgoing"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
@@ -449,7 +452,11 @@ async function pageEntity(root, ns, name, query) {
     } catch (e) { toast(e.message, true); }
   }
   function renderList() {
-    const head = el("tr", {}, el("th", {}, ""), el("th", {}, "Seq (partition)"), el("th", {}, "Message id"), el("th", {}, "Enqueued"), el("th", { class: "num" }, "Deliveries"), el("th", {}, tab === "deadletter" ? "Reason" : "Session"));
+    // on a dead-letter tab the reason comes right after the sequence number, where the panel
+    // shows it without a sideways scroll (a long message id pushed it out of sight)
+    const dead = tab === "deadletter" || tab === "transferdeadletter";
+    const head = el("tr", {}, el("th", {}, ""), el("th", {}, "Seq (partition)"), dead ? el("th", {}, "Reason") : null,
+      el("th", {}, "Message id"), el("th", {}, "Enqueued"), el("th", { class: "num" }, "Deliveries"), dead ? null : el("th", {}, "Session"));
     const rows = messages.map((m) => {
       const box = el("input", { type: "checkbox", "data-select": m.sequence_number });
       box.checked = selected.has(m.sequence_number);
@@ -457,10 +464,11 @@ async function pageEntity(root, ns, name, query) {
       return el("tr", { class: current && current.sequence_number === m.sequence_number ? "selected" : "", "data-seq": m.sequence_number, onclick: () => renderDetail(m) },
         el("td", {}, box),
         el("td", { class: "mono" }, m.partition === null ? String(m.sequence_number) : `${m.partition_sequence} (p${m.partition})`),
+        dead ? el("td", { class: "reason", title: m.dead_letter_description || "" }, m.dead_letter_reason || "") : null,
         el("td", { class: "mono id", title: m.message_id || "" }, m.message_id || ""),
         el("td", { title: fmtTime(m.enqueued_ms) }, fmtTime(m.enqueued_ms).slice(11)),
         el("td", { class: "num" }, m.delivery_count),
-        el("td", {}, tab === "deadletter" ? (m.dead_letter_reason || "") : (m.session_id || "")));
+        dead ? null : el("td", {}, m.session_id || ""));
     });
     list.replaceChildren(el("table", { id: "messages" }, head, ...rows));
     if (!messages.length) list.append(el("p", { class: "muted", id: "no-messages" }, "No messages."));

@@ -111,6 +111,9 @@ def test_overview_rates_move_under_load(ui_server: Any, browser: Any) -> None:
     wait_for(browser, lambda d: css_all(d, "#chart-incoming"))
     assert text_of(browser, "#ov-namespaces") == "1"
     assert text_of(browser, "#ov-entities") == "6"  # 4 queues, 1 topic, 1 subscription
+    # the server's own memory and CPU, as RabbitMQ's overview shows them (issue 33)
+    assert text_of(browser, "#ov-memory").endswith(("MB", "MiB", "KB", "KiB", "GB", "GiB"))
+    assert css_all(browser, "#ov-cpu")
     blank = browser.execute_script("return document.getElementById('chart-incoming').toDataURL()")
     stop = threading.Event()
     sent = [0]

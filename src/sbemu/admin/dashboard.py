@@ -44,6 +44,7 @@ from .http import Request, Response, json_response, text_response
 from .msgsearch import MessageSearch
 from .notfound import favicon, not_found
 from .policy import LOGIN, MANAGE, PUBLIC, READ
+from .processusage import ProcessUsage
 from .rates import PartitionRates
 from .routes import HttpRoutes
 from .serverstatus import Connection as Connection
@@ -126,6 +127,7 @@ class Dashboard:
         self._dir_size: int | None = None
         self._dir_size_at = 0.0
         self._dir_size_task: asyncio.Future[int] | None = None
+        self.process_usage = ProcessUsage()  # memory and CPU for the overview
         self._subscribers: set[asyncio.Queue[str]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._static = resources.files("sbemu.admin") / "static"
@@ -238,6 +240,7 @@ class Dashboard:
             "amqp": f"amqp://{server.host}:{server.amqp_port}",
             "data_dir": str(server.data_dir),
             "data_dir_bytes": await self.data_dir_size(),
+            "process": self.process_usage.sample(time.monotonic()),
             "namespaces": namespaces,
             "connections": len(conns),
             "links": sum(len(c["links"]) for c in conns),

@@ -184,6 +184,8 @@ async function pageOverview(root) {
       card("ov-incoming", "Messages in", fmtNum(o.totals.incoming)),
       card("ov-outgoing", "Messages out", fmtNum(o.totals.outgoing)),
       card("ov-datadir", "Data dir", fmtBytes(o.data_dir_bytes)),
+      card("ov-memory", o.process.rss_is_peak ? "Memory (peak)" : "Memory", fmtBytes(o.process.rss_bytes)),
+      card("ov-cpu", "CPU (one core = 100%)", o.process.cpu_percent === null ? "-" : o.process.cpu_percent.toFixed(1) + "%"),
     );
     cards.append(el("div", { class: "card" }, el("div", { class: "label" }, "Version / AMQP"),
       el("div", { class: "mono" }, "sbemu " + o.version), el("div", { class: "mono muted" }, o.amqp)));

@@ -162,6 +162,14 @@ def test_entities_table_counts_match_what_was_sent(ui_server: Any, browser: Any)
     cells = css_all(browser, f"{row} .strip .cell")
     assert len(cells) == 16
     assert text_of(browser, f"{row} [data-availability]") == "Available"
+    assert text_of(browser, f'{row} td[data-count="consumers"]') == "0"
+    # consumers per entity, as RabbitMQ's queue list shows them (issue 33)
+    with sdk(ui_server) as client, client.get_queue_receiver("orders") as receiver:
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=5)  # attaches
+        browser.refresh()
+        wait_for(browser, lambda d: text_of(d, f'{row} td[data-count="consumers"]') == "1")
+        for m in got:
+            receiver.abandon_message(m)
     # filtering
     box = css(browser, "#entity-filter")
     box.send_keys("events")

@@ -244,6 +244,7 @@ const ENTITY_COLUMNS = [
   ["deferred", "Deferred", (r) => r.counts.deferred, true],
   ["transfer", "Transfer", (r) => r.counts.transfer + r.counts.transferdeadletter, true],
   ["size", "Size", (r) => r.size_bytes || 0, true],
+  ["consumers", "Consumers", (r) => r.consumers || 0, true],
   ["rate_in", "In/s", (r) => rateOf(r, "incoming"), true],
   ["rate_out", "Out/s", (r) => rateOf(r, "outgoing"), true],
   ["status", "Status", (r) => r.status],
@@ -276,7 +277,7 @@ async function pageEntities(root, query) {
       return (x < y ? -1 : x > y ? 1 : 0) * state.entitiesSort.dir;
     });
     const head = el("tr", {}, ENTITY_COLUMNS.map(([key, label, , num]) => el("th", {
-      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key.startsWith("rate_") ? "messages per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
+      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key === "consumers" ? "receive links attached now (dead-letter queues and sessions included; a topic: its subscriptions')" : key.startsWith("rate_") ? "messages per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
       class: "sortable" + (num ? " num" : "") + (state.entitiesSort.key === key ? (state.entitiesSort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
       "data-sort": key,
       onclick: () => {
@@ -295,6 +296,7 @@ async function pageEntities(root, query) {
         el("td", { class: "num", "data-count": "deferred" }, fmtNum(r.counts.deferred)),
         el("td", { class: "num" }, fmtNum(r.counts.transfer) + " / " + fmtNum(r.counts.transferdeadletter)),
         el("td", { class: "num" }, r.size_bytes === null ? "" : fmtBytes(r.size_bytes)),
+        el("td", { class: "num", "data-count": "consumers" }, fmtNum(r.consumers || 0)),
         el("td", { class: "num", "data-rate": "incoming" }, fmtRateCell(rateOf(r, "incoming"))),
         el("td", { class: "num", "data-rate": "outgoing" }, fmtRateCell(rateOf(r, "outgoing"))),
         el("td", { "data-status": r.status }, r.status),

@@ -526,3 +526,29 @@ def test_live_events_stream(ui_server: Any) -> None:
         # the first event carries the history; ticks come at least every 2 s
         assert events[0] == "event: hello"
         assert time.monotonic() - started < 4.5
+
+
+def test_create_and_delete_an_entity_from_the_dashboard(ui_server: Any, browser: Any) -> None:
+    """RabbitMQ's UI adds and deletes queues; so does ours, as the admin API does (issue 33)."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    open_page(browser, ui_server, "/entities")
+    wait_for(browser, lambda d: css_all(d, "#new-entity-ns option"))
+    css(browser, "#new-entity-name").send_keys("made-in-ui")
+    css(browser, "#new-entity-partitioned").click()
+    css(browser, "#new-entity button[type=submit]").click()
+    row = f'tr[data-entity="{NS}/made-in-ui"]'
+    wait_for(browser, lambda d: css_all(d, row))
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        ui_server.ready.admin_connection_string, connection_verify=str(ui_server.ca_file)
+    )
+    with admin:
+        assert admin.get_queue("made-in-ui").enable_partitioning is True
+        with sdk(ui_server) as client, client.get_queue_sender("made-in-ui") as sender:
+            sender.send_messages(ServiceBusMessage("soon gone"))
+        open_entity(browser, ui_server, "made-in-ui")
+        wait_for(browser, lambda d: card_count(d, "active") == "1")
+        css(browser, "#delete-entity").click()
+        accept_confirm(browser)
+        wait_for(browser, lambda d: "#/entities" in d.current_url)
+        assert "made-in-ui" not in [q.name for q in admin.list_queues()]

@@ -364,6 +364,8 @@ class Dashboard:
             ("/api/send", self._api_send),
             ("/api/resubmit", self._api_resubmit),
             ("/api/purge", self._api_purge),
+            ("/api/entity/create", self._api_create_entity),
+            ("/api/entity/delete", self._api_delete_entity),
             ("/api/connections/close", self._api_close),
         ):
             routes.add("POST", path, self._guard(handler), rule=api_manage)
@@ -585,6 +587,33 @@ class Dashboard:
         )
         self._snapshot = None
         return result
+
+    def _api_create_entity(self, request: Request, principal: Principal) -> dict[str, Any]:
+        """A queue or topic created as the admin API creates it (same checks, same catalog)."""
+        body = _json_body(request)
+        kind = str_field(body, "kind", 10)
+        if kind not in ("queue", "topic"):
+            raise ArgumentError(f"kind must be 'queue' or 'topic', not {kind!r}")
+        given: dict[str, Any] = {"enable_partitioning": bool_field(body, "partitioned", False)}
+        if kind == "queue":
+            given["requires_session"] = bool_field(body, "requires_session", False)
+        entity = self.server.management.create_entity(
+            str_field(body, "ns", MAX_NAME), kind, str_field(body, "name", MAX_NAME), given
+        )
+        log.info("dashboard: created %s %s/%s", kind, entity.spec.namespace, entity.name)
+        self._snapshot = None
+        return {"namespace": entity.spec.namespace, "entity": entity.name, "kind": kind}
+
+    async def _api_delete_entity(self, request: Request, principal: Principal) -> dict[str, Any]:
+        """A queue or topic deleted as the admin API deletes it (its messages are gone)."""
+        body = _json_body(request)
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
+        await self.server.management.delete_entity(entity.spec.namespace, entity.name)
+        log.info(
+            "dashboard: deleted %s %s/%s", entity.spec.kind, entity.spec.namespace, entity.name
+        )
+        self._snapshot = None
+        return {"namespace": entity.spec.namespace, "entity": entity.name, "deleted": True}
 
     async def _purge_entity(self, entity: Entity) -> dict[str, Any]:
         """Every message of the entity, all sub-queues and states: the admin API's purge."""

@@ -263,6 +263,23 @@ async function pageEntities(root, query) {
   const onlyIssues = el("input", { type: "checkbox", id: "only-issues" });
   root.append(el("div", { class: "toolbar" }, filter, el("label", {}, onlyIssues, " only dead letters or Limited"),
     el("span", { class: "muted", id: "entities-generated" })));
+  // a new queue or topic, created as the admin API creates it
+  const newName = el("input", { id: "new-entity-name", placeholder: "new entity name", required: true });
+  const newKind = el("select", { id: "new-entity-kind" }, el("option", { value: "queue" }, "queue"), el("option", { value: "topic" }, "topic"));
+  const newNs = el("select", { id: "new-entity-ns" });
+  const newPartitioned = el("input", { type: "checkbox", id: "new-entity-partitioned" });
+  const create = el("form", { class: "toolbar", id: "new-entity" }, newNs, newKind, newName,
+    el("label", {}, newPartitioned, " partitioned"), el("button", { type: "submit" }, "Create"));
+  create.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      const r = await api("/api/entity/create", { ns: newNs.value, kind: newKind.value, name: newName.value.trim(), partitioned: newPartitioned.checked });
+      toast(`${r.kind} ${r.entity} created`);
+      newName.value = "";
+      await refresh();
+    } catch (err) { toast(err.message, true); }
+  });
+  root.append(create);
   const table = el("table", { id: "entities" });
   root.append(table);
   let rows = [];
@@ -308,6 +325,8 @@ async function pageEntities(root, query) {
   async function refresh() {
     const snap = await api("/api/entities");
     rows = snap.entities;
+    const names = [...new Set(rows.map((r) => r.namespace))];
+    if (newNs.options.length !== names.length) newNs.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
     $("#entities-generated").textContent = "as of " + fmtTime(snap.generated_ms);
     render();
   }
@@ -326,8 +345,9 @@ async function pageEntity(root, ns, name, query) {
   let sub = query.get("sub") || (isTopic ? subs[0] || "" : "");
   let tab = query.get("state") || "active";
   const purgeAll = el("button", { id: "purge-all", class: "danger", type: "button" }, "Purge everything");
+  const deleteBtn = el("button", { id: "delete-entity", class: "danger", type: "button" }, "Delete " + detail.kind);
   const title = el("h1", {}, detail.kind + " ", el("span", { class: "mono" }, ns + "/" + detail.name), " ",
-    el("span", { id: "entity-availability", class: "badge" }), " ", purgeAll);
+    el("span", { id: "entity-availability", class: "badge" }), " ", purgeAll, " ", deleteBtn);
   root.append(title);
   const summary = el("div", { class: "cards", id: "entity-cards" });
   root.append(summary);
@@ -533,6 +553,14 @@ async function pageEntity(root, ns, name, query) {
       const r = await api("/api/purge", { ns, entity: detail.name, subscription: sub, state: tab });
       toast(`${r.removed} messages purged` + (r.locked_kept ? `, ${r.locked_kept} locked kept` : ""));
       await reloadDetail(); await load(true);
+    } catch (e) { toast(e.message, true); }
+  });
+  deleteBtn.addEventListener("click", async () => {
+    if (!confirm(`Delete the ${detail.kind} ${ns}/${detail.name} and every message in it${isTopic ? ", with its subscriptions" : ""}? This cannot be undone.`)) return;
+    try {
+      await api("/api/entity/delete", { ns, entity: detail.name });
+      toast(`${detail.kind} ${detail.name} deleted`);
+      location.hash = "#/entities";
     } catch (e) { toast(e.message, true); }
   });
   purgeAll.addEventListener("click", async () => {

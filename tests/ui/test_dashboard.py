@@ -552,3 +552,31 @@ def test_create_and_delete_an_entity_from_the_dashboard(ui_server: Any, browser:
         accept_confirm(browser)
         wait_for(browser, lambda d: "#/entities" in d.current_url)
         assert "made-in-ui" not in [q.name for q in admin.list_queues()]
+
+
+def test_session_list_of_a_session_queue(ui_server: Any, browser: Any) -> None:
+    """The entity page lists a session queue's sessions: messages, lock, state (issue 33)."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        ui_server.ready.admin_connection_string, connection_verify=str(ui_server.ca_file)
+    )
+    with admin:
+        admin.create_queue("with-sessions", requires_session=True)
+        try:
+            with sdk(ui_server) as client:
+                with client.get_queue_sender("with-sessions") as sender:
+                    sender.send_messages(
+                        [ServiceBusMessage(f"m{i}", session_id=f"s{i % 2}") for i in range(5)]
+                    )
+                with client.get_queue_receiver("with-sessions", session_id="s1") as receiver:
+                    receiver.session.set_state(b"halfway")
+                    open_entity(browser, ui_server, "with-sessions")
+                    wait_for(browser, lambda d: css_all(d, '#session-list tr[data-session="s1"]'))
+                    s0 = text_of(browser, '#session-list tr[data-session="s0"]')
+                    s1 = text_of(browser, '#session-list tr[data-session="s1"]')
+                    assert s0.split()[:2] == ["s0", "3"] and "not locked" in s0, s0
+                    assert s1.split()[:2] == ["s1", "2"] and "not locked" not in s1, s1
+                    assert s1.endswith("7 B"), s1  # the state's size
+        finally:
+            admin.delete_queue("with-sessions")

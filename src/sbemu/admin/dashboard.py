@@ -50,6 +50,7 @@ from .routes import HttpRoutes
 from .serverstatus import Connection as Connection
 from .serverstatus import ServerStatus
 from .serverstatus import Services as Services
+from .sessionlist import session_list
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -355,6 +356,7 @@ class Dashboard:
             ("/api/entities", self._api_entities),
             ("/api/entity", self._api_entity),
             ("/api/messages", self._api_messages),
+            ("/api/sessions", self._api_sessions),
             ("/api/connections", self._api_connections),
             ("/api/events", self._api_events),
         ):
@@ -471,6 +473,10 @@ class Dashboard:
             self._now_ms(),
             MessageSearch.parse(_q(request, "message_id", ""), _q(request, "property", "")),
         )
+
+    def _api_sessions(self, request: Request, principal: Principal) -> dict[str, Any]:
+        entity = self.entity(_q(request, "ns"), _q(request, "entity"))
+        return session_list(entity, _q(request, "subscription", "") or None, self._now_ms())
 
     def _api_connections(self, request: Request, principal: Principal) -> dict[str, Any]:
         items: list[dict[str, Any] | None] = [c.describe() for c in list(self.server.connections)]

@@ -668,6 +668,22 @@ class PartitionBroker:
         self.reader.scan_sessions(sq)  # a restart's scan not yet through: finish it (once)
         return sq.session_ids(changed_after_ms)
 
+    def session_summaries(self, queue: str, now_ms: int) -> list[tuple[str, int, int | None, int]]:
+        """(session id, stored messages, locked until ms or None, state bytes) of each session
+        with messages or state in this partition (the dashboard's session list)."""
+        sq = self.queues[queue]
+        self.reader.scan_sessions(sq)
+        return [
+            (
+                sid,
+                sess.messages,
+                sess.lock.until_ms if sess.lock is not None and sess.locked(now_ms) else None,
+                len(sess.state) if sess.state is not None else 0,
+            )
+            for sid, sess in sq.sessions.items()
+            if sess.messages > 0 or sess.state is not None
+        ]
+
     # ---------------------------------------------------------------- management (admin API)
     def add_queue(self, name: str, settings: SubQueueSettings) -> None:
         """A sub-queue created at runtime (a new subscription, its DLQs)."""

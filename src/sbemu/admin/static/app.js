@@ -356,6 +356,26 @@ async function pageEntity(root, ns, name, query) {
   const partsPanel = el("div", { class: "panel" });
   root.append(el("h2", {}, "Partitions"), partsPanel);
 
+  // sessions of a session-enabled queue or subscription
+  const sessionsHead = el("h2", { class: "hidden" }, "Sessions");
+  const sessionsPanel = el("div", { class: "panel hidden", id: "sessions" });
+  root.append(sessionsHead, sessionsPanel);
+  async function loadSessions() {
+    const r = rowFor();
+    const on = !!(r && r.requires_session);
+    sessionsHead.classList.toggle("hidden", !on); sessionsPanel.classList.toggle("hidden", !on);
+    if (!on) return;
+    const q = "/api/sessions?ns=" + encodeURIComponent(ns) + "&entity=" + encodeURIComponent(detail.name) + (sub ? "&subscription=" + encodeURIComponent(sub) : "");
+    const page = await api(q);
+    const head = el("tr", {}, ["Session id", "Messages", "Locked until", "State"].map((h) => el("th", {}, h)));
+    const rows = page.sessions.map((x) => el("tr", { "data-session": x.session_id },
+      el("td", { class: "mono" }, x.session_id), el("td", { class: "num" }, fmtNum(x.messages)),
+      el("td", {}, x.locked_until_ms ? fmtTime(x.locked_until_ms) : "not locked"), el("td", {}, x.state_bytes ? fmtBytes(x.state_bytes) : "none")));
+    sessionsPanel.replaceChildren(el("table", { id: "session-list" }, head, ...rows),
+      page.total > page.sessions.length ? el("p", { class: "muted" }, `${page.sessions.length} of ${page.total} shown`) : null,
+      page.sessions.length ? null : el("p", { class: "muted" }, "No sessions with messages or state."));
+  }
+
   // explorer
   const subSelect = el("select", { id: "subscription-select" }, subs.map((s) => el("option", { value: s }, s)));
   subSelect.value = sub;
@@ -449,6 +469,7 @@ async function pageEntity(root, ns, name, query) {
   async function reloadDetail() {
     detail = await api("/api/entity?ns=" + encodeURIComponent(ns) + "&entity=" + encodeURIComponent(name));
     renderSummary();
+    await loadSessions();
   }
   function renderTabs() {
     const labels = { active: "Active", deferred: "Deferred", scheduled: "Scheduled", deadletter: "Dead-letter", transferdeadletter: "Transfer DLQ" };
@@ -537,7 +558,7 @@ async function pageEntity(root, ns, name, query) {
     setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
   });
   moreBtn.addEventListener("click", () => load(false));
-  subSelect.addEventListener("change", () => { sub = subSelect.value; renderSummary(); load(true); });
+  subSelect.addEventListener("change", () => { sub = subSelect.value; renderSummary(); load(true); loadSessions().catch(() => {}); });
   resubmitBtn.addEventListener("click", async () => {
     if (!selected.size) { toast("Tick the dead letters to resubmit first.", true); return; }
     try {
@@ -614,6 +635,7 @@ async function pageEntity(root, ns, name, query) {
 
   renderSummary(); renderTabs(); renderRules();
   await load(true);
+  await loadSessions();
   let n = 0;
   return { tick() { if (++n % 2 === 0) reloadDetail().catch(() => {}); } };
 }

@@ -88,3 +88,38 @@ def test_config_naming_an_entity_keeps_its_data(tmp_path: Path) -> None:
         assert not (server.data_dir / ".retired").exists()
     finally:
         server.stop()
+
+
+def _topic_config(subs: list[str]) -> dict:
+    cfg = make_config([])
+    cfg["UserConfig"]["Namespaces"][0]["Topics"] = [
+        {"Name": "events", "Subscriptions": [{"Name": s} for s in subs]}
+    ]
+    return cfg
+
+
+def test_subscription_named_again_by_the_config_starts_empty(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "sbemu", [])
+    try:
+        assert server.stop() == 0
+        server.config_path.write_text(json.dumps(_topic_config(["kept", "dropped"])))
+        server.start()
+        with (
+            ServiceBusClient.from_connection_string(server.conn_str) as client,
+            client.get_topic_sender("events") as sender,
+        ):
+            sender.send_messages([ServiceBusMessage("old-0"), ServiceBusMessage("old-1")])
+        assert server.stop() == 0
+        server.config_path.write_text(json.dumps(_topic_config(["kept"])))
+        server.start()
+        assert "subscriptions/dropped" in server.stderr_text()
+        assert server.stop() == 0
+        server.config_path.write_text(json.dumps(_topic_config(["kept", "dropped"])))
+        server.start()
+        with ServiceBusClient.from_connection_string(server.conn_str) as client:
+            for sub, want in (("dropped", 0), ("kept", 2)):
+                with client.get_subscription_receiver("events", sub, max_wait_time=2) as r:
+                    got = r.receive_messages(max_message_count=10, max_wait_time=2)
+                    assert len(got) == want, (sub, [str(m) for m in got])
+    finally:
+        server.stop()

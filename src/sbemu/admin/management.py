@@ -141,6 +141,15 @@ class Management:
                 entity = self.router.add_entity(topic_spec(ns, topic_config(desc, configs)))
                 entity.description = desc | {"subscriptions": dict(sub_descs)}
                 self._applied(ns, entity)
+        for (topic, queue), count in self.router.drop_unnamed_subqueues(now).items():
+            log.warning(
+                "%s: %d message(s) of %s, which no subscription of the topic names any more, "
+                "deleted (each logged as purged in its partition log): a subscription made "
+                "again with that name starts empty, as on Azure",
+                topic,
+                count,
+                queue,
+            )
         for old, new in self.router.retire_stale(retire_stamp(now / 1000)):
             log.warning(
                 "data of %s/%s, an entity neither the configuration nor the admin API names, "

@@ -36,7 +36,7 @@ from ..errors import (
 )
 from .deadlines import Deadlines
 from .health import Health
-from .loader import PartitionLoader
+from .loader import PartitionLoader, load_counts
 from .locks import LockTable
 from .records import (
     IncomingMessage,
@@ -706,6 +706,18 @@ class PartitionBroker:
         self.lock_table.forget_queue(sq)
         sq.clear_ready()
         return count
+
+    def drop_unnamed_queues(self, settings: SubQueueSettings, now_ms: int) -> dict[str, int]:
+        """Purge (logged) and forget the sub-queues stored here that this partition does not
+        serve: a subscription removed from the configuration while sbemu was stopped, so a
+        subscription of that name made later starts empty. Returns {name: messages purged}."""
+        gone = {}
+        for name in self.store.queue_names():
+            if name not in self.queues:
+                self.add_queue(name, settings)
+                load_counts(self.queues[name], self.store.load_meta())  # what the purge undoes
+                gone[name] = self.drop_queue(name, now_ms)
+        return gone
 
     def drop_queue(self, name: str, now_ms: int) -> int:
         """Purge a sub-queue and forget it (a deleted subscription); returns the purged count."""

@@ -48,6 +48,10 @@ def _forwards(entity: Entity, queue: str) -> bool:
     return forward_target(entity, queue) is not None
 
 
+# settings for a sub-queue opened only to be purged (no receiver ever sees it)
+UNNAMED_QUEUE_SETTINGS = SubQueueSettings(60_000, None, None, False, None)
+
+
 def _notify_session_lost(lock: SessionLock) -> None:
     """Tell the receiver holding a session that its lock expired (it detaches the link)."""
     callback = getattr(lock.owner, "session_lost", None)
@@ -353,6 +357,21 @@ class Router:
         base = self.entity_dir(spec.namespace, spec.name)
         retired = retire_entity_dir(self.data_dir, base, stamp) if base.exists() else None
         return self.add_entity(spec), retired
+
+    def drop_unnamed_subqueues(self, now_ms: int) -> dict[tuple[str, str], int]:
+        """At start: purge the sub-queues a topic's stores hold that none of its subscriptions
+        serves any more ({(namespace/topic, sub-queue): messages purged}); the commit loop
+        commits what this staged."""
+        dropped: dict[tuple[str, str], int] = {}
+        for entity in self.entities.values():
+            if entity.spec.kind != "topic":
+                continue
+            for broker in entity.partitions:
+                gone = broker.drop_unnamed_queues(UNNAMED_QUEUE_SETTINGS, now_ms)
+                for name, count in gone.items():
+                    key = (f"{entity.spec.namespace}/{entity.name}", name)
+                    dropped[key] = dropped.get(key, 0) + count
+        return dropped
 
     def retire_stale(self, stamp: str) -> list[tuple[Path, Path]]:
         """Move aside every entity directory no live entity owns (at start, once the

@@ -59,7 +59,8 @@ from sbemu.reports.tables import COLUMNS, DELTA_COLUMNS, TableStore, batch_delta
 from sparkjobs.source import EVENTS_SCHEMA, segments_stream
 
 SOURCES = ("lmdb", "segments")
-OUT_FORMAT = 2  # 1: events through the file sink, tables recomputed from all events
+OUT_FORMAT = 3  # 1: events through the file sink, tables recomputed from all events;
+# 2: traffic_by_minute without `sent` and `scheduled`
 
 
 class ReportError(Exception):
@@ -146,7 +147,7 @@ def _check_marker(paths: OutPaths, source: str, path: str) -> None:
         return
     if have.get("format", 1) != OUT_FORMAT:
         raise ReportError(
-            f"{paths.root} was written by an older sbemu (tables recomputed from all events); "
+            f"{paths.root} was written by an older sbemu (its tables have other columns); "
             "use another --out (or delete it to start over)"
         )
     if have != want:
@@ -383,7 +384,9 @@ def run(
 _COLUMNS = (
     ("namespace", "namespace", "s"),
     ("entity", "entity", "s"),
-    ("enqueued", "enq", "d"),
+    ("sent", "sent", "d"),  # = /metrics' incoming messages (docs/spark.md)
+    ("scheduled", "sched", "d"),
+    ("enqueued", "enq", "d"),  # copies placed at send: on a topic, one per subscription
     ("delivered", "dlv", "d"),
     ("completed", "cmpl", "d"),
     ("abandoned", "abnd", "d"),

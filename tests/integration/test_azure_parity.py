@@ -15,8 +15,8 @@ from azure.servicebus import ServiceBusMessage, ServiceBusMessageState, ServiceB
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageHeader
 from azure.servicebus.exceptions import ServiceBusError
 from integration_support import queue_def, receive_n, send_plain
-from sbemu.auth.sas import make_sas_token
 
+from sbemu.auth.sas import make_sas_token
 from sbemu.pytest_plugin import SbemuServer
 
 SBEMU_QUEUES = [

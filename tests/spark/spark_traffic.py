@@ -313,7 +313,13 @@ def _ts(ms: int) -> datetime:
 def reference_tables(records: list[dict], layout: list[dict] | None = None) -> dict[str, set]:
     """Each table as a set of tuples, column order as in sparkjobs.tables (floats rounded)."""
     traffic_events = ("enqueued", "delivered", "completed", "abandoned", "deadlettered", "expired")
-    traffic: dict = defaultdict(lambda: [0] * 6)
+    # sent, scheduled, then the events (sbemu.reports.tables.TRAFFIC_COUNTS)
+    traffic: dict = defaultdict(lambda: [0] * 8)
+    seen_seq: set = set()  # (ns, entity, partition, seq) counted as sent
+    copy_after: tuple | None = (
+        None  # the record after a topic's activation carries its copies' number
+    )
+    copy_seq: set = set()
     reasons: dict = defaultdict(int)
     lat: dict = defaultdict(list)
     sent: dict = defaultdict(set)
@@ -322,9 +328,20 @@ def reference_tables(records: list[dict], layout: list[dict] | None = None) -> d
     for r in records:
         ns, ent, part, ev = r["ns"], r["entity"], r["partition"], r["event"]
         parts_seen[(ns, ent)].add(part)
-        if ev in traffic_events:
-            minute = _ts(r["event_ms"] - r["event_ms"] % 60_000)
-            traffic[(ns, ent, part, minute)][traffic_events.index(ev)] += 1
+        minute = _ts(r["event_ms"] - r["event_ms"] % 60_000)
+        if copy_after == (ns, ent, part) and ev == "enqueued":
+            copy_seq.add((ns, ent, part, r["seq"]))
+        copy_after = (ns, ent, part) if ev == "activated" and r["queue"] == "$scheduled" else None
+        if ev in traffic_events or ev == "scheduled":
+            row = traffic[(ns, ent, part, minute)]
+            key = (ns, ent, part, r["seq"])
+            if ev in ("enqueued", "scheduled") and key not in seen_seq and key not in copy_seq:
+                seen_seq.add(key)
+                row[0] += 1
+            if ev == "scheduled":
+                row[1] += 1
+            else:
+                row[2 + traffic_events.index(ev)] += 1
         if ev == "deadlettered":
             reasons[(ns, ent, r["reason"])] += 1
         if ev == "completed" and not r["queue"].endswith(DLQ_SUFFIX):

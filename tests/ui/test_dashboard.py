@@ -111,6 +111,9 @@ def test_overview_rates_move_under_load(ui_server: Any, browser: Any) -> None:
     wait_for(browser, lambda d: css_all(d, "#chart-incoming"))
     assert text_of(browser, "#ov-namespaces") == "1"
     assert text_of(browser, "#ov-entities") == "6"  # 4 queues, 1 topic, 1 subscription
+    # the server's own memory and CPU, as RabbitMQ's overview shows them (issue 33)
+    assert text_of(browser, "#ov-memory").endswith(("MB", "MiB", "KB", "KiB", "GB", "GiB"))
+    assert css_all(browser, "#ov-cpu")
     blank = browser.execute_script("return document.getElementById('chart-incoming').toDataURL()")
     stop = threading.Event()
     sent = [0]
@@ -159,6 +162,14 @@ def test_entities_table_counts_match_what_was_sent(ui_server: Any, browser: Any)
     cells = css_all(browser, f"{row} .strip .cell")
     assert len(cells) == 16
     assert text_of(browser, f"{row} [data-availability]") == "Available"
+    assert text_of(browser, f'{row} td[data-count="consumers"]') == "0"
+    # consumers per entity, as RabbitMQ's queue list shows them (issue 33)
+    with sdk(ui_server) as client, client.get_queue_receiver("orders") as receiver:
+        got = receiver.receive_messages(max_message_count=1, max_wait_time=5)  # attaches
+        browser.refresh()
+        wait_for(browser, lambda d: text_of(d, f'{row} td[data-count="consumers"]') == "1")
+        for m in got:
+            receiver.abandon_message(m)
     # filtering
     box = css(browser, "#entity-filter")
     box.send_keys("events")
@@ -271,8 +282,25 @@ def test_resubmit_moves_a_dead_letter_back(ui_server: Any, browser: Any) -> None
     wait_for(browser, lambda d: css_all(d, "#messages tr[data-seq]"))
     row = css_all(browser, "#messages tr[data-seq]")[0]
     assert "BadOrder" in row.text
+    # the Reason column is in sight without scrolling the list sideways (issue 33), on a
+    # laptop-sized window too
+    size = browser.get_window_size()
+    browser.set_window_size(1100, size["height"])
+    visible = browser.execute_script(
+        "const heads = [...document.querySelectorAll('#messages tr:first-child th')];"
+        "const at = heads.findIndex((th) => th.textContent === 'Reason');"
+        "const td = document.querySelector('#messages tr[data-seq]').children[at];"
+        "if (at < 0 || !td) return false;"
+        "const box = td.closest('.msglist').getBoundingClientRect();"
+        "const r = td.getBoundingClientRect();"
+        "return r.width > 0 && r.left >= box.left && r.right <= box.right + 1;"
+    )
+    browser.set_window_size(size["width"], size["height"])
+    assert visible, "the dead-letter reason is scrolled out of sight"
     row.click()
     wait_for(browser, lambda d: "customer unknown" in text_of(d, "#system-properties"))
+    # a dead-lettered message's State says so, not "active"
+    assert "dead-lettered" in text_of(browser, "#system-properties")
     screenshot(browser, "dead-letters")
     css(browser, "#messages input[data-select]").click()
     css(browser, "#resubmit").click()
@@ -498,3 +526,57 @@ def test_live_events_stream(ui_server: Any) -> None:
         # the first event carries the history; ticks come at least every 2 s
         assert events[0] == "event: hello"
         assert time.monotonic() - started < 4.5
+
+
+def test_create_and_delete_an_entity_from_the_dashboard(ui_server: Any, browser: Any) -> None:
+    """RabbitMQ's UI adds and deletes queues; so does ours, as the admin API does (issue 33)."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    open_page(browser, ui_server, "/entities")
+    wait_for(browser, lambda d: css_all(d, "#new-entity-ns option"))
+    css(browser, "#new-entity-name").send_keys("made-in-ui")
+    css(browser, "#new-entity-partitioned").click()
+    css(browser, "#new-entity button[type=submit]").click()
+    row = f'tr[data-entity="{NS}/made-in-ui"]'
+    wait_for(browser, lambda d: css_all(d, row))
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        ui_server.ready.admin_connection_string, connection_verify=str(ui_server.ca_file)
+    )
+    with admin:
+        assert admin.get_queue("made-in-ui").enable_partitioning is True
+        with sdk(ui_server) as client, client.get_queue_sender("made-in-ui") as sender:
+            sender.send_messages(ServiceBusMessage("soon gone"))
+        open_entity(browser, ui_server, "made-in-ui")
+        wait_for(browser, lambda d: card_count(d, "active") == "1")
+        css(browser, "#delete-entity").click()
+        accept_confirm(browser)
+        wait_for(browser, lambda d: "#/entities" in d.current_url)
+        assert "made-in-ui" not in [q.name for q in admin.list_queues()]
+
+
+def test_session_list_of_a_session_queue(ui_server: Any, browser: Any) -> None:
+    """The entity page lists a session queue's sessions: messages, lock, state (issue 33)."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        ui_server.ready.admin_connection_string, connection_verify=str(ui_server.ca_file)
+    )
+    with admin:
+        admin.create_queue("with-sessions", requires_session=True)
+        try:
+            with sdk(ui_server) as client:
+                with client.get_queue_sender("with-sessions") as sender:
+                    sender.send_messages(
+                        [ServiceBusMessage(f"m{i}", session_id=f"s{i % 2}") for i in range(5)]
+                    )
+                with client.get_queue_receiver("with-sessions", session_id="s1") as receiver:
+                    receiver.session.set_state(b"halfway")
+                    open_entity(browser, ui_server, "with-sessions")
+                    wait_for(browser, lambda d: css_all(d, '#session-list tr[data-session="s1"]'))
+                    s0 = text_of(browser, '#session-list tr[data-session="s0"]')
+                    s1 = text_of(browser, '#session-list tr[data-session="s1"]')
+                    assert s0.split()[:2] == ["s0", "3"] and "not locked" in s0, s0
+                    assert s1.split()[:2] == ["s1", "2"] and "not locked" not in s1, s1
+                    assert s1.endswith("7 B"), s1  # the state's size
+        finally:
+            admin.delete_queue("with-sessions")

@@ -96,12 +96,15 @@ def test_topic_partition_table_follows_the_subscription(ui_server: Any, browser:
 
     open_entity(browser, ui_server, "events", "?sub=all")
     wait_for(browser, lambda d: card_count(d, "active") == "8")
+    # the cards say whose counts they show (issue 33: a topic's cards had no label)
+    wait_for(browser, lambda d: "all" in text_of(d, "#cards-subscription"))
     wait_for(browser, lambda d: partition_total(d) == 8)
     select = css(browser, "#subscription-select")
     from selenium.webdriver.support.ui import Select
 
     Select(select).select_by_value("red")
     wait_for(browser, lambda d: card_count(d, "active") == "3")
+    assert text_of(browser, "#cards-subscription").endswith("red")
     wait_for(browser, lambda d: partition_total(d) == 3)  # not the topic's 8 + 3
     assert css(browser, "#partitions").get_attribute("data-row") == "events/Subscriptions/red"
     # the topic's internal $scheduled sub-queue is not listed; its subscriptions are

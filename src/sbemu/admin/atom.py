@@ -31,7 +31,14 @@ from xml.sax.saxutils import escape
 from ..auth.sas import normalize_entity_path
 from ..config import TIMESPAN_MAX_MS, format_duration_ms, parse_duration_ms
 from ..errors import ArgumentError, EntityNotFound, ServiceBusError
-from ..partitions import Entity, RuleDefinitionError, RuleSource, StoreError, subscription_queue
+from ..partitions import (
+    Entity,
+    RuleDefinitionError,
+    RuleSource,
+    StorageLayoutError,
+    StoreError,
+    subscription_queue,
+)
 from .authrules import authorization_rules_xml
 from .bounded import BodyError, xml_document
 from .http import Request, Response
@@ -207,6 +214,8 @@ class AtomApi:
             return self._error(request, ns.name, exc.status, exc.detail)
         except RuleDefinitionError as exc:
             return self._error(request, ns.name, 400, exc.description)
+        except StorageLayoutError as exc:  # the data dir holds the entity otherwise [P4]
+            return self._error(request, ns.name, 409, str(exc))
         except ServiceBusError as exc:
             return self._error(request, ns.name, exc.status_code, exc.description)
         except (OSError, StoreError) as exc:

@@ -22,6 +22,7 @@ import datetime as dt
 import ipaddress
 import os
 import ssl
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -114,13 +115,33 @@ def _new_ca(folder: Path, now: dt.datetime) -> tuple[x509.Certificate, ec.Ellipt
     return cert, key
 
 
+def _alt_names(hosts: Sequence[str]) -> list[x509.GeneralName]:
+    """localhost, 127.0.0.1 and ::1, plus the server's own bind address (``--host``) when it
+    is another: an address as an IP entry, a name as a DNS entry; wildcards add nothing."""
+    names, addresses = list(NAMES), list(ADDRESSES)
+    for host in hosts:
+        host = host.strip().strip("[]").lower()
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            if host and host not in names:
+                names.append(host)
+            continue
+        if not ip.is_unspecified and str(ip) not in addresses:
+            addresses.append(str(ip))
+    return [x509.DNSName(n) for n in names] + [
+        x509.IPAddress(ipaddress.ip_address(a)) for a in addresses
+    ]
+
+
 def _new_server_cert(
-    folder: Path, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, now: dt.datetime
+    folder: Path,
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    now: dt.datetime,
+    alt: list[x509.GeneralName],
 ) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
-    alt = [x509.DNSName(n) for n in NAMES] + [
-        x509.IPAddress(ipaddress.ip_address(a)) for a in ADDRESSES
-    ]
     cert = (
         x509.CertificateBuilder()
         .subject_name(
@@ -149,16 +170,12 @@ def _new_server_cert(
     _write_private(folder / CERT_FILE, cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
-def _dns_names(cert: x509.Certificate) -> set[str]:
-    try:
-        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return set()
-    return set(alt.get_values_for_type(x509.DNSName))
-
-
-def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple[Path, Path, Path]:
-    """Create what is missing; (CA file, server certificate file, server key file)."""
+def ensure_certificates(
+    data_dir: Path, now: dt.datetime | None = None, hosts: Sequence[str] = ()
+) -> tuple[Path, Path, Path]:
+    """Create what is missing; (CA file, server certificate file, server key file). The
+    server certificate is issued again when it does not name every one of ``hosts`` and the
+    names it always carries (an older sbemu's lacks Azure's)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     folder = Path(data_dir) / TLS_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -170,29 +187,39 @@ def ensure_certificates(data_dir: Path, now: dt.datetime | None = None) -> tuple
     else:
         ca, ca_key = _new_ca(folder, now)
     cert_file, key_file = folder / CERT_FILE, folder / KEY_FILE
+    alt = _alt_names(hosts)
     renew = not (cert_file.exists() and key_file.exists())
     if not renew:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
-        renew = (
-            cert.not_valid_after_utc - now < RENEW_BEFORE
-            or cert.issuer != ca.subject
-            or _dns_names(cert) != set(NAMES)  # issued by an older sbemu: names missing
-        )
+        renew = cert.not_valid_after_utc - now < RENEW_BEFORE or cert.issuer != ca.subject
         if not renew:
             try:
                 cert.verify_directly_issued_by(ca)
             except Exception:  # signature, key type or extension mismatch: re-issue
                 renew = True
+        if not renew:  # a name missing (another --host, or an older sbemu's without Azure's)
+            renew = not set(alt).issubset(_cert_alt_names(cert))
     if renew:
-        _new_server_cert(folder, ca, ca_key, now)
+        _new_server_cert(folder, ca, ca_key, now, alt)
     return ca_file, cert_file, key_file
 
 
-def server_ssl_context(data_dir: Path, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+def _cert_alt_names(cert: x509.Certificate) -> set[x509.GeneralName]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return set()
+    return set(ext.value)
+
+
+def server_ssl_context(
+    data_dir: Path, alpn: tuple[str, ...] = ("http/1.1",), hosts: Sequence[str] = ()
+) -> ssl.SSLContext:
     """A server-side TLS context with the local certificate (created when missing).
 
-    ``alpn``: the protocols offered (the admin port's HTTP/1.1; none for AMQPS on 5671)."""
-    _, cert_file, key_file = ensure_certificates(data_dir)
+    ``alpn``: the protocols offered (the admin port's HTTP/1.1; none for AMQPS on 5671);
+    ``hosts``: the bind address, named by the certificate too (``--host 127.0.0.2``)."""
+    _, cert_file, key_file = ensure_certificates(data_dir, hosts=hosts)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)

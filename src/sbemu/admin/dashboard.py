@@ -42,11 +42,13 @@ from .http import Request, Response, json_response, text_response
 from .msgsearch import MessageSearch
 from .notfound import favicon, not_found
 from .policy import LOGIN, MANAGE, PUBLIC, READ
+from .processusage import ProcessUsage
 from .rates import PartitionRates
 from .routes import HttpRoutes
 from .serverstatus import Connection as Connection
 from .serverstatus import ServerStatus
 from .serverstatus import Services as Services
+from .sessionlist import session_list
 
 log = logging.getLogger("sbemu.dashboard")
 
@@ -124,6 +126,7 @@ class Dashboard:
         self._dir_size: int | None = None
         self._dir_size_at = 0.0
         self._dir_size_task: asyncio.Future[int] | None = None
+        self.process_usage = ProcessUsage()  # memory and CPU for the overview
         self._subscribers: set[asyncio.Queue[str]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._static = resources.files("sbemu.admin") / "static"
@@ -236,6 +239,7 @@ class Dashboard:
             "amqp": f"amqp://{server.host}:{server.amqp_port}",
             "data_dir": str(server.data_dir),
             "data_dir_bytes": await self.data_dir_size(),
+            "process": self.process_usage.sample(time.monotonic()),
             "namespaces": namespaces,
             "connections": len(conns),
             "links": sum(len(c["links"]) for c in conns),
@@ -349,6 +353,7 @@ class Dashboard:
             ("/api/entities", self._api_entities),
             ("/api/entity", self._api_entity),
             ("/api/messages", self._api_messages),
+            ("/api/sessions", self._api_sessions),
             ("/api/connections", self._api_connections),
             ("/api/events", self._api_events),
         ):
@@ -358,6 +363,8 @@ class Dashboard:
             ("/api/send", self._api_send),
             ("/api/resubmit", self._api_resubmit),
             ("/api/purge", self._api_purge),
+            ("/api/entity/create", self._api_create_entity),
+            ("/api/entity/delete", self._api_delete_entity),
             ("/api/connections/close", self._api_close),
         ):
             routes.add("POST", path, self._guard(handler), rule=api_manage)
@@ -468,6 +475,10 @@ class Dashboard:
             MessageSearch.parse(_q(request, "message_id", ""), _q(request, "property", "")),
         )
 
+    def _api_sessions(self, request: Request, principal: Principal) -> dict[str, Any]:
+        entity = self.entity(_q(request, "ns"), _q(request, "entity"))
+        return session_list(entity, _q(request, "subscription", "") or None, self._now_ms())
+
     def _api_connections(self, request: Request, principal: Principal) -> dict[str, Any]:
         items: list[dict[str, Any] | None] = [c.describe() for c in list(self.server.connections)]
         conns = sorted((c for c in items if c is not None), key=lambda c: int(c["id"]))
@@ -520,7 +531,7 @@ class Dashboard:
             int_field(body, "partition", 0, MAX_PARTITION),
             bool_field(body, "online"),
         )
-        log.warning(
+        log.info(
             "dashboard: partition %s of %s/%s is now %s",
             body["partition"],
             body["ns"],
@@ -575,7 +586,7 @@ class Dashboard:
             str(body.get("state") or "active"),
             self._now_ms,
         )
-        log.warning(
+        log.info(
             "dashboard: purged %s (%s): %d messages",
             result["path"],
             body.get("state"),
@@ -584,6 +595,33 @@ class Dashboard:
         self._snapshot = None
         return result
 
+    def _api_create_entity(self, request: Request, principal: Principal) -> dict[str, Any]:
+        """A queue or topic created as the admin API creates it (same checks, same catalog)."""
+        body = _json_body(request)
+        kind = str_field(body, "kind", 10)
+        if kind not in ("queue", "topic"):
+            raise ArgumentError(f"kind must be 'queue' or 'topic', not {kind!r}")
+        given: dict[str, Any] = {"enable_partitioning": bool_field(body, "partitioned", False)}
+        if kind == "queue":
+            given["requires_session"] = bool_field(body, "requires_session", False)
+        entity = self.server.management.create_entity(
+            str_field(body, "ns", MAX_NAME), kind, str_field(body, "name", MAX_NAME), given
+        )
+        log.info("dashboard: created %s %s/%s", kind, entity.spec.namespace, entity.name)
+        self._snapshot = None
+        return {"namespace": entity.spec.namespace, "entity": entity.name, "kind": kind}
+
+    async def _api_delete_entity(self, request: Request, principal: Principal) -> dict[str, Any]:
+        """A queue or topic deleted as the admin API deletes it (its messages are gone)."""
+        body = _json_body(request)
+        entity = self.entity(str_field(body, "ns", MAX_NAME), str_field(body, "entity", MAX_NAME))
+        await self.server.management.delete_entity(entity.spec.namespace, entity.name)
+        log.info(
+            "dashboard: deleted %s %s/%s", entity.spec.kind, entity.spec.namespace, entity.name
+        )
+        self._snapshot = None
+        return {"namespace": entity.spec.namespace, "entity": entity.name, "deleted": True}
+
     async def _purge_entity(self, entity: Entity) -> dict[str, Any]:
         """Every message of the entity, all sub-queues and states: the admin API's purge."""
         router = self.server.router
@@ -591,7 +629,7 @@ class Dashboard:
         done, committed = explorer.completion()
         counts = router.purge(entity.spec.namespace, entity.name, self._now_ms(), done)
         await committed
-        log.warning("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
+        log.info("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
         self._snapshot = None
         return {"path": entity.name, "removed": sum(counts.values()), "locked_kept": 0}
 
@@ -601,7 +639,7 @@ class Dashboard:
         for proto in list(self.server.connections):
             if proto.connection_id == wanted:
                 proto.close_by_operator("Closed from the sbemu dashboard.")
-                log.warning("dashboard: closed connection %d", wanted)
+                log.info("dashboard: closed connection %d", wanted)
                 return {"ok": True, "id": wanted}
         raise EntityNotFound(f"No open connection with id {wanted}.")
 

@@ -75,6 +75,7 @@ def entity_rows(router: Router, rates: PartitionRates, entity: Entity) -> list[d
                 "counts": _sum_counts(parts),
                 "partitions": parts,
                 "size_bytes": sum(p["size"] for p in parts),
+                "consumers": _consumers(entity, queue),
             }
         )
     rows = list(per_base)
@@ -117,12 +118,23 @@ def entity_rows(router: Router, rates: PartitionRates, entity: Entity) -> list[d
                 "rates": entity_rates,
                 "requires_session": False,
                 "subscription_count": len(subs),
+                "consumers": sum(r["consumers"] for r in subs),
                 "counts": _sum_counts(parts),
                 "partitions": parts,
                 "size_bytes": sum(p["size"] for p in parts),
             },
         )
     return rows
+
+
+def _consumers(entity: Entity, queue: str) -> int:
+    """Receive links attached to a sub-queue and its dead-letter queues (sessions included)."""
+    views = entity.views
+    return sum(
+        len(views[q].consumers)
+        for q in (queue, queue + DLQ_SUFFIX, queue + TRANSFER_DLQ_SUFFIX)
+        if q in views
+    )
 
 
 def _sum_counts(parts: list[dict[str, Any]]) -> dict[str, int]:

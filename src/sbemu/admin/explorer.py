@@ -54,6 +54,8 @@ SEARCH_SCAN_LIMIT = 500
 BODY_PREVIEW = 64 * 1024  # bytes of body shown (text or hex)
 LARGE_RECORD = 4 * BODY_PREVIEW  # bytes of tail beyond which a body is cut before decoding
 
+DEAD_LETTERED = "dead-lettered"  # a message's State on the dead-letter tabs
+
 # Explorer "state" tabs -> (sub-queue suffix, record state wanted or None for all)
 STATES: dict[str, tuple[str, MessageState | None]] = {
     "active": ("", MessageState.ACTIVE),
@@ -144,6 +146,8 @@ def peek(
                 # stored before sbemu refused such messages at send (sections nesting beyond
                 # protocol/nesting.py's limit): shown as undecodable, the page still works
                 message = _undecodable(rec, pid, exc)
+            if wanted is None:  # a dead-letter tab: the record is active in its sub-queue
+                message["state"] = DEAD_LETTERED
             if search is not None and not search.matches(message):
                 continue
             found.append(message)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from ..config import (
     DEFAULT_RULE,
@@ -145,6 +146,24 @@ class Management:
                 entity = self.router.add_entity(topic_spec(ns, topic_config(desc, configs)))
                 entity.description = desc | {"subscriptions": dict(sub_descs)}
                 self._applied(ns, entity)
+        for (topic, queue), count in self.router.drop_unnamed_subqueues(now).items():
+            log.warning(
+                "%s: %d message(s) of %s, which no subscription of the topic names any more, "
+                "deleted (each logged as purged in its partition log): a subscription made "
+                "again with that name starts empty, as on Azure",
+                topic,
+                count,
+                queue,
+            )
+        for old, new in self.router.retire_stale(retire_stamp(now / 1000)):
+            log.warning(
+                "data of %s/%s, an entity neither the configuration nor the admin API names, "
+                "moved aside to %s (its messages are gone from service, as on Azure; delete "
+                "that directory when not needed)",
+                unquote(old.parent.name),
+                unquote(old.name),
+                new,
+            )
         for ns in self.namespaces.values():
             problem = self._forwarding_problem(ns)
             if problem is not None:
@@ -292,7 +311,18 @@ class Management:
         # caller answers 503); when the entity's stores cannot be, the entry goes again.
         with self.catalog.undone_on_error():
             self.catalog.put(ns.name, kind, desc)
-            entity = self.router.create_entity(self._spec(ns, kind, desc, None))
+            entity, retired = self.router.create_entity(
+                self._spec(ns, kind, desc, None), retire_stamp(now / 1000)
+            )
+        if retired is not None:
+            log.warning(
+                "%s %s/%s: data left by an earlier entity of that name moved aside to %s "
+                "(a new entity starts empty; delete that directory when not needed)",
+                kind,
+                ns.name,
+                name,
+                retired,
+            )
         entity.description = desc | ({"subscriptions": {}} if kind == "topic" else {})
         self._applied(ns, entity)
         log.info("created %s %s/%s", kind, ns.name, name)
@@ -519,21 +549,41 @@ class Management:
         entity.touch_subscription(sub)  # AutoDeleteOnIdle: an update is activity
 
     # ------------------------------------------------------------------ purge
+    def _purge_hint(self, name: str) -> str:
+        entities = sorted((e.spec.namespace, e.name) for e in self.router.entities.values())
+        return _purge_hint_text(name, entities, [ns.name for ns in self.namespaces.values()])
+
     async def purge(self, namespace: str, entity_name: str | None) -> dict[str, int]:
         """Delete every message of an entity (or of every entity of the namespace), DLQ,
         deferred and scheduled included; returns counts per entity once committed."""
         ns = self.namespace(namespace)
         if namespace.lower() not in self.namespaces:
-            raise EntityNotFound(f"The namespace '{namespace}' does not exist.")
+            raise EntityNotFound(
+                f"The namespace '{namespace}' does not exist. {self._purge_hint(namespace)}"
+            )
         done, on_done = _completion()
         counts = self.router.purge(ns.name, entity_name, self.now_ms(), on_done)
         error = await done
         if error is not None:
             raise error
-        log.warning(
+        log.info(
             "purged %d message(s) from %s/%s", sum(counts.values()), ns.name, entity_name or "*"
         )
         return counts
+
+
+def retire_stamp(now_s: float) -> str:
+    """A UTC time stamp for a retired entity directory's name (``20261128T111500Z``)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s))
+
+
+def _purge_hint_text(name: str, entities: list[tuple[str, str]], namespaces: list[str]) -> str:
+    """The next step for a purge target that names no namespace: the NAMESPACE/ENTITY
+    spellings of entities called ``name``, else the namespaces there are."""
+    matches = [f"{ns}/{entity}" for ns, entity in entities if entity.lower() == name.lower()]
+    if matches:
+        return f"To purge the entity, name its namespace too: {' or '.join(matches)}."
+    return f"Name a namespace ({', '.join(namespaces)}) or NAMESPACE/ENTITY."
 
 
 def _completion() -> tuple[asyncio.Future[Exception | None], Callable[[Exception | None], None]]:

@@ -138,7 +138,7 @@ class _Operator:
             )
         except ServiceBusError as exc:
             return json_response(exc.status_code, {"error": exc.description})
-        log.warning("partition %s of %s/%s is now %s", parts[-2], namespace, entity, parts[-1])
+        log.info("partition %s of %s/%s is now %s", parts[-2], namespace, entity, parts[-1])
         self.server.wake()
         return json_response(200, status)
 
@@ -196,7 +196,7 @@ class _Operator:
             return json_response(
                 503, {"error": f"the change cannot be stored now ({exc}); retry later"}
             )
-        log.warning("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
+        log.info("%s %s/%s is now %s", kind, namespace, "/".join(path), status)
         return json_response(
             200, {"namespace": namespace, "entity": "/".join(path), "status": status}
         )

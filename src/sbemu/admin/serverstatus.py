@@ -58,6 +58,8 @@ class ServerStatus(Protocol):
     def started_at(self) -> float: ...  # epoch seconds
     @property
     def clock(self) -> Callable[[], float]: ...  # the server's time source (Unix seconds)
+    @property
+    def management(self) -> Any: ...  # sbemu.admin.management.Management; None until started
 
     def wake(self) -> None:
         """Ask for a turn soon (after a partition was taken on or offline)."""

@@ -41,10 +41,38 @@ class RejectionLog:
 
     def rejected(self, key_name: str | None, reason: str, peer: str, now: float) -> bool:
         """Log one rejection (True) unless this window's burst is spent (False, counted)."""
+        if not self._allow(now):
+            return False
+        self._log.warning(
+            "%s: rejected credentials from %s (key name %s): %s",
+            self.source,
+            _short(peer or "?", 60),
+            _short(repr(key_name), 80) if key_name else "none",
+            _short(reason),
+        )
+        return True
+
+    def entity_not_found(self, path: str, peer: str, now: float) -> bool:
+        """Log a token asked for an entity that does not exist (True), in the same rate
+        limit as the rejections: the credentials may be right, the name is not."""
+        if not self._allow(now):
+            return False
+        self._log.warning(
+            "%s: entity not found: %s asked for '%s', which no queue, topic or subscription of "
+            "the namespace is; check the name, or create it (configuration or admin API)",
+            self.source,
+            _short(peer or "?", 60),
+            _short(path, 200),
+        )
+        return True
+
+    def _allow(self, now: float) -> bool:
+        """True when this window's burst has room (one more line counted)."""
         if now - self._window_start >= self.window:
             if self.suppressed:
                 self._log.warning(
-                    "%s: %d more rejected credentials were not logged in the last %.0f s",
+                    "%s: %d more rejected credentials or unknown entities were not logged in "
+                    "the last %.0f s",
                     self.source,
                     self.suppressed,
                     self.window,
@@ -54,13 +82,6 @@ class RejectionLog:
             self.suppressed += 1
             return False
         self._logged += 1
-        self._log.warning(
-            "%s: rejected credentials from %s (key name %s): %s",
-            self.source,
-            _short(peer or "?", 60),
-            _short(repr(key_name), 80) if key_name else "none",
-            _short(reason),
-        )
         return True
 
 

@@ -233,6 +233,25 @@ def _add_partition(subcommands: Any) -> None:
     part.set_defaults(handler=_run_partition)
 
 
+def _partition_target_problem(args: Any) -> str | None:
+    """Why ``partition offline|online`` cannot run as given, with the command that would."""
+    action, entity, n = args.action, (args.entity or "").strip("/"), args.partition
+    if not entity:
+        return f"name the entity and the partition: sbemu partition {action} NAMESPACE/ENTITY N"
+    if "/" not in entity:
+        return (
+            f"{entity!r} names no namespace: give NAMESPACE/ENTITY, e.g. sbemu partition "
+            f"{action} sbemulatorns/{entity} {n if n is not None else 'N'} (`sbemu partition "
+            "status` lists the entities)"
+        )
+    if n is None:
+        return (
+            f"name the partition too: sbemu partition {action} {entity} N, N from 0 to the "
+            f"entity's partition count - 1 (`sbemu partition status {entity}` lists them)"
+        )
+    return None
+
+
 def _run_partition(args: Any) -> int:
     import json as _json
     from urllib.parse import quote
@@ -256,9 +275,9 @@ def _run_partition(args: Any) -> int:
         else:
             print(_json.dumps(body, indent=2) if args.json else entity_table(body))
         return 0
-    if not args.entity or "/" not in args.entity or args.partition is None:
-        print("sbemu: usage: sbemu partition offline|online NAMESPACE/ENTITY N", file=sys.stderr)
-        return 2
+    problem = _partition_target_problem(args)
+    if problem is not None:
+        return _fail(problem)
     namespace, entity = args.entity.split("/", 1)
     path = (
         f"/partitions/{quote(namespace, safe='')}/{quote(entity, safe='')}"

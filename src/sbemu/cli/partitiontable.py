@@ -59,7 +59,7 @@ def partition_table(entity: dict[str, Any]) -> str:
         (
             str(p.get("partition")),
             "online" if p.get("online") else "offline",
-            "yes" if p.get("accepting") else "no",
+            "yes" if p.get("online") and p.get("accepting") else "no",
             p.get("reason") or "-",
         )
         for p in entity.get("partitions", [])

@@ -35,7 +35,7 @@ from sbemu.cli.ready import (
     ready_lines,
     write_ready_file,
 )
-from sbemu.config import Config, ConfigError, default_config, load_config
+from sbemu.config import Config, ConfigError, config_from_text, default_config, load_config
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_ADMIN_PORT = 5300  # Microsoft's emulator serves /health on 5300 too
@@ -43,6 +43,10 @@ DEFAULT_LOG_LEVEL = "info"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 ENV_CONFIG = "SBEMU_CONFIG"
+# the configuration inline, as JSON text; CONFIG_JSON is the name Microsoft's emulator users
+# asked for (azure-service-bus-emulator-installer issue #108), accepted too
+ENV_CONFIG_JSON = "SBEMU_CONFIG_JSON"
+ENV_CONFIG_JSON_ALIAS = "CONFIG_JSON"
 ENV_HOST = "SBEMU_HOST"
 ENV_PORT = "SBEMU_PORT"
 ENV_ADMIN_PORT = "SBEMU_ADMIN_PORT"
@@ -66,7 +70,7 @@ ENV_CONNECTION_STRING = "SBEMU_CONNECTION_STRING"
 class Settings:
     """What ``serve`` runs with, after flags, environment and defaults are merged."""
 
-    config_path: Path | None  # None: the embedded default configuration
+    config_path: Path | None  # None: config_json, else the embedded default configuration
     data_dir: Path  # absolute
     host: str
     port: int  # AMQP; 0 = ephemeral
@@ -85,6 +89,8 @@ class Settings:
     ephemeral: bool = False
     # Microsoft's emulator image's contract (sbemu.cli.container): its defaults, its up line
     container: bool = False
+    # (JSON text, the variable it came from): the configuration inline, when no path is given
+    config_json: tuple[str, str] | None = None
 
 
 def _add_serve(subcommands: Any) -> None:
@@ -96,7 +102,10 @@ def _add_serve(subcommands: Any) -> None:
     )
     # Defaults are None so resolve_settings can tell "not given" from "given as the default".
     serve.add_argument(
-        "--config", metavar="PATH", help=f"Config.json to load [{ENV_CONFIG}; default: embedded]"
+        "--config",
+        metavar="PATH",
+        help=f"Config.json to load [{ENV_CONFIG}; or the JSON itself in {ENV_CONFIG_JSON} "
+        f"or {ENV_CONFIG_JSON_ALIAS}; default: embedded]",
     )
     serve.add_argument(
         "--data-dir",
@@ -224,7 +233,15 @@ def resolve_settings(
         p = Path(value).expanduser()
         return p if p.is_absolute() else base / p
 
-    config_value, _ = pick("config", ENV_CONFIG)
+    config_value, config_source = pick("config", ENV_CONFIG)
+    config_json = _inline_config(env)
+    if config_json is not None and config_source.endswith("(the container default)"):
+        config_value = None  # the JSON given inline beats the image's own Config.json
+    if config_json is not None and config_value and config_source == ENV_CONFIG:
+        raise UsageError(
+            f"both {ENV_CONFIG} (a file) and {config_json[1]} (the JSON itself) are set: "
+            "unset one of them"
+        )
     data_dir_value, data_dir_source = pick("data-dir", ENV_DATA_DIR)
     ready_value, _ = pick("ready-file", ENV_READY_FILE)
     ephemeral = _flag(*pick("ephemeral", ENV_EPHEMERAL))
@@ -253,7 +270,21 @@ def resolve_settings(
         ready_file=path(ready_value) if ready_value else None,
         ephemeral=ephemeral,
         container=container,
+        config_json=None if config_value else config_json,
     )
+
+
+def _inline_config(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(JSON text, variable name) from SBEMU_CONFIG_JSON or CONFIG_JSON; both set and
+    different is a UsageError."""
+    given = [
+        (env[n], n) for n in (ENV_CONFIG_JSON, ENV_CONFIG_JSON_ALIAS) if env.get(n, "").strip()
+    ]
+    if len(given) == 2 and given[0][0] != given[1][0]:
+        raise UsageError(
+            f"{ENV_CONFIG_JSON} and {ENV_CONFIG_JSON_ALIAS} are both set and differ: unset one"
+        )
+    return given[0] if given else None
 
 
 def _optional_port(value: str | None, source: str, *, default: int) -> tuple[int, bool] | None:
@@ -331,7 +362,12 @@ def _serve_settings(settings: Settings) -> int:
     if settings.container and (ignored := ignored_settings_line(os.environ)):
         log.info(ignored)
     try:
-        config = load_config(settings.config_path) if settings.config_path else default_config()
+        if settings.config_path:
+            config = load_config(settings.config_path)
+        elif settings.config_json is not None:
+            config = config_from_text(*settings.config_json)
+        else:
+            config = default_config()
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
     if settings.data_dir.exists() and not settings.data_dir.is_dir():

@@ -124,6 +124,7 @@ from sbemu.config.model import (
     TopicConfig,
 )
 from sbemu.config.reader import (
+    config_from_text,
     default_config,
     default_config_text,
     load_config,
@@ -175,6 +176,7 @@ __all__ = [
     "TEST_MAX_SIZES_MB",
     "TIMESPAN_MAX_MS",
     "TopicConfig",
+    "config_from_text",
     "default_config",
     "default_config_text",
     "format_duration_ms",

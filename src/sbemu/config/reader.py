@@ -57,6 +57,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(_decode_json(text, source), source)
 
 
+def config_from_text(text: str, source: str) -> Config:
+    """Validate a Config.json document given as text (``SBEMU_CONFIG_JSON``); errors name
+    ``source``."""
+    return parse_config(_decode_json(text.lstrip("\ufeff"), source), source)
+
+
 def default_config_text() -> str:
     """The embedded default Config.json (package data, with comments)."""
     return resources.files("sbemu.config").joinpath("default.json").read_text(encoding="utf-8")

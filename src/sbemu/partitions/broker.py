@@ -36,7 +36,7 @@ from ..errors import (
 from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
-from .loader import PartitionLoader
+from .loader import PartitionLoader, load_counts
 from .locks import LockTable
 from .records import (
     IncomingMessage,
@@ -702,6 +702,22 @@ class PartitionBroker:
         self.reader.scan_sessions(sq)  # a restart's scan not yet through: finish it (once)
         return sq.session_ids(changed_after_ms)
 
+    def session_summaries(self, queue: str, now_ms: int) -> list[tuple[str, int, int | None, int]]:
+        """(session id, stored messages, locked until ms or None, state bytes) of each session
+        with messages or state in this partition (the dashboard's session list)."""
+        sq = self.queues[queue]
+        self.reader.scan_sessions(sq)
+        return [
+            (
+                sid,
+                sess.messages,
+                sess.lock.until_ms if sess.lock is not None and sess.locked(now_ms) else None,
+                len(sess.state) if sess.state is not None else 0,
+            )
+            for sid, sess in sq.sessions.items()
+            if sess.messages > 0 or sess.state is not None
+        ]
+
     # ---------------------------------------------------------------- management (admin API)
     def add_queue(self, name: str, settings: SubQueueSettings) -> None:
         """A sub-queue created at runtime (a new subscription, its DLQs)."""
@@ -724,6 +740,18 @@ class PartitionBroker:
         self.lock_table.forget_queue(sq)
         sq.clear_ready()
         return count
+
+    def drop_unnamed_queues(self, settings: SubQueueSettings, now_ms: int) -> dict[str, int]:
+        """Purge (logged) and forget the sub-queues stored here that this partition does not
+        serve: a subscription removed from the configuration while sbemu was stopped, so a
+        subscription of that name made later starts empty. Returns {name: messages purged}."""
+        gone = {}
+        for name in self.store.queue_names():
+            if name not in self.queues:
+                self.add_queue(name, settings)
+                load_counts(self.queues[name], self.store.load_meta())  # what the purge undoes
+                gone[name] = self.drop_queue(name, now_ms)
+        return gone
 
     def drop_queue(self, name: str, now_ms: int) -> int:
         """Purge a sub-queue and forget it (a deleted subscription); returns the purged count."""

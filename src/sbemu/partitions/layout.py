@@ -4,9 +4,15 @@
     <data dir>/<namespace>/<entity>/entity.json        partition count and partitioning [P4]
     <data dir>/<namespace>/<entity>/partition-NN/       one LMDB store per partition
     <data dir>/<namespace>/<entity>/rules.json          a topic's runtime subscription rules
+    <data dir>/.retired/<namespace>/<entity>.<stamp>/   an entity no longer named, moved aside
 
 Names are lower-cased and percent-quoted. Partitioning can never change on an existing entity
 [SB partitioning P4]: a data directory that holds it otherwise is refused.
+
+A new entity is empty, as on Azure (a deleted entity's messages are gone): at start the
+directories of entities that neither the configuration nor the admin API's catalog names are
+moved aside under ``.retired/`` (kept for the operator to inspect or delete, never loaded
+again), and an entity created at runtime retires whatever lies where its directory goes.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -52,6 +58,47 @@ def lock_data_dir(data_dir: Path) -> int:
 def entity_dir(data_dir: Path, namespace: str, name: str) -> Path:
     """Where an entity's partitions, manifest and rules live."""
     return data_dir / quote(namespace.lower(), safe="") / quote(name.lower(), safe="")
+
+
+RETIRED_DIR = ".retired"  # a dot: no namespace name starts with one, the log reader skips it
+
+
+def retire_entity_dir(data_dir: Path, base: Path, stamp: str) -> Path:
+    """Move an entity's directory ``base`` aside under ``.retired/<namespace>/``, named
+    ``<entity>.<stamp>`` (a number added when taken); returns where it went."""
+    folder = data_dir / RETIRED_DIR / base.parent.name
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{base.name}.{stamp}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder / f"{base.name}.{stamp}-{n}"
+    os.replace(base, target)
+    return target
+
+
+def stale_entity_dirs(data_dir: Path, live: Iterable[Path]) -> list[Path]:
+    """The entity directories under ``data_dir`` that are not in ``live`` (dot and underscore
+    names skipped: .retired, .lock; files such as catalog.json are not directories)."""
+    keep = {Path(p) for p in live}
+    found: list[Path] = []
+    for ns in sorted(_subdirs(data_dir)):
+        for ent in sorted(_subdirs(ns)):
+            if ent not in keep and _holds_entity(ent):
+                found.append(ent)
+    return found
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))]
+    except FileNotFoundError:
+        return []
+
+
+def _holds_entity(path: Path) -> bool:
+    """An entity's directory: its manifest, or a partition store (a manifest lost in a crash)."""
+    return (path / "entity.json").exists() or any(path.glob("partition-*"))
 
 
 def open_partitions(

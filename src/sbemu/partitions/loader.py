@@ -14,7 +14,7 @@ The broker (broker.py) is the front that the router and the committer call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..errors import ServerBusy, ServiceBusError
 from .completions import Done
@@ -26,6 +26,12 @@ from .staging import Staging
 from .store import PartitionStore
 from .subqueue import SessionLock, SubQueue, SubQueueReader
 from .transitions import Transitions
+
+
+def load_counts(sq: SubQueue, meta: Mapping[str, int]) -> None:
+    """A sub-queue's persisted counts by state and stored bytes, from the store's counters."""
+    sq.counts = [meta.get(f"n:{sq.name}:{k}", 0) for k in "ads"]
+    sq.bytes = meta.get(f"n:{sq.name}:b", 0)
 
 
 class PartitionLoader:
@@ -72,9 +78,8 @@ class PartitionLoader:
         if meta.get("layout", 1) < LAYOUT:
             migrate(store, self.queues, meta.get("layout", 1), self.reader.each_record)
             meta = store.load_meta()
-        for name, sq in self.queues.items():
-            sq.counts = [meta.get(f"n:{name}:{k}", 0) for k in "ads"]
-            sq.bytes = meta.get(f"n:{name}:b", 0)
+        for sq in self.queues.values():
+            load_counts(sq, meta)
         self.health.reloaded(sum(max(sq.bytes, 0) for sq in self.queues.values()))
         for sq in self.queues.values():
             if sq.settings.requires_session:

@@ -33,7 +33,8 @@ def partition_status(entity: Entity) -> dict:
             "partition": b.partition_id,
             "state": b.health.state.value,  # online | full | offline | faulted
             "online": b.health.serving,
-            "accepting": b.health.accepting,
+            # an offline partition takes no send, whatever room it has
+            "accepting": b.health.serving and b.health.accepting,
             "reason": b.health.describe,
         }
         for b in entity.partitions

@@ -30,7 +30,7 @@ from .dispatch import EntityView
 from .entity import Entity
 from .forwarding import Forwarder, forward_target
 from .idle import IdleTracker
-from .layout import entity_dir, open_partitions
+from .layout import entity_dir, open_partitions, retire_entity_dir, stale_entity_dirs
 from .records import MessageRecord
 from .resend import ViewOf, incoming_from_record
 from .specs import MIB, EntitySpec, resolve_view_name, with_scheduled
@@ -46,6 +46,10 @@ RELEASE_RESIDENT_MS = 2_000  # how often the partitions unmap the store pages th
 def _forwards(entity: Entity, queue: str) -> bool:
     """Whether the entity's sub-queue forwards (ForwardTo, ForwardDeadLetteredMessagesTo)."""
     return forward_target(entity, queue) is not None
+
+
+# settings for a sub-queue opened only to be purged (no receiver ever sees it)
+UNNAMED_QUEUE_SETTINGS = SubQueueSettings(60_000, None, None, False, None)
 
 
 def _notify_session_lost(lock: SessionLock) -> None:
@@ -340,13 +344,41 @@ class Router:
         """[P17] management operations fail while a partition of the entity is unhealthy."""
         registry.check_healthy(entity)
 
-    def create_entity(self, spec: EntitySpec) -> Entity:
-        """A queue or topic created at runtime; raises a 409 error when the name is taken."""
+    def create_entity(self, spec: EntitySpec, stamp: str) -> tuple[Entity, Path | None]:
+        """A queue or topic created at runtime, empty: whatever lies where its directory goes
+        (no live entity owns it) is moved aside first, named with ``stamp``; returns the
+        entity and where that went (None: nothing was there). 409 when the name is taken."""
         if self.get_entity(spec.namespace, spec.name) is not None:
             raise EntityAlreadyExists(
                 f"The messaging entity '{spec.namespace}:{spec.name}' already exists."
             )
-        return self.add_entity(spec)
+        base = self.entity_dir(spec.namespace, spec.name)
+        retired = retire_entity_dir(self.data_dir, base, stamp) if base.exists() else None
+        return self.add_entity(spec), retired
+
+    def drop_unnamed_subqueues(self, now_ms: int) -> dict[tuple[str, str], int]:
+        """At start: purge the sub-queues a topic's stores hold that none of its subscriptions
+        serves any more ({(namespace/topic, sub-queue): messages purged}); the commit loop
+        commits what this staged."""
+        dropped: dict[tuple[str, str], int] = {}
+        for entity in self.entities.values():
+            if entity.spec.kind != "topic":
+                continue
+            for broker in entity.partitions:
+                gone = broker.drop_unnamed_queues(UNNAMED_QUEUE_SETTINGS, now_ms)
+                for name, count in gone.items():
+                    key = (f"{entity.spec.namespace}/{entity.name}", name)
+                    dropped[key] = dropped.get(key, 0) + count
+        return dropped
+
+    def retire_stale(self, stamp: str) -> list[tuple[Path, Path]]:
+        """Move aside every entity directory no live entity owns (at start, once the
+        configured and catalogued entities are open): (old place, new place) for each."""
+        live = [self.entity_dir(e.spec.namespace, e.name) for e in self.entities.values()]
+        return [
+            (base, retire_entity_dir(self.data_dir, base, stamp))
+            for base in stale_entity_dirs(self.data_dir, live)
+        ]
 
     def update_entity(self, spec: EntitySpec) -> Entity:
         """New settings for an existing entity; partitioning can never change [P4].

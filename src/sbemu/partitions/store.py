@@ -285,6 +285,16 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
+    def queue_names(self) -> list[str]:
+        """The sub-queues whose databases hold records (the main database lists them)."""
+        try:
+            with self._env.begin() as txn:
+                names = [bytes(k) for k, _ in txn.cursor()]
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
+        queues = [n[2:].decode("utf-8") for n in names if n.startswith(b"q:")]
+        return [q for q in queues if self.entries(q) > 0]
+
     def entries(self, queue: str) -> int:
         """How many records a sub-queue's database holds (LMDB keeps the count)."""
         db = self._read_db(queue)

@@ -127,6 +127,9 @@ class RequestLinks:
         )
         if grant is not None:
             self._grants.add(grant, self.now)
+        elif status == 404:  # the key may be right: the audience names no entity
+            audience = props.get("name")
+            self.services.rejections.entity_not_found(str(audience), self.peer, self.now)
         else:
             self.services.rejections.rejected(
                 token_key_name(request.body),

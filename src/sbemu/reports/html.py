@@ -266,6 +266,7 @@ def render(out: str, *, now: datetime | None = None) -> str:
         for c in (
             "namespace",
             "entity",
+            "sent",
             "enqueued",
             "completed",
             "deadlettered",
@@ -282,6 +283,7 @@ def render(out: str, *, now: datetime | None = None) -> str:
             for v in (
                 s["namespace"],
                 s["entity"],
+                s["sent"],
                 s["enqueued"],
                 s["completed"],
                 s["deadlettered"],

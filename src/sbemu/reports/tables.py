@@ -46,6 +46,7 @@ from sbemu.atomicfile import atomic_write
 __all__ = [
     "SESSION_BUCKETS",
     "TABLES",
+    "TRAFFIC_COUNTS",
     "TableStore",
     "percentiles",
     "read_rows",
@@ -54,6 +55,12 @@ __all__ = [
 
 TABLES = ("traffic_by_minute", "deadletter_reasons", "latency", "partition_skew", "sessions")
 TRAFFIC_EVENTS = ("enqueued", "delivered", "completed", "abandoned", "deadlettered", "expired")
+# traffic_by_minute's counts, defined as /metrics counts them (docs/spark.md): `sent`, the
+# messages sent to the entity (scheduled ones included: sbemu_incoming_messages_total);
+# `scheduled`, those of them sent with a ScheduledEnqueueTimeUtc; then one column per log
+# event, where `enqueued` counts the copies placed in sub-queues at send (on a topic one per
+# subscription that takes it: the fan-out deliveries; on a queue its sends not scheduled)
+TRAFFIC_COUNTS = ("sent", "scheduled", *TRAFFIC_EVENTS)
 SESSION_BUCKETS = 16
 BATCH_META = b"sbemu.batch"
 
@@ -64,7 +71,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("entity", "string"),
         ("partition", "int32"),
         ("minute", "timestamp"),
-        *((name, "int64") for name in TRAFFIC_EVENTS),
+        *((name, "int64") for name in TRAFFIC_COUNTS),
     ),
     "deadletter_reasons": (
         ("namespace", "string"),
@@ -308,7 +315,7 @@ class TableStore:
                 self.path("traffic_by_minute", ns, ent, day),
                 ("namespace", "entity", "partition", "minute"),
                 rows,
-                add(TRAFFIC_EVENTS),
+                add(TRAFFIC_COUNTS),
                 batch,
             )
         for (ns, ent, _), rows in groups(reasons, lambda r: "all").items():
@@ -476,7 +483,7 @@ def summary_rows(out: str) -> list[dict[str, Any]]:
                 "entity": key[1],
                 "partitions": None,
                 "max_over_mean": None,
-                **{n: 0 for n in TRAFFIC_EVENTS},
+                **{n: 0 for n in TRAFFIC_COUNTS},
                 "p95_ms": None,
                 "sessions": 0,
             }
@@ -486,7 +493,7 @@ def summary_rows(out: str) -> list[dict[str, Any]]:
         row(r).update(partitions=r["partitions"], max_over_mean=r["max_over_mean"])
     for r in read_rows(out, "traffic_by_minute"):
         target = row(r)
-        for n in TRAFFIC_EVENTS:
+        for n in TRAFFIC_COUNTS:
             target[n] += r[n]
     for r in read_rows(out, "latency"):
         target = row(r)
@@ -514,7 +521,9 @@ DELTA_COLUMNS = (
     "session_id",
     "enqueued_time",
     "reason",
+    "offset",
 )
+SCHEDULED_QUEUE = "$scheduled"  # a topic's scheduled messages (partitions/transitions.py)
 
 
 def _micros(column: Any) -> Any:
@@ -533,6 +542,38 @@ def _utc(us: int | None) -> datetime | None:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _activation_copies(events: Any, rows: Any) -> Any:
+    """Per event row: is it a copy made when a topic's scheduled message came due (it was
+    counted as sent by its `scheduled` event)? Those copies get one new sequence number,
+    logged right after the `activated` event of the topic's $scheduled sub-queue: the event
+    at the next offset of that partition log carries it. ``rows``: namespace, entity,
+    partition (int32) and row number of each event."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = ["namespace", "entity", "partition"]
+    offset = events.column("offset").cast(pa.int64())
+    seq = events.column("sequence_number")
+    x = rows.append_column("offset", offset).append_column("seq", seq)
+    activated = pc.and_(
+        pc.equal(events.column("event"), "activated"),
+        pc.equal(events.column("queue"), SCHEDULED_QUEUE),
+    )
+    after = x.filter(pc.fill_null(activated, False))
+    at = after.schema.get_field_index("offset")
+    after = after.set_column(at, "offset", pc.add(after.column("offset"), 1)).select(
+        [*keys, "offset"]
+    )
+    enqueued = x.filter(pc.fill_null(pc.equal(events.column("event"), "enqueued"), False))
+    copies = enqueued.join(after, [*keys, "offset"], join_type="inner").select([*keys, "seq"])
+    if copies.num_rows == 0:
+        return pa.array([False] * events.num_rows)
+    unique = copies.group_by([*keys, "seq"]).aggregate([])
+    unique = unique.append_column("copy", pa.array([True] * unique.num_rows))
+    marked = x.join(unique, [*keys, "seq"], join_type="left outer").sort_by("row")
+    return pc.fill_null(marked.column("copy"), False)
 
 
 def batch_deltas(
@@ -575,6 +616,8 @@ def batch_deltas(
     )
     prev_col = t.join(prev, keys, join_type="left outer").sort_by("row").column("prev_max_seq")
     fresh = pc.and_kleene(sent, pc.or_kleene(pc.is_null(prev_col), pc.greater(seq, prev_col)))
+    # sent: a fresh number that is not a topic's scheduled message fanned out at activation
+    new_send = pc.and_(pc.fill_null(fresh, False), pc.invert(_activation_copies(events, t)))
     null64 = pa.scalar(None, pa.int64())
     done = pc.and_(
         pc.and_(
@@ -596,7 +639,8 @@ def batch_deltas(
         "done": done,
         "sent_seq": pc.if_else(pc.fill_null(sent, False), seq, null64),
         "new_seq": pc.if_else(pc.fill_null(fresh, False), seq, null64),
-        **{f"is_{n}": pc.cast(pc.equal(ev, n), pa.int64()) for n in TRAFFIC_EVENTS},
+        "sent_new": pc.if_else(new_send, seq, null64),
+        **{f"is_{n}": pc.cast(pc.equal(ev, n), pa.int64()) for n in ("scheduled", *TRAFFIC_EVENTS)},
     }
     x = pa.table(cols)
     distinct = pc.CountOptions(mode="only_valid")
@@ -604,15 +648,19 @@ def batch_deltas(
     def rows(table: Any) -> list[dict[str, Any]]:
         return table.to_pylist()
 
-    traffic = x.filter(pc.is_in(x.column("event"), value_set=pa.array(TRAFFIC_EVENTS)))
+    counted = pa.array(["scheduled", *TRAFFIC_EVENTS])
+    traffic = x.filter(pc.is_in(x.column("event"), value_set=counted))
+    # sent: the distinct new sequence numbers (a topic's copies share the message's number)
     traffic = traffic.group_by([*keys, "minute"]).aggregate(
-        [(f"is_{n}", "sum") for n in TRAFFIC_EVENTS]
+        [("sent_new", "count_distinct", distinct)]
+        + [(f"is_{n}", "sum") for n in ("scheduled", *TRAFFIC_EVENTS)]
     )
     out_traffic = [
         {
             **{k: r[k] for k in keys},
             "minute": _utc(r["minute"]),
-            **{n: r[f"is_{n}_sum"] for n in TRAFFIC_EVENTS},
+            "sent": r["sent_new_count_distinct"],
+            **{n: r[f"is_{n}_sum"] for n in ("scheduled", *TRAFFIC_EVENTS)},
         }
         for r in rows(traffic)
     ]

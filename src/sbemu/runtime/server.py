@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import errno
 import functools
 import logging
 import os
@@ -56,6 +57,23 @@ TIMER_INTERVAL = 0.1  # seconds between lock / TTL / schedule sweeps
 # wants to hand the result back (Python's default is 5 ms: up to 5 ms more per acknowledgement).
 GIL_SWITCH_INTERVAL = 0.001
 STOP_COMMIT_WAIT = 5.0  # seconds stop() keeps trying to commit what a failing store holds
+
+
+def listen_hint(exc: OSError, flag: str | None) -> str:
+    """What to do next when a port cannot be bound, as one sentence (empty when nothing
+    better than the reason can be said); ``flag`` names the option that moves it (None: the
+    namespace's AmqpPort in the configuration)."""
+    if exc.errno != errno.EADDRINUSE:
+        return ""
+    if flag is None:
+        return (
+            "; another process holds the port: stop it, or give the namespace another "
+            "AmqpPort in the configuration (0 = any free port)"
+        )
+    return (
+        f"; another process (an sbemu already running?) holds the port: stop it, or pick "
+        f'another with {flag} N (with make: make run ARGS="{flag} N")'
+    )
 
 
 class StartupError(Exception):
@@ -194,7 +212,7 @@ class Server:
         self._new_protocol: Any = new_protocol
         self._websocket_handler = endpoints.websocket_handler(new_protocol)
         try:
-            ssl_context = server_ssl_context(self.data_dir)
+            ssl_context = server_ssl_context(self.data_dir, hosts=(self.host,))
         except (OSError, ValueError) as exc:
             raise StartupError(f"data dir {self.data_dir}: TLS certificate: {exc}") from exc
         # every route with its rule (listed by tests and the docs: docs/security.md)
@@ -219,6 +237,7 @@ class Server:
         except OSError as exc:
             raise StartupError(
                 f"cannot listen on {self.host}:{self.amqp_port} (AMQP): {exc.strerror or exc}"
+                + listen_hint(exc, "--port")
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
         await self._listen_namespace_ports(services, flusher)
@@ -230,6 +249,7 @@ class Server:
             self._amqp_server.close()
             raise StartupError(
                 f"cannot listen on {self.host}:{self.admin_port} (admin): {exc.strerror or exc}"
+                + listen_hint(exc, "--admin-port")
             ) from exc
         self.admin_port = self._admin_server.sockets[0].getsockname()[1]
         await self._start_endpoints()
@@ -247,7 +267,7 @@ class Server:
         host, tls, ws = self.host, self._tls_listen, self._ws_listen
         try:
             if tls is not None:
-                context = server_ssl_context(self.data_dir, alpn=())
+                context = server_ssl_context(self.data_dir, alpn=(), hosts=(host,))
                 timeout = self.services.limits.handshake_timeout
                 served = await endpoints.start_amqps(host, tls, self._sniffing, context, timeout)
                 self.tls_port = self._served(*served, "amqps")
@@ -298,7 +318,7 @@ class Server:
                         other.close()
                 raise StartupError(
                     f"cannot listen on {self.host}:{ns.amqp_port} (AMQP for namespace "
-                    f"{ns.name}): {exc.strerror or exc}"
+                    f"{ns.name}): {exc.strerror or exc}" + listen_hint(exc, None)
                 ) from exc
             self.namespace_servers[ns.name] = server
 

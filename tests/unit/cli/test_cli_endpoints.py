@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sbemu.cli import UsageError, build_parser, resolve_settings
-from sbemu.cli.ready import endpoint_lines
+from sbemu.cli.ready import connection_string, endpoint_lines
 from sbemu.config import default_config
 
 
@@ -70,6 +70,24 @@ def test_endpoint_lines_for_other_ports_and_unserved_defaults() -> None:
         "amqps on amqps://[::1]:15671 (certificate from the CA /ca)",
         "connection string (TLS): Endpoint=sb://localhost:15671/;SharedAccessKeyName="
         "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;",
+        # the Python SDK drops that port without the emulator flag: the form that works
+        "python (azure-servicebus drops this port from the Endpoint): "
+        'ServiceBusClient.from_connection_string(<TLS string>, custom_endpoint_address="sb://'
+        'localhost:15671", transport_type=TransportType.Amqp, connection_verify="/ca") (7.13 and '
+        "older take custom_endpoint_address as WebSockets: give the wss port there)",
         "websockets on ws://[::1]:5300/$servicebus/websocket and wss:// (AMQPWSB10)",
         "websocket port not served: why",
     ]
+
+
+def test_strings_name_the_bound_address_beyond_loopback() -> None:
+    lines = endpoint_lines(default_config(), "127.0.0.2", 5300, 5671, None, [], "/ca")
+    assert lines[1].startswith("connection string (TLS): Endpoint=sb://127.0.0.2/;")
+    config = default_config()
+    assert connection_string(config, 5674, host="127.0.0.2").startswith(
+        "Endpoint=sb://127.0.0.2:5674;"
+    )
+    assert connection_string(config, 5674, host="0.0.0.0").startswith(
+        "Endpoint=sb://localhost:5674;"
+    )
+    assert connection_string(config, 5672, host="fd00::5").startswith("Endpoint=sb://[fd00::5];")

@@ -16,7 +16,13 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from sbemu.reports import html as reporthtml  # noqa: E402
-from sbemu.reports.tables import TableStore, percentiles, read_rows, summary_rows  # noqa: E402
+from sbemu.reports.tables import (  # noqa: E402
+    TRAFFIC_COUNTS,
+    TableStore,
+    percentiles,
+    read_rows,
+    summary_rows,
+)
 
 NS, Q = "ns1", "orders"
 M0 = datetime(2026, 1, 1, 23, 59, tzinfo=UTC)
@@ -44,7 +50,7 @@ def test_percentiles_from_a_histogram_are_exact():
 
 def traffic(minute, partition, **counts):
     row = {"namespace": NS, "entity": Q, "partition": partition, "minute": minute}
-    for name in ("enqueued", "delivered", "completed", "abandoned", "deadlettered", "expired"):
+    for name in TRAFFIC_COUNTS:
         row[name] = counts.get(name, 0)
     return row
 
@@ -186,8 +192,11 @@ def test_batch_deltas_from_events():
 
     ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
+    offsets = iter(range(1000))
+
     def ev(part, offset_ms, event, seq, *, queue="main", session=None, enq=None, reason=None):
         return {
+            "offset": next(offsets),
             "namespace": NS,
             "entity": Q,
             "partition": part,
@@ -207,7 +216,11 @@ def test_batch_deltas_from_events():
         ev(0, 61_000, "completed", 6, queue="subscriptions/a", session="s", enq=ms),
         ev(0, 62_000, "completed", 7, queue="main/$deadletterqueue", enq=ms),  # not latency
         ev(1, 500, "deadlettered", 9),  # no reason
-        ev(1, 700, "scheduled", 10),
+        ev(1, 700, "scheduled", 10, queue="$scheduled"),
+        # 10 comes due: its copies get the new number 11 (not a new send: 10 counted it)
+        ev(1, 800, "activated", 10, queue="$scheduled"),
+        ev(1, 800, "enqueued", 11, queue="subscriptions/a"),
+        ev(1, 800, "enqueued", 11, queue="subscriptions/b"),
     ]
     ts = pa.timestamp("ms")  # Spark may write INT96 or micros: any unit, no zone
     table = pa.table(
@@ -222,16 +235,29 @@ def test_batch_deltas_from_events():
             "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
             "enqueued_time": pa.array([r["enqueued_time"] for r in rows], ts),
             "reason": pa.array([r["reason"] for r in rows], pa.string()),
+            "offset": pa.array([r["offset"] for r in rows], pa.int64()),
         }
     )
     d = batch_deltas(table, {(NS, Q, 0): 5})
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     t1 = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     traffic = {
-        (r["partition"], r["minute"]): (r["enqueued"], r["completed"], r["deadlettered"])
+        (r["partition"], r["minute"]): (
+            r["sent"],
+            r["scheduled"],
+            r["enqueued"],
+            r["completed"],
+            r["deadlettered"],
+        )
         for r in d["traffic"]
     }
-    assert traffic == {(0, t0): (3, 0, 0), (0, t1): (0, 2, 0), (1, t0): (0, 0, 1)}
+    # sent as /metrics counts it: once per message (6, not its two subscription copies, nor 5
+    # counted last batch), scheduled ones included (10); enqueued: the copies (fan-out)
+    assert traffic == {
+        (0, t0): (1, 0, 3, 0, 0),
+        (0, t1): (0, 0, 0, 2, 0),
+        (1, t0): (1, 1, 2, 0, 1),
+    }
     assert d["reasons"] == [{"namespace": NS, "entity": Q, "reason": None, "count": 1}]
     assert d["latency"] == [
         {"namespace": NS, "entity": Q, "partition": 0, "latency_ms": 61_000, "count": 1}
@@ -239,7 +265,7 @@ def test_batch_deltas_from_events():
     parts = {
         r["partition"]: (r["events"], r["new_messages"], r["max_seq"]) for r in d["partitions"]
     }
-    assert parts == {0: (5, 1, 6), 1: (2, 1, 10)}
+    assert parts == {0: (5, 1, 6), 1: (5, 2, 11)}
     (sess,) = d["sessions"]
     assert (sess["messages"], sess["first_time"], sess["last_time"]) == (
         1,

@@ -184,6 +184,8 @@ async function pageOverview(root) {
       card("ov-incoming", "Messages in", fmtNum(o.totals.incoming)),
       card("ov-outgoing", "Messages out", fmtNum(o.totals.outgoing)),
       card("ov-datadir", "Data dir", fmtBytes(o.data_dir_bytes)),
+      card("ov-memory", o.process.rss_is_peak ? "Memory (peak)" : "Memory", fmtBytes(o.process.rss_bytes)),
+      card("ov-cpu", "CPU (one core = 100%)", o.process.cpu_percent === null ? "-" : o.process.cpu_percent.toFixed(1) + "%"),
     );
     cards.append(el("div", { class: "card" }, el("div", { class: "label" }, "Version / AMQP"),
       el("div", { class: "mono" }, "sbemu " + o.version), el("div", { class: "mono muted" }, o.amqp)));
@@ -242,6 +244,7 @@ const ENTITY_COLUMNS = [
   ["deferred", "Deferred", (r) => r.counts.deferred, true],
   ["transfer", "Transfer", (r) => r.counts.transfer + r.counts.transferdeadletter, true],
   ["size", "Size", (r) => r.size_bytes || 0, true],
+  ["consumers", "Consumers", (r) => r.consumers || 0, true],
   ["rate_in", "In/s", (r) => rateOf(r, "incoming"), true],
   ["rate_out", "Out/s", (r) => rateOf(r, "outgoing"), true],
   ["status", "Status", (r) => r.status],
@@ -260,6 +263,23 @@ async function pageEntities(root, query) {
   const onlyIssues = el("input", { type: "checkbox", id: "only-issues" });
   root.append(el("div", { class: "toolbar" }, filter, el("label", {}, onlyIssues, " only dead letters or Limited"),
     el("span", { class: "muted", id: "entities-generated" })));
+  // a new queue or topic, created as the admin API creates it
+  const newName = el("input", { id: "new-entity-name", placeholder: "new entity name", required: true });
+  const newKind = el("select", { id: "new-entity-kind" }, el("option", { value: "queue" }, "queue"), el("option", { value: "topic" }, "topic"));
+  const newNs = el("select", { id: "new-entity-ns" });
+  const newPartitioned = el("input", { type: "checkbox", id: "new-entity-partitioned" });
+  const create = el("form", { class: "toolbar", id: "new-entity" }, newNs, newKind, newName,
+    el("label", {}, newPartitioned, " partitioned"), el("button", { type: "submit" }, "Create"));
+  create.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      const r = await api("/api/entity/create", { ns: newNs.value, kind: newKind.value, name: newName.value.trim(), partitioned: newPartitioned.checked });
+      toast(`${r.kind} ${r.entity} created`);
+      newName.value = "";
+      await refresh();
+    } catch (err) { toast(err.message, true); }
+  });
+  root.append(create);
   const table = el("table", { id: "entities" });
   root.append(table);
   let rows = [];
@@ -274,7 +294,7 @@ async function pageEntities(root, query) {
       return (x < y ? -1 : x > y ? 1 : 0) * state.entitiesSort.dir;
     });
     const head = el("tr", {}, ENTITY_COLUMNS.map(([key, label, , num]) => el("th", {
-      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key.startsWith("rate_") ? "messages per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
+      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key === "consumers" ? "receive links attached now (dead-letter queues and sessions included; a topic: its subscriptions')" : key.startsWith("rate_") ? "messages per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
       class: "sortable" + (num ? " num" : "") + (state.entitiesSort.key === key ? (state.entitiesSort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
       "data-sort": key,
       onclick: () => {
@@ -293,6 +313,7 @@ async function pageEntities(root, query) {
         el("td", { class: "num", "data-count": "deferred" }, fmtNum(r.counts.deferred)),
         el("td", { class: "num" }, fmtNum(r.counts.transfer) + " / " + fmtNum(r.counts.transferdeadletter)),
         el("td", { class: "num" }, r.size_bytes === null ? "" : fmtBytes(r.size_bytes)),
+        el("td", { class: "num", "data-count": "consumers" }, fmtNum(r.consumers || 0)),
         el("td", { class: "num", "data-rate": "incoming" }, fmtRateCell(rateOf(r, "incoming"))),
         el("td", { class: "num", "data-rate": "outgoing" }, fmtRateCell(rateOf(r, "outgoing"))),
         el("td", { "data-status": r.status }, r.status),
@@ -304,6 +325,8 @@ async function pageEntities(root, query) {
   async function refresh() {
     const snap = await api("/api/entities");
     rows = snap.entities;
+    const names = [...new Set(rows.map((r) => r.namespace))];
+    if (newNs.options.length !== names.length) newNs.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
     $("#entities-generated").textContent = "as of " + fmtTime(snap.generated_ms);
     render();
   }
@@ -322,8 +345,9 @@ async function pageEntity(root, ns, name, query) {
   let sub = query.get("sub") || (isTopic ? subs[0] || "" : "");
   let tab = query.get("state") || "active";
   const purgeAll = el("button", { id: "purge-all", class: "danger", type: "button" }, "Purge everything");
+  const deleteBtn = el("button", { id: "delete-entity", class: "danger", type: "button" }, "Delete " + detail.kind);
   const title = el("h1", {}, detail.kind + " ", el("span", { class: "mono" }, ns + "/" + detail.name), " ",
-    el("span", { id: "entity-availability", class: "badge" }), " ", purgeAll);
+    el("span", { id: "entity-availability", class: "badge" }), " ", purgeAll, " ", deleteBtn);
   root.append(title);
   const summary = el("div", { class: "cards", id: "entity-cards" });
   root.append(summary);
@@ -331,6 +355,26 @@ async function pageEntity(root, ns, name, query) {
   // partitions
   const partsPanel = el("div", { class: "panel" });
   root.append(el("h2", {}, "Partitions"), partsPanel);
+
+  // sessions of a session-enabled queue or subscription
+  const sessionsHead = el("h2", { class: "hidden" }, "Sessions");
+  const sessionsPanel = el("div", { class: "panel hidden", id: "sessions" });
+  root.append(sessionsHead, sessionsPanel);
+  async function loadSessions() {
+    const r = rowFor();
+    const on = !!(r && r.requires_session);
+    sessionsHead.classList.toggle("hidden", !on); sessionsPanel.classList.toggle("hidden", !on);
+    if (!on) return;
+    const q = "/api/sessions?ns=" + encodeURIComponent(ns) + "&entity=" + encodeURIComponent(detail.name) + (sub ? "&subscription=" + encodeURIComponent(sub) : "");
+    const page = await api(q);
+    const head = el("tr", {}, ["Session id", "Messages", "Locked until", "State"].map((h) => el("th", {}, h)));
+    const rows = page.sessions.map((x) => el("tr", { "data-session": x.session_id },
+      el("td", { class: "mono" }, x.session_id), el("td", { class: "num" }, fmtNum(x.messages)),
+      el("td", {}, x.locked_until_ms ? fmtTime(x.locked_until_ms) : "not locked"), el("td", {}, x.state_bytes ? fmtBytes(x.state_bytes) : "none")));
+    sessionsPanel.replaceChildren(el("table", { id: "session-list" }, head, ...rows),
+      page.total > page.sessions.length ? el("p", { class: "muted" }, `${page.sessions.length} of ${page.total} shown`) : null,
+      page.sessions.length ? null : el("p", { class: "muted" }, "No sessions with messages or state."));
+  }
 
   // explorer
   const subSelect = el("select", { id: "subscription-select" }, subs.map((s) => el("option", { value: s }, s)));
@@ -386,7 +430,10 @@ async function pageEntity(root, ns, name, query) {
     av.setAttribute("data-availability", topicRow.availability);
     const c = r.counts;
     const rates = topicRow.rates || { incoming: 0, outgoing: 0 };
-    summary.replaceChildren(...[["Active", c.active, "active"], ["Dead-letter", c.deadletter, "deadletter"], ["Scheduled", c.scheduled, "scheduled"],
+    // on a topic the counts are the selected subscription's: the first card says which
+    const whose = isTopic ? [el("div", { class: "card", id: "cards-subscription" }, el("div", { class: "label" }, "Counts of subscription"),
+      el("div", { class: "value" }, r.subscription || "-"))] : [];
+    summary.replaceChildren(...whose, ...[["Active", c.active, "active"], ["Dead-letter", c.deadletter, "deadletter"], ["Scheduled", c.scheduled, "scheduled"],
       ["Deferred", c.deferred, "deferred"], ["Transfer DLQ", c.transferdeadletter, "transferdeadletter"], ["Partitions", detail.partition_count, "partitions"]]
       .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))),
       ...[["In", rates.incoming, "incoming"], ["Out", rates.outgoing, "outgoing"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
@@ -422,6 +469,7 @@ async function pageEntity(root, ns, name, query) {
   async function reloadDetail() {
     detail = await api("/api/entity?ns=" + encodeURIComponent(ns) + "&entity=" + encodeURIComponent(name));
     renderSummary();
+    await loadSessions();
   }
   function renderTabs() {
     const labels = { active: "Active", deferred: "Deferred", scheduled: "Scheduled", deadletter: "Dead-letter", transferdeadletter: "Transfer DLQ" };
@@ -449,7 +497,11 @@ async function pageEntity(root, ns, name, query) {
     } catch (e) { toast(e.message, true); }
   }
   function renderList() {
-    const head = el("tr", {}, el("th", {}, ""), el("th", {}, "Seq (partition)"), el("th", {}, "Message id"), el("th", {}, "Enqueued"), el("th", { class: "num" }, "Deliveries"), el("th", {}, tab === "deadletter" ? "Reason" : "Session"));
+    // on a dead-letter tab the reason comes right after the sequence number, where the panel
+    // shows it without a sideways scroll (a long message id pushed it out of sight)
+    const dead = tab === "deadletter" || tab === "transferdeadletter";
+    const head = el("tr", {}, el("th", {}, ""), el("th", {}, "Seq (partition)"), dead ? el("th", {}, "Reason") : null,
+      el("th", {}, "Message id"), el("th", {}, "Enqueued"), el("th", { class: "num" }, "Deliveries"), dead ? null : el("th", {}, "Session"));
     const rows = messages.map((m) => {
       const box = el("input", { type: "checkbox", "data-select": m.sequence_number });
       box.checked = selected.has(m.sequence_number);
@@ -457,10 +509,11 @@ async function pageEntity(root, ns, name, query) {
       return el("tr", { class: current && current.sequence_number === m.sequence_number ? "selected" : "", "data-seq": m.sequence_number, onclick: () => renderDetail(m) },
         el("td", {}, box),
         el("td", { class: "mono" }, m.partition === null ? String(m.sequence_number) : `${m.partition_sequence} (p${m.partition})`),
+        dead ? el("td", { class: "reason", title: m.dead_letter_description || "" }, m.dead_letter_reason || "") : null,
         el("td", { class: "mono id", title: m.message_id || "" }, m.message_id || ""),
         el("td", { title: fmtTime(m.enqueued_ms) }, fmtTime(m.enqueued_ms).slice(11)),
         el("td", { class: "num" }, m.delivery_count),
-        el("td", {}, tab === "deadletter" ? (m.dead_letter_reason || "") : (m.session_id || "")));
+        dead ? null : el("td", {}, m.session_id || ""));
     });
     list.replaceChildren(el("table", { id: "messages" }, head, ...rows));
     if (!messages.length) list.append(el("p", { class: "muted", id: "no-messages" }, "No messages."));
@@ -505,7 +558,7 @@ async function pageEntity(root, ns, name, query) {
     setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
   });
   moreBtn.addEventListener("click", () => load(false));
-  subSelect.addEventListener("change", () => { sub = subSelect.value; renderSummary(); load(true); });
+  subSelect.addEventListener("change", () => { sub = subSelect.value; renderSummary(); load(true); loadSessions().catch(() => {}); });
   resubmitBtn.addEventListener("click", async () => {
     if (!selected.size) { toast("Tick the dead letters to resubmit first.", true); return; }
     try {
@@ -521,6 +574,14 @@ async function pageEntity(root, ns, name, query) {
       const r = await api("/api/purge", { ns, entity: detail.name, subscription: sub, state: tab });
       toast(`${r.removed} messages purged` + (r.locked_kept ? `, ${r.locked_kept} locked kept` : ""));
       await reloadDetail(); await load(true);
+    } catch (e) { toast(e.message, true); }
+  });
+  deleteBtn.addEventListener("click", async () => {
+    if (!confirm(`Delete the ${detail.kind} ${ns}/${detail.name} and every message in it${isTopic ? ", with its subscriptions" : ""}? This cannot be undone.`)) return;
+    try {
+      await api("/api/entity/delete", { ns, entity: detail.name });
+      toast(`${detail.kind} ${detail.name} deleted`);
+      location.hash = "#/entities";
     } catch (e) { toast(e.message, true); }
   });
   purgeAll.addEventListener("click", async () => {
@@ -574,6 +635,7 @@ async function pageEntity(root, ns, name, query) {
 
   renderSummary(); renderTabs(); renderRules();
   await load(true);
+  await loadSessions();
   let n = 0;
   return { tick() { if (++n % 2 === 0) reloadDetail().catch(() => {}); } };
 }

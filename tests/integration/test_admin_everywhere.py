@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
-
-from conftest import KEY, KEY_NAME, make_sas_token, queue_def
+from integration_support import KEY, KEY_NAME, make_sas_token, queue_def
 
 JS = Path(__file__).resolve().parents[1] / "js"
 SBEMU_QUEUES = [queue_def("q1"), queue_def("sq", RequiresSession=True)]

@@ -20,75 +20,10 @@ BURST = 10  # lines per window
 WINDOW = 60.0  # seconds
 
 
-class RejectionLog:
-    """Rate-limited warnings about refused credentials for one source ("AMQP", "admin")."""
-
-    def __init__(
-        self,
-        source: str,
-        logger: logging.Logger,
-        *,
-        burst: int = BURST,
-        window: float = WINDOW,
-    ) -> None:
-        self.source = source
-        self._log = logger
-        self.burst = burst
-        self.window = window
-        self._window_start = float("-inf")
-        self._logged = 0
-        self.suppressed = 0  # held back in the current window
-
-    def rejected(self, key_name: str | None, reason: str, peer: str, now: float) -> bool:
-        """Log one rejection (True) unless this window's burst is spent (False, counted)."""
-        if not self._allow(now):
-            return False
-        self._log.warning(
-            "%s: rejected credentials from %s (key name %s): %s",
-            self.source,
-            _short(peer or "?", 60),
-            _short(repr(key_name), 80) if key_name else "none",
-            _short(reason),
-        )
-        return True
-
-    def entity_not_found(self, path: str, peer: str, now: float) -> bool:
-        """Log a token asked for an entity that does not exist (True), in the same rate
-        limit as the rejections: the credentials may be right, the name is not."""
-        if not self._allow(now):
-            return False
-        self._log.warning(
-            "%s: entity not found: %s asked for '%s', which no queue, topic or subscription of "
-            "the namespace is; check the name, or create it (configuration or admin API)",
-            self.source,
-            _short(peer or "?", 60),
-            _short(path, 200),
-        )
-        return True
-
-    def _allow(self, now: float) -> bool:
-        """True when this window's burst has room (one more line counted)."""
-        if now - self._window_start >= self.window:
-            if self.suppressed:
-                self._log.warning(
-                    "%s: %d more rejected credentials or unknown entities were not logged in "
-                    "the last %.0f s",
-                    self.source,
-                    self.suppressed,
-                    self.window,
-                )
-            self._window_start, self._logged, self.suppressed = now, 0, 0
-        if self._logged >= self.burst:
-            self.suppressed += 1
-            return False
-        self._logged += 1
-        return True
-
-
 class LogThrottle:
-    """The same window for any other line a peer can provoke at will (a `$cbs` request with
-    no reply link, ...): at most ``burst`` lines per ``window`` seconds, the rest counted and
-    reported in one line when the next window opens."""
+    """At most ``burst`` lines per ``window`` seconds for a line a peer can provoke at will (a
+    refused token, a `$cbs` request with no reply link, ...); the rest are counted and reported
+    in one line (``prefix``, then the count and ``what``) when the next window opens."""
 
     def __init__(
         self,
@@ -98,8 +33,10 @@ class LogThrottle:
         level: int = logging.INFO,
         burst: int = BURST,
         window: float = WINDOW,
+        prefix: str = "",
     ) -> None:
         self.what = what  # names the held-back lines in the summary
+        self.prefix = prefix
         self._log = logger
         self.level = level
         self.burst = burst
@@ -114,7 +51,8 @@ class LogThrottle:
             if self.suppressed:
                 self._log.log(
                     self.level,
-                    "%d more %s were not logged in the last %.0f s",
+                    "%s%d more %s were not logged in the last %.0f s",
+                    self.prefix,
                     self.suppressed,
                     self.what,
                     self.window,
@@ -126,6 +64,60 @@ class LogThrottle:
         self._logged += 1
         self._log.log(self.level, msg, *args)
         return True
+
+
+class RejectionLog:
+    """Rate-limited warnings about refused credentials for one source ("AMQP", "admin")."""
+
+    def __init__(
+        self,
+        source: str,
+        logger: logging.Logger,
+        *,
+        burst: int = BURST,
+        window: float = WINDOW,
+    ) -> None:
+        self.source = source
+        self._throttle = LogThrottle(
+            "rejected credentials or unknown entities",
+            logger,
+            level=logging.WARNING,
+            burst=burst,
+            window=window,
+            prefix=f"{source}: ",
+        )
+
+    @property
+    def burst(self) -> int:
+        return self._throttle.burst
+
+    @property
+    def suppressed(self) -> int:
+        """Lines held back in the current window."""
+        return self._throttle.suppressed
+
+    def rejected(self, key_name: str | None, reason: str, peer: str, now: float) -> bool:
+        """Log one rejection (True) unless this window's burst is spent (False, counted)."""
+        return self._throttle.log(
+            now,
+            "%s: rejected credentials from %s (key name %s): %s",
+            self.source,
+            _short(peer or "?", 60),
+            _short(repr(key_name), 80) if key_name else "none",
+            _short(reason),
+        )
+
+    def entity_not_found(self, path: str, peer: str, now: float) -> bool:
+        """Log a token asked for an entity that does not exist (True), in the same rate
+        limit as the rejections: the credentials may be right, the name is not."""
+        return self._throttle.log(
+            now,
+            "%s: entity not found: %s asked for '%s', which no queue, topic or subscription of "
+            "the namespace is; check the name, or create it (configuration or admin API)",
+            self.source,
+            _short(peer or "?", 60),
+            _short(path, 200),
+        )
 
 
 def _short(text: str, limit: int = 300) -> str:

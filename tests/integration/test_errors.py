@@ -303,11 +303,16 @@ def test_garbage_after_header_does_not_hurt_other_clients(server):
     _sdk_round_trip(server, "e-garbage")
 
 
-def test_wrong_protocol_header_gets_amqp_header_and_close(server):
+@pytest.mark.parametrize(
+    "header",
+    [b"AMQP\x00\x02\x00\x00", b"\x00\x00\x00\x08garbage!", b"amqp\x00\x01\x00\x00"],
+    ids=["unsupported-version", "binary", "lower-case"],
+)
+def test_wrong_protocol_header_gets_amqp_header_and_close(server, header):
     """[AMQP 2.2] an unsupported header is answered with a supported one, then the socket
-    closes."""
+    closes (HTTP and TLS, which the port serves too, are told apart by their first byte)."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(header)
         data, closed = _read_until_closed(sock, 5.0)
         assert data[:4] == b"AMQP", f"reply {data[:16]!r}"
         assert closed

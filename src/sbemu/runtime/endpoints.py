@@ -89,7 +89,13 @@ def websocket_handler(new_protocol: Callable[[], AmqpProtocol]) -> Callable[...,
     return handler
 
 
-AMQP_FIRST = b"A"  # b"AMQP" begins every AMQP connection [AMQP 2.2]; no HTTP method, no TLS record
+TLS_FIRST = 0x16  # a TLS handshake record [RFC 8446 5.1]: AMQPS or HTTPS inside
+
+
+def _is_http_or_tls(first: bytes) -> bool:
+    """A TLS record, or an HTTP request line: its method is an upper-case token (RFC 9110 9.1)
+    and none begins with "A", which begins every AMQP connection (b"AMQP") [AMQP 2.2]."""
+    return first[0] == TLS_FIRST or (first.isupper() and first != b"A")
 
 
 class FirstByte(asyncio.Protocol):
@@ -117,13 +123,13 @@ class FirstByte(asyncio.Protocol):
         self._transport = None
         if self._timer is not None:
             self._timer.cancel()
-        if data[:1] == AMQP_FIRST:
+        if _is_http_or_tls(data[:1]):
+            self._http.adopt(transport, data)
+        else:  # AMQP, or a header AMQP answers with its own before closing [AMQP 2.2]
             amqp = self._new_amqp()
             transport.set_protocol(amqp)
             amqp.connection_made(transport)
             amqp.data_received(data)
-        else:
-            self._http.adopt(transport, data)
 
     def eof_received(self) -> bool | None:
         return None

@@ -144,6 +144,21 @@ def _await_answer(s: socket.socket, out: bytearray, wait: float) -> bool:
         got = True
 
 
+def served_as_http(first: bytes) -> bool:
+    """The AMQP port serves the management API too: a TLS record (0x16) or an HTTP request line
+    (an upper-case method; none begins with the "A" of b"AMQP") is HTTP's, not AMQP's."""
+    return first[:1] == b"\x16" or (first.isupper() and first != b"A")
+
+
+def check_http_output(out: bytes, eof: bool, what: str) -> None:
+    """Bytes the port took for HTTP (or TLS): closed, with nothing (a TLS handshake that
+    failed) or one HTTP error answer that is the client's fault (4xx), never a 5xx."""
+    if not eof:
+        raise Finding(f"{what}: the server did not end the connection within {CASE_TIMEOUT}s")
+    if out and not (out.startswith(b"HTTP/1.1 4") and b"\r\n\r\n" in out):
+        raise Finding(f"{what}: HTTP on the AMQP port answered {out[:64]!r}")
+
+
 def check_output(out: bytes, eof: bool, what: str) -> list[raw.Frame]:
     if not eof:
         raise Finding(f"{what}: the server did not end the connection within {CASE_TIMEOUT}s")
@@ -549,10 +564,14 @@ def categories(port: int, report: Report) -> dict[str, Any]:
     """One Hypothesis test per category, each a callable taking max_examples."""
 
     def bytes_case(name: str):
-        def check(data: bytes) -> None:
+        def check(data: bytes | list[bytes]) -> None:
             report.cases[name] += 1
             out, eof = run_case(port, data)
-            check_output(out, eof, name)
+            first = (data if isinstance(data, bytes) else b"".join(data))[:1]
+            if served_as_http(first):
+                check_http_output(out, eof, name)
+            else:
+                check_output(out, eof, name)
 
         return check
 

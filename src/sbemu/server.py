@@ -24,7 +24,7 @@ from .clock import SYSTEM_CLOCK, Clock, TestClock
 from .commitloop import CommitLoop
 from .config import Config
 from .endpoints import EndpointError, ListenPort
-from .heap import HeapTrimmer, libc_malloc_trim
+from .heap import HeapTrimmer, libc_free_bytes, libc_malloc_trim
 from .logs.retention import RETENTION_INTERVAL_MS, trim_logs
 from .offloop import OffLoopJob
 from .partitions.broker import PartitionBroker
@@ -111,7 +111,7 @@ class Server:
         self.dashboard: Dashboard | None = None
         self._closed = False  # stores closed: no more sweeps (a TestClock may still move)
         # freed connection buffers go back to the system after a burst of closes (heap.py)
-        self._heap = HeapTrimmer(libc_malloc_trim())
+        self._heap = HeapTrimmer(libc_malloc_trim(), free_bytes=libc_free_bytes())
         # AMQPS and the WebSocket port (sbemu.endpoints): None = not asked; the bound port
         # numbers once started (None when a default port could not be bound: see `unserved`)
         self._tls_listen, self._ws_listen = tls_port, ws_port

@@ -30,7 +30,10 @@ from wsproto.events import AcceptConnection, BytesMessage, Ping, Request
 from . import amqpraw as raw
 from .common import Server, make_config, queue_def, rss_parts_kb
 
-__all__ = ["QUEUE", "TRANSPORTS", "Peer", "fill", "peek_probe", "ping_probe", "start_server"]
+__all__ = [
+    "QUEUE", "TRANSPORTS", "Peer", "delivery_probe", "fill", "peek_probe", "ping_probe",
+    "start_server",
+]  # fmt: skip
 
 QUEUE = "bpq"
 TRANSPORTS = ("amqp", "amqps", "ws", "wss")
@@ -215,6 +218,33 @@ def peek_probe(
     return out
 
 
+def delivery_probe(srv: Server, transport: str = "amqp", settle: float = 3.0) -> dict[str, Any]:
+    """A receiver with credit 100,000 on the queue of 100 x 200 KB messages, never reading:
+    the server's anonymous memory (MB) before and held after `settle` s, and whether/when the
+    server closed the peer."""
+    peer = Peer(srv, transport)
+    peer.send(raw.handshake("plain"))
+    peer.frames_until(raw.BEGIN)
+    peer.send(raw.attach_frame("probe-receiver", 0, True, QUEUE))
+    peer.frames_until(raw.ATTACH)
+    time.sleep(0.3)
+    before = anon_mb(srv)
+    stalls = srv.stderr_text().count(STALL_LOG)
+    started = time.monotonic()
+    peer.send(raw.flow_frame(0, credit=100_000))
+    peak = _sample_peak(srv, settle)
+    held = anon_mb(srv)
+    closed = _wait_for(lambda: srv.stderr_text().count(STALL_LOG) > stalls, STALL_TIMEOUT * 3)
+    peer.close()
+    return {
+        "transport": transport,
+        "before_mb": round(before, 1),
+        "peak_growth_mb": round(peak - before, 1),
+        "held_growth_mb": round(held - before, 1),
+        "closed_after_s": round(time.monotonic() - started, 1) if closed else None,
+    }
+
+
 def ping_probe(srv: Server, transport: str = "ws", limit: int = 61 << 20) -> dict[str, Any]:
     """Pings until `limit` bytes were sent or the socket took nothing for 2 s; pongs unread."""
     peer = Peer(srv, transport)
@@ -255,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(peek_probe(srv, transport, read=False), flush=True)
             if "ws" in transports:
                 print(ping_probe(srv, "ws"), flush=True)
+            print(delivery_probe(srv), flush=True)
         finally:
             srv.stop()
     return 0

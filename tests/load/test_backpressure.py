@@ -43,3 +43,14 @@ def test_unread_pongs_stop_the_reading_of_pings(server):
     # mark, so the client's socket fills long before that
     assert pings["sent_mb"] < 61, pings
     assert pings["growth_mb"] <= MARGIN_MB, pings
+
+
+def test_a_receiver_that_never_reads_its_deliveries_is_closed(server):
+    # last: its messages stay locked (PT1M) after it is closed; the peeks above do not mind
+    stuck = bp.delivery_probe(server, "amqp")
+    print(stuck)
+    # Credit for all 100 messages (20 MB), none read. They are one dispatch run (at most 128
+    # messages), produced before the gate can shut, so this shows the close, not the bound: the
+    # run's records, their encoding and proton's copy (measured +61 MB, before and after).
+    assert stuck["held_growth_mb"] <= 80, stuck
+    assert stuck["closed_after_s"] is not None, server.stderr()

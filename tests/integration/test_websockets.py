@@ -189,6 +189,37 @@ def test_a_plain_get_on_the_path_is_426(server: ServerProcess) -> None:
     assert "upgrade: websocket" in head.lower()
 
 
+def _upgrade(server: ServerProcess, version: str, key: str) -> str:
+    request = (
+        f"GET /$servicebus/websocket HTTP/{version}\r\nHost: localhost\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Protocol: AMQPWSB10\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.admin_port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        return sock.recv(4096).decode("latin-1")
+
+
+@pytest.mark.parametrize(
+    ("version", "key"),
+    [
+        ("1.0", "dGhlIHNhbXBsZSBub25jZQ=="),  # [RFC 6455 4.1] an HTTP/1.1 GET
+        ("1.1", "not-base64!"),
+        ("1.1", "c2hvcnQ="),  # base64, but of 5 bytes
+        ("1.1", "dGhlIHNhbXBsZSBub25jZSBsb25n"),  # base64 of 20 bytes
+    ],
+)
+def test_an_upgrade_that_is_not_rfc_6455_is_400(server: ServerProcess, version: str, key: str):
+    head = _upgrade(server, version, key)
+    assert head.split(" ", 2)[1] == "400", head
+
+
+def test_the_rfc_6455_key_is_switched(server: ServerProcess) -> None:
+    head = _upgrade(server, "1.1", "dGhlIHNhbXBsZSBub25jZQ==")
+    assert head.startswith("HTTP/1.1 101 "), head
+    assert "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head  # [RFC 6455 1.3]'s accept for that key
+
+
 def test_the_dashboard_names_each_connections_transport(server: ServerProcess) -> None:
     clients = [
         ws_client(server, server.admin_port),  # wss

@@ -74,6 +74,7 @@ class Request:
     # who made it and how they proved it (sbemu.admin.policy.Grant), set by the route table
     # after the access policy allowed it
     grant: Any = None
+    http_version: str = "1.1"  # "1.0" or "1.1" (a WebSocket upgrade needs 1.1)
 
 
 @dataclass
@@ -506,6 +507,7 @@ async def _read_request_now(
         raise _Reject(400, "malformed method")
     if event.http_version not in (b"1.0", b"1.1"):
         raise _Reject(400, "unsupported HTTP version")
+    http_version = event.http_version.decode("ascii")
     if len(event.headers) > MAX_HEADER_LINES:
         raise _Reject(431, "too many header lines")
     headers: dict[str, str] = {}
@@ -542,6 +544,7 @@ async def _read_request_now(
         body=bytes(body),
         peer=peer,
         secure=transport.secure,
+        http_version=http_version,
     )
 
 

@@ -223,7 +223,9 @@ class EntityView:
             if consumer.session is None and consumer.peek_lock:
                 self._serve_batches(now_ms, consumer)
                 return
-            for _ in range(consumer.credit()):
+            # credit asked again after each message: a consumer whose connection's output
+            # filled up (a peer that does not read) reports none until it drained
+            while consumer.credit() > 0:
                 delivered = self._take(now_ms, consumer)
                 if delivered is None:
                     return

@@ -25,6 +25,7 @@ from ..errors import (
 )
 from ..partitions import Delivered, SessionHandle, Taken
 from . import cbs
+from .backpressure import OutputGate
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
 from .links import (
@@ -65,6 +66,7 @@ class LinkAttach:
         _grants: cbs.Grants
         _links: dict[Link, LinkState]
         _remote_links: int
+        gate: OutputGate
 
         def condition_for(self, exc: ServiceBusError) -> Condition: ...
 

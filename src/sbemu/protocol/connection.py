@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,7 @@ from ..errors import (
 from ..partitions import Entity
 from . import cbs
 from .attach import LinkAttach
+from .backpressure import OutputGate
 from .channels import EndedChannelFilter
 from .deliveries import OutgoingDeliveries
 from .detaching import DetachHold
@@ -65,6 +67,7 @@ from .frames import FramePadder
 from .incoming import IncomingTransfers
 from .links import (
     LinkMap,
+    LinkPhase,
     LinkState,
     LinkStateError,
     ReceiveLink,
@@ -143,6 +146,10 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
         self._remote_links = 0  # links the peer attached and has not detached yet
         self._init_fast_events()  # the events of one read (fastevents.py)
         self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
+        # Whether the peer may be given more (backpressure.py): deliveries and $management
+        # answers wait while it is not reading; the adapter pauses and resumes it.
+        self.gate = OutputGate()
+        self._waiting_requests = deque()
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -221,12 +228,16 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
         transport = self._transport
         self.more_output = False
         if transport is not None:
+            gate = self.gate
+            if gate.starved and not gate.blocked:
+                self._resume_production()
             if self._completed:
                 self._settle_completed()
             self._release_detaches()  # after the outcomes: their dispositions go out first
             self._process()
             timpl = transport._impl  # proton's C layer: one buffer per read, no wrappers
             pieces: list[bytes | memoryview] = []  # padded frames, views of the chunks read
+            taken = 0
             while True:
                 pending = _lib.pn_transport_pending(timpl)
                 if pending <= 0:
@@ -240,6 +251,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
                     break
                 self._padder.feed_into(chunk, pieces)
                 _lib.pn_transport_pop(timpl, pending)
+                taken += pending
                 if limit is not None:
                     limit -= pending
                     if limit <= 0:
@@ -259,6 +271,16 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
                 # off: "didn't receive the disposition acknowledgment").
                 log.info("connection %d: input closed by the engine; closing", self.id)
                 self.closed = True
+            # What is left: proton frames a whole delivery into its transport buffer at once
+            # (the sessions' count drops to 0) and hands it out a chunk at a time, so while we
+            # stopped at the limit it is what was produced less what was taken; once all was
+            # taken, what the sessions still hold (a peer's closed session window).
+            if gate.queued and gate.taken(
+                max(gate.queued - taken, self._engine_queued())
+                if self.more_output
+                else self._engine_queued()
+            ):
+                self.on_output()  # the gate opened: what waited is produced at the next flush
             if pieces:
                 if not self._out:
                     return b"".join(pieces)  # the usual case: each byte copied once
@@ -266,6 +288,53 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
         out = bytes(self._out)
         self._out.clear()
         return out
+
+    def pause_output(self) -> None:
+        """The socket's write buffer passed its high-water mark: produce nothing more."""
+        self.gate.pause()
+
+    def resume_output(self) -> None:
+        """The socket drained: produce again (the adapter flushes when `more_output` or what
+        waited asks it to, through on_output)."""
+        if self.gate.resume():
+            self.on_output()
+
+    def _engine_queued(self) -> int:
+        """Bytes of deliveries and answers proton holds for the peer, not framed yet (proton
+        frames what the peer's session window allows into the transport's buffer as soon as
+        output is asked for: `data_to_send` adds that part)."""
+        conn = self._conn
+        if conn is None:
+            return 0
+        total = 0
+        ssn = _lib.pn_session_head(conn._impl, 0)
+        while ssn != _NULL:
+            total += _lib.pn_session_outgoing_bytes(ssn)
+            ssn = _lib.pn_session_next(ssn, 0)
+        return total
+
+    def _resume_production(self) -> None:
+        """The gate opened for what waited: the $management requests in order, then the
+        receive links with credit (and the drains they asked for), while it stays open."""
+        gate = self.gate
+        gate.starved = False
+        self._answer_waiting_requests()
+        for state in list(self._links.values()):
+            if gate.blocked:
+                gate.starved = True
+                return
+            if not isinstance(state, ReceiveLink) or state.phase is not LinkPhase.ATTACHED:
+                continue
+            link = state.link._impl
+            try:
+                if _lib.pn_link_credit(link) > 0:
+                    state.view.dispatch(self.now_ms)
+            except Exception as exc:  # not the peer's fault: the link ends, the server stays
+                log.exception("connection %d: unexpected error serving a receiver", self.id)
+                self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
+                continue
+            if _lib.pn_link_get_drain(link) and not gate.blocked:
+                _lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
 
     def next_deadline(self) -> float | None:
         """When handle_timer() should run next (Unix seconds), if ever."""
@@ -310,6 +379,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
         self.transactions.rollback_all()
         self._links.clear()
         self._detach_hold.clear()
+        self._waiting_requests.clear()
         if self._completed:
             self._settle_completed()  # nobody will read them: just let go of the deliveries
         if self._transport is not None:

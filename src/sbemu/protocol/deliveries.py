@@ -17,6 +17,7 @@ from proton import Condition, Delivery
 
 from ..errors import ServiceBusError
 from ..partitions import Delivered, Taken, token_of
+from .backpressure import OutputGate
 from .detaching import DetachHold
 from .links import ReceiveLink
 from .messages import encode_delivery
@@ -40,6 +41,7 @@ class OutgoingDeliveries:
 
     if TYPE_CHECKING:  # what it uses of AmqpConnection
         _detach_hold: DetachHold
+        gate: OutputGate
 
         def condition_for(self, exc: ServiceBusError) -> Condition: ...
 
@@ -60,15 +62,20 @@ class OutgoingDeliveries:
             # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
             tag_bytes, tag, memmove = _TAG_BYTES, _TAG, ffi.memmove
             delivery, send, advance = lib.pn_delivery, lib.pn_link_send, _pn_link_advance
+            size = 0  # the run's bytes, for the output bound (backpressure.py)
             for tag_value, data, key in locked_deliveries(taken, partition_id):
                 # proton copies the tag (pn_delivery): the one buffer serves every delivery
                 memmove(tag_bytes, tag_value, 16)
                 delivery(link, tag)
-                send(link, data, len(data))
+                n = len(data)
+                send(link, data, n)
                 advance(link)
                 unsettled[tag_value] = key
+                size += n
+            self.gate.produced(size)
             self.on_output()
             return
+        size = 0
         for rec, _lock in taken:  # receive-and-delete: no locks
             # The delivery-annotations the service sends are the sender's or {}, and the
             # delivery tag is empty (a settled delivery needs no unique tag [AMQP 2.6.12]; the
@@ -80,6 +87,8 @@ class OutgoingDeliveries:
             lib.pn_link_send(link, data, len(data))
             lib.pn_link_advance(link)
             lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]
+            size += len(data)
+        self.gate.produced(size)
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
         self.on_output()
 

@@ -29,6 +29,7 @@ from proton import (
 
 from ..errors import ServiceBusError
 from ..partitions import IncomingMessage
+from .backpressure import OutputGate
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
 from .links import (
@@ -101,6 +102,7 @@ class FastEvents:
         _detach_hold: DetachHold
         _links: dict[Link, LinkState]
         closed: bool
+        gate: OutputGate
         id: int
         namespace: NamespaceInfo
 
@@ -144,7 +146,10 @@ class FastEvents:
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
                 continue
             if lib.pn_link_get_drain(link):
-                lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
+                if self.gate.blocked:  # no messages were offered: drained once it opens
+                    self.gate.starved = True
+                else:
+                    lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
 
     def _send_pending(self) -> None:
         """Send the transfers _fast_event gathered, one Entity.send_many per link: each is

@@ -35,6 +35,7 @@ from proton import Described, Link
 
 from ..errors import NotImplementedOperation, ServiceBusError, SessionLockLost
 from ..partitions import Delivered, Entity, EntityView, SessionHandle, Taken
+from .backpressure import OutputGate
 
 
 class LinkPhase(enum.Enum):
@@ -76,6 +77,7 @@ class ReceiverOwner(Protocol):
     """What a receiver link needs of its connection: put a delivery on the wire, detach."""
 
     on_output: Callable[[], None]
+    gate: OutputGate  # whether the peer may be given more output (backpressure.py)
 
     def send_delivery(self, state: ReceiveLink, delivered: Delivered) -> None:
         """Encode and send one message on the receiver's link."""
@@ -148,6 +150,10 @@ class ReceiveLink:
     def credit(self) -> int:
         """Credit the client granted and we have not used yet [AMQP 2.6.7]."""
         if self.phase is _DETACHED:
+            return 0
+        gate = self.conn.gate
+        if gate.blocked:  # the peer is not reading what it has: none until it drains
+            gate.starved = True
             return 0
         return self.link.credit
 

@@ -4,6 +4,12 @@ Each accepted socket gets an AmqpConnection (sans-IO): a TCP socket (amqp, or am
 TLS done by asyncio), or a WebSocket the admin HTTP server upgraded (``serve_websocket``). We pass it bytes and `now`, write what
 it produces, re-arm one timer for proton's heartbeats, and flush again whenever work that
 completed later (a group commit) asks for it through `on_output`.
+
+Backpressure (issue 35): while a socket's write buffer is over its high-water mark (asyncio's
+pause_writing; for a WebSocket, WS_HIGH_WATER) we read nothing more from that peer, take
+nothing more from its engine, and its connection produces nothing more for it (its
+OutputGate, protocol/backpressure.py); all resumes once it drained (resume_writing). A peer
+whose buffer does not shrink for SBEMU_WRITE_STALL_TIMEOUT seconds is closed, with a warning.
 """
 
 from __future__ import annotations
@@ -98,6 +104,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._quickack: Callable[[], None] | None = None  # set for a TCP socket on Linux
         self.transport_kind = "amqp"  # amqp, amqps, ws or wss (the dashboard shows it)
         self._writing_paused = False  # asyncio's write buffer is above its high-water mark
+        self._stall_timer: asyncio.TimerHandle | None = None  # while paused: is the peer stuck?
+        self._stall_size = 0  # the write buffer's size when the stall timer was armed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -157,9 +165,11 @@ class AmqpProtocol(asyncio.Protocol):
                 self._quickack()
             except OSError:  # the socket is going away; nothing to acknowledge quickly
                 self._quickack = None
-        if len(data) <= READ_SLICE and not self._backlog:
+        if len(data) <= READ_SLICE and not self._backlog and not self._writing_paused:
             self._feed(conn, data)
             return
+        # (while writing is paused: bytes read before reading stopped, such as the rest of a
+        # WebSocket read, wait here, unfed, until the peer drained its output)
         self._backlog.append(data)
         if len(self._backlog) == 1:
             if self._transport is not None:
@@ -172,6 +182,8 @@ class AmqpProtocol(asyncio.Protocol):
         if conn is None or not self._backlog:
             self._backlog.clear()
             return
+        if self._writing_paused:
+            return  # resume_writing carries on
         head = self._backlog[0]
         if len(head) > READ_SLICE:
             self._backlog[0] = head[READ_SLICE:]
@@ -180,9 +192,7 @@ class AmqpProtocol(asyncio.Protocol):
             self._backlog.popleft()
         self._feed(conn, head)
         if not self._backlog:
-            transport = self._transport
-            if transport is not None and not transport.is_closing():
-                transport.resume_reading()
+            self._resume_reading()
         elif conn.closed:
             self._backlog.clear()
         else:
@@ -196,6 +206,16 @@ class AmqpProtocol(asyncio.Protocol):
             conn.closed = True
         self._flush()
 
+    def _resume_reading(self) -> None:
+        transport = self._transport
+        if (
+            transport is not None
+            and not transport.is_closing()
+            and not self._writing_paused
+            and not self._backlog
+        ):
+            transport.resume_reading()
+
     def eof_received(self) -> bool | None:
         # Clients drop the socket right after close [contract 1.3]: EOF is a normal end.
         return None
@@ -208,6 +228,9 @@ class AmqpProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
         if self._conn is not None:
             while self._backlog:  # bytes that arrived before the close are still input
                 self._feed(self._conn, self._backlog.popleft())
@@ -224,9 +247,12 @@ class AmqpProtocol(asyncio.Protocol):
         conn, transport = self._conn, self._transport
         if conn is None or transport is None or transport.is_closing():
             return
+        if self._writing_paused:  # nothing more for a peer that is not reading its output
+            if conn.closed:
+                transport.close()  # the stall timer aborts it if the peer never drains
+            return
         try:
-            # while asyncio's buffer is over its high-water mark, one engine chunk at most
-            out = conn.data_to_send(1 if self._writing_paused else WRITE_SLICE)
+            out = conn.data_to_send(WRITE_SLICE)
         except Exception:
             log.exception("connection %d: failed while writing", conn.id)
             out, conn.closed = b"", True
@@ -235,18 +261,76 @@ class AmqpProtocol(asyncio.Protocol):
         if conn.closed:
             transport.close()
             return
-        if conn.more_output and not self._writing_paused:
+        if (
+            conn.more_output
+            and not self._writing_paused
+            and transport.get_write_buffer_size() < WRITE_SLICE
+        ):
             self._request_flush()  # the next slice; resume_writing() asks once paused
+        # (a whole slice still waiting is over the high-water mark: the transport pauses us,
+        # TLS only a loop pass after the write, and resume_writing asks for the next slice;
+        # flushing again meanwhile took slice after slice, and answer after answer, into TLS)
         self._arm_timer(conn)
 
     def pause_writing(self) -> None:
+        """The write buffer passed its high-water mark: stop reading from the peer and stop
+        producing for it until it drained; watch that it does drain."""
+        if self._writing_paused:
+            return
         self._writing_paused = True
+        if self._conn is not None:
+            self._conn.pause_output()
+        transport = self._transport
+        if transport is None:
+            return
+        if not transport.is_closing():
+            transport.pause_reading()
+        if self._stall_timer is None:
+            self._stall_size = transport.get_write_buffer_size()
+            timeout = self._services.limits.write_stall_timeout
+            self._stall_timer = self._loop.call_later(timeout, self._on_stall)
 
     def resume_writing(self) -> None:
+        """The write buffer drained below its low-water mark: read and produce again."""
         self._writing_paused = False
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
         conn = self._conn
-        if conn is not None and conn.more_output:
-            self._request_flush()
+        if conn is None:
+            return
+        conn.resume_output()
+        if self._backlog:
+            self._loop.call_soon(self._drain)
+        else:
+            self._resume_reading()
+        self._request_flush()  # what came due while paused (acknowledgements, the next slice)
+
+    def _on_stall(self) -> None:
+        """The stall timer: close a peer whose write buffer has not shrunk since it was armed."""
+        self._stall_timer = None
+        transport = self._transport
+        if transport is None or not self._writing_paused:
+            return
+        size = transport.get_write_buffer_size()
+        timeout = self._services.limits.write_stall_timeout
+        if size < self._stall_size:  # it reads, slowly: watch on
+            self._stall_size = size
+            self._stall_timer = self._loop.call_later(timeout, self._on_stall)
+            return
+        conn = self._conn
+        log.warning(
+            "connection %s (%s, %s): the peer read nothing for %.0f s with %d bytes waiting "
+            "for it (SBEMU_WRITE_STALL_TIMEOUT); closing",
+            conn.id if conn is not None else "?",
+            conn.peer if conn is not None else "?",
+            self.transport_kind,
+            timeout,
+            size,
+        )
+        if conn is not None:
+            conn.closed = True
+        transport.abort()
 
     def _arm_timer(self, conn: AmqpConnection) -> None:
         deadline = conn.next_deadline()
@@ -359,9 +443,6 @@ class _WebSocketTransport:
     def write(self, data: bytes) -> None:
         self._framing.send(data)
         self._write_out()
-        if self._draining is None and self._stream.write_buffer_size() > WS_HIGH_WATER:
-            self._protocol.pause_writing()
-            self._draining = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
         try:
@@ -374,9 +455,21 @@ class _WebSocketTransport:
             self._protocol.resume_writing()
 
     def _write_out(self) -> None:
+        """Write what the framing has (AMQP, pongs, close answers); past WS_HIGH_WATER the
+        protocol pauses (no reading, no producing) until the socket drained."""
         out = self._framing.data_to_send()
         if out and not self._stream.is_closing():
             self._stream.write(out)
+        if (
+            self._draining is None
+            and not self._closing
+            and self._stream.write_buffer_size() > WS_HIGH_WATER
+        ):
+            self._protocol.pause_writing()
+            self._draining = asyncio.ensure_future(self._drain())
+
+    def get_write_buffer_size(self) -> int:
+        return self._stream.write_buffer_size()
 
     def close(self) -> None:
         """The AMQP side is done: send the WebSocket close; the socket goes when the peer

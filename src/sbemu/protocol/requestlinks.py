@@ -7,9 +7,12 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cproton_ffi import ffi as _ffi  # the binding's C layer: no wrapper per reply
+from cproton_ffi import lib as _lib
 from proton import (
     Delivery,
     Link,
@@ -22,7 +25,9 @@ from proton import (
 from ..auth.sas import token_key_name
 from ..errors import QuotaExceeded, ServiceBusError
 from . import cbs, codec
+from .backpressure import OutputGate
 from .links import (
+    LinkPhase,
     LinkState,
     ReplyLink,
     RequestLink,
@@ -39,6 +44,13 @@ log = logging.getLogger("sbemu.connection")
 # dropping answers silently would leave an honest client waiting for its timeout.
 MAX_PENDING_REPLIES = 1000
 
+# A reply's delivery tag (8 bytes, a counter), passed to pn_delivery by value
+_TAG_BYTES = _ffi.new("char[8]")
+_TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
+_TAG_STRUCT.size = 8
+_TAG_STRUCT.start = _TAG_BYTES
+_TAG = _TAG_STRUCT[0]
+
 
 class RequestLinks:
     """The part of AmqpConnection this module owns (see the module docstring)."""
@@ -46,6 +58,7 @@ class RequestLinks:
     if TYPE_CHECKING:  # what it uses of AmqpConnection
         _grants: cbs.Grants
         _links: dict[Link, LinkState]
+        gate: OutputGate
         _tag_counter: itertools.count[int]
         id: int
         namespace: NamespaceInfo
@@ -60,10 +73,33 @@ class RequestLinks:
 
         def close_link(self, link: Link, exc: ServiceBusError) -> None: ...
 
+    # $management requests read while the peer was not reading its answers (backpressure.py):
+    # answered in order once it drained. At most what one read held: the adapter reads nothing
+    # more meanwhile.
+    _waiting_requests: deque[tuple[RequestLink, bytes]]
+
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
         if not delivery.settled:
             delivery.update(Delivery.ACCEPTED)
         delivery.settle()
+        gate = self.gate
+        if state.node != "$cbs" and (gate.blocked or self._waiting_requests):
+            gate.starved = True  # answers can be large (a peek): none until the peer reads
+            self._waiting_requests.append((state, data))
+            return
+        self._answer(state, data)
+
+    def _answer_waiting_requests(self) -> None:
+        """Answer the requests that waited for the gate, while it stays open."""
+        waiting, gate = self._waiting_requests, self.gate
+        while waiting and not gate.blocked:
+            state, data = waiting.popleft()
+            if state.phase is not LinkPhase.DETACHED:
+                self._answer(state, data)
+        if waiting:
+            gate.starved = True
+
+    def _answer(self, state: RequestLink, data: bytes) -> None:
         request = Message()
         try:
             request.decode(data)
@@ -194,14 +230,19 @@ class RequestLinks:
         return None
 
     def _flush_replies(self, reply: ReplyLink) -> None:
-        link = reply.link
-        while reply.pending and link.credit > 0:
+        # On proton's C layer, as deliveries.py sends: a Python Delivery wrapper lives until
+        # the cyclic garbage collector finds it, and with it the C delivery and its buffer (a
+        # 20 MB peek answer each: twelve answers read by a client left 316 MB held).
+        link = reply.link._impl
+        while reply.pending and _lib.pn_link_credit(link) > 0:
             data = reply.pending.popleft()
             tag = next(self._tag_counter).to_bytes(8, "big")
-            delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes tags; stub says str
-            link.send(data)
-            link.advance()
-            delivery.settle()
+            _ffi.memmove(_TAG_BYTES, tag, 8)  # proton copies the tag
+            delivery = _lib.pn_delivery(link, _TAG)
+            _lib.pn_link_send(link, _ffi.from_buffer(data), len(data))  # bytes or bytearray
+            _lib.pn_link_advance(link)
+            _lib.pn_delivery_settle(delivery)  # pre-settled [contract 6.1]
+            self.gate.produced(len(data))
 
 
 _PROPERTIES = 0x73  # the properties section's descriptor [AMQP 1.0 3.2.4]

@@ -14,6 +14,8 @@ writes the 101 answer built here.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -52,9 +54,23 @@ def _tokens(value: str | None) -> list[str]:
     return [t.strip() for t in (value or "").split(",") if t.strip()]
 
 
-def accept_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+def _valid_key(key: str) -> bool:
+    """[RFC 6455 4.1] "a nonce consisting of a randomly selected 16-byte value that has been
+    base64-encoded": 24 characters of base64 that decode to 16 bytes."""
+    if len(key) != 24:
+        return False
+    try:
+        return len(base64.b64decode(key, validate=True)) == 16
+    except (binascii.Error, ValueError):
+        return False
+
+
+def accept_headers(headers: Mapping[str, str], http_version: str = "1.1") -> list[tuple[str, str]]:
     """The 101 answer's headers for a WebSocket upgrade request (lower-cased header names);
     raises HandshakeRefused for a request that is not one [RFC 6455 4.2.1]."""
+    if http_version != "1.1":
+        # [RFC 6455 4.2.1] "An HTTP/1.1 or higher GET request": an HTTP/1.0 upgrade is refused
+        raise HandshakeRefused(400, "a WebSocket upgrade needs HTTP/1.1")
     if "websocket" not in (t.lower() for t in _tokens(headers.get("upgrade"))):
         raise HandshakeRefused(
             426,
@@ -72,6 +88,10 @@ def accept_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
     key = headers.get("sec-websocket-key", "").strip()
     if not key:
         raise HandshakeRefused(400, "a WebSocket upgrade needs Sec-WebSocket-Key")
+    if not _valid_key(key):
+        raise HandshakeRefused(
+            400, "Sec-WebSocket-Key must be the base64 encoding of 16 bytes [RFC 6455 4.1]"
+        )
     offered = _tokens(headers.get("sec-websocket-protocol"))
     if SUBPROTOCOL in offered:
         chosen = SUBPROTOCOL

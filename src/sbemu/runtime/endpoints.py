@@ -75,7 +75,7 @@ def websocket_handler(new_protocol: Callable[[], AmqpProtocol]) -> Callable[...,
 
     def handler(request: Request, params: dict[str, str]) -> Response:
         try:
-            headers = accept_headers(request.headers)
+            headers = accept_headers(request.headers, request.http_version)
         except HandshakeRefused as exc:
             response = json_response(exc.status, {"error": exc.detail})
             response.headers.extend(exc.headers)

@@ -39,6 +39,10 @@ def test_the_oasis_name_is_accepted_too() -> None:
         ({"connection": "close"}, 400),
         ({"sec-websocket-version": "8"}, 426),
         ({"sec-websocket-key": ""}, 400),
+        ({"sec-websocket-key": "not base64 at all!!!!!!!"}, 400),  # [RFC 6455 4.1]
+        ({"sec-websocket-key": "c2hvcnQ="}, 400),  # base64 of 5 bytes, not 16
+        ({"sec-websocket-key": "dGhlIHNhbXBsZSBub25jZSBsb25n"}, 400),  # of 20 bytes
+        ({"sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ"}, 400),  # padding missing
         ({"sec-websocket-protocol": "mqtt"}, 400),
     ],
 )
@@ -98,3 +102,11 @@ def test_a_broken_frame_closes_with_1002() -> None:
 
 def test_end_of_stream_closes() -> None:
     assert WebSocketFraming().receive_data(None).closed
+
+
+def test_an_http_1_0_upgrade_is_refused() -> None:
+    # [RFC 6455 4.2.1] "An HTTP/1.1 or higher GET request"
+    with pytest.raises(HandshakeRefused) as info:
+        accept_headers(GOOD, "1.0")
+    assert info.value.status == 400
+    assert dict(accept_headers(GOOD, "1.1"))["Sec-WebSocket-Protocol"] == "AMQPWSB10"

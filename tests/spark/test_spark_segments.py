@@ -150,8 +150,9 @@ def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
     monkeypatch.setattr(logreader, "_close", lambda p: (reopened.append(p), real_close(p))[1])
 
     data = str(tmp_path / "data")
-    here = os.path.dirname(__file__)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    here = os.path.dirname(__file__)  # spark_traffic, and beside it tests/ for its builders
+    paths = [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, data],
         stdin=subprocess.PIPE,
@@ -224,8 +225,9 @@ def test_export_follow_flushes_tails_and_never_overlaps(tmp_path):
     import threading
 
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
-    here = os.path.dirname(__file__)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    here = os.path.dirname(__file__)  # spark_traffic, and beside it tests/ for its builders
+    paths = [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, data],
         stdin=subprocess.PIPE,

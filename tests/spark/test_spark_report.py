@@ -71,12 +71,13 @@ def test_report_exact_counts_then_only_new_events(spark, tmp_path):
         for r in table(spark, out, "traffic_by_minute").collect()
     }
     assert counts == {
-        (A, 0, ts(T0)): (6, 6, 4, 1, 1, 0),
-        (A, 0, ts(T0 + MINUTE)): (0, 3, 0, 1, 1, 0),  # a4 again, then a4+a5 from the DLQ
-        (B, 1, ts(T0)): (5, 5, 5, 0, 0, 0),
-        (B, 2, ts(T0)): (2, 1, 1, 0, 0, 0),
-        (B, 2, ts(T0 + MINUTE)): (0, 0, 0, 0, 0, 1),
-        (T, 0, ts(T0)): (4, 2, 2, 0, 0, 0),
+        # sent (as /metrics counts them), scheduled, then the sub-queue events
+        (A, 0, ts(T0)): (6, 0, 6, 6, 4, 1, 1, 0),
+        (A, 0, ts(T0 + MINUTE)): (0, 0, 0, 3, 0, 1, 1, 0),  # a4 again, then a4+a5 from the DLQ
+        (B, 1, ts(T0)): (5, 0, 5, 5, 5, 0, 0, 0),
+        (B, 2, ts(T0)): (2, 0, 2, 1, 1, 0, 0, 0),
+        (B, 2, ts(T0 + MINUTE)): (0, 0, 0, 0, 0, 0, 0, 1),
+        (T, 0, ts(T0)): (2, 0, 4, 2, 2, 0, 0, 0),  # 2 sent, enqueued once per subscription
     }
     assert {r.namespace for r in table(spark, out, "traffic_by_minute").collect()} == {NS}
     assert {tuple(r) for r in table(spark, out, "deadletter_reasons").collect()} == {
@@ -114,8 +115,9 @@ def test_report_exact_counts_then_only_new_events(spark, tmp_path):
         (r.entity, r.partition, r.minute): tuple(r)[4:]
         for r in table(spark, out, "traffic_by_minute").collect()
     }
-    assert counts[(A, 0, ts(T0))] == (6, 6, 4, 1, 1, 0)  # unchanged
-    assert counts[(A, 0, ts(T0 + 2 * MINUTE))] == (2, 2, 2, 0, 0, 0)
+    assert counts[(A, 0, ts(T0))] == (6, 0, 6, 6, 4, 1, 1, 0)  # unchanged
+    # a6, a7 and the scheduled a8 sent; a6 and a7 enqueued, delivered and completed
+    assert counts[(A, 0, ts(T0 + 2 * MINUTE))] == (3, 1, 2, 2, 2, 0, 0, 0)
     assert (A, 0, ts(T0 + 3 * MINUTE)) not in counts  # `activated` is not a traffic column
     lat = {(r.entity, r.partition): tuple(r)[3:] for r in table(spark, out, "latency").collect()}
     assert lat[(A, 0)] == (6, 2000.0, 4500.0, 4900.0, 5000)

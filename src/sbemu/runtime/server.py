@@ -44,7 +44,7 @@ from ..protocol.wirecodec import WIRE_CODEC
 from . import endpoints
 from .commitloop import CommitLoop
 from .endpoints import EndpointError, ListenPort
-from .heap import HeapTrimmer, libc_free_bytes, libc_malloc_trim
+from .heap import HeapTrimmer, libc_free_bytes, libc_malloc_trim, map_large_blocks
 
 if TYPE_CHECKING:
     from ..admin.dashboard import Dashboard
@@ -133,6 +133,7 @@ class Server:
         self.dashboard: Dashboard | None = None
         self._closed = False  # stores closed: no more sweeps (a TestClock may still move)
         # freed connection buffers go back to the system after a burst of closes (heap.py)
+        map_large_blocks()  # large message buffers go back to the system when freed
         self._heap = HeapTrimmer(libc_malloc_trim(), free_bytes=libc_free_bytes())
         # AMQPS and the WebSocket port (sbemu.runtime.endpoints): None = not asked; the bound port
         # numbers once started (None when a default port could not be bound: see `unserved`)

@@ -62,12 +62,17 @@ def test_a_celery_worker_runs_tasks_over_kombus_azure_transport(tmp_path: Path) 
     script = " && ".join(
         ["ip link set lo up", 'mount --bind "$1" /etc/hosts', *mounts, 'shift && exec "$@"']
     )
+    # trust comes from the bundles above only: a CA bundle another test's server left in this
+    # process's environment (the sbemu_server fixture's, for a whole session) names another CA
+    bundles = ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")
+    env = {k: v for k, v in os.environ.items() if k not in bundles}
     result = subprocess.run(
         ["unshare", "--mount", "--net", "sh", "-c", script, "sh", str(hosts),
          sys.executable, str(HERE / "celery_scenario.py"), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hardening import fuzz
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from integration_support import ServerProcess, make_config, proton_connect, queue_def
@@ -65,21 +66,8 @@ NODES = [
     "rr-t/$management",
     "rr-t/Subscriptions/s1/$management",
 ]
-OPERATIONS = [
-    "com.microsoft:renew-lock",
-    "com.microsoft:peek-message",
-    "com.microsoft:update-disposition",
-    "com.microsoft:receive-by-sequence-number",
-    "com.microsoft:schedule-message",
-    "com.microsoft:cancel-scheduled-message",
-    "com.microsoft:get-message-sessions",
-    "com.microsoft:renew-session-lock",
-    "com.microsoft:get-session-state",
-    "com.microsoft:set-session-state",
-    "com.microsoft:add-rule",
-    "com.microsoft:remove-rule",
-    "com.microsoft:enumerate-rules",
-]
+# the $management operations the fuzz suite sends too (it adds put-token and an empty one)
+OPERATIONS = [op for op in fuzz.OPERATIONS if op.startswith("com.microsoft:")]
 BODY_KEYS = [
     "lock-tokens",
     "sequence-numbers",

@@ -260,3 +260,17 @@ def parse(buf: bytes) -> tuple[list[Frame], list[bytes], bool]:
         fields = list(getattr(perf, "value", None) or [])
         frames.append(Frame(ftype, channel, getattr(perf, "descriptor", None), fields, body[end:]))
     return frames, headers, True
+
+
+class EncodedMessage:
+    """Encoded message bytes for python-qpid-proton's ``BlockingSender.send``, which sends what
+    the object's ``send`` writes: any bytes in one transfer, valid AMQP or not."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def send(self, sender: Any, tag: Any = None) -> Any:
+        delivery = sender.delivery(tag or sender.delivery_tag())
+        sender.stream(self.data)
+        sender.advance()
+        return delivery

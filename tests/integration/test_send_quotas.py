@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusQuotaExceededError
+from hardening.amqpraw import EncodedMessage
 from proton import Delivery, Message
 from proton.utils import BlockingConnection, SendException
 
@@ -119,7 +120,7 @@ def test_a_million_properties_are_refused_before_they_are_read(tier: Tier) -> No
         sender = conn.create_sender("huge")
         started = time.perf_counter()
         with pytest.raises(SendException) as raised:
-            sender.send(_Raw(raw))
+            sender.send(EncodedMessage(raw))
         took = time.perf_counter() - started
     finally:
         conn.close()
@@ -148,7 +149,7 @@ def test_a_long_form_batch_is_split_into_its_messages(tier: Tier) -> None:
     envelope = b"".join(b"\x00\x53\x75\xb0" + len(p).to_bytes(4, "big") + p for p in parts)
     conn = _proton(tier)
     try:
-        conn.create_sender("long-form").send(_Raw(envelope))
+        conn.create_sender("long-form").send(EncodedMessage(envelope))
     finally:
         conn.close()
     got = _drain(tier, "long-form")
@@ -165,23 +166,10 @@ def test_a_batch_past_the_batch_size_is_refused_at_once(tier: Tier) -> None:
     try:
         sender = conn.create_sender("huge")
         with pytest.raises(SendException) as raised:
-            sender.send(_Raw(payload), timeout=120)
+            sender.send(EncodedMessage(payload), timeout=120)
     finally:
         conn.close()
     assert raised.value.state == Delivery.REJECTED  # amqp:link:message-size-exceeded
-
-
-class _Raw:
-    """Encoded message bytes for a proton BlockingSender (which sends what .send() writes)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def send(self, sender: Any, tag: Any = None) -> Any:
-        delivery = sender.delivery(tag or sender.delivery_tag())
-        sender.stream(self.data)
-        sender.advance()
-        return delivery
 
 
 def _proton(tier: Tier, timeout: float = 30) -> Any:

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from hardening.amqpraw import EncodedMessage
 from hardening.common import Server, make_config, queue_def
 from proton import Delivery, Endpoint, Link, Message, Terminus
 from proton.reactor import LinkOption
@@ -84,19 +85,6 @@ def _connect(server: Server, mech: str = "PLAIN", timeout: float = 120) -> Block
     return BlockingConnection(f"amqp://127.0.0.1:{server.port}", timeout=timeout, **kwargs)
 
 
-class _Raw:
-    """Encoded message bytes for a BlockingSender (which sends what .send() writes)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def send(self, sender: Any, tag: Any = None) -> Any:
-        delivery = sender.delivery(tag or sender.delivery_tag())
-        sender.stream(self.data)
-        sender.advance()
-        return delivery
-
-
 class _Options(LinkOption):
     def __init__(self, apply: Callable[[Link], None]) -> None:
         self._apply = apply
@@ -131,7 +119,7 @@ def _refused(server: Server, queue: str, payload: bytes, what: str) -> None:
         with health_watch(server) as seen:
             started = time.perf_counter()
             with pytest.raises(SendException) as raised:
-                sender.send(_Raw(payload), timeout=120)
+                sender.send(EncodedMessage(payload), timeout=120)
             took = time.perf_counter() - started
         grew = rss_anon_mb(pid) - before
     finally:
@@ -179,7 +167,9 @@ def test_the_largest_batch_the_limits_let_through_keeps_the_loop_answering(serve
         sender = conn.create_sender(NAMESPACE_QUEUE)
         with health_watch(server) as seen:
             for _ in range(5):
-                sender.send(_Raw(HEADER + TINY * 4500), timeout=60)  # accepted after its commit
+                sender.send(
+                    EncodedMessage(HEADER + TINY * 4500), timeout=60
+                )  # accepted after its commit
     finally:
         conn.close()
     FIGURES.append(

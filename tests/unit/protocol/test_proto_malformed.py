@@ -31,6 +31,7 @@ from amqp_harness import (
     parse_frames,
     sasl_init_frame,
 )
+from hardening.amqpraw import EncodedMessage
 from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
@@ -482,19 +483,6 @@ def test_socket_transfer_on_unattached_handle(server):
     socket_roundtrip_works(server)
 
 
-class _RawPayload:
-    """Lets BlockingSender.send put arbitrary bytes in a transfer."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def send(self, sender, tag=None):
-        dlv = sender.delivery(tag or sender.delivery_tag())
-        sender.stream(self.data)
-        sender.advance()
-        return dlv
-
-
 @pytest.mark.parametrize("name", ["not-a-section", "data-runs-past-end"])
 def test_socket_undecodable_body_rejected(server, name):
     conn = BlockingConnection(
@@ -507,7 +495,7 @@ def test_socket_undecodable_body_rejected(server, name):
     )
     try:
         snd = conn.create_sender("queue.1")
-        dlv = snd.send(_RawPayload(BAD_BODIES[name]), error_states=[])
+        dlv = snd.send(EncodedMessage(BAD_BODIES[name]), error_states=[])
         assert dlv.remote_state == Delivery.REJECTED
         assert dlv.remote.condition is not None and dlv.remote.condition.name
         ok = snd.send(Message(body="after-bad"))

@@ -16,6 +16,8 @@ does with Microsoft's image.
 
 from __future__ import annotations
 
+import io
+import tarfile
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ DEFAULT_IMAGE = f"sbemu:{__version__}"
 AMQP_PORT = 5672
 HTTP_PORT = 5300  # health and the management API (plain HTTP and HTTPS), as Microsoft's
 START_TIMEOUT = 60
+CA_FILE = "/data/tls/rootCA.pem"  # the CA sbemu makes on its data volume at first start
 
 
 class SbemuContainer(DockerContainer):
@@ -63,6 +66,17 @@ class SbemuContainer(DockerContainer):
     def get_admin_connection_string(self) -> str:
         """The same key on the published management port, for ServiceBusAdministrationClient."""
         return self._connection_string(HTTP_PORT)
+
+    def get_ca_certificate(self) -> bytes:
+        """The PEM of the CA that signs the container's TLS certificate (AMQPS, wss, HTTPS on
+        5300), to trust in a client (``connection_verify``), read through the Docker API's
+        archive endpoint: an exec's output can carry the API's stream framing."""
+        chunks, _ = self.get_wrapped_container().get_archive(CA_FILE)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
+            member = archive.extractfile(Path(CA_FILE).name)
+            if member is None:
+                raise FileNotFoundError(CA_FILE)
+            return member.read()
 
     def get_health_url(self) -> str:
         host = self.get_container_host_ip()

@@ -60,7 +60,7 @@ def test_sbemu_container_in_a_pytest_fixture(
                 assert [str(m) for m in got] == [body]
                 receiver.complete_message(got[0])
         ca = tmp_path / "rootCA.pem"
-        ca.write_bytes(sb.exec(["cat", "/data/tls/rootCA.pem"]).output)
+        ca.write_bytes(sb.get_ca_certificate())
         with ServiceBusAdministrationClient.from_connection_string(
             sb.get_admin_connection_string(), connection_verify=str(ca)
         ) as admin:

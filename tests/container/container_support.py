@@ -248,6 +248,19 @@ def run_label(kind: str) -> str:
     return f"{kind}-{uuid.uuid4().hex[:8]}"
 
 
+def tc_run_env(label: str, docker_host: str, image: str) -> dict[str, str]:
+    """The environment of a Testcontainers run in another language (JS, Go, Java): podman's
+    Docker API, no Ryuk (its image cannot be pulled here), ports published on loopback, the
+    sbemu image and the label its containers carry (removed after the run)."""
+    return os.environ | {
+        "SBEMU_TEST_LABEL": label,
+        "DOCKER_HOST": docker_host,
+        "TESTCONTAINERS_RYUK_DISABLED": "true",
+        "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
+        "SBEMU_IMAGE": image,
+    }
+
+
 def skip_unless_podman() -> None:
     reason = podman_unusable_reason()
     if reason:

@@ -7,13 +7,12 @@ reuse Go's caches."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from container_support import remove_labelled, run_label
+from container_support import remove_labelled, run_label, tc_run_env
 
 GO = Path(__file__).resolve().parent / "go"
 
@@ -22,13 +21,7 @@ def test_servicebus_module_on_the_sbemu_image(sbemu_image: str, docker_host: str
     if shutil.which("go") is None:
         pytest.skip("Go is not installed (make test's go-check installs it)")
     label = run_label("tc-go")
-    env = os.environ | {
-        "SBEMU_TEST_LABEL": label,
-        "DOCKER_HOST": docker_host,
-        "TESTCONTAINERS_RYUK_DISABLED": "true",
-        "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
-        "SBEMU_IMAGE": sbemu_image,
-    }
+    env = tc_run_env(label, docker_host, sbemu_image)
     try:
         result = subprocess.run(
             ["go", "test", "-count=1", "-v", "./..."],

@@ -8,13 +8,12 @@ tests/container/java/.m2repo once."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from container_support import remove_labelled, run_label
+from container_support import remove_labelled, run_label, tc_run_env
 
 JAVA = Path(__file__).resolve().parent / "java"
 
@@ -25,13 +24,7 @@ def test_service_bus_emulator_container_on_the_sbemu_image(
     if shutil.which("mvn") is None or shutil.which("javac") is None:
         pytest.skip("Maven or a JDK is not installed (make test's maven-check installs them)")
     label = run_label("tc-java")
-    env = os.environ | {
-        "SBEMU_TEST_LABEL": label,
-        "DOCKER_HOST": docker_host,
-        "TESTCONTAINERS_RYUK_DISABLED": "true",
-        "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
-        "SBEMU_IMAGE": sbemu_image,
-    }
+    env = tc_run_env(label, docker_host, sbemu_image)
     command = ["mvn", "-B", "-ntp", "-q", f"-Dmaven.repo.local={JAVA / '.m2repo'}", "test"]
     try:
         result = subprocess.run(

@@ -7,13 +7,12 @@ podman's Docker API."""
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from container_support import remove_labelled, run_label
+from container_support import remove_labelled, run_label, tc_run_env
 
 JS = Path(__file__).resolve().parent / "js"
 
@@ -41,13 +40,7 @@ def test_azureservicebus_module_on_the_sbemu_image(sbemu_image: str, docker_host
         pytest.skip("Node.js is not installed (make test's node-check installs it)")
     npm_ci()
     label = run_label("tc-node")
-    env = os.environ | {
-        "SBEMU_TEST_LABEL": label,
-        "DOCKER_HOST": docker_host,
-        "TESTCONTAINERS_RYUK_DISABLED": "true",
-        "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
-        "SBEMU_IMAGE": sbemu_image,
-    }
+    env = tc_run_env(label, docker_host, sbemu_image)
     try:
         result = subprocess.run(
             ["node", "--test", "--test-reporter=spec", "azureservicebus.test.mjs"],

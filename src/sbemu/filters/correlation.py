@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .sql import MessageView, _equal, _user_key
+from .sql.message import MessageView, user_key
+from .sql.values import equal
 
 __all__ = ["CorrelationFilter", "CORRELATION_FIELDS"]
 
@@ -81,17 +82,17 @@ class CorrelationFilter:
         system = msg.system
         for key, wanted in self._system:
             value = system.get(key)
-            if value is None or not _equal(value, wanted):
+            if value is None or not equal(value, wanted):
                 return False
         if self._properties:
             user = msg.user
             for name, wanted in self._properties:
-                found = name if name in user else _user_key(user, name)
+                found = name if name in user else user_key(user, name)
                 value = None if found is None else user[found]
                 if wanted is None:
                     if value is not None:
                         return False
-                elif value is None or not _equal(value, wanted):
+                elif value is None or not equal(value, wanted):
                     return False
         return True
 

@@ -171,9 +171,9 @@ def _xml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dt.timedelta):
-        from sbemu.admin.atom import _duration
+        from sbemu.admin.atom import duration_text
 
-        return _duration(int(value.total_seconds() * 1000))
+        return duration_text(int(value.total_seconds() * 1000))
     return escape(str(value))
 
 

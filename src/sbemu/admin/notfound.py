@@ -1,6 +1,6 @@
 """What the admin port answers for paths no page serves: the favicon, and a plain 404.
 
-The Service Bus management API (admin/atom.py) owns every path no other route claims, since an
+The Service Bus management API (admin/atom/) owns every path no other route claims, since an
 entity's path is its name. Its clients (the SDKs' administration clients) always send an
 ``Authorization`` header. A browser that asks for ``/favicon.ico`` or follows a
 wrong link sends neither, and used to get ``401`` with an Azure ``<Error>`` document. Such a

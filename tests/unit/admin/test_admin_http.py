@@ -17,7 +17,7 @@ from cryptography import x509
 from sbemu.admin import HttpRoutes, Request, Response, certs, json_response, start_admin
 from sbemu.admin.access import Access
 from sbemu.admin.certs import ca_path, ensure_certificates, server_ssl_context
-from sbemu.admin.http import _Plain, _Tls
+from sbemu.admin.http.transports import PlainStream, TlsStream
 from sbemu.admin.policy import PUBLIC, AccessPolicy
 
 
@@ -422,7 +422,7 @@ def test_a_tls_stream_whose_socket_failed_closes_without_raising(tmp_path: Path)
             )
         )
         reader, writer = await accepted
-        tls = _Tls(server_ssl_context(tmp_path), reader, writer, b"")
+        tls = TlsStream(server_ssl_context(tmp_path), reader, writer, b"")
         await tls.handshake()
         client_reader, client = await connecting
         writer.transport.abort()  # what a failed write leaves: a closed transport
@@ -455,7 +455,7 @@ def test_a_plain_response_to_a_client_that_went_away_ends_quietly() -> None:
             "127.0.0.1", server.sockets[0].getsockname()[1]
         )
         reader, writer = await accepted
-        plain = _Plain(reader, writer, b"")
+        plain = PlainStream(reader, writer, b"")
         await plain.send(b"HTTP/1.1 200 OK\r\n")
         writer.transport.abort()  # the client went away: uvloop closed the handle
         with contextlib.suppress(ConnectionError):

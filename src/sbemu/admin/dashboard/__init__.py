@@ -3,7 +3,7 @@
 What belongs here: turning the router's state into JSON for the page (shipped as package data in
 admin/static/, no build step, no CDN), the rate history the live charts draw, and the dashboard's
 actions (partition on/offline, test send, resubmit, purge, close connection) as POSTs guarded by
-admin/access.py. What does not: sockets (admin/http.py), message decoding and sending
+admin/access.py. What does not: sockets (admin/http/), message decoding and sending
 (admin/explorer.py, over the same code paths as AMQP), counters (partitions/stats.py), the
 snapshot rows of one entity (admin/entityrows.py), what it reads of the server
 (admin/serverstatus.py, re-exported here).

@@ -189,15 +189,44 @@ def _heatmap(ns: str, entity: str, counts: Sequence[int]) -> str:
 def render(out: str, *, now: datetime | None = None) -> str:
     """The report page for the tables of OUT, as a string."""
     now = now or datetime.now(UTC)
-    traffic = read_rows(out, "traffic_by_minute")
+    sections = [
+        ("Traffic per minute", _traffic_section(out)),
+        ("Latency, enqueue to complete (ms)", _latency_section(out)),
+        ("Dead-letter reasons", _reasons_section(out)),
+        ("Partition skew", _skew_section(out)),
+    ]
+    parts = [f"<section><h2>{_e(t)}</h2>{c}</section>" for t, c in sections]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>sbemu report</title>
+<style>
+body{{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:980px}}
+h1{{font-size:20px}} h2{{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}}
+table{{border-collapse:collapse}} td,th{{padding:3px 10px;border-bottom:1px solid #eee;
+text-align:right}} td:nth-child(-n+2),th:nth-child(-n+2){{text-align:left}}
+figure{{margin:12px 0}} figcaption{{font-weight:600;margin-bottom:4px}}
+small{{font-weight:normal;color:#666}} svg text{{font-size:11px;fill:#444}}
+svg text.cell{{font-size:10px}} svg .grid{{stroke:#eee}} svg text.val{{fill:#666}}
+.legend .key{{margin-right:14px}} .legend i{{display:inline-block;width:10px;height:10px;
+margin-right:4px}}
+</style></head><body>
+<h1>sbemu report</h1>
+<p>Tables in <code>{_e(os.path.abspath(out))}</code>, rendered {now:%Y-%m-%d %H:%M:%S} UTC.</p>
+{_summary_table(out)}
+{"".join(parts)}
+</body></html>
+"""
+
+
+def _traffic_section(out: str) -> str:
+    """A line chart per entity: its events per UTC minute, summed over partitions."""
     per_entity: dict[tuple[str, str], dict[datetime, dict[str, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
-    for r in traffic:
+    for r in read_rows(out, "traffic_by_minute"):
         bucket = per_entity[(r["namespace"], r["entity"])][r["minute"]]
         for name, _c in SERIES:
             bucket[name] += r[name]
-    sections = []
     charts = []
     for key in sorted(per_entity):
         by_minute = per_entity[key]
@@ -211,8 +240,10 @@ def render(out: str, *, now: datetime | None = None) -> str:
             minutes = sorted(by_minute)[-24 * 60 :]
         series = {n: [by_minute.get(m, {}).get(n, 0) for m in minutes] for n, _c in SERIES}
         charts.append(_line_chart(f"{key[0]} / {key[1]}", minutes, series))
-    sections.append(("Traffic per minute", "".join(charts) or "<p>No traffic yet.</p>"))
+    return "".join(charts) or "<p>No traffic yet.</p>"
 
+
+def _latency_section(out: str) -> str:
     lat = sorted(
         read_rows(out, "latency"), key=lambda r: (r["namespace"], r["entity"], r["partition"])
     )
@@ -223,15 +254,12 @@ def render(out: str, *, now: datetime | None = None) -> str:
         )
         for r in lat
     ]
-    sections.append(
-        (
-            "Latency, enqueue to complete (ms)",
-            _bar_rows("p50 / p95 / p99 per entity [partition] (completed)", rows, "ms")
-            if rows
-            else "<p>No completed messages yet.</p>",
-        )
-    )
+    if not rows:
+        return "<p>No completed messages yet.</p>"
+    return _bar_rows("p50 / p95 / p99 per entity [partition] (completed)", rows, "ms")
 
+
+def _reasons_section(out: str) -> str:
     reasons = sorted(
         read_rows(out, "deadletter_reasons"),
         key=lambda r: (-r["count"], r["namespace"], r["entity"], r["reason"] or ""),
@@ -243,39 +271,38 @@ def render(out: str, *, now: datetime | None = None) -> str:
         )
         for r in reasons
     ]
-    sections.append(
-        (
-            "Dead-letter reasons",
-            _bar_rows("dead-lettered messages by reason", rows, "")
-            if rows
-            else "<p>Nothing dead-lettered.</p>",
-        )
-    )
+    if not rows:
+        return "<p>Nothing dead-lettered.</p>"
+    return _bar_rows("dead-lettered messages by reason", rows, "")
 
+
+def _skew_section(out: str) -> str:
     skew = sorted(read_rows(out, "partition_skew"), key=lambda r: (r["namespace"], r["entity"]))
     maps = [
         _heatmap(r["namespace"], r["entity"], r["messages_per_partition"])
         for r in skew
         if r["partitions"] > 1
     ]
-    sections.append(("Partition skew", "".join(maps) or "<p>No partitioned entity yet.</p>"))
+    return "".join(maps) or "<p>No partitioned entity yet.</p>"
 
-    summary = summary_rows(out)
-    head = "".join(
-        f"<th>{_e(c)}</th>"
-        for c in (
-            "namespace",
-            "entity",
-            "sent",
-            "enqueued",
-            "completed",
-            "deadlettered",
-            "p95 ms",
-            "partitions",
-            "max/mean",
-            "sessions",
-        )
-    )
+
+SUMMARY_COLUMNS = (
+    "namespace",
+    "entity",
+    "sent",
+    "enqueued",
+    "completed",
+    "deadlettered",
+    "p95 ms",
+    "partitions",
+    "max/mean",
+    "sessions",
+)
+
+
+def _summary_table(out: str) -> str:
+    """One row per entity (sbemu.reports.tables.summary_rows)."""
+    head = "".join(f"<th>{_e(c)}</th>" for c in SUMMARY_COLUMNS)
     body = "".join(
         "<tr>"
         + "".join(
@@ -294,26 +321,6 @@ def render(out: str, *, now: datetime | None = None) -> str:
             )
         )
         + "</tr>"
-        for s in summary
+        for s in summary_rows(out)
     )
-    parts = [f"<section><h2>{_e(t)}</h2>{c}</section>" for t, c in sections]
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>sbemu report</title>
-<style>
-body{{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:980px}}
-h1{{font-size:20px}} h2{{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}}
-table{{border-collapse:collapse}} td,th{{padding:3px 10px;border-bottom:1px solid #eee;
-text-align:right}} td:nth-child(-n+2),th:nth-child(-n+2){{text-align:left}}
-figure{{margin:12px 0}} figcaption{{font-weight:600;margin-bottom:4px}}
-small{{font-weight:normal;color:#666}} svg text{{font-size:11px;fill:#444}}
-svg text.cell{{font-size:10px}} svg .grid{{stroke:#eee}} svg text.val{{fill:#666}}
-.legend .key{{margin-right:14px}} .legend i{{display:inline-block;width:10px;height:10px;
-margin-right:4px}}
-</style></head><body>
-<h1>sbemu report</h1>
-<p>Tables in <code>{_e(os.path.abspath(out))}</code>, rendered {now:%Y-%m-%d %H:%M:%S} UTC.</p>
-<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
-{"".join(parts)}
-</body></html>
-"""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -101,6 +101,14 @@ def _add_serve(subcommands: Any) -> None:
         "then to the default.",
     )
     # Defaults are None so resolve_settings can tell "not given" from "given as the default".
+    _add_where_options(serve)
+    _add_log_options(serve)
+    _add_run_options(serve)
+    serve.set_defaults(handler=_serve)
+
+
+def _add_where_options(serve: Any) -> None:
+    """The configuration, the data directory, the address and the ports."""
     serve.add_argument(
         "--config",
         metavar="PATH",
@@ -139,6 +147,10 @@ def _add_serve(subcommands: Any) -> None:
         f"0 = ephemeral, {OFF} = none [{ENV_WS_PORT}; default: {DEFAULT_WS_PORT}, skipped with "
         "a warning when it cannot be bound]",
     )
+
+
+def _add_log_options(serve: Any) -> None:
+    """The log level and the partition logs' retention and content."""
     serve.add_argument(
         "--log-level",
         metavar="L",
@@ -164,6 +176,10 @@ def _add_serve(subcommands: Any) -> None:
         help=f"also write message bodies into the partition logs [{ENV_LOG_BODIES}=1; "
         "default: off]",
     )
+
+
+def _add_run_options(serve: Any) -> None:
+    """How the process runs: the ready file, ephemeral data, Microsoft's container contract."""
     serve.add_argument(
         "--ready-file",
         metavar="PATH",
@@ -186,7 +202,6 @@ def _add_serve(subcommands: Any) -> None:
         "/ServiceBus_Emulator/ConfigFiles/ when there, all interfaces, EMULATOR_HTTP_PORT for "
         f"the admin port, SQL Server settings ignored [{ENV_CONTAINER}=1]",
     )
-    serve.set_defaults(handler=_serve)
 
 
 def resolve_data_dir(

@@ -17,7 +17,7 @@ import pytest
 from azure.servicebus import ServiceBusClient
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from sbemu.pytest_plugin import SbemuServer
+from sbemu.testing.pytest_plugin import SbemuServer
 
 JS_ROOT = Path(__file__).resolve().parents[1] / "js"
 

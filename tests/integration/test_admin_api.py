@@ -31,7 +31,7 @@ from azure.servicebus.management import (
 )
 
 from sbemu.auth.sas import make_sas_token
-from sbemu.pytest_plugin import EntityFactory, SbemuServer, start_server, stop_server
+from sbemu.testing.pytest_plugin import EntityFactory, SbemuServer, start_server, stop_server
 
 NS = "sbemulatorns"
 

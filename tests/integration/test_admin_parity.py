@@ -20,7 +20,7 @@ from azure.servicebus.management import (
     SqlRuleFilter,
 )
 
-from sbemu.pytest_plugin import SbemuServer
+from sbemu.testing.pytest_plugin import SbemuServer
 
 UTC = dt.timezone.utc
 

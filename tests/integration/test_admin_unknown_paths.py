@@ -8,7 +8,7 @@ import json
 import urllib.error
 import urllib.request
 
-from sbemu.pytest_plugin import EntityFactory, SbemuServer
+from sbemu.testing.pytest_plugin import EntityFactory, SbemuServer
 
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8"
 

@@ -17,7 +17,7 @@ from azure.servicebus.exceptions import ServiceBusError
 from integration_support import queue_def, receive_n, send_plain
 
 from sbemu.auth.sas import make_sas_token
-from sbemu.pytest_plugin import SbemuServer
+from sbemu.testing.pytest_plugin import SbemuServer
 
 SBEMU_QUEUES = [
     queue_def("ap-defer", max_delivery_count=10),

@@ -32,7 +32,7 @@ from integration_support import (
     proton_connect,
 )
 
-from sbemu.pytest_plugin import SbemuServer
+from sbemu.testing.pytest_plugin import SbemuServer
 
 
 def _key() -> str:

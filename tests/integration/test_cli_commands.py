@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sbemu.admin.certs import system_ca_file
-from sbemu.pytest_plugin import SbemuServer, start_server, stop_server
+from sbemu.testing.pytest_plugin import SbemuServer, start_server, stop_server
 
 
 def clean_env(**extra: str) -> dict[str, str]:

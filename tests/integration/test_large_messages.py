@@ -24,7 +24,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
-from sbemu.pytest_plugin import SbemuServer, _ca_bundle, start_server, stop_server
+from sbemu.testing.pytest_plugin import SbemuServer, _ca_bundle, start_server, stop_server
 
 MIB = 1024 * 1024
 BIG_KB = 102_400  # Azure's largest MaxMessageSizeInKilobytes (100 MB)

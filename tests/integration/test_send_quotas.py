@@ -25,7 +25,7 @@ from proton import Delivery, Message
 from proton.utils import BlockingConnection, SendException
 
 from sbemu.protocol.codec import _skip
-from sbemu.pytest_plugin import SbemuServer, start_server, stop_server
+from sbemu.testing.pytest_plugin import SbemuServer, start_server, stop_server
 
 MIB = 1024 * 1024
 

@@ -38,7 +38,7 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from sbemu.testing import SbemuProcess, StartError
+from .process import SbemuProcess, StartError
 
 __all__ = ["EntityFactory", "SbemuServer"]
 

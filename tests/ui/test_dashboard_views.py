@@ -1,7 +1,7 @@
 """The dashboard's views in a real headless Chromium against a real server with SDK traffic:
 the entity filter matches Status, a topic page's partition table follows the selected
 subscription, internal sub-queues stay hidden, "Settings" once, the explorer's page size,
-search and JSON export, and per-entity and per-partition message rates."""
+search and JSON export, and per-entity and per-partition message and byte rates."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from test_dashboard import (
 from uihelpers import it, screenshot, ui_config
 
 pytest.importorskip("azure.servicebus")
-from azure.servicebus import ServiceBusMessage  # noqa: E402
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,7 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     namespace["Queues"] += [
         it.queue_def("paused", lock_duration="PT30S", Status="SendDisabled"),
         it.queue_def("browse", lock_duration="PT30S", partitioned=True),
+        it.queue_def("bytes", lock_duration="PT30S", partitioned=True),
     ]
     namespace["Topics"][0]["Subscriptions"].append({"Name": "all", "Properties": {}})
     tmp = tmp_path_factory.mktemp("sbemu-ui-views")
@@ -115,7 +116,7 @@ def test_topic_partition_table_follows_the_subscription(ui_server: Any, browser:
     with sdk(ui_server) as client:
         for sub in ("all", "red"):
             with client.get_subscription_receiver(
-                "events", sub, receive_mode="receiveanddelete"
+                "events", sub, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
             ) as r:
                 while r.receive_messages(max_message_count=50, max_wait_time=2):
                     pass
@@ -250,6 +251,91 @@ def test_entity_and_partition_rates(ui_server: Any, browser: Any) -> None:
     )
 
 
+def byte_rate_value(text: str) -> float:
+    """A byte rate as the dashboard prints it ("0 B/s", "812 B/s", "1.5 KiB/s") in bytes/s."""
+    number, unit = text.strip().removesuffix("/s").split(" ")
+    scale = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}[unit]
+    return float(number) * scale
+
+
+def test_byte_rates_beside_the_message_rates(ui_server: Any, browser: Any) -> None:
+    """Bytes per second in and out, per entity and per partition, beside the message rates:
+    under a load of 4 KiB bodies sent and received, the cards, the partition table and the
+    entities table show them, and in the server's own figures bytes/s over messages/s is the
+    size of one message (its body and the AMQP sections around it)."""
+    import urllib.request
+
+    body = b"b" * 4096
+    stop = threading.Event()
+
+    def load() -> None:
+        with sdk(ui_server) as client:
+            with (
+                client.get_queue_sender("bytes") as sender,
+                client.get_queue_receiver(
+                    "bytes", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=1
+                ) as receiver,
+            ):
+                while not stop.is_set():
+                    sender.send_messages(
+                        [ServiceBusMessage(body, partition_key="bytes-key") for _ in range(10)]
+                    )
+                    receiver.receive_messages(max_message_count=10, max_wait_time=1)
+
+    def rates() -> dict[str, float]:
+        url = f"http://127.0.0.1:{ui_server.admin_port}/api/entities"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            rows = json.load(resp)["entities"]
+        return next(r for r in rows if r["name"] == "bytes")["rates"]
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    try:
+        open_entity(browser, ui_server, "bytes")
+        for key in ("incoming_bytes", "outgoing_bytes"):
+            wait_for(
+                browser,
+                lambda d, key=key: (
+                    byte_rate_value(text_of(d, f'#entity-cards [data-rate="{key}"]')) > 0
+                ),
+            )
+
+        # one partition key: one partition's row shows the bytes, the others 0 B/s
+        def busy(d: Any) -> list[str]:
+            return [
+                r.get_attribute("data-partition")
+                for r in css_all(d, "#partitions tr[data-partition]")
+                if byte_rate_value(
+                    r.find_element("css selector", '[data-rate="incoming_bytes"]').text
+                )
+                > 0
+            ]
+
+        wait_for(browser, lambda d: len(busy(d)) == 1)
+        screenshot(browser, "entity-byte-rates")
+        seen = rates()
+        assert seen["incoming"] > 0 and seen["incoming_bytes"] > 0
+        per_message = seen["incoming_bytes"] / seen["incoming"]
+        assert len(body) < per_message < len(body) + 1024, seen
+        open_page(browser, ui_server, "/entities")
+        filter_entities(browser, "")
+        row = f'tr[data-entity="{NS}/bytes"]'
+        wait_for(
+            browser,
+            lambda d: byte_rate_value(text_of(d, f'{row} [data-rate="incoming_bytes"]')) > 0,
+        )
+        wait_for(
+            browser,
+            lambda d: byte_rate_value(text_of(d, f'{row} [data-rate="outgoing_bytes"]')) > 0,
+        )
+        assert text_of(browser, f'tr[data-entity="{NS}/paused"] [data-rate="incoming_bytes"]') == (
+            "0 B/s"
+        )
+    finally:
+        stop.set()
+        worker.join(30)
+
+
 def test_rates_are_sampled_on_the_servers_clock(ui_server: Any) -> None:
     """The sampler reads the server's clock (a TestClock here), not the wall clock: under a
     steady load, moving the server's clock 10 minutes on spreads the last seconds' messages
@@ -300,7 +386,9 @@ def test_rates_are_sampled_on_the_servers_clock(ui_server: Any) -> None:
         worker.join(30)
     with (
         sdk(ui_server) as client,
-        client.get_queue_receiver("inbox", receive_mode="receiveanddelete") as r,
+        client.get_queue_receiver(
+            "inbox", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        ) as r,
     ):
         while r.receive_messages(max_message_count=200, max_wait_time=2):
             pass

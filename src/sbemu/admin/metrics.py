@@ -8,6 +8,8 @@ Service Bus metrics.
 | CompleteMessage                 | sbemu_complete_messages_total          | namespace, entity, partition|
 | AbandonMessage                  | sbemu_abandon_messages_total           | namespace, entity, partition|
 | (dead-lettering, as a rate)     | sbemu_deadletter_messages_total        | namespace, entity, partition|
+| (Event Hubs' IncomingBytes)     | sbemu_incoming_bytes_total             | namespace, entity, partition|
+| (Event Hubs' OutgoingBytes)     | sbemu_outgoing_bytes_total             | namespace, entity, partition|
 | ActiveMessages                  | sbemu_active_messages                  | namespace, entity, partition|
 | DeadletteredMessages            | sbemu_deadlettered_messages            | namespace, entity, partition|
 | ScheduledMessages               | sbemu_scheduled_messages               | namespace, entity, partition|
@@ -102,6 +104,16 @@ COUNTERS = (
     ("completed", "sbemu_complete_messages_total", "Messages completed (CompleteMessage)."),
     ("abandoned", "sbemu_abandon_messages_total", "Messages abandoned (AbandonMessage)."),
     ("deadlettered", "sbemu_deadletter_messages_total", "Messages moved to a dead-letter queue."),
+    (
+        "incoming_bytes",
+        "sbemu_incoming_bytes_total",
+        "Bytes of the messages accepted by the entity (their sizes, as Size counts them).",
+    ),
+    (
+        "outgoing_bytes",
+        "sbemu_outgoing_bytes_total",
+        "Bytes of the messages delivered to receivers.",
+    ),
 )
 GAUGES = (
     ("active", "sbemu_active_messages", "Active messages (ActiveMessages)."),

@@ -160,6 +160,8 @@ class Staging:
         offset += n
         self.next_offset = offset
         self.stats.events[event] += len(recs)
+        if event is LogEvent.DELIVERED:
+            self.stats.outgoing_bytes += sum([r.size for r in recs])
         self.batch.meta["next_log_offset"] = offset
         self.dirty(lazy)
 

@@ -1,7 +1,9 @@
 """Message and connection counters for the dashboard and /metrics: plain integers, no clock.
 
 Each partition broker owns one PartitionStats and bumps it where it already writes its log
-(one dict increment per logged event), plus `incoming` once a send committed. ServerStats counts
+(one dict increment per logged event), plus `incoming` once a send committed, and the bytes in
+(of those messages) and out (of the deliveries): one add per message of the `size` it already
+carries. ServerStats counts
 connections and errors per namespace. Rates over time are the admin layer's business: it samples
 these monotonically growing totals on its own timer.
 
@@ -24,10 +26,12 @@ SERVER_CONDITIONS = frozenset({"amqp:internal-error"})
 class PartitionStats:
     """Monotonic counters of one partition (all its sub-queues)."""
 
-    __slots__ = ("incoming", "events")
+    __slots__ = ("incoming", "incoming_bytes", "outgoing_bytes", "events")
 
     def __init__(self) -> None:
         self.incoming = 0  # messages accepted by a committed send (not per subscription copy)
+        self.incoming_bytes = 0  # their sizes
+        self.outgoing_bytes = 0  # the sizes of the messages delivered (DELIVERED events)
         self.events: dict[LogEvent, int] = dict.fromkeys(LogEvent, 0)
 
     def count(self, event: LogEvent) -> None:
@@ -55,7 +59,15 @@ class PartitionStats:
         return self.events[LogEvent.DEADLETTERED]
 
 
-TOTAL_FIELDS = ("incoming", "outgoing", "completed", "abandoned", "deadlettered")
+TOTAL_FIELDS = (
+    "incoming",
+    "outgoing",
+    "completed",
+    "abandoned",
+    "deadlettered",
+    "incoming_bytes",
+    "outgoing_bytes",
+)
 
 
 def totals(stats: Iterable[PartitionStats]) -> dict[str, int]:
@@ -68,6 +80,8 @@ def totals(stats: Iterable[PartitionStats]) -> dict[str, int]:
         out["completed"] += ev[LogEvent.COMPLETED]
         out["abandoned"] += ev[LogEvent.ABANDONED]
         out["deadlettered"] += ev[LogEvent.DEADLETTERED]
+        out["incoming_bytes"] += s.incoming_bytes
+        out["outgoing_bytes"] += s.outgoing_bytes
     return out
 
 

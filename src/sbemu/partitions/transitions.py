@@ -302,6 +302,7 @@ class Transitions:
         def on_commit(error: Exception | None) -> None:
             if error is None:
                 staging.stats.incoming += len(messages)
+                staging.stats.incoming_bytes += sum([m.size for m in messages])
                 touched: set[str] = set()
                 for sq, rec in staged:
                     touched.add(sq.name)

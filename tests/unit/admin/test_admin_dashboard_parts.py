@@ -54,31 +54,39 @@ K0, K1 = ("ns", "q", 0), ("ns", "q", 1)
 # ------------------------------------------------------------------------------ rates
 def test_rates_are_counter_growth_over_the_window() -> None:
     rates = PartitionRates(window_s=5)
-    assert rates.partition("ns", "q", 0) == {"incoming": 0.0, "outgoing": 0.0}
-    for second in range(11):  # partition 0: 10 in and 4 out per second; partition 1 idle
-        rates.sample(1_000_000 + second * 1000, [(K0, 10 * second, 4 * second), (K1, 7, 7)])
-    assert rates.partition("NS", "Q", 0) == {"incoming": 10.0, "outgoing": 4.0}
-    assert rates.partition("ns", "q", 1) == {"incoming": 0.0, "outgoing": 0.0}
-    assert rates.entity("ns", "q", [0, 1]) == {"incoming": 10.0, "outgoing": 4.0}
+    zero = {"incoming": 0.0, "outgoing": 0.0, "incoming_bytes": 0.0, "outgoing_bytes": 0.0}
+    assert rates.partition("ns", "q", 0) == zero
+    for second in range(11):  # partition 0: 10 in and 4 out per second, of 100 bytes each
+        totals = (10 * second, 4 * second, 1000 * second, 400 * second)
+        rates.sample(1_000_000 + second * 1000, [(K0, totals), (K1, (7, 7, 700, 700))])
+    busy = {"incoming": 10.0, "outgoing": 4.0, "incoming_bytes": 1000.0, "outgoing_bytes": 400.0}
+    assert rates.partition("NS", "Q", 0) == busy
+    assert rates.partition("ns", "q", 1) == zero  # partition 1 idle
+    assert rates.entity("ns", "q", [0, 1]) == busy
     # a burst fades within the window: 50 more, then nothing
-    rates.sample(1_011_000, [(K0, 150, 40), (K1, 7, 7)])
+    rates.sample(1_011_000, [(K0, (150, 40, 15000, 4000)), (K1, (7, 7, 700, 700))])
     assert rates.partition("ns", "q", 0)["incoming"] == pytest.approx((150 - 60) / 5)
+    assert rates.partition("ns", "q", 0)["incoming_bytes"] == pytest.approx((15000 - 6000) / 5)
     for second in range(12, 18):
-        rates.sample(1_000_000 + second * 1000, [(K0, 150, 40), (K1, 7, 7)])
-    assert rates.partition("ns", "q", 0) == {"incoming": 0.0, "outgoing": 0.0}
+        rates.sample(
+            1_000_000 + second * 1000, [(K0, (150, 40, 15000, 4000)), (K1, (7, 7, 700, 700))]
+        )
+    assert rates.partition("ns", "q", 0) == zero
 
 
 def test_rates_forget_partitions_that_are_gone_and_ignore_a_still_clock() -> None:
     rates = PartitionRates(window_s=5)
-    rates.sample(1000, [(K0, 0, 0), (K1, 0, 0)])
-    rates.sample(2000, [(K0, 5, 0), (K1, 3, 0)])
-    rates.sample(2000, [(K0, 9, 0), (K1, 3, 0)])  # same instant: no division by zero
+    rates.sample(1000, [(K0, (0, 0, 0, 0)), (K1, (0, 0, 0, 0))])
+    rates.sample(2000, [(K0, (5, 0, 50, 0)), (K1, (3, 0, 30, 0))])
+    rates.sample(
+        2000, [(K0, (9, 0, 90, 0)), (K1, (3, 0, 30, 0))]
+    )  # same instant: no division by zero
     assert rates.partition("ns", "q", 0)["incoming"] == 5.0
-    rates.sample(3000, [(K0, 10, 0)])  # the entity lost partition 1 (deleted, re-created)
+    rates.sample(3000, [(K0, (10, 0, 100, 0))])  # the entity lost partition 1 (deleted, re-created)
     assert rates.partition("ns", "q", 1)["incoming"] == 0.0
     assert len(rates._samples) == 1
     for t in range(4000, 100_000, 1000):  # bounded: a window's worth of samples per partition
-        rates.sample(t, [(K0, t, t)])
+        rates.sample(t, [(K0, (t, t, t, t))])
     assert len(rates._samples[K0]) <= 7
 
 

@@ -44,9 +44,12 @@ def test_values_and_escaping() -> None:
 def test_partition_counters_sum_per_entity() -> None:
     a, b = PartitionStats(), PartitionStats()
     a.incoming += 5
+    a.incoming_bytes += 500
+    a.outgoing_bytes += 200
     for event in (LogEvent.DELIVERED, LogEvent.DELIVERED, LogEvent.COMPLETED, LogEvent.ABANDONED):
         a.count(event)
     b.incoming += 2
+    b.incoming_bytes += 40
     b.count(LogEvent.DEADLETTERED)
     b.count(LogEvent.ENQUEUED)  # not a reported rate
     assert totals([a, b]) == {
@@ -55,6 +58,8 @@ def test_partition_counters_sum_per_entity() -> None:
         "completed": 1,
         "abandoned": 1,
         "deadlettered": 1,
+        "incoming_bytes": 540,
+        "outgoing_bytes": 200,
     }
 
 

@@ -86,14 +86,19 @@ class DashboardData:
             return {}
         return totals(b.stats for e in router.entities.values() for b in e.partitions)
 
-    def _partition_counters(self) -> list[tuple[tuple[str, str, int], int, int]]:
+    def _partition_counters(self) -> list[tuple[tuple[str, str, int], tuple[int, ...]]]:
+        """Every partition's counters in RATE_FIELDS order (admin/rates.py)."""
         router = self.server.router
         if router is None:
             return []
         return [
-            ((ns, name, b.partition_id), b.stats.incoming, b.stats.outgoing)
+            (
+                (ns, name, b.partition_id),
+                (s.incoming, s.outgoing, s.incoming_bytes, s.outgoing_bytes),
+            )
             for (ns, name), e in router.entities.items()
             for b in e.partitions
+            for s in (b.stats,)
         ]
 
     def tick_payload(self, point: dict[str, float]) -> dict[str, Any]:

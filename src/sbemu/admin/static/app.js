@@ -247,15 +247,20 @@ const ENTITY_COLUMNS = [
   ["consumers", "Consumers", (r) => r.consumers || 0, true],
   ["rate_in", "In/s", (r) => rateOf(r, "incoming"), true],
   ["rate_out", "Out/s", (r) => rateOf(r, "outgoing"), true],
+  ["rate_in_bytes", "In B/s", (r) => rateOf(r, "incoming_bytes"), true],
+  ["rate_out_bytes", "Out B/s", (r) => rateOf(r, "outgoing_bytes"), true],
   ["status", "Status", (r) => r.status],
   ["availability", "Availability", (r) => r.availability],
   ["partitions", "Partitions", (r) => r.partitions.length],
 ];
 
-// messages per second, sampled on the server (admin/rates.py); a subscription shows none:
+// messages (and their bytes) per second, sampled on the server (admin/rates.py); a subscription shows none:
 // the counters are per partition, so its topic's figures would read as its own
 function rateOf(r, key) { return r.kind === "subscription" || !r.rates ? -1 : r.rates[key]; }
 function fmtRateCell(v) { return v < 0 ? "" : fmtRate(v); }
+function fmtByteRate(v) { return v < 1024 ? Math.round(v) + " B/s" : fmtBytes(v) + "/s"; }
+function fmtByteRateCell(v) { return v < 0 ? "" : fmtByteRate(v); }
+const NO_RATES = { incoming: 0, outgoing: 0, incoming_bytes: 0, outgoing_bytes: 0 };
 
 async function pageEntities(root, query) {
   root.append(el("h1", {}, "Entities"));
@@ -294,7 +299,7 @@ async function pageEntities(root, query) {
       return (x < y ? -1 : x > y ? 1 : 0) * state.entitiesSort.dir;
     });
     const head = el("tr", {}, ENTITY_COLUMNS.map(([key, label, , num]) => el("th", {
-      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key === "consumers" ? "receive links attached now (dead-letter queues and sessions included; a topic: its subscriptions')" : key.startsWith("rate_") ? "messages per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
+      title: key === "size" ? "bytes of the stored messages (SizeInBytes)" : key === "consumers" ? "receive links attached now (dead-letter queues and sessions included; a topic: its subscriptions')" : key.startsWith("rate_") ? (key.endsWith("_bytes") ? "bytes of the messages" : "messages") + " per second over the last seconds (a topic: sent to it / delivered from its subscriptions)" : null,
       class: "sortable" + (num ? " num" : "") + (state.entitiesSort.key === key ? (state.entitiesSort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
       "data-sort": key,
       onclick: () => {
@@ -316,6 +321,8 @@ async function pageEntities(root, query) {
         el("td", { class: "num", "data-count": "consumers" }, fmtNum(r.consumers || 0)),
         el("td", { class: "num", "data-rate": "incoming" }, fmtRateCell(rateOf(r, "incoming"))),
         el("td", { class: "num", "data-rate": "outgoing" }, fmtRateCell(rateOf(r, "outgoing"))),
+        el("td", { class: "num", "data-rate": "incoming_bytes" }, fmtByteRateCell(rateOf(r, "incoming_bytes"))),
+        el("td", { class: "num", "data-rate": "outgoing_bytes" }, fmtByteRateCell(rateOf(r, "outgoing_bytes"))),
         el("td", { "data-status": r.status }, r.status),
         el("td", {}, el("span", { class: "badge " + r.availability, "data-availability": r.availability }, r.availability)),
         el("td", {}, r.partitioned || r.partitions.length > 1 ? strip(r.partitions) : el("span", { class: "muted" }, "1")),
@@ -429,7 +436,7 @@ async function pageEntity(root, ns, name, query) {
     av.textContent = topicRow.availability; av.className = "badge " + topicRow.availability;
     av.setAttribute("data-availability", topicRow.availability);
     const c = r.counts;
-    const rates = topicRow.rates || { incoming: 0, outgoing: 0 };
+    const rates = topicRow.rates || NO_RATES;
     // on a topic the counts are the selected subscription's: the first card says which
     const whose = isTopic ? [el("div", { class: "card", id: "cards-subscription" }, el("div", { class: "label" }, "Counts of subscription"),
       el("div", { class: "value" }, r.subscription || "-"))] : [];
@@ -437,21 +444,25 @@ async function pageEntity(root, ns, name, query) {
       ["Deferred", c.deferred, "deferred"], ["Transfer DLQ", c.transferdeadletter, "transferdeadletter"], ["Partitions", detail.partition_count, "partitions"]]
       .map(([l, v, k]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-count": k }, fmtNum(v)))),
       ...[["In", rates.incoming, "incoming"], ["Out", rates.outgoing, "outgoing"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
-        el("div", { class: "label" }, l + " msg/s" + (isTopic ? " (topic)" : "")), el("div", { class: "value", "data-rate": k }, fmtRate(v)))));
+        el("div", { class: "label" }, l + " msg/s" + (isTopic ? " (topic)" : "")), el("div", { class: "value", "data-rate": k }, fmtRate(v)))),
+      ...[["In", rates.incoming_bytes, "incoming_bytes"], ["Out", rates.outgoing_bytes, "outgoing_bytes"]].map(([l, v, k]) => el("div", { class: "card", title: isTopic ? "the topic's: sent to it / delivered from all its subscriptions" : null },
+        el("div", { class: "label" }, l + " bytes/s" + (isTopic ? " (topic)" : "")), el("div", { class: "value", "data-rate": k }, fmtByteRate(v || 0)))));
     // the partition table shows what the cards show: the queue, or the selected subscription;
     // its rates are the partition's (for a topic: all its subscriptions)
     const row = r;
-    const partRates = new Map(topicRow.partitions.map((p) => [p.id, p.rates || { incoming: 0, outgoing: 0 }]));
+    const partRates = new Map(topicRow.partitions.map((p) => [p.id, p.rates || NO_RATES]));
     partsPanel.replaceChildren(el("div", { class: "toolbar" }, strip(row.partitions),
       el("span", { class: "muted" }, (isTopic ? "subscription " + (r.subscription || "") + "; " : "") + "colour: depth (active + dead-letter); red: offline; amber: full")),
       el("div", { class: "partscroll" }, el("table", { id: "partitions", "data-row": r.name },
-      el("tr", {}, ["Partition", "Active", "Dead-letter", "Scheduled", "Deferred", "In/s", "Out/s", "Health", ""].map((h, i) => el("th", { class: i && i < 7 ? "num" : "" }, h))),
+      el("tr", {}, ["Partition", "Active", "Dead-letter", "Scheduled", "Deferred", "In/s", "Out/s", "In B/s", "Out B/s", "Health", ""].map((h, i) => el("th", { class: i && i < 9 ? "num" : "" }, h))),
       ...row.partitions.map((p) => el("tr", { "data-partition": p.id },
         el("td", {}, p.id),
         el("td", { class: "num", "data-count": "active" }, fmtNum(p.active)), el("td", { class: "num", "data-count": "deadletter" }, fmtNum(p.deadletter)),
         el("td", { class: "num", "data-count": "scheduled" }, fmtNum(p.scheduled)), el("td", { class: "num", "data-count": "deferred" }, fmtNum(p.deferred)),
         el("td", { class: "num", "data-rate": "incoming" }, fmtRate(partRates.get(p.id).incoming)),
         el("td", { class: "num", "data-rate": "outgoing" }, fmtRate(partRates.get(p.id).outgoing)),
+        el("td", { class: "num", "data-rate": "incoming_bytes" }, fmtByteRate(partRates.get(p.id).incoming_bytes || 0)),
+        el("td", { class: "num", "data-rate": "outgoing_bytes" }, fmtByteRate(partRates.get(p.id).outgoing_bytes || 0)),
         el("td", {}, el("span", { class: "badge " + (p.online ? (p.accepting ? "online" : "full") : "offline"), "data-health": p.online ? "online" : "offline" },
           p.online ? (p.accepting ? "online" : "full") : "offline"), p.reason ? el("span", { class: "muted" }, " " + p.reason) : null),
         el("td", {}, el("button", {

@@ -2,9 +2,9 @@
 
 The admin API keeps the rules as the client sent them (sbemu.admin.catalog's
 `authorization_rules`: the rule elements with their own namespace declarations, which
-sbemu.sasrules reads for `$cbs`). What a client sent may use any prefixes (Python's
-ElementTree writes ``ns0:``, the JS SDK ``p5:`` for the type): echoed, the JS SDK found no
-``ClaimType``/``KeyName`` and refused the queue [issue 36 B]. Azure answers in its own form
+sbemu.auth.sasrules reads for `$cbs`). What a client sent may use any prefixes (Python's
+ElementTree writes ``ns0:``, the JS SDK ``p5:`` for the type): echoed, the JS SDK finds no
+``ClaimType``/``KeyName`` and refuses the queue. Azure answers in its own form
 whatever the request looked like, in the description's default namespace (the connect
 namespace) with ``i`` for XMLSchema-instance, each rule's elements in this order (Microsoft's
 Event Hubs REST reference shows the same AuthorizationRule)::
@@ -41,7 +41,7 @@ def _el(name: str, text: str) -> str:
 def authorization_rules_xml(stored: str | None, created: str, modified: str) -> str:
     """The content of <AuthorizationRules> in Azure's form from the stored rule elements;
     `created`/`modified` (xs:dateTime text) stand in for times the client did not send.
-    Stored text that does not parse holds no rules (as sbemu.sasrules reads it)."""
+    Stored text that does not parse holds no rules (as sbemu.auth.sasrules reads it)."""
     if not stored or not stored.strip():
         return ""
     try:

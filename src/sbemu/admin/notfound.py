@@ -3,8 +3,9 @@
 The Service Bus management API (admin/atom/) owns every path no other route claims, since an
 entity's path is its name. Its clients (the SDKs' administration clients) always send an
 ``Authorization`` header. A browser that asks for ``/favicon.ico`` or follows a
-wrong link sends neither, and used to get ``401`` with an Azure ``<Error>`` document. Such a
-request for a path that names no entity and no API resource is answered here instead: ``404``
+wrong link sends neither, and a ``401`` with an Azure ``<Error>`` document would tell it
+nothing useful. Such a request for a path that names no entity and no API resource is answered
+here instead: ``404``
 in the format the client asked for (HTML for a browser, XML for an XML client, JSON otherwise),
 saying where the dashboard and the API are. From a non-loopback peer it still goes to the API
 (which asks for a token), so nobody learns which entity names exist without one.

@@ -104,15 +104,9 @@ COUNTERS = (
     ("completed", "sbemu_complete_messages_total", "Messages completed (CompleteMessage)."),
     ("abandoned", "sbemu_abandon_messages_total", "Messages abandoned (AbandonMessage)."),
     ("deadlettered", "sbemu_deadletter_messages_total", "Messages moved to a dead-letter queue."),
-    (
-        "incoming_bytes",
-        "sbemu_incoming_bytes_total",
-        "Bytes of the messages accepted by the entity (their sizes, as Size counts them).",
-    ),
-    (
-        "outgoing_bytes",
-        "sbemu_outgoing_bytes_total",
-        "Bytes of the messages delivered to receivers.",
+    *(  # the sizes of the messages counted in and out (Event Hubs' IncomingBytes, OutgoingBytes)
+        (f"{way}_bytes", f"sbemu_{way}_bytes_total", f"Bytes of the {way} messages.")
+        for way in ("incoming", "outgoing")
     ),
 )
 GAUGES = (

@@ -13,10 +13,32 @@ def _guarded(exc: Exception, what: str) -> FilterEvaluationError:
     return FilterEvaluationError(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
-class SqlFilter:
+class _Expression:
+    """What a SQL filter and a SQL rule action share: the expression and its parameters, by
+    which two of one class are equal."""
+
+    __slots__ = ()
+    _tag = ""  # in the hash, so a filter and an action of one text differ
+    expression: str
+    parameters: dict[str, object]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.expression == other.expression and self.parameters == other.parameters
+
+    def __hash__(self) -> int:
+        return hash((self._tag, self.expression))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.expression!r})"
+
+
+class SqlFilter(_Expression):
     """A SQL filter, compiled once. ``matches`` is TRUE only when the predicate is TRUE."""
 
     __slots__ = ("expression", "parameters", "_fn")
+    _tag = "sql"
 
     def __init__(self, expression: str, parameters: Mapping[str, object] | None = None):
         parser = Parser(expression, parameters)
@@ -43,19 +65,24 @@ class SqlFilter:
         except Exception as e:
             raise _guarded(e, f"filter {self.expression!r}") from e
 
+
+class _ConstantFilter:
+    """A filter whose answer does not depend on the message; equal to any filter of its class."""
+
+    __slots__ = ()
+    expression: str
+
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SqlFilter):
-            return NotImplemented
-        return self.expression == other.expression and self.parameters == other.parameters
+        return type(other) is type(self)
 
     def __hash__(self) -> int:
-        return hash(("sql", self.expression))
+        return hash(type(self).__name__)
 
     def __repr__(self) -> str:
-        return f"SqlFilter({self.expression!r})"
+        return f"{type(self).__name__}()"
 
 
-class TrueFilter:
+class TrueFilter(_ConstantFilter):
     """Matches every message (SQL ``1=1``)."""
 
     __slots__ = ()
@@ -64,17 +91,8 @@ class TrueFilter:
     def matches(self, msg: MessageView) -> bool:
         return True
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TrueFilter)
 
-    def __hash__(self) -> int:
-        return hash("TrueFilter")
-
-    def __repr__(self) -> str:
-        return "TrueFilter()"
-
-
-class FalseFilter:
+class FalseFilter(_ConstantFilter):
     """Matches no message (SQL ``1=0``)."""
 
     __slots__ = ()
@@ -83,20 +101,12 @@ class FalseFilter:
     def matches(self, msg: MessageView) -> bool:
         return False
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FalseFilter)
 
-    def __hash__(self) -> int:
-        return hash("FalseFilter")
-
-    def __repr__(self) -> str:
-        return "FalseFilter()"
-
-
-class SqlRuleAction:
+class SqlRuleAction(_Expression):
     """``SET prop = expr`` / ``REMOVE prop`` statements, compiled once."""
 
     __slots__ = ("expression", "parameters", "_stmts")
+    _tag = "action"
 
     def __init__(self, expression: str, parameters: Mapping[str, object] | None = None):
         parser = Parser(expression, parameters)
@@ -116,14 +126,3 @@ class SqlRuleAction:
         except Exception as e:
             raise _guarded(e, f"action {self.expression!r}") from e
         return out
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SqlRuleAction):
-            return NotImplemented
-        return self.expression == other.expression and self.parameters == other.parameters
-
-    def __hash__(self) -> int:
-        return hash(("action", self.expression))
-
-    def __repr__(self) -> str:
-        return f"SqlRuleAction({self.expression!r})"

@@ -214,19 +214,17 @@ class Parser:
         return left
 
     def additive(self) -> Node:
-        left = self.multiplicative()
-        while self.at_op("+", "-"):
-            t = self.next()
-            right = self.multiplicative()
-            node = build_arith(t.value, left, right, t.pos)  # type: ignore[arg-type]
-            left = self.deep(node, left, right)
-        return left
+        return self.arithmetic(self.multiplicative, ("+", "-"))
 
     def multiplicative(self) -> Node:
-        left = self.unary()
-        while self.at_op("*", "/", "%"):
+        return self.arithmetic(self.unary, ("*", "/", "%"))
+
+    def arithmetic(self, operand: Callable[[], Node], ops: tuple[str, ...]) -> Node:
+        """``operand (op operand)*``, left-associative, for one precedence level of ``ops``."""
+        left = operand()
+        while self.at_op(*ops):
             t = self.next()
-            right = self.unary()
+            right = operand()
             node = build_arith(t.value, left, right, t.pos)  # type: ignore[arg-type]
             left = self.deep(node, left, right)
         return left

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import drain, queue_def, send_plain
+from integration_support import drain, queue_def, send_plain
 
 pytest.importorskip("azure.servicebus")
 from azure.servicebus import ServiceBusMessage  # noqa: E402

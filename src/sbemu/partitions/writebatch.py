@@ -8,6 +8,7 @@ to the store, which applies each part in order (see store.py for the databases t
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,9 +23,17 @@ class LargeRecord:
 
     __slots__ = ("parts", "size")
 
+    # made and not joined yet, across batches: while none is, a commit looks for none (a
+    # commit of thousands of small records pays nothing for the rare large one); one that
+    # is never joined (its batch dropped) only makes commits look
+    outstanding = 0
+    _count_lock = threading.Lock()
+
     def __init__(self, parts: tuple[bytes, ...]) -> None:
         self.parts = parts
         self.size = sum(len(p) for p in parts)
+        with LargeRecord._count_lock:
+            LargeRecord.outstanding += 1
 
     def join(self) -> bytes:
         """The record's bytes (b"".join(parts)), copied without the GIL."""
@@ -35,6 +44,8 @@ class LargeRecord:
         for part in self.parts:
             _memmove(at, part, len(part))
             at += len(part)
+        with LargeRecord._count_lock:
+            LargeRecord.outstanding -= 1
         return out
 
 
@@ -61,15 +72,18 @@ class WriteBatch:
 
     def has_large(self) -> bool:
         """Whether a record is still to be joined (join_large)."""
+        if not LargeRecord.outstanding:
+            return False
         return any(type(op[3]) is LargeRecord for op in self.ops)
 
     def join_large(self) -> list[tuple[int, str, int, bytes | None]]:
         """The ops with each large record joined into its bytes (on the commit's thread,
         before the store writes the batch)."""
         ops = self.ops
-        for i, (op, queue, seq, value) in enumerate(ops):
-            if type(value) is LargeRecord:
-                ops[i] = (op, queue, seq, value.join())
+        if self.has_large():
+            for i, (op, queue, seq, value) in enumerate(ops):
+                if type(value) is LargeRecord:
+                    ops[i] = (op, queue, seq, value.join())
         return ops  # type: ignore[return-value]  # (bytes only now)
 
     def delete(self, queue: str, seq: int) -> None:

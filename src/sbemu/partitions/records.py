@@ -54,6 +54,8 @@ from typing import Any
 import msgpack
 import msgspec
 
+from .writebatch import LargeRecord
+
 MESSAGE_SCHEMA_VERSION = 1
 LOG_SCHEMA_VERSION = 1
 LOG_RUN_VERSION = 2
@@ -210,10 +212,23 @@ def encode_message(r: MessageRecord) -> bytes:
     return _ENCODE(r)  # [version (the Struct's tag), the 24 fields in order]
 
 
+def encode_staged(r: MessageRecord) -> bytes | LargeRecord:
+    """encode_message() for a record staged for a commit: a large one as its parts, joined on
+    the commit's thread (writebatch.LargeRecord)."""
+    if len(r.tail) > LARGE_TAIL:
+        return LargeRecord(_large_parts(r))
+    return _ENCODE(r)
+
+
 def _encode_large(r: MessageRecord) -> bytes:
     """encode_message()'s bytes for a large message (up to 100 MB on Premium), with the tail
     copied once, into the result: encoded whole, it would go through a buffer grown to twice
     its size."""
+    return b"".join(_large_parts(r))
+
+
+def _large_parts(r: MessageRecord) -> tuple[bytes, ...]:
+    """The parts of a large record's bytes, in order (the tail is one of them, not copied)."""
     head = _ENCODE(
         [
             MESSAGE_SCHEMA_VERSION, r.sequence_number, r.enqueued_time_ms, int(r.state),
@@ -231,9 +246,7 @@ def _encode_large(r: MessageRecord) -> bytes:
     )  # fmt: skip
     # array16 of the 26 fields; the parts' own fixarray headers (14 and 11 items) dropped;
     # the tail as bin32 (msgpack's form for more than 65535 bytes)
-    return b"".join(
-        (b"\xdc\x00\x1a", head[1:], b"\xc6", len(r.tail).to_bytes(4, "big"), r.tail, rest[1:])
-    )
+    return (b"\xdc\x00\x1a", head[1:], b"\xc6", len(r.tail).to_bytes(4, "big"), r.tail, rest[1:])
 
 
 _MESSAGE_FIELDS = 26  # version + the 25 fields of a current record

@@ -28,7 +28,7 @@ from .records import (
     MessageRecord,
     encode_log_after,
     encode_log_run,
-    encode_message,
+    encode_staged,
     log_prefix,
 )
 from .stats import PartitionStats
@@ -89,7 +89,7 @@ class Staging:
     def put(self, sq: SubQueue, rec: MessageRecord, lazy: bool = False) -> None:
         """Write a visible message: seen at once through the overlay, stored at the commit."""
         seq = rec.sequence_number
-        self.batch.put(sq.name, seq, encode_message(rec))
+        self.batch.put(sq.name, seq, encode_staged(rec))
         self.remember(sq.name, seq, rec)
         if seq in sq.buffer:
             sq.buffer[seq] = rec

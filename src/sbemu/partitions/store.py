@@ -339,9 +339,10 @@ class PartitionStore:
 
     def commit(self, batch: WriteBatch) -> None:
         """Apply a batch in one durable transaction; raises StoreFull / StoreUnavailable."""
+        ops = batch.join_large()  # large records' bytes, made here: on the commit's thread
         try:
             with self._env.begin(write=True) as txn:
-                self._write_ops(txn, batch.ops)
+                self._write_ops(txn, ops)
                 for queue, session_id, state in batch.session_ops:
                     db = self._db(queue, txn, b"s:")
                     if state is None:

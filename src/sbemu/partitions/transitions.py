@@ -32,7 +32,7 @@ from .records import (
     MessageRecord,
     MessageState,
     encode_log_after,
-    encode_message,
+    encode_staged,
     log_prefix,
 )
 from .staging import Staging
@@ -236,7 +236,7 @@ class Transitions:
                 if route.dead_letter_reason is not None:
                     rec.dead_letter_reason = route.dead_letter_reason
                     rec.dead_letter_description = route.dead_letter_description
-                put_op((0, name, copy_seq, encode_message(rec)))
+                put_op((0, name, copy_seq, encode_staged(rec)))
                 state = rec.state
                 acc = added.get((sq, state))
                 if acc is None:

@@ -65,6 +65,7 @@ from .detaching import DetachHold
 from .fastevents import PN_DELIVERY, PN_LINK_FLOW, FastEvents
 from .frames import FramePadder
 from .incoming import IncomingTransfers
+from .intake import Intakes
 from .links import (
     LinkMap,
     LinkPhase,
@@ -111,7 +112,9 @@ _pn_collector_pop = _lib.pn_collector_pop
 _pn_event_type = _lib.pn_event_type
 
 
-class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveries, RequestLinks):
+class AmqpConnection(
+    LinkAttach, IncomingTransfers, FastEvents, Intakes, OutgoingDeliveries, RequestLinks
+):
     """One client connection."""
 
     _ids = itertools.count(1)
@@ -145,6 +148,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
         self._init_fast_events()  # the events of one read (fastevents.py)
+        self._init_intakes()  # transfers taken over several turns (intake.py)
         self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
         # Whether the peer may be given more (backpressure.py): deliveries and $management
         # answers wait while it is not reading; the adapter pauses and resumes it.
@@ -198,6 +202,9 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
     def _push(self, data: bytes) -> None:
         transport = self._transport
         assert transport is not None
+        if self._intake is not None:  # a transfer is being taken: after it (intake.py)
+            self._hold_input(data)
+            return
         peer_open = self._peer_open
         if peer_open is not None:  # its max-frame-size, lowered for the padding (peeropen.py)
             data = peer_open.feed(data)
@@ -219,6 +226,10 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
             transport.push(chunk)  # type: ignore[arg-type]  # a view is fine: proton copies it
             view = view[len(chunk) :]
             self._process()
+            if self._intake is not None:  # a transfer taken over turns: the rest waits
+                if view:
+                    self._hold_input(bytes(view))
+                return
         self._process()
 
     def data_to_send(self, limit: int | None = None) -> bytes:
@@ -377,6 +388,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
             if isinstance(state, ReceiveLink):
                 self._end_receiver(state)
         self.transactions.rollback_all()
+        self._drop_intake()
         self._links.clear()
         self._detach_hold.clear()
         self._waiting_requests.clear()
@@ -430,7 +442,7 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
     # ------------------------------------------------------------------ events
     def _process(self) -> None:
         collector = self._collector
-        if collector is None:
+        if collector is None or self._intake is not None:  # (the events wait for it)
             return
         # Raw event loop on proton's C layer: the per-message events (a transfer in, a
         # disposition in, a flow) are handled without proton's Python wrappers; every other
@@ -462,6 +474,8 @@ class AmqpConnection(LinkAttach, IncomingTransfers, FastEvents, OutgoingDeliveri
                 except Exception as exc:  # one error path per scope: link, else connection
                     self._fail(event, exc)
             _pn_collector_pop(impl)
+            if self._intake is not None:  # a transfer taken over turns: the rest after it
+                break
         if self._sends:
             self._send_pending()
         if self._lazy_completes:

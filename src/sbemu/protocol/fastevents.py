@@ -32,15 +32,19 @@ from ..partitions import IncomingMessage
 from .backpressure import OutputGate
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
+from .intake import READ_CHUNK, _Acknowledge
 from .links import (
     LinkPhase,
     LinkState,
     ReceiveLink,
     SendLink,
 )
-from .messages import scan_transfer
+from .messages import BatchScan, scan_transfer
 from .services import NamespaceInfo
 from .settlement import error_condition, storage_error
+
+if TYPE_CHECKING:
+    from .intake import IntakeJob
 
 log = logging.getLogger("sbemu.connection")
 
@@ -78,23 +82,6 @@ _WAITING = LinkPhase.WAITING
 _DETACHED = LinkPhase.DETACHED
 
 
-class _Acknowledge:
-    """Settles the transfers of one Entity.send_many group once their commit is done."""
-
-    __slots__ = ("conn", "deliveries")
-
-    def __init__(self, conn: FastEvents, deliveries: list[Any]) -> None:
-        self.conn = conn
-        self.deliveries = deliveries
-
-    def __call__(self, indices: list[int], error: Exception | None) -> None:
-        deliveries = self.deliveries
-        if len(indices) == len(deliveries):
-            self.conn._settle_many(deliveries, error)
-        else:
-            self.conn._settle_many([deliveries[i] for i in indices], error)
-
-
 class FastEvents:
     """The part of AmqpConnection this module owns (see the module docstring)."""
 
@@ -113,6 +100,11 @@ class FastEvents:
 
         def close_link(self, link: Link, exc: ServiceBusError) -> None: ...
         def _settle_incoming(self, delivery: Delivery, error: Exception | None) -> None: ...
+
+        defer: Callable[[Callable[[], None]], object] | None
+
+        def _begin_intake(self, state: SendLink, d: Any, job: IntakeJob) -> None: ...
+        def _large_transfer(self, state: SendLink, link: Any, d: Any, size: int) -> None: ...
 
     def _init_fast_events(self) -> None:
         """The state of the events of one read, gathered by _fast_event (called by __init__)."""
@@ -246,6 +238,10 @@ class FastEvents:
             # (proton gives an aborted delivery a pending of 1, so only then is it asked)
             if pending <= 0 or (pending == 1 and _pn_delivery_aborted(d)):
                 return False
+            if pending > READ_CHUNK and self.defer is not None:
+                _pn_incref(d)  # held until the commit settles it
+                self._large_transfer(state, link, d, pending)  # over several turns (intake.py)
+                return True
             sends = self._sends.get(state)
             if sends is None:
                 sends = self._sends[state] = ([], [], link)
@@ -267,9 +263,13 @@ class FastEvents:
                     entity.spec.max_message_size or tier,
                     entity.subscriptions is not None,
                     tier,
+                    self.defer is not None,
                 )
             except ServiceBusError as exc:
                 self._settle_many([d], exc)
+                return True
+            if isinstance(messages, BatchScan):  # a batch scanned over several turns (intake.py)
+                self._begin_intake(state, d, messages)
                 return True
             # Stored with the link's other transfers of this read (_send_pending).
             sends[0].append(messages)

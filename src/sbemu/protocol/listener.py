@@ -127,6 +127,8 @@ class AmqpProtocol(asyncio.Protocol):
             self._quickack = quickack
         self._conn = AmqpConnection(self._services, self._clock())
         self._conn.on_output = self._request_flush
+        self._conn.defer = self._defer  # a transfer taken over several turns (intake.py)
+        self._conn.on_input_ready = self._input_ready
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self._conn.peer = f"{peer[0]}:{peer[1]}"
@@ -165,7 +167,12 @@ class AmqpProtocol(asyncio.Protocol):
                 self._quickack()
             except OSError:  # the socket is going away; nothing to acknowledge quickly
                 self._quickack = None
-        if len(data) <= READ_SLICE and not self._backlog and not self._writing_paused:
+        if (
+            len(data) <= READ_SLICE
+            and not self._backlog
+            and not self._writing_paused
+            and not conn.busy
+        ):
             self._feed(conn, data)
             return
         # (while writing is paused: bytes read before reading stopped, such as the rest of a
@@ -184,6 +191,8 @@ class AmqpProtocol(asyncio.Protocol):
             return
         if self._writing_paused:
             return  # resume_writing carries on
+        if conn.busy:
+            return  # a transfer is being taken over several turns: _input_ready carries on
         head = self._backlog[0]
         if len(head) > READ_SLICE:
             self._backlog[0] = head[READ_SLICE:]
@@ -207,14 +216,39 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush()
 
     def _resume_reading(self) -> None:
-        transport = self._transport
+        transport, conn = self._transport, self._conn
         if (
             transport is not None
             and not transport.is_closing()
             and not self._writing_paused
             and not self._backlog
+            and not (conn is not None and conn.busy)
         ):
             transport.resume_reading()
+
+    def _defer(self, work: Callable[[], None]) -> None:
+        """The connection's `defer`: `work` on the next loop pass, the output it made
+        written after it (a step of a transfer taken over several turns: intake.py)."""
+        self._loop.call_soon(self._deferred, work)
+
+    def _deferred(self, work: Callable[[], None]) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        conn.now = self._clock()
+        try:
+            work()
+        except Exception:  # never let one connection take the server down
+            log.exception("connection %d: failed while reading", conn.id)
+            conn.closed = True
+        self._flush()
+
+    def _input_ready(self) -> None:
+        """The connection took the transfer that kept it busy: feed it what waited."""
+        if self._backlog:
+            self._loop.call_soon(self._drain)
+        else:
+            self._resume_reading()
 
     def eof_received(self) -> bool | None:
         # Clients drop the socket right after close [contract 1.3]: EOF is a normal end.

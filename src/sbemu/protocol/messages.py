@@ -8,6 +8,8 @@ and encode_delivery run once per message; they never fully decode one.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 from ..errors import (
     ArgumentError,
     ArgumentOutOfRange,
@@ -92,11 +94,14 @@ def dotnet_ticks(unix_ms: int) -> int:
     return unix_ms * 10_000 + TICKS_AT_UNIX_EPOCH
 
 
-def to_incoming(scanned: sections.ScannedMessage, for_topic: bool = False) -> IncomingMessage:
+def to_incoming(
+    scanned: sections.ScannedMessage, for_topic: bool = False, assigned: bool = False
+) -> IncomingMessage:
+    """The message to store; `assigned`: its id was given by sbemu already (largescan)."""
     # Azure gives a message whose sender set no MessageId one at enqueue (the JS SDK's lock
     # renewer keys on it); stamped into the stored bytes so every reader sees the same id.
-    assigned = scanned.message_id is None
-    if assigned:
+    if scanned.message_id is None:
+        assigned = True
         scanned = sections.assign_message_id(scanned, sections.new_message_id())
     return IncomingMessage(  # positional: a keyword call builds a dict per message
         scanned.message_id,
@@ -190,14 +195,36 @@ def encode_record(
     )
 
 
+@overload
 def scan_transfer(
-    data: bytes, limit: int, for_topic: bool = False, batch_limit: int | None = None
-) -> list[IncomingMessage]:
+    data: bytes,
+    limit: int,
+    for_topic: bool = False,
+    batch_limit: int | None = None,
+    split: Literal[False] = False,
+) -> list[IncomingMessage]: ...
+
+
+@overload
+def scan_transfer(
+    data: bytes, limit: int, for_topic: bool, batch_limit: int | None, split: bool
+) -> list[IncomingMessage] | BatchScan: ...
+
+
+def scan_transfer(
+    data: bytes,
+    limit: int,
+    for_topic: bool = False,
+    batch_limit: int | None = None,
+    split: bool = False,
+) -> list[IncomingMessage] | BatchScan:
     """Scan a transfer into messages: a batch envelope is unpacked [contract 3.4].
 
     `limit` is the entity's maximum message size in bytes, `batch_limit` the largest batch
     envelope (the tier's batch size: sbemu.protocol.sizes; None: `limit`); `for_topic`
-    attaches a lazy filter view to each message (only topics evaluate rules)."""
+    attaches a lazy filter view to each message (only topics evaluate rules). With `split`, a
+    batch of more than SCAN_CHUNK messages comes back as a BatchScan for the caller to step
+    (one turn of the event loop each), not as its messages; without, the list always."""
     if len(data) > limit:
         raise MessageSizeExceeded(
             f"The received message (size {len(data)} bytes) exceeds the limit "
@@ -220,7 +247,7 @@ def scan_transfer(
         (
             durable, priority, ttl, message_id, session_id, _, _, _, _, _, _,
             partition_key, via_partition_key, scheduled, annotations, annotation_count,
-            tail, size, properties_span, body_span, _, first_acquirer,
+            tail, size, properties_span, body_span, _, first_acquirer, _,
         ) = fields  # fmt: skip
         return [
             IncomingMessage(  # to_incoming() without the ScannedMessage
@@ -245,17 +272,60 @@ def scan_transfer(
                 first_acquirer,
             )  # fmt: skip
         ]
+    inner = _batch_payloads(data)
+    if inner is None:
+        return _scan_one(data, for_topic)
+    if batch_limit is not None and len(data) > batch_limit:
+        raise _batch_too_large(len(data), batch_limit)
+    batch = BatchScan(data, inner, for_topic)
+    if split and len(inner) > SCAN_CHUNK:
+        return batch
+    while not batch.step():
+        pass
+    return batch.messages
+
+
+# Messages of a batch scanned per step of a BatchScan: a batch of 4,500 tiny messages (the
+# most Azure takes) held the event loop 45-53 ms scanned at once; a step of 500 takes about
+# 5 ms on a developer machine (docs/performance.md, "One request, one turn").
+SCAN_CHUNK = 500
+
+
+class BatchScan:
+    """A batch envelope's messages scanned SCAN_CHUNK at a time: `step()` scans the next
+    ones and says whether all are (then in `messages`); it raises what scan_transfer raises.
+    Nothing is stored meanwhile: the caller stores the batch whole once the last step is done
+    (one send, one commit: all or none)."""
+
+    __slots__ = ("data", "parts", "for_topic", "messages", "_next")
+
+    def __init__(self, data: bytes, parts: list[bytes], for_topic: bool) -> None:
+        self.data = data
+        self.parts = parts
+        self.for_topic = for_topic
+        self.messages: list[IncomingMessage] = []
+        self._next = 0
+
+    def step(self) -> bool:
+        """Scan the next SCAN_CHUNK messages; True once all are scanned."""
+        start, for_topic = self._next, self.for_topic
+        end = self._next = start + SCAN_CHUNK
+        try:
+            self.messages += [
+                to_incoming(sections.scan_message(p), for_topic) for p in self.parts[start:end]
+            ]
+        except _REFUSALS as exc:  # a batch whose message cannot be stored is refused whole
+            raise _refusal(exc) from exc
+        except sections.SectionError:
+            # not an envelope after all: a message whose body looks like one
+            self.messages = _scan_one(self.data, for_topic)
+            return True
+        return end >= len(self.parts)
+
+
+def _scan_one(data: bytes, for_topic: bool) -> list[IncomingMessage]:
+    """A transfer scanned as one message, with the errors a client sees."""
     try:
-        inner = _batch_payloads(data)
-        if inner is not None:
-            if batch_limit is not None and len(data) > batch_limit:
-                raise _batch_too_large(len(data), batch_limit)
-            try:
-                return [to_incoming(sections.scan_message(p), for_topic) for p in inner]
-            except _REFUSALS:
-                raise  # a batch whose message cannot be stored is refused whole
-            except sections.SectionError:
-                pass  # not an envelope after all: a message whose body looks like one
         return [to_incoming(sections.scan_message(data), for_topic)]
     except _REFUSALS as exc:
         raise _refusal(exc) from exc

@@ -6,8 +6,8 @@ byte 2 (contract §1.6)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
+from os import urandom as _urandom
 from typing import Any
 
 from sbemu.protocol.codec import (
@@ -38,8 +38,13 @@ from sbemu.protocol.sectioncodes import (
 def new_message_id() -> str:
     """A service-assigned MessageId in Azure's form: a GUID as 32 lower-case hex digits, no
     dashes (what the service gives a message whose sender set none; the same form as the
-    Track 1 .NET client's `Guid.NewGuid().ToString("N")`)."""
-    return uuid.uuid4().hex
+    Track 1 .NET client's `Guid.NewGuid().ToString("N")`): uuid.uuid4().hex's digits, a
+    version-4 GUID from 16 random bytes, without building a UUID (a third of the cost of a
+    batch of 4,500 messages without ids went there)."""
+    b = bytearray(_urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return b.hex()
 
 
 def assign_message_id(scanned: ScannedMessage, message_id: str) -> ScannedMessage:

@@ -297,13 +297,18 @@ def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
         raise SectionError(f"malformed message: {e}") from e
 
 
-def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
+def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, ...]:
     """The scan itself (callers translate _FAILURES into SectionError): ScannedMessage's
     fields, then whether the first body section is a data section whose payload starts like an
     encoded message (a section descriptor, in any form: sectioncodes.starts_section), which
     every batch envelope's is (messages._batch_payloads), so a plain message is not split and
     copied section by section. The counts and sizes Azure limits are checked as each section's
-    bounds are known, before it is read (HeaderTooLarge, TooManySections)."""
+    bounds are known, before it is read (HeaderTooLarge, TooManySections).
+
+    With `pieces`, the tail is not copied: the tail field is then a tuple of its pieces, bytes
+    (what the scan rewrote) and (start, end) spans of `buf` (what it keeps as sent), for the
+    caller to copy a slice at a time (a large message: largescan.py), and a 23rd field says
+    where in the tail the properties section is ((start, end); None: it has none)."""
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
@@ -315,7 +320,7 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     scheduled = None
     ann_parts: list[bytes] = []
     ann_count = 0
-    tail_parts: list[bytes] = []
+    tail_parts: list[Any] = []  # bytes (with `pieces`, spans too)
     run_start = run_end = -1  # current contiguous run of tail sections
     flushed = 0  # bytes of tail_parts
     props_span = body_span = None
@@ -327,6 +332,7 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
     head = 0
     big = quotas and n > MAX_PROPERTY_BYTES
     bodies = 1  # body sections past the first (Azure's batch count)
+    props_at = None  # with `pieces`: the properties section's [start, end) in the tail
     may_be_batch = False
     pos = 0
     fast = _FAST
@@ -398,7 +404,9 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
                 if run_end >= 0:
-                    tail_parts.append(buf[run_start:run_end])
+                    tail_parts.append(
+                        buf[run_start:run_end] if not pieces else (run_start, run_end)
+                    )
                     flushed += run_end - run_start
                 at = flushed
                 if rewritten is not None:
@@ -412,9 +420,14 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
                 else:
                     # Re-emit a ulong/symbolic descriptor as smallulong so the
                     # stored tail is deliverable to pyamqp as is (contract §1.6).
-                    tail_parts.append(bytes((0x00, 0x53, code)) + buf[vpos:end])
+                    if not pieces:
+                        tail_parts.append(bytes((0x00, 0x53, code)) + buf[vpos:end])
+                    else:
+                        tail_parts += (bytes((0x00, 0x53, code)), (vpos, end))
                     flushed += 3 + end - vpos
                     run_start = run_end = -1
+            if pieces and code == PROPERTIES:
+                props_at = (at, at + 3 + end - vpos)
             if code >= DATA:
                 if code != FOOTER:
                     if body_span is None:
@@ -517,16 +530,23 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
             delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
             grown += len(delivery_annotations) - (end - pos)
         pos = end
-    if tail_parts or delivery_annotations:
+    if delivery_annotations:  # at the front of the tail: the spans move behind them
+        shift = len(delivery_annotations)
+        if props_span is not None:
+            props_span = (props_span[0] + shift, props_span[1] + shift)
+        if body_span is not None:
+            body_span = (body_span[0] + shift, body_span[1] + shift)
+        if props_at is not None:
+            props_at = (props_at[0] + shift, props_at[1] + shift)
+    tail: Any
+    if pieces:  # runs as spans of buf, copied by the caller
+        front = [delivery_annotations] if delivery_annotations else []
+        tail = (*front, *tail_parts, *([(run_start, run_end)] if run_end >= 0 else []))
+    elif tail_parts or delivery_annotations:
         if run_end >= 0:
             tail_parts.append(buf[run_start:run_end])
         if delivery_annotations:
             tail_parts.insert(0, delivery_annotations)
-            shift = len(delivery_annotations)
-            if props_span is not None:
-                props_span = (props_span[0] + shift, props_span[1] + shift)
-            if body_span is not None:
-                body_span = (body_span[0] + shift, body_span[1] + shift)
         tail = b"".join(tail_parts)
     else:  # one run of sections as sent (the common case)
         tail = buf[run_start:run_end] if run_end >= 0 else b""
@@ -553,6 +573,7 @@ def _scan(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
         body_span,
         may_be_batch,
         first_acquirer,
+        props_at,
     )
 
 

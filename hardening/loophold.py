@@ -1,0 +1,278 @@
+"""How long one request holds the server's event loop: the largest batch the limits let
+through (4,500 messages in one transfer, Azure's count, on a plain and a 16-partition queue)
+and a 99 MB message on a Premium queue, each sent a few times by a client in another process
+while a watch on the server's loop measures how late a callback due every millisecond runs
+(the loop held by one piece of work) and how much CPU the loop's thread used between two of
+its runs (the same, without the machine's other load). Issue 35 asks for 50 ms at most.
+
+    python -m hardening.loophold [--rounds 5] [--limit-ms 50]   # make loop-hold
+
+The server runs in this process (sbemu.runtime.server.Server on uvloop, on a thread of its
+own, durable stores in a temporary directory) so the watch runs on its loop; the client is a
+python-qpid-proton process (`--client`), so it takes no GIL from the server. Exits 1 when the
+worst lateness passes --limit-ms: run it on a quiet machine (the load average is printed);
+tests/load/test_loop_hold.py runs the same measurement with a margin for a busy one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sbemu.protocol import codec
+
+from .amqpraw import KEY, KEY_NAME
+
+PLAIN, PARTITIONED, BIG = "plain", "partitioned", "big"
+BATCH = 4500  # Azure's count of messages in one batch
+HEADER = b"\x00\x53\x70\xc0\x02\x01\x41"
+# a data section holding a message with no MessageId (the service stamps one on each)
+TINY = b"\x00\x53\x75\xa0\x06" + b"\x00\x53\x77\xa1\x01x"
+BIG_SIZE = 99_000_000
+
+
+class LoopWatch:
+    """A callback due every `interval` s on `loop`: the worst lateness of its runs (wall
+    clock) and the most CPU the loop's thread used between two of them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float = 0.001) -> None:
+        self.loop = loop
+        self.interval = interval
+        self.worst_late = 0.0
+        self.worst_cpu = 0.0
+        self.late_over_10ms = 0
+        self._due = 0.0
+        self._cpu = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """(on the loop's thread)"""
+        self._cpu = time.thread_time()
+        self._due = self.loop.time() + self.interval
+        self._handle = self.loop.call_at(self._due, self._tick)
+
+    def _tick(self) -> None:
+        now, cpu = self.loop.time(), time.thread_time()
+        late, used = now - self._due, cpu - self._cpu
+        self.worst_late = max(self.worst_late, late)
+        self.worst_cpu = max(self.worst_cpu, used)
+        self.late_over_10ms += late > 0.010
+        self._cpu, self._due = cpu, now + self.interval
+        self._handle = self.loop.call_at(self._due, self._tick)
+
+    def take(self) -> dict[str, float]:
+        """The figures since the last take (ms), and start again."""
+        out = {
+            "worst_late_ms": round(self.worst_late * 1000, 1),
+            "worst_cpu_ms": round(self.worst_cpu * 1000, 1),
+            "late_over_10ms": self.late_over_10ms,
+        }
+        self.worst_late = self.worst_cpu = 0.0
+        self.late_over_10ms = 0
+        return out
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+def _config(premium: bool) -> dict[str, Any]:
+    if premium:
+        ns: dict[str, Any] = {
+            "Name": "sbemulatorns",
+            "PremiumMessagingPartitions": 1,
+            "Queues": [{"Name": BIG, "Properties": {"MaxMessageSizeInKilobytes": 102_400}}],
+        }
+    else:
+        ns = {
+            "Name": "sbemulatorns",
+            "Queues": [
+                {"Name": PLAIN, "Properties": {}},
+                {"Name": PARTITIONED, "Properties": {"EnablePartitioning": True}},
+            ],
+        }
+    return {"UserConfig": {"Namespaces": [ns], "Logging": {"Type": "Console"}}}
+
+
+class WatchedServer:
+    """A real Server on a uvloop thread of this process, with a LoopWatch on its loop."""
+
+    def __init__(self, workdir: Path, premium: bool) -> None:
+        from sbemu.config import parse_config
+        from sbemu.runtime.server import Server
+
+        self.server = Server(
+            parse_config(_config(premium), "loophold"),
+            data_dir=workdir / "data",
+            host="127.0.0.1",
+            port=0,
+            admin_port=0,
+        )
+        self.watch: LoopWatch | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> WatchedServer:
+        import uvloop
+
+        loop = self._loop = uvloop.new_event_loop()
+        started = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.server.start())
+                self.watch = LoopWatch(loop)
+                self.watch.start()
+            except BaseException as exc:  # handed to the starting thread
+                failed.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="loophold-server", daemon=True)
+        self._thread.start()
+        started.wait(60)
+        if failed:
+            raise failed[0]
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.amqp_port
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        assert self.watch is not None
+        loop.call_soon_threadsafe(self.watch.stop)
+        asyncio.run_coroutine_threadsafe(self.server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(30)
+
+
+def batch_payload(kind: str) -> bytes:
+    """A batch transfer of BATCH messages: `tiny` (no MessageId) or `sdk` (a MessageId and an
+    application property each, as the SDKs' batches)."""
+    if kind == "tiny":
+        return HEADER + TINY * BATCH
+    parts = []
+    for i in range(BATCH):
+        inner = (
+            codec.enc_described(0x73, codec.enc_list([codec.enc_string(f"m-{i:06d}")]))
+            + codec.enc_described(0x74, codec.enc_map([(codec.enc_string("n"), codec.enc_int(i))]))
+            + codec.enc_described(0x75, codec.enc_binary(b"0123456789"))
+        )
+        parts.append(codec.enc_described(0x75, codec.enc_binary(inner)))
+    return HEADER + b"".join(parts)
+
+
+def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    """Send `rounds` transfers of `kind` (tiny, sdk: a batch; big: a 99 MB message) to
+    `queue`, each once the previous one was accepted; the milliseconds each took."""
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    from .amqpraw import EncodedMessage
+
+    url = f"amqp://{KEY_NAME}:{KEY}@127.0.0.1:{port}"
+    conn = BlockingConnection(url, sasl_enabled=True, allowed_mechs="PLAIN", timeout=300)
+    sender = conn.create_sender(queue)
+    took = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        if kind == "big":
+            sender.send(Message(body=b"b" * BIG_SIZE, durable=True), timeout=300)
+        else:
+            sender.send(EncodedMessage(batch_payload(kind)), timeout=120)
+        took.append(round((time.perf_counter() - started) * 1000, 1))
+        time.sleep(0.2)  # the loop idles between rounds: a hold is one request's
+    conn.close()
+    return {"accepted": len(took), "ack_ms": took}
+
+
+def measure(srv: WatchedServer, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    """One case: the client's rounds against `srv`, and the watch's figures meanwhile."""
+    assert srv.watch is not None
+    time.sleep(0.3)
+    srv.watch.take()
+    out = subprocess.run(
+        [sys.executable, "-m", "hardening.loophold", "--client", str(srv.port), queue, kind,
+         str(rounds)],
+        capture_output=True, text=True, timeout=600, check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    held = srv.watch.take()
+    if out.returncode != 0:
+        raise RuntimeError(f"client failed: {out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"queue": queue, "kind": kind, **result, **held}
+
+
+CASES = (
+    (False, PLAIN, "tiny"),
+    (False, PLAIN, "sdk"),
+    (False, PARTITIONED, "tiny"),
+    (True, BIG, "big"),
+)
+
+
+def run(rounds: int, cases: tuple[tuple[bool, str, str], ...] = CASES) -> list[dict[str, Any]]:
+    results = []
+    for premium in (False, True):
+        chosen = [(queue, kind) for p, queue, kind in cases if p == premium]
+        if not chosen:
+            continue
+        with tempfile.TemporaryDirectory(prefix="sbemu-loophold-") as tmp:
+            srv = WatchedServer(Path(tmp), premium).start()
+            try:
+                for queue, kind in chosen:
+                    results.append(
+                        measure(srv, queue, kind, max(1, rounds // 2) if kind == "big" else rounds)
+                    )
+            finally:
+                srv.stop()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--limit-ms", type=float, default=50.0)
+    parser.add_argument("--client", nargs=4, metavar=("PORT", "QUEUE", "KIND", "ROUNDS"))
+    args = parser.parse_args(argv)
+    if args.client:
+        port, queue, kind, rounds = args.client
+        print(json.dumps(run_client(int(port), queue, kind, int(rounds))))
+        return 0
+    load = os.getloadavg()
+    results = run(args.rounds)
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores: quiet below 0.5)")
+    print(f"{'queue':<12} {'transfer':<22} {'worst late':>11} {'worst CPU':>10} {'acks (ms)'}")
+    names = {"tiny": "4,500 msgs, no ids", "sdk": "4,500 msgs, ids+props", "big": "99 MB message"}
+    worst = 0.0
+    for r in results:
+        worst = max(worst, r["worst_late_ms"])
+        print(
+            f"{r['queue']:<12} {names[r['kind']]:<22} {r['worst_late_ms']:>8.1f} ms "
+            f"{r['worst_cpu_ms']:>7.1f} ms {r['ack_ms']}"
+        )
+    print(f"worst loop hold {worst:.1f} ms (limit {args.limit_ms:.0f} ms)")
+    return 0 if worst < args.limit_ms else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""No single request holds the event loop for long (issue 35: 50 ms at most): the largest
+batch the limits let through (4,500 messages in one transfer) on a plain and a 16-partition
+queue, and a 99 MB message on a Premium queue, with a watch on the server's loop
+(hardening/loophold.py, which `make loop-hold` runs with the strict 50 ms on a quiet machine).
+
+Here the bound is checked with a margin for a machine busy with other work: the loop thread's
+CPU between two runs of a callback due every millisecond stays under HELD_CPU_MS for a 99 MB
+message (400-600 ms before its intake was split over loop passes, 28-35 ms after, on a machine
+with a load of 3-10). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
+machine and 100-130 ms under a load of 10, where the whole batch was 50 and 200 ms: no margin
+a timed test could keep on a shared machine, so the batches here only have to get through the
+watched server and stay under BATCH_CPU_MS, and how a batch is split is checked exactly (a
+chunk per step, nothing stored before the last) by tests/unit/protocol/test_intake.py."""
+
+from __future__ import annotations
+
+import pytest
+from hardening import loophold
+
+HELD_CPU_MS = 150.0  # 3x the 50 ms asked for: room for a loaded machine, not for the 400 ms
+BATCH_CPU_MS = 400.0  # a sanity bound only (see above)
+
+
+@pytest.mark.parametrize(
+    ("premium", "queue", "kind"),
+    [
+        (False, loophold.PLAIN, "tiny"),
+        (False, loophold.PARTITIONED, "tiny"),
+        (True, loophold.BIG, "big"),
+    ],
+)
+def test_one_request_holds_the_loop_briefly(tmp_path, premium: bool, queue: str, kind: str):
+    srv = loophold.WatchedServer(tmp_path, premium).start()
+    try:
+        got = loophold.measure(srv, queue, kind, 2)
+    finally:
+        srv.stop()
+    print(got)
+    assert got["accepted"] == 2
+    assert got["worst_cpu_ms"] < (HELD_CPU_MS if kind == "big" else BATCH_CPU_MS), got

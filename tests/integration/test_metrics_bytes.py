@@ -11,7 +11,6 @@ import urllib.request
 from typing import Any
 
 import pytest
-
 from integration_support import drain, queue_def, send_plain
 
 pytest.importorskip("azure.servicebus")

@@ -288,7 +288,7 @@ class Transitions:
         if enqueued:
             events[_ENQUEUED_EVENT] += enqueued
         batch.meta["next_sequence"] = next_seq
-        if staged:
+        if staged or placed:  # (a load reads the log's next offset from meta)
             batch.meta["next_log_offset"] = offset
         for (sq, state), (count, size) in added.items():
             self.count(sq, state, count, size)

@@ -36,7 +36,7 @@ from ..errors import (
 from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
-from .loader import PartitionLoader, load_counts
+from .loader import PartitionLoader, stored_counts
 from .locks import LockTable
 from .records import (
     IncomingMessage,
@@ -88,57 +88,57 @@ class PartitionBroker:
         # Writes nobody waits for (lazy) ride with the partition's next commit (staging.py).
         self.staging = Staging(
             self, namespace=namespace, entity=entity, partition_id=partition_id,
+            sequence_base=(partition_id << SEQUENCE_BITS) if partitioned else 0,
             stats=self.stats, mark_dirty=mark_dirty, mark_lazy=mark_lazy,
         )  # fmt: skip
         self.reader = SubQueueReader(
-            store, self.queues, self.staging.overlay, lambda queue: self.moves.on_ready(queue)
+            store, self.queues, self.staging.overlay, lambda queue: self.transitions.on_ready(queue)
         )
         self.lock_table = LockTable()
         self.locks = self.lock_table.by_key  # live locks by their token's int
         self.deadlines = Deadlines(store, self.queues, self.staging, self.reader)
         self.health = Health(store, entity, partition_id, partitioned)
-        self.moves = Transitions(
-            self.queues, self.staging, self.deadlines, self.health, self.reader,
-            (partition_id << SEQUENCE_BITS) if partitioned else 0,
-        )  # fmt: skip
+        self.transitions = Transitions(
+            self.queues, self.staging, self.deadlines, self.health, self.stats
+        )
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
         self.loader = PartitionLoader(
             store, self.queues, self.staging, self.reader, self.lock_table, self.deadlines,
-            self.health, self.moves, f"Partition {partition_id} of '{entity}'",
+            self.health, self.transitions, f"Partition {partition_id} of '{entity}'",
             lambda lock: self.on_session_lost(lock),
         )  # fmt: skip
 
     @property
     def on_ready(self) -> Callable[[str], None]:
         """Told (with the sub-queue's name) when messages of a sub-queue are in line."""
-        return self.moves.on_ready
+        return self.transitions.on_ready
 
     @on_ready.setter
     def on_ready(self, hook: Callable[[str], None]) -> None:
-        self.moves.on_ready = hook
+        self.transitions.on_ready = hook
 
     @property
     def fan_out(self) -> Callable[[MessageRecord], list[Route]] | None:
         """A topic partition: where a due scheduled message goes (the subscriptions' routes)."""
-        return self.moves.fan_out
+        return self.transitions.fan_out
 
     @fan_out.setter
     def fan_out(self, hook: Callable[[MessageRecord], list[Route]] | None) -> None:
-        self.moves.fan_out = hook
+        self.transitions.fan_out = hook
 
     @property
     def forwards(self) -> Callable[[str], bool]:
         """Whether a sub-queue forwards (see Transitions.forwards)."""
-        return self.moves.forwards
+        return self.transitions.forwards
 
     @forwards.setter
     def forwards(self, hook: Callable[[str], bool]) -> None:
-        self.moves.forwards = hook
+        self.transitions.forwards = hook
 
     # ---------------------------------------------------------------- load
     def load(self) -> None:
-        """Open the store without reading the backlog (see PartitionLoader.load)."""
-        self.loader.load()
+        """Open the store without reading the backlog (see PartitionLoader.load, start)."""
+        self.loader.start(self.loader.load())
 
     # ---------------------------------------------------------------- the store
     def close(self) -> None:
@@ -205,7 +205,7 @@ class PartitionBroker:
         sq = self.queues[queue]
         rec = self.reader.get(sq, seq)
         if rec is not None:
-            self.moves.forward_out(sq, rec, now_ms, to_queue, reason, description)
+            self.transitions.forward_out(sq, rec, now_ms, to_queue, reason, description)
 
     def after_commit(self, done: Done) -> None:
         """Run `done` once the writes queued so far are committed."""
@@ -214,7 +214,7 @@ class PartitionBroker:
     @property
     def batch_number(self) -> int:
         """Which batch the writes staged now go into (see Staging.batch_number)."""
-        return self.staging.gen
+        return self.staging.batch_number
 
     def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
         """Hand the pending writes and their completions to the committer (None: nothing)."""
@@ -234,7 +234,7 @@ class PartitionBroker:
         for name in touched or ():
             sq = self.queues.get(name)
             if sq is not None and not sq.settings.requires_session:
-                sq.more = True
+                sq.more_in_store = True
         self.health.commit_landed()
         # No read of the timers here: the next timer time stays a lower bound. Timers added
         # lowered it as they were staged, and one removed (a completed message's expiry)
@@ -274,7 +274,7 @@ class PartitionBroker:
         if quota is not None:  # refused before anything is staged: answered after this turn
             self.after_commit(lambda _error: done(quota))
             return [None] * len(messages)
-        return self.moves.enqueue(messages, routes, now_ms, done)
+        return self.transitions.enqueue(messages, routes, now_ms, done)
 
     # ---------------------------------------------------------------- delivery
     def has_ready(self, queue: str) -> bool:
@@ -308,11 +308,11 @@ class PartitionBroker:
                 and rec.expires_at_ms <= now_ms
                 and sq.settings.expires
             ):
-                self.moves.expire(sq, rec, now_ms)
+                self.transitions.expire(sq, rec, now_ms)
                 continue
             if peek_lock:
                 return rec, self._lock(sq, rec, now_ms, session)
-            self.moves.consume(sq, rec, now_ms)  # receive-and-delete [contract 4.2]
+            self.transitions.consume(sq, rec, now_ms)  # receive-and-delete [contract 4.2]
             return rec, None
 
     def take_batch(
@@ -339,7 +339,7 @@ class PartitionBroker:
                 for rec, key in zip(recs, make_lock_keys(pid, len(recs)), strict=True):
                     at = rec.expires_at_ms
                     if at is not None and at <= now_ms and expires:
-                        self.moves.expire(sq, rec, now_ms)
+                        self.transitions.expire(sq, rec, now_ms)
                         continue
                     lock = Lock(key, sq, rec.sequence_number, until, None, rec)
                     run.append(lock)
@@ -373,7 +373,7 @@ class PartitionBroker:
             )
         if peek_lock:
             return rec, self._lock(sq, rec, now_ms)
-        self.moves.consume(sq, rec, now_ms)
+        self.transitions.consume(sq, rec, now_ms)
         return rec, None
 
     def _lock(
@@ -383,7 +383,7 @@ class PartitionBroker:
         lock = Lock(make_lock_key(self.partition_id), sq, rec.sequence_number, until, session, rec)
         self.lock_table.add(lock)
         # A lock is memory only; its log record may ride with the next commit (staging.py).
-        self.moves.log(sq, LogEvent.DELIVERED, rec, now_ms, lazy=True)
+        self.transitions.log(sq, LogEvent.DELIVERED, rec, now_ms, lazy=True)
         return lock
 
     # ---------------------------------------------------------------- settlement
@@ -396,8 +396,8 @@ class PartitionBroker:
         lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
         sq = lock.queue
-        self.moves.remove(sq, rec, lazy)
-        self.moves.log(sq, LogEvent.COMPLETED, rec, now_ms, lazy=lazy)
+        self.transitions.remove(sq, rec, lazy)
+        self.transitions.log(sq, LogEvent.COMPLETED, rec, now_ms, lazy=lazy)
         if done is not None:
             self.staging.after_commit(done, lazy)
 
@@ -407,7 +407,7 @@ class PartitionBroker:
         a message whose lock was lost comes back as if its lock had expired, unannounced."""
         table = self.lock_table
         locks = table.by_key
-        log_run, remove_run = self.staging.log_run, self.moves.remove_run
+        log_run, remove_run = self.staging.log_run, self.transitions.remove_run
         run: list[MessageRecord] = []  # completed messages of `sq`, removed and logged together
         sq: SubQueue | None = None
         try:
@@ -447,7 +447,7 @@ class PartitionBroker:
         """Unlock with delivery count + 1; dead-letter when MaxDeliveryCount is reached."""
         lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
-        self.moves.redeliver(lock.queue, rec, now_ms, overrides, LogEvent.ABANDONED)
+        self.transitions.redeliver(lock.queue, rec, now_ms, overrides, LogEvent.ABANDONED)
         self.after_commit(done)
 
     def release(self, key: int, now_ms: int) -> None:
@@ -458,7 +458,7 @@ class PartitionBroker:
         rec = self.lock_table.unlock(lock)
         if rec.state == MessageState.ACTIVE:
             lock.queue.make_ready(rec)
-        self.moves.log(lock.queue, LogEvent.RELEASED, rec, now_ms)
+        self.transitions.log(lock.queue, LogEvent.RELEASED, rec, now_ms)
         self.on_ready(lock.queue.name)
 
     def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
@@ -471,12 +471,12 @@ class PartitionBroker:
             # asserts 0, then 1 after a deferral, 2 after a second); a dead-letter queue counts
             # no deliveries (its abandon leaves 0 there too).
             rec.delivery_count += 1
-        self.moves.count(lock.queue, rec.state, -1)
+        self.transitions.count(lock.queue, rec.state, -1)
         rec.state = MessageState.DEFERRED
-        self.moves.count(lock.queue, rec.state, 1)
+        self.transitions.count(lock.queue, rec.state, 1)
         merge_overrides(rec, overrides)
         self.staging.put(lock.queue, rec)
-        self.moves.log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
+        self.transitions.log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
         self.after_commit(done)
 
     def dead_letter(
@@ -501,7 +501,7 @@ class PartitionBroker:
                 "A message in a dead-letter queue cannot be dead-lettered again."
             )
         rec = self.lock_table.unlock(lock)
-        self.moves.move_to_dlq(sq, rec, now_ms, reason, description, overrides)
+        self.transitions.move_to_dlq(sq, rec, now_ms, reason, description, overrides)
         self.after_commit(done)
 
     def renew(self, key: int, now_ms: int) -> int:
@@ -543,8 +543,8 @@ class PartitionBroker:
         if rec is None:
             return None
         sq.unready(rec)
-        self.moves.remove(sq, rec)
-        self.moves.log(sq, LogEvent.COMPLETED, rec, now_ms)
+        self.transitions.remove(sq, rec)
+        self.transitions.log(sq, LogEvent.COMPLETED, rec, now_ms)
         return rec
 
     def contains(self, queue: str, seq: int) -> bool:
@@ -600,7 +600,7 @@ class PartitionBroker:
         table = self.lock_table
         for lock in table.expired(now_ms):
             rec = table.unlock(lock)
-            self.moves.redeliver(lock.queue, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
+            self.transitions.redeliver(lock.queue, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
         for until, name, session_id in table.expired_sessions(now_ms):
             sess = self.queues[name].sessions.get(session_id)
             if sess is None or sess.lock is None or sess.lock.until_ms != until:
@@ -610,7 +610,7 @@ class PartitionBroker:
             lost = sess.lock
             self._end_session(lost, now_ms, count_delivery=True)
             self.on_session_lost(lost)
-        self.deadlines.on_timer(now_ms, self.moves.expire, self.moves.activate)
+        self.deadlines.on_timer(now_ms, self.transitions.expire, self.transitions.activate)
         for sq in list(self.reader.session_scans()):
             self.reader.scan_chunk(sq)
 
@@ -631,8 +631,8 @@ class PartitionBroker:
         rec = self.reader.get(sq, seq)
         if rec is None or rec.state != MessageState.SCHEDULED:
             return False
-        self.moves.remove(sq, rec)
-        self.moves.log(sq, LogEvent.CANCELLED, rec, now_ms)
+        self.transitions.remove(sq, rec)
+        self.transitions.log(sq, LogEvent.CANCELLED, rec, now_ms)
         return True
 
     # ---------------------------------------------------------------- sessions
@@ -673,11 +673,11 @@ class PartitionBroker:
         sq = lock.queue
         for _msg_lock, rec in self.lock_table.end_session(lock):
             if count_delivery:
-                self.moves.redeliver(sq, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
+                self.transitions.redeliver(sq, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
             else:
                 if rec.state == MessageState.ACTIVE:
                     sq.make_ready(rec)
-                self.moves.log(sq, LogEvent.RELEASED, rec, now_ms)
+                self.transitions.log(sq, LogEvent.RELEASED, rec, now_ms)
         if sq.sessions[lock.session_id].ready_set:
             self.on_ready(sq.name)
 
@@ -734,8 +734,8 @@ class PartitionBroker:
         sq = self.queues[name]
         count = 0
         for rec in self.reader.current_records(sq):  # streamed from the store in chunks
-            self.moves.remove(sq, rec)
-            self.moves.log(sq, LogEvent.PURGED, rec, now_ms)
+            self.transitions.remove(sq, rec)
+            self.transitions.log(sq, LogEvent.PURGED, rec, now_ms)
             count += 1
         self.lock_table.forget_queue(sq)
         sq.clear_ready()
@@ -749,7 +749,8 @@ class PartitionBroker:
         for name in self.store.queue_names():
             if name not in self.queues:
                 self.add_queue(name, settings)
-                load_counts(self.queues[name], self.store.load_meta())  # what the purge undoes
+                # the counts the purge undoes
+                self.queues[name].set_counts(*stored_counts(self.store.load_meta(), name))
                 gone[name] = self.drop_queue(name, now_ms)
         return gone
 

@@ -240,8 +240,8 @@ class PartitionBroker:
         # No read of the timers here: the next timer time stays a lower bound. Timers added
         # lowered it as they were staged, and one removed (a completed message's expiry)
         # only makes the tick that reaches it look early; the tick then finds nothing due
-        # and reads the true first timer. (This was a read transaction per commit on the
-        # loop thread.)
+        # and reads the true first timer. (Reading it here would cost a read transaction per
+        # commit on the loop thread.)
         for cb in callbacks:
             cb(None)
 

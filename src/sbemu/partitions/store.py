@@ -65,9 +65,10 @@ MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, no
 
 def map_size_for(quota_bytes: int) -> int:
     """The LMDB map size a partition opens with for a MaxSizeInMegabytes quota of
-    `quota_bytes`: the quota is enforced on the stored byte counts (see broker.enqueue), never
-    by the map filling, so the map has room beyond it for what must always commit (completes,
-    dead-letters, log records, timers, duplicate-detection history, LMDB's copy-on-write pages).
+    `quota_bytes`: the quota is enforced on the stored byte counts (Health.refuse_over_quota),
+    never by the map filling, so the map has room beyond it for what must always commit
+    (completes, dead-letters, log records, timers, duplicate-detection history, LMDB's
+    copy-on-write pages).
     The map is address space, not disk: the file grows only with the pages written."""
     return 2 * max(quota_bytes, 0) + MAP_HEADROOM
 

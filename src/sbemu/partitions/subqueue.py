@@ -57,8 +57,8 @@ class Lock(msgspec.Struct):
     """A peek-lock held on one message. Its lock token is `key`, the token's int: inside
     partitions/ a lock is an int (tokens.token_of makes the UUID at the edges).
 
-    A msgspec Struct (slots, mutable, compared field by field, as the dataclass it was): one
-    is built per peek-locked delivery, in C."""
+    A msgspec Struct (slots, mutable, compared field by field): one is built per
+    peek-locked delivery, in C."""
 
     key: int
     queue: SubQueue

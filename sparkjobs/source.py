@@ -68,7 +68,7 @@ from sbemu.atomicfile import atomic_write
 from sbemu.logs import events as logevents
 from sbemu.logs import reader as logreader
 from sbemu.logs.retention import register_reader
-from sbemu.logs.segments import SEGMENT_SUFFIX, SEGMENT_VERSION
+from sbemu.logs.segments import SEGMENT_FIELDS, SEGMENT_SUFFIX, SEGMENT_VERSION
 
 EVENTS_SCHEMA = StructType(
     [
@@ -95,30 +95,18 @@ EVENTS_SCHEMA = StructType(
 )
 assert tuple(EVENTS_SCHEMA.fieldNames()) == logevents.EVENT_COLUMNS
 
-# A segment file's columns (sbemu.logs.segments.SEGMENT_FIELDS): the log record's keys,
-# "properties" decoded to a map, "body" as payload bytes, and the segment format version.
+# A segment file's columns (sbemu.logs.segments.SEGMENT_FIELDS): the log record's keys
+# (sbemu.partitions.LOG_FIELDS), "properties" decoded to a map, "body" as payload bytes, and the
+# segment format version.
+_SPARK_TYPES = {
+    "int32": IntegerType(),
+    "int64": LongType(),
+    "string": StringType(),
+    "binary": BinaryType(),
+    "map<string,string>": MapType(StringType(), StringType()),
+}
 SEGMENT_SCHEMA = StructType(
-    [
-        StructField("v", IntegerType()),
-        StructField("ns", StringType()),
-        StructField("entity", StringType()),
-        StructField("queue", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("event", StringType()),
-        StructField("seq", LongType()),
-        StructField("message_id", StringType()),
-        StructField("session_id", StringType()),
-        StructField("partition_key", StringType()),
-        StructField("enqueued_ms", LongType()),
-        StructField("event_ms", LongType()),
-        StructField("size", LongType()),
-        StructField("delivery_count", IntegerType()),
-        StructField("reason", StringType()),
-        StructField("properties", MapType(StringType(), StringType())),
-        StructField("body", BinaryType()),
-        StructField("segment_version", IntegerType()),
-    ]
+    [StructField(name, _SPARK_TYPES[kind]) for name, kind in SEGMENT_FIELDS]
 )
 
 DEFAULT_RECORDS_PER_PARTITION = 100_000

@@ -498,7 +498,7 @@ def test_one_partition_disk_fills_up_then_takes_messages_again(tmp_path):
     and a receive-and-delete drain got the same messages again every second."""
     import shutil
 
-    from sbemu.partitions.store import DISK_RESERVE
+    from sbemu.partitions.diskroom import DISK_RESERVE
 
     srv = Server(tmp_path / "w", make_config([queue_def("fullq", EnablePartitioning=True)]))
     where = srv.data_dir / NAMESPACE.lower() / "fullq" / f"partition-{FAULTY:02d}"

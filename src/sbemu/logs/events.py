@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sbemu.partitions import LOG_SCHEMA_VERSION, decode_log
+from sbemu.partitions import LOG_FIELDS, LOG_SCHEMA_VERSION, decode_log
 from sbemu.protocol import codec
 
 __all__ = [
@@ -81,29 +81,12 @@ def log_to_event_columns(values: list[bytes]) -> dict[str, list[Any]]:
     return cols
 
 
-# The log record's keys as an Arrow struct (msgpack decodes each record to a dict; pyarrow
-# converts the whole list of dicts in C++, missing keys as nulls). "properties" and "body" stay
-# encoded here: most records have neither, and those that do are decoded one by one.
-_RECORD_STRUCT = (
-    ("v", "int64"),
-    ("ns", "string"),
-    ("entity", "string"),
-    ("queue", "string"),
-    ("partition", "int32"),
-    ("offset", "int64"),
-    ("event", "string"),
-    ("seq", "int64"),
-    ("message_id", "string"),
-    ("session_id", "string"),
-    ("partition_key", "string"),
-    ("enqueued_ms", "int64"),
-    ("event_ms", "int64"),
-    ("size", "int64"),
-    ("delivery_count", "int32"),
-    ("reason", "string"),
-    ("properties", "binary"),
-    ("body", "binary"),
-)
+# The log record's keys (records.LOG_FIELDS) as an Arrow struct (msgpack decodes each record to
+# a dict; pyarrow converts the whole list of dicts in C++, missing keys as nulls). "properties"
+# and "body" stay encoded here: most records have neither, and those that do are decoded one by
+# one. The version is read as int64, so whatever a record holds there is reported as an
+# unknown version rather than failing a narrower cast.
+_RECORD_STRUCT = tuple((name, "int64" if name == "v" else kind) for name, kind in LOG_FIELDS)
 
 
 def _arrow_type(kind: str) -> Any:

@@ -33,11 +33,11 @@ from sbemu.logs.reader import (
 )
 from sbemu.logs.retention import reader_name, register_reader
 from sbemu.logs.segments import (
-    SEGMENT_FIELDS,
     SEGMENT_RE,
     exported_end,
     write_segment,
 )
+from sbemu.partitions import LOG_FIELDS
 
 __all__ = [
     "DEFAULT_SEGMENT_RECORDS",
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 DEFAULT_SEGMENT_RECORDS = 10_000
-_RECORD_KEYS = tuple(name for name, _kind in SEGMENT_FIELDS if name != "segment_version")
+_RECORD_KEYS = tuple(name for name, _kind in LOG_FIELDS)
 
 
 def segment_columns(values: list[bytes]) -> dict[str, Any]:

@@ -6,8 +6,8 @@ read by Spark's file source (sparkjobs/source.py)::
     <to>/<ns dir>/<entity dir>/entity.json                           copy of the layout manifest
     <to>/<ns dir>/<entity dir>/partition-NN/<first>-<last>.parquet    offsets, 20 digits, inclusive
 
-One row per log record, with the columns of `records.py`'s log schema (`SEGMENT_FIELDS`, same
-names, same order) plus ``segment_version``; "properties" is already decoded into a
+One row per log record, with the log record's keys as columns (`SEGMENT_FIELDS`, built from
+sbemu.partitions.LOG_FIELDS: same names, same order) plus ``segment_version``; "properties" is already decoded into a
 ``{name: text}`` map (sbemu.logs.events.decode_properties) and "body" holds the payload bytes
 (sbemu.logs.events.decode_body). Columnar (Parquet, zstd) so a cluster reads only the columns a
 table needs; the format's version is `SEGMENT_VERSION`, in the ``segment_version`` column of
@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from ..atomicfile import atomic_write
+from ..partitions import LOG_FIELDS
 
 __all__ = [
     "OFFSET_DIGITS",
@@ -44,26 +45,10 @@ OFFSET_DIGITS = 20
 SEGMENT_SUFFIX = ".parquet"
 SEGMENT_RE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 
-# (name, kind) in file order: the log record's keys (records.py), then the format version.
+# (name, kind) in file order: the log record's keys (sbemu.partitions.LOG_FIELDS), with
+# "properties" decoded to a map, then the format version.
 SEGMENT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("v", "int32"),
-    ("ns", "string"),
-    ("entity", "string"),
-    ("queue", "string"),
-    ("partition", "int32"),
-    ("offset", "int64"),
-    ("event", "string"),
-    ("seq", "int64"),
-    ("message_id", "string"),
-    ("session_id", "string"),
-    ("partition_key", "string"),
-    ("enqueued_ms", "int64"),
-    ("event_ms", "int64"),
-    ("size", "int64"),
-    ("delivery_count", "int32"),
-    ("reason", "string"),
-    ("properties", "map<string,string>"),
-    ("body", "binary"),
+    *((name, "map<string,string>" if name == "properties" else kind) for name, kind in LOG_FIELDS),
     ("segment_version", "int32"),
 )
 

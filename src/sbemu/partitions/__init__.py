@@ -15,8 +15,8 @@ inside). What a room outside uses, by who uses it:
 - the admin side: the entity's sub-queue names (``MAIN``, ``DLQ_SUFFIX``, ``SCHEDULED_QUEUE``,
   ``TRANSFER_DLQ_SUFFIX``), entity specs, statistics, and the operator's operations on an
   entity (``locked_until``, ``purge_state``, ``message_counts``);
-- the log readers (sbemu.logs, sparkjobs): the partition log's format (records, the log and
-  meta databases' names and keys).
+- the log readers (sbemu.logs, sparkjobs): the partition log's format (records and their keys,
+  ``LOG_FIELDS``; the log and meta databases' names and keys).
 """
 
 import importlib
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .lockfile import sweep_lock_files
     from .logdb import NEXT_OFFSET_META, TRIM_LIMIT, TRIMMED_BELOW_META, read_log_events
     from .records import (
+        LOG_FIELDS,
         LOG_SCHEMA_VERSION,
         IncomingMessage,
         LogEvent,
@@ -85,6 +86,7 @@ _HOME = {
     "TRIM_LIMIT": "logdb",
     "read_log_events": "logdb",
     "IncomingMessage": "records",
+    "LOG_FIELDS": "records",
     "LOG_SCHEMA_VERSION": "records",
     "LogEvent": "records",
     "MessageRecord": "records",
@@ -131,6 +133,7 @@ __all__ = [
     "COMMITS_PER_ENTITY",
     "DLQ_SUFFIX",
     "LOG_DB",
+    "LOG_FIELDS",
     "LOG_SCHEMA_VERSION",
     "MAIN",
     "META_DB",

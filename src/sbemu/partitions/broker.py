@@ -11,7 +11,9 @@ in the store (LMDB) only. This class is the front; each thing it keeps has a roo
 - deadlines.py: TTL and schedule timers (a sorted database in the store) and derived expiry;
 - locks.py: message and session locks and the heaps that expire them;
 - health.py: whether the partition serves (quota, disk room, store faults, operator holds);
-- loader.py: loading the partition from its store, at start and again after a store fault.
+- loader.py: loading the partition from its store, at start and again after a store fault;
+- transitions.py: what happens to a stored message (every move between states and sub-queues);
+- receiving.py: taking messages for receivers and settling their locks.
 
 Rules:
 - A new message becomes visible (peekable, deliverable) only after the commit that stores it,
@@ -28,16 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import (
-    InvalidOperation,
-    MessageNotFound,
-    ServiceBusError,
-)
 from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
-from .loader import PartitionLoader, load_counts
+from .loader import PartitionLoader, stored_counts
 from .locks import LockTable
+from .receiving import Receiving
 from .records import (
     IncomingMessage,
     LogEvent,
@@ -46,7 +44,7 @@ from .records import (
 )
 from .staging import Staging
 from .stats import PartitionStats
-from .store import PartitionStore, StoreError
+from .store import PartitionStore
 from .subqueue import (
     Lock,
     SessionLock,
@@ -55,8 +53,7 @@ from .subqueue import (
     SubQueueReader,
     SubQueueSettings,
 )
-from .tokens import make_lock_key, make_lock_keys
-from .transitions import Route, Transitions, merge_overrides
+from .transitions import Route, Transitions
 from .writebatch import WriteBatch
 
 DLQ_SUFFIX = "/$deadletterqueue"
@@ -88,57 +85,61 @@ class PartitionBroker:
         # Writes nobody waits for (lazy) ride with the partition's next commit (staging.py).
         self.staging = Staging(
             self, namespace=namespace, entity=entity, partition_id=partition_id,
+            sequence_base=(partition_id << SEQUENCE_BITS) if partitioned else 0,
             stats=self.stats, mark_dirty=mark_dirty, mark_lazy=mark_lazy,
         )  # fmt: skip
         self.reader = SubQueueReader(
-            store, self.queues, self.staging.overlay, lambda queue: self.moves.on_ready(queue)
+            store, self.queues, self.staging.overlay, lambda queue: self.transitions.on_ready(queue)
         )
         self.lock_table = LockTable()
         self.locks = self.lock_table.by_key  # live locks by their token's int
         self.deadlines = Deadlines(store, self.queues, self.staging, self.reader)
         self.health = Health(store, entity, partition_id, partitioned)
-        self.moves = Transitions(
-            self.queues, self.staging, self.deadlines, self.health, self.reader,
-            (partition_id << SEQUENCE_BITS) if partitioned else 0,
-        )  # fmt: skip
+        self.transitions = Transitions(
+            self.queues, self.staging, self.deadlines, self.health, self.stats
+        )
         self.on_session_lost: Callable[[SessionLock], None] = lambda lock: None
         self.loader = PartitionLoader(
             store, self.queues, self.staging, self.reader, self.lock_table, self.deadlines,
-            self.health, self.moves, f"Partition {partition_id} of '{entity}'",
+            self.health, self.transitions, f"Partition {partition_id} of '{entity}'",
             lambda lock: self.on_session_lost(lock),
+        )  # fmt: skip
+        self.receiving = Receiving(
+            self.queues, self.reader, self.lock_table, self.staging, self.transitions,
+            partition_id,
         )  # fmt: skip
 
     @property
     def on_ready(self) -> Callable[[str], None]:
         """Told (with the sub-queue's name) when messages of a sub-queue are in line."""
-        return self.moves.on_ready
+        return self.transitions.on_ready
 
     @on_ready.setter
     def on_ready(self, hook: Callable[[str], None]) -> None:
-        self.moves.on_ready = hook
+        self.transitions.on_ready = hook
 
     @property
     def fan_out(self) -> Callable[[MessageRecord], list[Route]] | None:
         """A topic partition: where a due scheduled message goes (the subscriptions' routes)."""
-        return self.moves.fan_out
+        return self.transitions.fan_out
 
     @fan_out.setter
     def fan_out(self, hook: Callable[[MessageRecord], list[Route]] | None) -> None:
-        self.moves.fan_out = hook
+        self.transitions.fan_out = hook
 
     @property
     def forwards(self) -> Callable[[str], bool]:
         """Whether a sub-queue forwards (see Transitions.forwards)."""
-        return self.moves.forwards
+        return self.transitions.forwards
 
     @forwards.setter
     def forwards(self, hook: Callable[[str], bool]) -> None:
-        self.moves.forwards = hook
+        self.transitions.forwards = hook
 
     # ---------------------------------------------------------------- load
     def load(self) -> None:
-        """Open the store without reading the backlog (see PartitionLoader.load)."""
-        self.loader.load()
+        """Open the store without reading the backlog (see PartitionLoader.load, start)."""
+        self.loader.start(self.loader.load())
 
     # ---------------------------------------------------------------- the store
     def close(self) -> None:
@@ -205,7 +206,7 @@ class PartitionBroker:
         sq = self.queues[queue]
         rec = self.reader.get(sq, seq)
         if rec is not None:
-            self.moves.forward_out(sq, rec, now_ms, to_queue, reason, description)
+            self.transitions.forward_out(sq, rec, now_ms, to_queue, reason, description)
 
     def after_commit(self, done: Done) -> None:
         """Run `done` once the writes queued so far are committed."""
@@ -214,7 +215,7 @@ class PartitionBroker:
     @property
     def batch_number(self) -> int:
         """Which batch the writes staged now go into (see Staging.batch_number)."""
-        return self.staging.gen
+        return self.staging.batch_number
 
     def take_commit(self) -> tuple[WriteBatch, list[Done]] | None:
         """Hand the pending writes and their completions to the committer (None: nothing)."""
@@ -234,13 +235,13 @@ class PartitionBroker:
         for name in touched or ():
             sq = self.queues.get(name)
             if sq is not None and not sq.settings.requires_session:
-                sq.more = True
+                sq.more_in_store = True
         self.health.commit_landed()
         # No read of the timers here: the next timer time stays a lower bound. Timers added
         # lowered it as they were staged, and one removed (a completed message's expiry)
         # only makes the tick that reaches it look early; the tick then finds nothing due
-        # and reads the true first timer. (This was a read transaction per commit on the
-        # loop thread.)
+        # and reads the true first timer. (Reading it here would cost a read transaction per
+        # commit on the loop thread.)
         for cb in callbacks:
             cb(None)
 
@@ -274,7 +275,7 @@ class PartitionBroker:
         if quota is not None:  # refused before anything is staged: answered after this turn
             self.after_commit(lambda _error: done(quota))
             return [None] * len(messages)
-        return self.moves.enqueue(messages, routes, now_ms, done)
+        return self.transitions.enqueue(messages, routes, now_ms, done)
 
     # ---------------------------------------------------------------- delivery
     def has_ready(self, queue: str) -> bool:
@@ -282,202 +283,45 @@ class PartitionBroker:
         return self.queues[queue].has_ready()
 
     def take_next(
-        self,
-        queue: str,
-        now_ms: int,
-        peek_lock: bool,
-        session: SessionLock | None = None,
+        self, queue: str, now_ms: int, peek_lock: bool, session: SessionLock | None = None
     ) -> tuple[MessageRecord, Lock | None] | None:
-        """Take the next deliverable message: locked (peek-lock) or removed (receive-and-delete).
-
-        With `session`, only that session's messages, and only while its lock is live.
-        """
-        sq = self.queues[queue]
-        if session is not None:
-            sess = sq.sessions.get(session.session_id)
-            if sess is None or sess.lock is not session or session.until_ms <= now_ms:
-                return None
-        while True:
-            rec = self.reader.pop_ready(sq, session.session_id if session is not None else None)
-            if rec is None:
-                return None
-            if session is not None:
-                self.lock_table.touch_session(session, now_ms)  # a delivery is activity on it
-            if (
-                rec.expires_at_ms is not None
-                and rec.expires_at_ms <= now_ms
-                and sq.settings.expires
-            ):
-                self.moves.expire(sq, rec, now_ms)
-                continue
-            if peek_lock:
-                return rec, self._lock(sq, rec, now_ms, session)
-            self.moves.consume(sq, rec, now_ms)  # receive-and-delete [contract 4.2]
-            return rec, None
+        """The next deliverable message, peek-locked or removed (see Receiving.take_next)."""
+        return self.receiving.take_next(queue, now_ms, peek_lock, session)
 
     def take_batch(
         self, queue: str, now_ms: int, limit: int
     ) -> list[tuple[MessageRecord, Lock | None]]:
-        """Up to `limit` messages peek-locked for a receiver outside sessions: what as many
-        take_next calls would give, in one call (the receive hot path: a dispatch takes a
-        run of messages from a partition, not one message per call down the stack)."""
-        sq = self.queues[queue]
-        out: list[tuple[MessageRecord, Lock | None]] = []
-        if sq.settings.requires_session:
-            return out
-        pop_run = self.reader.pop_run
-        expires = sq.settings.expires
-        until = now_ms + sq.settings.lock_duration_ms
-        pid = self.partition_id
-        add_run = self.lock_table.add_run
-        run: list[Lock] = []  # locks made from the last pop_run, held before the next one
-        try:
-            while len(out) < limit:
-                recs = pop_run(sq, limit - len(out))
-                if not recs:
-                    break
-                for rec, key in zip(recs, make_lock_keys(pid, len(recs)), strict=True):
-                    at = rec.expires_at_ms
-                    if at is not None and at <= now_ms and expires:
-                        self.moves.expire(sq, rec, now_ms)
-                        continue
-                    lock = Lock(key, sq, rec.sequence_number, until, None, rec)
-                    run.append(lock)
-                    out.append((rec, lock))
-                add_run(run)
-                run = []
-        except StoreError:
-            if not out:
-                raise  # nothing taken: the caller sees the fault as from take_next
-            # else: hand over what was locked; the next take meets the fault again
-        finally:
-            if run:
-                add_run(run)
-            if out:  # a lock is memory only: its log record may ride with the next commit
-                self.staging.log_run(
-                    queue, LogEvent.DELIVERED, [rec for rec, _ in out], now_ms, lazy=True
-                )
-        return out
+        """Up to `limit` messages peek-locked at once (see Receiving.take_batch)."""
+        return self.receiving.take_batch(queue, now_ms, limit)
 
     def take_deferred(
         self, queue: str, seq: int, now_ms: int, peek_lock: bool
     ) -> tuple[MessageRecord, Lock | None]:
-        """Fetch a deferred message by sequence number: locked, or removed (receive-and-delete)."""
-        sq = self.queues[queue]
-        rec = None if seq in sq.locks else self.reader.get(sq, seq)
-        if rec is None or rec.state != MessageState.DEFERRED:
-            raise MessageNotFound(
-                f"Failed to lock one or more specified messages. Either the message is already "
-                f"locked or it does not exist. The sequence number {seq} is not a deferred "
-                "message that can be received."
-            )
-        if peek_lock:
-            return rec, self._lock(sq, rec, now_ms)
-        self.moves.consume(sq, rec, now_ms)
-        return rec, None
-
-    def _lock(
-        self, sq: SubQueue, rec: MessageRecord, now_ms: int, session: SessionLock | None = None
-    ) -> Lock:
-        until = session.until_ms if session is not None else now_ms + sq.settings.lock_duration_ms
-        lock = Lock(make_lock_key(self.partition_id), sq, rec.sequence_number, until, session, rec)
-        self.lock_table.add(lock)
-        # A lock is memory only; its log record may ride with the next commit (staging.py).
-        self.moves.log(sq, LogEvent.DELIVERED, rec, now_ms, lazy=True)
-        return lock
+        """A deferred message by sequence number (see Receiving.take_deferred)."""
+        return self.receiving.take_deferred(queue, seq, now_ms, peek_lock)
 
     # ---------------------------------------------------------------- settlement
     def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
-        """Delete a locked message; `done` runs after the commit (None: nobody waits).
-
-        `lazy`: the client settled its accept without waiting for an outcome, so the
-        deletion may wait for the partition's next commit or the next timer tick (an
-        unconfirmed completion may come back after a crash: at least once)."""
-        lock = self.lock_table.live(key, now_ms)
-        rec = self.lock_table.unlock(lock)
-        sq = lock.queue
-        self.moves.remove(sq, rec, lazy)
-        self.moves.log(sq, LogEvent.COMPLETED, rec, now_ms, lazy=lazy)
-        if done is not None:
-            self.staging.after_commit(done, lazy)
+        """Delete a locked message (see Receiving.complete)."""
+        self.receiving.complete(key, now_ms, done, lazy)
 
     def complete_lazy(self, keys: list[int], now_ms: int) -> None:
-        """complete(key, now_ms, None, lazy=True) for each lock token (by its int), in
-        order, a lost lock skipped: nobody waits for these outcomes (pre-settled accepts), so
-        a message whose lock was lost comes back as if its lock had expired, unannounced."""
-        table = self.lock_table
-        locks = table.by_key
-        log_run, remove_run = self.staging.log_run, self.moves.remove_run
-        run: list[MessageRecord] = []  # completed messages of `sq`, removed and logged together
-        sq: SubQueue | None = None
-        try:
-            for key in keys:
-                lock = locks.get(key)
-                if lock is None:
-                    continue
-                if lock.session is None:
-                    if lock.until_ms <= now_ms:
-                        continue
-                else:
-                    try:
-                        table.live(key, now_ms)  # the session's lock must be held
-                    except ServiceBusError:
-                        continue
-                if lock.queue is not sq:
-                    if run and sq is not None:
-                        done, run = run, []
-                        remove_run(sq, done, True)
-                        log_run(sq.name, LogEvent.COMPLETED, done, now_ms, lazy=True)
-                    sq = lock.queue
-                # LockTable.unlock(), the lock heap trimmed once for the whole run
-                del locks[key]
-                del sq.locks[lock.seq]
-                rec = lock.record
-                assert rec is not None  # every lock carries its message
-                run.append(rec)
-        finally:
-            if run and sq is not None:  # what was unlocked is removed, whatever happened
-                remove_run(sq, run, True)
-                log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
-            table.trim()
+        """Complete a run of locks nobody waits for (see Receiving.complete_lazy)."""
+        self.receiving.complete_lazy(keys, now_ms)
 
     def abandon(
         self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
-        """Unlock with delivery count + 1; dead-letter when MaxDeliveryCount is reached."""
-        lock = self.lock_table.live(key, now_ms)
-        rec = self.lock_table.unlock(lock)
-        self.moves.redeliver(lock.queue, rec, now_ms, overrides, LogEvent.ABANDONED)
-        self.after_commit(done)
+        """Unlock with delivery count + 1 (see Receiving.abandon)."""
+        self.receiving.abandon(key, now_ms, overrides, done)
 
     def release(self, key: int, now_ms: int) -> None:
-        """Unlock without counting a delivery attempt [contract 4.7]."""
-        lock = self.locks.get(key)
-        if lock is None:
-            return
-        rec = self.lock_table.unlock(lock)
-        if rec.state == MessageState.ACTIVE:
-            lock.queue.make_ready(rec)
-        self.moves.log(lock.queue, LogEvent.RELEASED, rec, now_ms)
-        self.on_ready(lock.queue.name)
+        """Unlock without counting a delivery attempt (see Receiving.release)."""
+        self.receiving.release(key, now_ms)
 
     def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
-        """Set a locked message aside; it is fetched later by sequence number."""
-        lock = self.lock_table.live(key, now_ms)
-        rec = self.lock_table.unlock(lock)
-        if lock.queue.settings.dead_letter_queue is not None:
-            # The delivery that ended in the deferral counts: received again by sequence
-            # number, the message says delivery-count 1 (Microsoft's deferredMessage.spec
-            # asserts 0, then 1 after a deferral, 2 after a second); a dead-letter queue counts
-            # no deliveries (its abandon leaves 0 there too).
-            rec.delivery_count += 1
-        self.moves.count(lock.queue, rec.state, -1)
-        rec.state = MessageState.DEFERRED
-        self.moves.count(lock.queue, rec.state, 1)
-        merge_overrides(rec, overrides)
-        self.staging.put(lock.queue, rec)
-        self.moves.log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
-        self.after_commit(done)
+        """Set a locked message aside (see Receiving.defer)."""
+        self.receiving.defer(key, now_ms, overrides, done)
 
     def dead_letter(
         self,
@@ -488,33 +332,12 @@ class PartitionBroker:
         overrides: dict[str, bytes] | None,
         done: Done,
     ) -> None:
-        """Move a locked message to the dead-letter queue with reason and description."""
-        lock = self.lock_table.live(key, now_ms)
-        sq = lock.queue
-        if sq.settings.dead_letter_queue is None:
-            # Azure refuses once with a non-retryable error (amqp:not-allowed: the JS SDK's
-            # InvalidOperationError, code GeneralError) and the message is free again with its
-            # delivery count unchanged (batchReceiver.spec "Throws error when dead lettering a
-            # dead lettered message" receives it at once with deliveryCount 0).
-            self.release(key, now_ms)
-            raise InvalidOperation(
-                "A message in a dead-letter queue cannot be dead-lettered again."
-            )
-        rec = self.lock_table.unlock(lock)
-        self.moves.move_to_dlq(sq, rec, now_ms, reason, description, overrides)
-        self.after_commit(done)
+        """Move a locked message to the dead-letter queue (see Receiving.dead_letter)."""
+        self.receiving.dead_letter(key, now_ms, reason, description, overrides, done)
 
     def renew(self, key: int, now_ms: int) -> int:
-        """Extend a lock by the lock duration from now; returns the new locked-until (ms)."""
-        lock = self.lock_table.live(key, now_ms)
-        if lock.session is not None:
-            raise InvalidOperation(
-                "The lock of a message received from a session cannot be renewed; renew the "
-                "session lock instead."
-            )
-        lock.until_ms = now_ms + lock.queue.settings.lock_duration_ms
-        self.lock_table.renewed(lock)
-        return lock.until_ms
+        """Extend a lock; returns the new locked-until (see Receiving.renew)."""
+        return self.receiving.renew(key, now_ms)
 
     def lock_of(self, key: int) -> Lock | None:
         """The live lock for a lock key, if any (no expiry check)."""
@@ -543,8 +366,8 @@ class PartitionBroker:
         if rec is None:
             return None
         sq.unready(rec)
-        self.moves.remove(sq, rec)
-        self.moves.log(sq, LogEvent.COMPLETED, rec, now_ms)
+        self.transitions.remove(sq, rec)
+        self.transitions.log(sq, LogEvent.COMPLETED, rec, now_ms)
         return rec
 
     def contains(self, queue: str, seq: int) -> bool:
@@ -600,7 +423,7 @@ class PartitionBroker:
         table = self.lock_table
         for lock in table.expired(now_ms):
             rec = table.unlock(lock)
-            self.moves.redeliver(lock.queue, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
+            self.transitions.redeliver(lock.queue, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
         for until, name, session_id in table.expired_sessions(now_ms):
             sess = self.queues[name].sessions.get(session_id)
             if sess is None or sess.lock is None or sess.lock.until_ms != until:
@@ -610,7 +433,7 @@ class PartitionBroker:
             lost = sess.lock
             self._end_session(lost, now_ms, count_delivery=True)
             self.on_session_lost(lost)
-        self.deadlines.on_timer(now_ms, self.moves.expire, self.moves.activate)
+        self.deadlines.on_timer(now_ms, self.transitions.expire, self.transitions.activate)
         for sq in list(self.reader.session_scans()):
             self.reader.scan_chunk(sq)
 
@@ -631,8 +454,8 @@ class PartitionBroker:
         rec = self.reader.get(sq, seq)
         if rec is None or rec.state != MessageState.SCHEDULED:
             return False
-        self.moves.remove(sq, rec)
-        self.moves.log(sq, LogEvent.CANCELLED, rec, now_ms)
+        self.transitions.remove(sq, rec)
+        self.transitions.log(sq, LogEvent.CANCELLED, rec, now_ms)
         return True
 
     # ---------------------------------------------------------------- sessions
@@ -673,11 +496,11 @@ class PartitionBroker:
         sq = lock.queue
         for _msg_lock, rec in self.lock_table.end_session(lock):
             if count_delivery:
-                self.moves.redeliver(sq, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
+                self.transitions.redeliver(sq, rec, now_ms, None, LogEvent.LOCK_EXPIRED)
             else:
                 if rec.state == MessageState.ACTIVE:
                     sq.make_ready(rec)
-                self.moves.log(sq, LogEvent.RELEASED, rec, now_ms)
+                self.transitions.log(sq, LogEvent.RELEASED, rec, now_ms)
         if sq.sessions[lock.session_id].ready_set:
             self.on_ready(sq.name)
 
@@ -734,8 +557,8 @@ class PartitionBroker:
         sq = self.queues[name]
         count = 0
         for rec in self.reader.current_records(sq):  # streamed from the store in chunks
-            self.moves.remove(sq, rec)
-            self.moves.log(sq, LogEvent.PURGED, rec, now_ms)
+            self.transitions.remove(sq, rec)
+            self.transitions.log(sq, LogEvent.PURGED, rec, now_ms)
             count += 1
         self.lock_table.forget_queue(sq)
         sq.clear_ready()
@@ -749,7 +572,8 @@ class PartitionBroker:
         for name in self.store.queue_names():
             if name not in self.queues:
                 self.add_queue(name, settings)
-                load_counts(self.queues[name], self.store.load_meta())  # what the purge undoes
+                # the counts the purge undoes
+                self.queues[name].set_counts(*stored_counts(self.store.load_meta(), name))
                 gone[name] = self.drop_queue(name, now_ms)
         return gone
 

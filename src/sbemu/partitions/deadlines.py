@@ -71,7 +71,7 @@ class Deadlines:
         # Derived TTL expiry: when the oldest message with its sub-queue's default TTL is due
         # (None: none stored). Those messages store no timer (see add).
         self.expiry_due: int | None = None
-        self._unstored_expiry: dict[int, int] = {}  # batch generation -> its first expiry
+        self._unstored_expiry: dict[int, int] = {}  # batch number -> its first expiry
 
     def load(self, expire: Fire) -> None:
         """After the store opened: the first timer, and (a look at the first records of each
@@ -148,13 +148,13 @@ class Deadlines:
         """A default-TTL message expiring at `at` was staged (it stores no timer)."""
         self.due_for_expiry(at)
         unstored = self._unstored_expiry  # (not in the store yet: _pending_expiry)
-        gen = self.staging.gen
-        first = unstored.get(gen)
+        batch = self.staging.batch_number
+        first = unstored.get(batch)
         if first is None:
             self._forget_stored_expiry()
-            unstored[gen] = at
+            unstored[batch] = at
         elif at < first:
-            unstored[gen] = at
+            unstored[batch] = at
 
     def due_for_expiry(self, at: int | None) -> None:
         """A derived expiry may be due at `at` (the earliest is kept)."""
@@ -257,7 +257,6 @@ class Deadlines:
         """Drop the expiry times of batches that landed (their messages are in the store)."""
         unstored = self._unstored_expiry
         if unstored:
-            taken = self.staging.taken_gens
-            oldest = taken[0] if taken else self.staging.gen
-            for gen in [g for g in unstored if g < oldest]:
-                del unstored[gen]
+            oldest = self.staging.oldest_unlanded()
+            for batch in [b for b in unstored if b < oldest]:
+                del unstored[batch]

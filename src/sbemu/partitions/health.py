@@ -89,8 +89,8 @@ class Health:
     def accepting(self) -> bool:
         """Whether new messages may fit: the stored bytes are below MaxSizeInMegabytes and no
         send was refused for the quota since messages were last removed, and the store's disk
-        has room beyond its reserve (PartitionStore.measure_room)."""
-        return not self.store.room_low and (
+        has room beyond its reserve (diskroom.py)."""
+        return not self.store.room.low and (
             self.max_bytes <= 0 or (self.stored_bytes < self.max_bytes and self.full_at is None)
         )
 
@@ -108,7 +108,7 @@ class Health:
         """Why the partition is not ONLINE, for the dashboard (None: it is)."""
         if self.reason is not None:
             return self.reason
-        return "disk almost full" if self.store.room_low else None
+        return "disk almost full" if self.store.room.low else None
 
     # ---------------------------------------------------------------- quota and room
     def add_stored(self, nbytes: int) -> None:
@@ -135,21 +135,21 @@ class Health:
     @property
     def room_low(self) -> bool:
         """Whether the store's disk is low on room (what is left is kept for completions)."""
-        return self.store.room_low
+        return self.store.room.low
 
     def check_room(self, now_ms: int) -> None:
         """While the store's disk is low on room: measure it again (at most every
         ROOM_RECHECK_MS), so sends are taken again once there is room (messages removed, the
         disk grown) even when nothing commits meanwhile."""
-        if self.store.room_low and now_ms - self.room_checked_ms >= ROOM_RECHECK_MS:
+        if self.store.room.low and now_ms - self.room_checked_ms >= ROOM_RECHECK_MS:
             self.room_checked_ms = now_ms
-            self.store.measure_room()
+            self.store.room.measure()
 
     def quota_error(self, incoming: int) -> ServiceBusError | None:
         """Azure's quota error if `incoming` more bytes do not fit (None: they fit); the
         disk_full_error() while the disk is low on room."""
-        store = self.store
-        if store.room_low or (store.room_bytes is not None and 2 * incoming > store.room_bytes):
+        room = self.store.room
+        if room.low or (room.bytes is not None and 2 * incoming > room.bytes):
             return self.disk_full_error()  # (twice the bytes: LMDB's pages, a commit's copies)
         if self.max_bytes <= 0 or self.stored_bytes + incoming <= self.max_bytes:
             return None
@@ -178,7 +178,7 @@ class Health:
                 f"({self.reason or 'offline'}); the send can be retried."
             )
         if not self.accepting:
-            if self.store.room_low:
+            if self.store.room.low:
                 return self.disk_full_error()
             return ServerBusy(
                 f"Partition {self.partition_id} of '{self.entity}' is full; the send can be "

@@ -2,10 +2,11 @@
 
 The broker keeps nothing in memory that the store does not hold or that may not be lost
 (locks live in memory only: a restart releases them, as the service does). So one path
-serves a start and every recovery: load()
-reads the counters, session states and each session's ready line (never the backlog); after a
-failed commit or a store fault the partition forgets every uncommitted change, lock and
-read-ahead and loads again (reload()), as a restart of this partition would.
+serves a start and every recovery: load() reads the counters and session states (never the
+backlog) and returns them as a value, LoadedPartition (as Kafka's LogLoader.load() returns
+LoadedLogOffsets); start() hands each room its part, and each room sets its own state from
+it. After a failed commit or a store fault the partition forgets every uncommitted change,
+lock and read-ahead and loads again (reload()), as a restart of this partition would.
 
 Health (health.py) decides when: a failed commit is recorded there (store_failed), and
 recover() reopens the store after its back-off; the operator's holds (set_online) wait for it.
@@ -15,6 +16,7 @@ The broker (broker.py) is the front that the router and the committer call.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from ..errors import ServerBusy, ServiceBusError
 from .completions import Done
@@ -28,18 +30,33 @@ from .subqueue import SessionLock, SubQueue, SubQueueReader
 from .transitions import Transitions
 
 
-def load_counts(sq: SubQueue, meta: Mapping[str, int]) -> None:
-    """A sub-queue's persisted counts by state and stored bytes, from the store's counters."""
-    sq.counts = [meta.get(f"n:{sq.name}:{k}", 0) for k in "ads"]
-    sq.bytes = meta.get(f"n:{sq.name}:b", 0)
+def stored_counts(meta: Mapping[str, int], queue: str) -> tuple[list[int], int]:
+    """A sub-queue's persisted counts by state (active, deferred, scheduled) and its stored
+    bytes, from the store's counters."""
+    return [meta.get(f"n:{queue}:{k}", 0) for k in "ads"], meta.get(f"n:{queue}:b", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPartition:
+    """What PartitionLoader.load() read from a partition's store."""
+
+    next_sequence: int  # the next sequence number, without the partition's base
+    next_offset: int  # the partition log's next offset
+    counts: dict[str, tuple[list[int], int]]  # per sub-queue: counts by state, stored bytes
+    session_states: dict[str, dict[str, bytes]]  # per sub-queue: state by session id
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the messages the partition holds (what its quota counts)."""
+        return sum(max(nbytes, 0) for _counts, nbytes in self.counts.values())
 
 
 class PartitionLoader:
     """Loads one partition's rooms from its store, and loads them again after a fault."""
 
     __slots__ = (
-        "store", "queues", "staging", "reader", "lock_table", "deadlines", "health", "moves",
-        "name", "session_lost",
+        "store", "queues", "staging", "reader", "lock_table", "deadlines", "health",
+        "transitions", "name", "session_lost",
     )  # fmt: skip
 
     def __init__(
@@ -51,7 +68,7 @@ class PartitionLoader:
         lock_table: LockTable,
         deadlines: Deadlines,
         health: Health,
-        moves: Transitions,
+        transitions: Transitions,
         name: str,
         session_lost: Callable[[SessionLock], None],
     ) -> None:
@@ -62,35 +79,45 @@ class PartitionLoader:
         self.lock_table = lock_table
         self.deadlines = deadlines
         self.health = health
-        self.moves = moves
+        self.transitions = transitions
         self.name = name  # "Partition <id> of '<entity>'", for the errors it answers with
         self.session_lost = session_lost  # told of each session lock a reload ends
 
-    def load(self) -> None:
-        """Open the store without reading the backlog: counters, session states, and (for
-        session-enabled sub-queues only) each session's ready line; every lock starts released.
-        """
-        store, staging = self.store, self.staging
+    def load(self) -> LoadedPartition:
+        """Open the store without reading the backlog: the counters and the session states
+        (a store of an older layout is brought up to date first: migrate.py)."""
+        store = self.store
         store.ensure_queues(list(self.queues))
         meta = store.load_meta()
-        staging.next_seq = meta.get("next_sequence", 1)
-        staging.next_offset = meta.get("next_log_offset", 0)
-        if meta.get("layout", 1) < LAYOUT:
-            migrate(store, self.queues, meta.get("layout", 1), self.reader.each_record)
+        layout = meta.get("layout", 1)
+        if layout < LAYOUT:
+            migrate(store, self.queues, layout, self.reader.each_record)
             meta = store.load_meta()
-        for sq in self.queues.values():
-            load_counts(sq, meta)
-        self.health.reloaded(sum(max(sq.bytes, 0) for sq in self.queues.values()))
-        for sq in self.queues.values():
+        return LoadedPartition(
+            meta.get("next_sequence", 1),
+            meta.get("next_log_offset", 0),
+            {name: stored_counts(meta, name) for name in self.queues},
+            store.load_session_states(),
+        )
+
+    def start(self, loaded: LoadedPartition) -> None:
+        """Hand each room its part of what load() read: the staging its counters, each
+        sub-queue its counts and session states, health the stored bytes; session-enabled
+        sub-queues rebuild their ready lines by a scan, and the timers find their first due
+        time. Every lock starts released."""
+        staging, queues = self.staging, self.queues
+        staging.resume(loaded.next_sequence, loaded.next_offset)
+        for name, sq in queues.items():
+            sq.set_counts(*loaded.counts[name])
+        self.health.reloaded(loaded.stored_bytes)
+        for sq in queues.values():
             if sq.settings.requires_session:
-                self.reader.start_session_scan(sq, self.moves.sequence_base | staging.next_seq)
-        for name, states in store.load_session_states().items():
-            target = self.queues.get(name)
-            if target is None:
-                continue
-            for session_id, data in states.items():
-                target.session(session_id).state = data
-        self.deadlines.load(self.moves.expire)
+                self.reader.start_session_scan(sq, staging.next_sequence)
+        for name, states in loaded.session_states.items():
+            target = queues.get(name)
+            if target is not None:
+                target.set_session_states(states)
+        self.deadlines.load(self.transitions.expire)
 
     def commit_failed(self, callbacks: list[Done], error: BaseException) -> None:
         """A commit failed: answer its completions and those of the writes gathered meanwhile.
@@ -111,13 +138,13 @@ class PartitionLoader:
     def store_failed(self, error: BaseException) -> ServiceBusError:
         """Record a store fault on this partition (no commit may be in flight); returns the
         error to report (see Health.store_failed)."""
-        return self.health.store_failed(error, bool(self.staging.taken_gens), self.reload)
+        return self.health.store_failed(error, self.staging.committing(), self.reload)
 
     def recover(self, now_ms: int) -> bool:
         """After a store fault: reopen the store and reload the partition once the retry time
         has come (see Health.recover); the router's timer calls it for partitions out of
         service. True: back in service."""
-        if not self.health.recover(now_ms, bool(self.staging.taken_gens), self.reload):
+        if not self.health.recover(now_ms, self.staging.committing(), self.reload):
             return False
         self.set_online(True)
         return True
@@ -130,15 +157,15 @@ class PartitionLoader:
             sess.lock for sq in self.queues.values() for sess in sq.sessions.values()
             if sess.lock is not None
         ]  # fmt: skip
-        self.staging.epoch += 1  # (the sends answered below leave the counts to the store)
-        for cb in self.staging.forget_pending():  # (none when a failed commit led here)
+        # (the sends answered here leave the counts to the store; none are left to answer
+        # when a failed commit led here)
+        for cb in self.staging.reset():
             cb(ServerBusy(f"{self.name} was reloaded."))
-        self.staging.clear()
         self.lock_table.clear()
         for sq in self.queues.values():
             sq.clear()
         self.deadlines.reset()
-        self.load()
+        self.start(self.load())
         for lock in lost:
             self.session_lost(lock)
         self.announce_ready()
@@ -147,7 +174,7 @@ class PartitionLoader:
         """Tell the broker's on_ready hook of every sub-queue with messages in line."""
         for name, sq in self.queues.items():
             if sq.has_ready_any():
-                self.moves.on_ready(name)
+                self.transitions.on_ready(name)
 
     def set_online(self, online: bool, reason: str | None = None) -> None:
         """Take the partition out of service (operator command) or bring it back. After a

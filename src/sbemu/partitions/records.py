@@ -22,9 +22,7 @@ scans and rebuilds them). `property_overrides` maps application property names t
 AMQP values applied on delivery (dead-letter reason, abandon's properties-to-modify).
 
 Log record (value in the partition's `log` database, key = 8-byte big-endian dense offset):
-    {"v": 1, "ns", "entity", "queue", "partition", "offset", "event", "seq", "message_id",
-     "session_id", "partition_key", "enqueued_ms", "event_ms", "size", "delivery_count",
-     "reason", "properties", "body"}
+a map of the keys LOG_FIELDS declares, in its order ("v": 1, the version, first).
 Still version 1: "properties" and "body" are optional keys (absent in records written before
 they existed; readers treat absent as null). "properties" is the message's application
 properties as the raw encoded AMQP map (bytes, decoded by readers with sbemu.protocol.codec),
@@ -60,6 +58,33 @@ MESSAGE_SCHEMA_VERSION = 1
 LOG_SCHEMA_VERSION = 1
 LOG_RUN_VERSION = 2
 
+# The log record's keys, in the order encode_log writes them, each with its value's type as
+# Arrow names it: the one place they are spelled. The first five are fixed per sub-queue and
+# partition (log_prefix packs them once), LogPairs is made of the rest; the log readers
+# (sbemu.logs.events), the segment files (sbemu.logs.segments) and the Spark source
+# (sparkjobs/source.py) build their schemas from it. A new key is a new line here.
+LOG_FIELDS: tuple[tuple[str, str], ...] = (
+    ("v", "int32"),
+    ("ns", "string"),
+    ("entity", "string"),
+    ("queue", "string"),
+    ("partition", "int32"),
+    ("offset", "int64"),
+    ("event", "string"),
+    ("seq", "int64"),
+    ("message_id", "string"),
+    ("session_id", "string"),
+    ("partition_key", "string"),
+    ("enqueued_ms", "int64"),
+    ("event_ms", "int64"),
+    ("size", "int64"),
+    ("delivery_count", "int32"),
+    ("reason", "string"),
+    ("properties", "binary"),  # the encoded application-properties map
+    ("body", "binary"),  # the encoded body sections (serve --log-bodies)
+)
+_SITE_KEYS = tuple(name for name, _kind in LOG_FIELDS[:5])  # v, ns, entity, queue, partition
+
 
 _BASES: tuple[Any, ...] = (int, float, str, bytes, list, tuple, dict)
 
@@ -75,9 +100,9 @@ def _as_base(obj: object) -> object:
 
 # Records are written with msgspec's MessagePack encoder: the same bytes as msgpack's
 # Packer(use_bin_type=True) for every type a record holds (smallest int, str and bin forms,
-# float64, arrays for lists and tuples, maps in insertion order), read back by msgpack as
-# before, at about 40% of the Packer's cost per item (~130 against ~330 instructions): the
-# two records of every send were ~17k instructions with the Packer, ~7k with this.
+# float64, arrays for lists and tuples, maps in insertion order), so msgpack reads them back,
+# at about 40% of the Packer's cost per item (~130 against ~330 instructions): the two
+# records of every send cost ~7k instructions this way, ~17k with the Packer.
 _ENCODE = msgspec.msgpack.Encoder(enc_hook=_as_base).encode
 
 
@@ -140,10 +165,10 @@ class IncomingMessage(msgspec.Struct):
 class MessageRecord(msgspec.Struct, array_like=True, tag=MESSAGE_SCHEMA_VERSION):
     """One stored message of one sub-queue of one partition.
 
-    A msgspec Struct (slots, mutable, compared field by field, as the dataclass it was): built
-    in C, about a third of a dataclass's cost for its 24 fields, and written by _ENCODE as the
-    schema's array above, its tag (the schema version) first, its fields in order, the state
-    as its int (encode_message)."""
+    A msgspec Struct (slots, mutable, compared field by field): built in C, about a third of
+    a dataclass's cost for its 24 fields, and written by _ENCODE as the schema's array above,
+    its tag (the schema version) first, its fields in order, the state as its int
+    (encode_message)."""
 
     sequence_number: int
     enqueued_time_ms: int
@@ -345,30 +370,20 @@ def encode_log(
     )
 
 
-class LogPairs(msgspec.Struct, gc=False):
-    """The 13 pairs of a log record after its log_prefix(): the one place that names them and
-    their order (encode_log_after and expand_log both write through it; a new log field is a
-    new field here, and _LOG_KEYS counts it).
-
-    _ENCODE writes a Struct as a map of its fields in order (every field, None as nil), the
-    bytes of packing the whole schema map above, keys in that order: the map header and the
-    five pairs fixed per sub-queue and partition are packed once (the prefix), these pairs as
-    a map whose header is dropped. A Struct is built in C: no Python call on the
-    send path."""
-
-    offset: int
-    event: str
-    seq: int
-    message_id: str | None
-    session_id: str | None
-    partition_key: str | None
-    enqueued_ms: int
-    event_ms: int
-    size: int
-    delivery_count: int
-    reason: str | None
-    properties: bytes | None
-    body: bytes | None
+_PYTHON_TYPES = {"int32": int, "int64": int, "string": str | None, "binary": bytes | None}
+# The pairs of a log record after its log_prefix(), in order (encode_log_after and expand_log
+# both write through it).
+#
+# _ENCODE writes a Struct as a map of its fields in order (every field, None as nil), the
+# bytes of packing the whole record's map, keys in LOG_FIELDS' order: the map header and the
+# five pairs fixed per sub-queue and partition are packed once (the prefix), these pairs as a
+# map whose header is dropped. A Struct is built in C: no Python call on the send path.
+LogPairs = msgspec.defstruct(
+    "LogPairs",
+    [(name, _PYTHON_TYPES[kind]) for name, kind in LOG_FIELDS[len(_SITE_KEYS) :]],
+    gc=False,
+    module=__name__,
+)
 
 
 def encode_log_after(
@@ -396,7 +411,7 @@ _EVENT_VALUES = {e: e.value for e in LogEvent}
 # serve --log-bodies: the first 256 KiB (Standard's largest message) of a body's encoded
 # sections; a larger (Premium) body is cut there, `size` keeps the message's whole size
 LOG_BODY_MAX = 256 * 1024
-_LOG_KEYS = 5 + len(LogPairs.__struct_fields__)  # pairs in a log record's map (18)
+_LOG_KEYS = len(LOG_FIELDS)  # pairs in a log record's map (18)
 # the header of LogPairs' map, dropped: fixmap (0x8d for 13 pairs) up to 15, then map16
 _FIXMAP_HEADER = 1 if len(LogPairs.__struct_fields__) <= 15 else 3
 
@@ -404,10 +419,8 @@ _FIXMAP_HEADER = 1 if len(LogPairs.__struct_fields__) <= 15 else 3
 @functools.lru_cache(maxsize=4096)
 def log_prefix(namespace: str, entity: str, queue: str, partition: int) -> bytes:
     """The packed map header and first five pairs of a log record of one sub-queue."""
-    head = _ENCODE(
-        ["v", LOG_SCHEMA_VERSION, "ns", namespace, "entity", entity, "queue", queue,
-         "partition", partition]
-    )  # fmt: skip
+    values = (LOG_SCHEMA_VERSION, namespace, entity, queue, partition)
+    head = _ENCODE([item for pair in zip(_SITE_KEYS, values, strict=True) for item in pair])
     return b"\xde" + _LOG_KEYS.to_bytes(2, "big") + head[1:]  # map16 header; fixarray(10) dropped
 
 

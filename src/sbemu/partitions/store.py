@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 
 from . import dedupdb, logdb
+from .diskroom import MIB, DiskRoom
 from .lockfile import place_lock_file, release_lock_file
 from .logdb import TRIM_LIMIT
 from .resident import ResidentPages
@@ -58,25 +59,16 @@ FORWARD_DB = b"fwd"
 DEDUP_ID_DB = b"dd:id"
 DEDUP_TIME_DB = b"dd:t"
 READ_TXNS_KEPT = 2  # spare read transactions per store: the loop's reads and log retention's
-MIB = 1 << 20
 MAP_HEADROOM = 64 * MIB  # map room beyond twice the quota (log, timers, dedup, page churn)
 MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, not growth
-# Room kept free on the store's disk for what must always commit (completions, dead-letters,
-# log records, timers): below it the partition takes no new messages (see measure_room()).
-# A quarter of a disk smaller than four times this.
-DISK_RESERVE = 16 * MIB
-DISK_FULL_BELOW = MIB  # a write that failed with less free space than this ran out of disk
-# With more room than ROOM_WATCH a commit measures it only every ROOM_EVERY commits (statvfs
-# costs a few microseconds of the commit thread); below it every commit does.
-ROOM_WATCH = 4 << 30
-ROOM_EVERY = 64
 
 
 def map_size_for(quota_bytes: int) -> int:
     """The LMDB map size a partition opens with for a MaxSizeInMegabytes quota of
-    `quota_bytes`: the quota is enforced on the stored byte counts (see broker.enqueue), never
-    by the map filling, so the map has room beyond it for what must always commit (completes,
-    dead-letters, log records, timers, duplicate-detection history, LMDB's copy-on-write pages).
+    `quota_bytes`: the quota is enforced on the stored byte counts (Health.refuse_over_quota),
+    never by the map filling, so the map has room beyond it for what must always commit
+    (completes, dead-letters, log records, timers, duplicate-detection history, LMDB's
+    copy-on-write pages).
     The map is address space, not disk: the file grows only with the pages written."""
     return 2 * max(quota_bytes, 0) + MAP_HEADROOM
 
@@ -134,13 +126,10 @@ class PartitionStore:
         # Held by the work that may run off the event loop on this environment (log retention)
         # and by grow()/reopen(), which remap it: no transaction may be open meanwhile.
         self.remap_lock = threading.Lock()
-        # Room for new messages on the store's disk beyond its reserve (measure_room(); None:
-        # the disk cannot say), and whether there is none: the partition refuses new messages.
-        self.room_bytes: int | None = None
-        self.room_low = False
-        self._unmeasured = 0  # commits since the room was last measured
+        # Room for new messages on the store's disk beyond its reserve (diskroom.py).
+        self.room = DiskRoom(path, self._freed_bytes)
         self._open()
-        self.measure_room()
+        self.room.measure()
 
     def _open(self, *, create: bool = True) -> None:
         path, durable, map_size = self.path, self._durable, self.map_size
@@ -375,45 +364,20 @@ class PartitionStore:
             raise StoreFull(f"partition store {self.path} is full") from exc
         except lmdb.Error as exc:
             raise StoreUnavailable(
-                f"partition store {self.path} failed: {exc}{self._disk_full_note()}"
+                f"partition store {self.path} failed: {exc}{self.room.disk_full_note()}"
             ) from exc
-        self._unmeasured += 1
-        room = self.room_bytes
-        if room is None or room < ROOM_WATCH or self._unmeasured >= ROOM_EVERY:
-            with contextlib.suppress(Exception):  # committed: a measuring fault must not say not
-                self.measure_room()
+        self.room.committed()
 
     # ------------------------------------------------------------ room on the disk
-    def measure_room(self) -> int | None:
-        """Measure the room the store has left for new messages beyond the disk's reserve
-        (room_bytes) and whether there is none (room_low; it stays low until half the
-        reserve is free again, so sends do not flap). Runs after every commit (on the
-        commit's thread) and, while room is low, from the partition's timer.
-
-        LMDB cannot delete anything on a disk that is completely full (every transaction
-        writes new copies of the pages it changes), so a store that filled its disk with
-        messages could not even commit the completions that would make room again: it failed
-        every commit for good. Keeping DISK_RESERVE free for what must always
-        commit breaks that: below it new messages are refused (server-busy) while receives,
-        completions and dead-letters go on. The room is the disk's free space plus, when that
-        runs low, the pages LMDB freed inside its file (reused before the file grows), so a
-        queue that was drained takes messages again although its file did not shrink."""
-        self._unmeasured = 0
+    def _freed_bytes(self) -> int:
+        """What the disk room counts of the pages LMDB freed inside its file (0 while closed
+        or when LMDB cannot say)."""
+        if self._closed:
+            return 0
         try:
-            vfs = os.statvfs(self.path)
-        except OSError:
-            return self.room_bytes  # (a failing disk: the commits report it)
-        reserve = min(DISK_RESERVE, vfs.f_blocks * vfs.f_frsize // 4)
-        free = vfs.f_bavail * vfs.f_frsize
-        if free < 3 * reserve and not self._closed:
-            try:
-                free += self._free_pages_bytes()
-            except lmdb.Error:
-                pass
-        room = free - reserve
-        self.room_bytes = room
-        self.room_low = room < (reserve // 2 if self.room_low else 0)
-        return room
+            return self._free_pages_bytes()
+        except lmdb.Error:
+            return 0
 
     def _free_pages_bytes(self) -> int:
         """About how many bytes of data.mdb LMDB has freed for reuse: the file's pages up to
@@ -428,18 +392,6 @@ class PartitionStore:
                 used += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
             last = env.info()["last_pgno"]
         return max(0, last + 1 - 2 - used) * int(main["psize"])
-
-    def _disk_full_note(self) -> str:
-        """After a failed write: ' (the disk is full)' when it ran out of space. LMDB reports
-        a write the disk had no room for (a short write) as an I/O error."""
-        try:
-            vfs = os.statvfs(self.path)
-        except OSError:
-            return ""
-        if vfs.f_bavail * vfs.f_frsize >= DISK_FULL_BELOW:
-            return ""
-        self.room_bytes, self.room_low = 0, True
-        return " (the disk is full)"
 
     def _write_ops(
         self, txn: lmdb.Transaction, ops: list[tuple[int, str, int, bytes | None]]
@@ -586,7 +538,7 @@ class PartitionStore:
                 release_lock_file(self._lock_file)
                 raise StoreUnavailable(f"the store at {self.path} changed while it was opened")
             self._closed = False
-        self.measure_room()
+        self.room.measure()
 
     def _stored_file(self) -> tuple[int, int]:
         """(device, inode) of the store's data.mdb; StoreUnavailable when there is none."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
@@ -29,7 +29,7 @@ SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer t
 _MISSING = object()
 
 # Staged records not yet committed, by (sub-queue, seq): the record (None: deleted) and the
-# generation of the batch that writes it (see staging.py).
+# number of the batch that writes it (see staging.py).
 Overlay = dict[tuple[str, int], tuple[MessageRecord | None, int]]
 
 
@@ -55,10 +55,10 @@ class SubQueueSettings:
 
 class Lock(msgspec.Struct):
     """A peek-lock held on one message. Its lock token is `key`, the token's int: inside
-    partitions/ a lock is an int (locks.token_of makes the UUID at the edges).
+    partitions/ a lock is an int (tokens.token_of makes the UUID at the edges).
 
-    A msgspec Struct (slots, mutable, compared field by field, as the dataclass it was): one
-    is built per peek-locked delivery, in C."""
+    A msgspec Struct (slots, mutable, compared field by field): one is built per
+    peek-locked delivery, in C."""
 
     key: int
     queue: SubQueue
@@ -133,10 +133,14 @@ class SubQueue:
         self.name = name
         self.settings = settings
         self.scan_from = 0
-        self.more = True  # the store may hold ready messages at or after scan_from
-        # Active messages staged and not in line yet: they join it when their commit lands;
-        # until then no newer message may join the read-ahead before its commit (FIFO).
-        self.unlanded = 0
+        # Whether the store may hold ready messages the read-ahead has not read (at or after
+        # scan_from): False once a read found the store's end, True again when a commit
+        # stores one past it.
+        self.more_in_store = True
+        # How many active messages are staged and not in line yet: they join it when their
+        # commit lands; until then no newer message may join the read-ahead before its
+        # commit (FIFO).
+        self.awaiting_commit = 0
         # The batch of the newest message put in line before its commit (early delivery):
         # the forwarder takes nothing from this line until that batch landed (-1: none).
         self.early_batch = -1
@@ -163,6 +167,16 @@ class SubQueue:
         """Whether the session lines account for this record (not left to the scan)."""
         start = self.session_scan
         return start is None or seq < start or seq >= self.session_scan_end
+
+    def set_counts(self, counts: list[int], nbytes: int) -> None:
+        """The counts by state and the stored bytes, as the store holds them (a load)."""
+        self.counts = counts
+        self.bytes = nbytes
+
+    def set_session_states(self, states: Mapping[str, bytes]) -> None:
+        """The sessions' stored states, by session id (a load)."""
+        for session_id, data in states.items():
+            self.session(session_id).state = data
 
     def count_session(self, rec: MessageRecord, delta: int) -> None:
         """One more (or fewer) stored record in the message's session, unless the restart
@@ -196,7 +210,7 @@ class SubQueue:
         has reached the end of the store and it is the next one (no read transaction, no
         decode of what was just written); False: it is left to the scan."""
         seq = rec.sequence_number
-        if self.more or len(self.buffer) >= READ_AHEAD or seq < self.scan_from:
+        if self.more_in_store or len(self.buffer) >= READ_AHEAD or seq < self.scan_from:
             return False
         self.buffer[seq] = rec
         self.scan_from = seq + 1
@@ -253,13 +267,13 @@ class SubQueue:
     @property
     def ready_count(self) -> int:
         """A lower bound of the messages waiting for delivery outside sessions (0: maybe none)."""
-        return len(self.back_set) + len(self.buffer) + (1 if self.more else 0)
+        return len(self.back_set) + len(self.buffer) + (1 if self.more_in_store else 0)
 
     def has_ready(self) -> bool:
         """Whether a message may wait for delivery outside sessions (cheap, never misses one)."""
         if self.settings.requires_session:
             return False
-        return bool(self.buffer or self.back_set or self.more)
+        return bool(self.buffer or self.back_set or self.more_in_store)
 
     def has_ready_any(self) -> bool:
         """Whether a message may wait for delivery, in or outside sessions."""
@@ -467,7 +481,7 @@ class SubQueueReader:
         """Read the next few ready messages of a plain sub-queue from the store."""
         recs = self.store.scan_values(sq.name, sq.scan_from, READ_AHEAD, decode_message)
         if len(recs) < READ_AHEAD:
-            sq.more = False
+            sq.more_in_store = False
         if not recs:
             return
         sq.scan_from = recs[-1].sequence_number + 1
@@ -508,7 +522,7 @@ class SubQueueReader:
             return None
         back, back_set = sq.back, sq.back_set
         while True:
-            while not sq.buffer and sq.more:
+            while not sq.buffer and sq.more_in_store:
                 self.refill(sq)
             while back and back[0] not in back_set:
                 heapq.heappop(back)

@@ -26,17 +26,10 @@ from dataclasses import dataclass
 from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
-from .records import (
-    IncomingMessage,
-    LogEvent,
-    MessageRecord,
-    MessageState,
-    encode_log_after,
-    encode_staged,
-    log_prefix,
-)
+from .records import IncomingMessage, LogEvent, MessageRecord, MessageState
 from .staging import Staging
-from .subqueue import SubQueue, SubQueueReader
+from .stats import PartitionStats
+from .subqueue import SubQueue
 
 MAX_DELIVERY_COUNT_REASON = "MaxDeliveryCountExceeded"
 TTL_EXPIRED_REASON = "TTLExpiredException"
@@ -47,8 +40,6 @@ SCHEDULED_QUEUE = "$scheduled"
 # attribute lookup on the enum class (~900 instructions on CPython 3.11), a global ~50.
 _ACTIVE = MessageState.ACTIVE
 _SCHEDULED = MessageState.SCHEDULED
-_ENQUEUED_EVENT = LogEvent.ENQUEUED
-_SCHEDULED_EVENT = LogEvent.SCHEDULED
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +88,13 @@ class Transitions:
         staging: Staging,
         deadlines: Deadlines,
         health: Health,
-        reader: SubQueueReader,
-        sequence_base: int,
+        stats: PartitionStats,
     ) -> None:
         self.queues = queues
         self.staging = staging
         self.deadlines = deadlines
         self.health = health
-        self.reader = reader
-        self.sequence_base = sequence_base  # the partition id in the top bits [P11]
+        self.stats = stats
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.fan_out: Callable[[MessageRecord], list[Route]] | None = None
         # Whether a sub-queue forwards (auto-forwarding): its new messages wait for their
@@ -120,7 +109,7 @@ class Transitions:
         sq.counts[state] += delta
         sq.bytes += nbytes
         self.health.add_stored(nbytes)
-        self.staging.counts_dirty.add(sq)
+        self.staging.counts_changed(sq)
 
     def remove(self, sq: SubQueue, rec: MessageRecord, lazy: bool = False) -> None:
         """Delete a stored message from its sub-queue (and its timer)."""
@@ -142,7 +131,7 @@ class Transitions:
         sq.removed_run(recs, seqs)
         sq.bytes -= nbytes
         self.health.add_stored(-nbytes)
-        self.staging.counts_dirty.add(sq)
+        self.staging.counts_changed(sq)
 
     def store_new(self, target: SubQueue, rec: MessageRecord, timer: bool) -> None:
         """Stage an active message new to `target` (moved, activated, fanned out)."""
@@ -164,14 +153,6 @@ class Transitions:
     ) -> None:
         """Log one event of one message (see Staging.log_run)."""
         self.staging.log_run(sq.name, event, (rec,), now_ms, reason, lazy)
-
-    def next_sequence(self) -> int:
-        """Draw the next sequence number (persisted with the staged batch)."""
-        staging = self.staging
-        seq = self.sequence_base | staging.next_seq
-        staging.next_seq += 1
-        staging.batch.meta["next_sequence"] = staging.next_seq
-        return seq
 
     # ---------------------------------------------------------------- new messages
     def enqueue(
@@ -195,114 +176,120 @@ class Transitions:
         (at least once: the sender sends again). Every other message (a session's, a
         scheduled one, one behind a message still on its way, one in a sub-queue that
         forwards) joins its line as the commit lands (on_commit)."""
-        staged: list[tuple[SubQueue, MessageRecord]] = []
+        # The hot path of every send: each step below runs once per call over the call's
+        # copies (counts, counters and log prefixes once per call, not per message).
+        copies, numbers = self._copies(messages, routes, now_ms)
+        staging = self.staging
+        staging.put_new(copies, now_ms)
+        staged, placed = self._index_new(copies)
+        staging.dirty()
+        reloads = staging.reloads
+        for name in {sq.name for sq, _ in placed}:
+            self.on_ready(name)
+        staging.after_commit(self._on_commit(messages, staged, placed, reloads, done))
+        return numbers
+
+    def _copies(
+        self, messages: list[IncomingMessage], routes: list[list[Route]], now_ms: int
+    ) -> tuple[list[tuple[SubQueue, MessageRecord]], list[int | None]]:
+        """The records of a call's messages, one per route (in order), and each message's
+        sequence number (None: routed nowhere). Copies of a message share its number, but a
+        second copy in one sub-queue, which gets a number of its own."""
+        staging = self.staging
+        seq = start = staging.next_sequence
+        queues, new_record = self.queues, self.new_record
+        copies: list[tuple[SubQueue, MessageRecord]] = []
         numbers: list[int | None] = []
-        base = self.sequence_base
-        # The hot path of every send: what _put, _count, deadlines.add and _log do per
-        # message, done once per call where it can be (counts, counters, log prefixes).
-        staging, queues, new_record = self.staging, self.queues, self.new_record
-        batch = staging.batch
-        add_deadline = self.deadlines.add
-        put_op, put_log = batch.ops.append, batch.log.append
-        events, with_body = staging.stats.events, staging.log_bodies
-        added: dict[tuple[SubQueue, MessageState], list[int]] = {}
-        prefixes: dict[str, bytes] = {}
-        derived: int | None = None  # the first expiry of the default-TTL messages staged
-        next_seq, offset = staging.next_seq, staging.next_offset
-        active = _ACTIVE
-        enqueued = 0  # ENQUEUED events, counted once for the call
-        placed: list[tuple[SubQueue, MessageRecord]] = []  # in line at once (not on_commit)
         for msg, targets in zip(messages, routes, strict=True):
             if not targets:
                 numbers.append(None)
                 continue
-            seq = base | next_seq
-            next_seq += 1
-            numbers.append(seq)
+            first = seq
+            seq += 1
+            numbers.append(first)
             used: set[str] | None = set() if len(targets) > 1 else None
             for route in targets:
                 name = route.queue
-                sq = queues[name]
-                copy_seq = seq
+                copy_seq = first
                 if used is not None:  # a second copy in one sub-queue: a number of its own
                     if name in used:
-                        copy_seq = base | next_seq
-                        next_seq += 1
+                        copy_seq = seq
+                        seq += 1
                     else:
                         used.add(name)
+                sq = queues[name]
                 rec = new_record(sq, msg, copy_seq, now_ms)
                 if route.overrides:
                     rec.property_overrides = dict(route.overrides)
                 if route.dead_letter_reason is not None:
                     rec.dead_letter_reason = route.dead_letter_reason
                     rec.dead_letter_description = route.dead_letter_description
-                put_op((0, name, copy_seq, encode_staged(rec)))
-                state = rec.state
-                acc = added.get((sq, state))
-                if acc is None:
-                    added[(sq, state)] = [1, rec.size]
-                else:
-                    acc[0] += 1
-                    acc[1] += rec.size
-                at = rec.expires_at_ms
-                if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
-                    if derived is None or at < derived:  # derived expiry: no timer stored
-                        derived = at
-                elif at is not None or state is not active:  # (active, no expiry: no timer)
-                    add_deadline(sq, rec)
-                prefix = prefixes.get(name)
-                if prefix is None:
-                    prefix = prefixes[name] = log_prefix(
-                        staging.namespace, staging.entity, name, staging.partition_id
-                    )
-                if state is active:
-                    event = _ENQUEUED_EVENT
-                    enqueued += 1
-                else:
-                    event = _SCHEDULED_EVENT if state == _SCHEDULED else _ENQUEUED_EVENT
-                    events[event] += 1
-                put_log(
-                    (offset, encode_log_after(prefix, offset, event, rec, now_ms, None, with_body))
-                )
-                offset += 1
-                if route.dead_letter_reason is not None:
-                    events[LogEvent.DEADLETTERED] += 1
-                    put_log((offset, encode_log_after(
-                        prefix, offset, LogEvent.DEADLETTERED, rec, now_ms,
-                        route.dead_letter_reason, with_body,
-                    )))  # fmt: skip
-                    offset += 1
-                if state is active and not sq.settings.requires_session:
-                    # In line at once (see enqueue's docstring) when nothing staged before it
-                    # is still on its way and the read-ahead has caught up with the store.
-                    if not sq.unlanded and not self.forwards(name) and sq.join_read_ahead(rec):
-                        # seen through the overlay until its batch lands (a release, say,
-                        # puts it back in line by number: the store does not have it yet)
-                        staging.remember(name, copy_seq, rec)
-                        sq.early_batch = staging.gen
-                        placed.append((sq, rec))
-                        continue
-                    sq.unlanded += 1  # in line when its commit lands (on_commit)
-                staged.append((sq, rec))
-        staging.next_seq, staging.next_offset = next_seq, offset
-        if enqueued:
-            events[_ENQUEUED_EVENT] += enqueued
-        batch.meta["next_sequence"] = next_seq
-        if staged:
-            batch.meta["next_log_offset"] = offset
+                copies.append((sq, rec))
+        staging.draw_sequences(seq - start)  # the numbers given out above
+        return copies, numbers
+
+    def _index_new(
+        self, copies: list[tuple[SubQueue, MessageRecord]]
+    ) -> tuple[list[tuple[SubQueue, MessageRecord]], list[tuple[SubQueue, MessageRecord]]]:
+        """Count the staged copies, set their timers, and put in line at once each that may
+        join it before its commit (see enqueue). Returns (those that join their line when
+        the commit lands, those in line already)."""
+        staging = self.staging
+        add_deadline = self.deadlines.add
+        added: dict[tuple[SubQueue, MessageState], list[int]] = {}
+        derived: int | None = None  # the first expiry of the default-TTL messages staged
+        active = _ACTIVE
+        staged: list[tuple[SubQueue, MessageRecord]] = []
+        placed: list[tuple[SubQueue, MessageRecord]] = []
+        for sq, rec in copies:
+            state = rec.state
+            acc = added.get((sq, state))
+            if acc is None:
+                added[(sq, state)] = [1, rec.size]
+            else:
+                acc[0] += 1
+                acc[1] += rec.size
+            at = rec.expires_at_ms
+            if state is active and at is not None and rec.ttl_ms == sq.settings.default_ttl_ms:
+                if derived is None or at < derived:  # derived expiry: no timer stored
+                    derived = at
+            elif at is not None or state is not active:  # (active, no expiry: no timer)
+                add_deadline(sq, rec)
+            if state is active and not sq.settings.requires_session:
+                # In line at once when nothing staged before it is still on its way and the
+                # read-ahead has caught up with the store.
+                name = sq.name
+                if not sq.awaiting_commit and not self.forwards(name) and sq.join_read_ahead(rec):
+                    # seen through the overlay until its batch lands (a release, say, puts it
+                    # back in line by number: the store does not have it yet)
+                    staging.remember(name, rec.sequence_number, rec)
+                    sq.early_batch = staging.batch_number
+                    placed.append((sq, rec))
+                    continue
+                sq.awaiting_commit += 1  # in line when its commit lands (on_commit)
+            staged.append((sq, rec))
         for (sq, state), (count, size) in added.items():
             self.count(sq, state, count, size)
         if derived is not None:
             self.deadlines.derived(derived)
-        staging.dirty()
-        epoch = staging.epoch
-        for name in {sq.name for sq, _ in placed}:
-            self.on_ready(name)
+        return staged, placed
+
+    def _on_commit(
+        self,
+        messages: list[IncomingMessage],
+        staged: list[tuple[SubQueue, MessageRecord]],
+        placed: list[tuple[SubQueue, MessageRecord]],
+        reloads: int,
+        done: Done,
+    ) -> Done:
+        """What enqueue runs once the commit of `messages` lands (or fails)."""
+        staging = self.staging
 
         def on_commit(error: Exception | None) -> None:
             if error is None:
-                staging.stats.incoming += len(messages)
-                staging.stats.incoming_bytes += sum([m.size for m in messages])
+                stats = self.stats
+                stats.incoming += len(messages)
+                stats.incoming_bytes += sum([m.size for m in messages])
                 touched: set[str] = set()
                 for sq, rec in staged:
                     touched.add(sq.name)
@@ -311,27 +298,26 @@ class Transitions:
                         if rec.state == _ACTIVE:
                             sq.make_ready(rec)
                     elif rec.state is not _ACTIVE:
-                        sq.more = True  # the store now holds it past the scan
+                        sq.more_in_store = True  # the store now holds it past the scan
                     else:
-                        sq.unlanded -= 1
+                        sq.awaiting_commit -= 1
                         # a receiver keeping up gets it straight from its commit; else the scan
                         if not sq.join_read_ahead(rec):
-                            sq.more = True
+                            sq.more_in_store = True
                 for name in touched:
                     self.on_ready(name)
-            elif staging.epoch == epoch:  # (after a reload the counts come from the store)
+            elif staging.reloads == reloads:  # (after a reload the counts come from the store)
                 for sq, rec in staged:
                     self.count(sq, rec.state, -1, -rec.size)
                     if rec.state is _ACTIVE and not sq.settings.requires_session:
-                        sq.unlanded -= 1
+                        sq.awaiting_commit -= 1
                 # (the messages put in line at once stay in the read-ahead until the reload
                 # every failed commit leads to, before the partition serves again)
                 for sq, rec in placed:
                     self.count(sq, rec.state, -1, -rec.size)
             done(error)
 
-        staging.after_commit(on_commit)
-        return numbers
+        return on_commit
 
     @staticmethod
     def new_record(sq: SubQueue, msg: IncomingMessage, seq: int, now_ms: int) -> MessageRecord:
@@ -488,7 +474,7 @@ class Transitions:
             return
         self.remove(sq, rec)
         new = rec.copy()
-        new.sequence_number = self.next_sequence()
+        new.sequence_number = self.staging.draw_sequence()
         new.state = MessageState.ACTIVE
         new.enqueued_time_ms = now_ms
         new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
@@ -507,10 +493,8 @@ class Transitions:
         routes = self.fan_out(rec)
         if not routes:
             return
-        staging = self.staging
-        base = self.sequence_base
-        seq = base | staging.next_seq
-        staging.next_seq += 1
+        draw = self.staging.draw_sequence
+        seq = draw()
         used: set[str] = set()
         for route in routes:
             target = self.queues.get(route.queue)
@@ -518,8 +502,7 @@ class Transitions:
                 continue
             copy_seq = seq
             if route.queue in used:
-                copy_seq = base | staging.next_seq
-                staging.next_seq += 1
+                copy_seq = draw()
             used.add(route.queue)
             new = restamp(target, rec, copy_seq, now_ms)
             new.scheduled_enqueue_time_ms = rec.scheduled_enqueue_time_ms
@@ -532,4 +515,3 @@ class Transitions:
             self.log(target, LogEvent.ENQUEUED, new, now_ms)
             target.make_ready(new)
             self.on_ready(target.name)
-        staging.batch.meta["next_sequence"] = staging.next_seq

@@ -9,6 +9,7 @@ from broker_harness import MAIN, commit, msg, open_broker
 
 from sbemu.errors import MessageLockLost, ServerBusy
 from sbemu.partitions.broker import PartitionBroker, Route
+from sbemu.partitions.records import decode_log
 from sbemu.partitions.store import StoreFull
 
 NOW = 1_000
@@ -132,3 +133,18 @@ def test_a_message_released_before_its_commit_lands_is_delivered_again(tmp_path)
     broker.release(again[1].key, NOW)
     commit(broker)
     assert _ids(broker) == ["m1", "m2"]
+
+
+def test_a_restart_after_an_early_delivery_keeps_the_log_offsets(tmp_path):
+    """A commit whose messages all joined the line early still stores where the partition
+    log goes on: after a restart the next event takes the next offset, not one in use."""
+    broker = open_broker(tmp_path / "p")
+    _caught_up(broker)
+    _send(broker, 1)
+    commit(broker)
+    broker.store.close()
+    again = open_broker(tmp_path / "p")
+    _send(again, 2)
+    commit(again)
+    logged = [(off, decode_log(v)["message_id"]) for off, v in again.store.read_log(0, 10)]
+    assert logged == [(0, "m1"), (1, "m2")]

@@ -9,6 +9,7 @@ import pytest
 from broker_harness import message_record
 
 from sbemu.partitions.records import (
+    LOG_FIELDS,
     LogEvent,
     MessageRecord,
     MessageState,
@@ -121,6 +122,20 @@ def test_log_record_bytes_are_the_packers(rec: MessageRecord, with_body: bool) -
     }  # fmt: skip
     assert data == PACKER.pack(expected)
     assert decode_log(data)["seq"] == rec.sequence_number
+
+
+def test_log_fields_are_the_keys_a_log_record_holds_in_order() -> None:
+    """LOG_FIELDS, which the log readers, the segment files and the Spark source build their
+    schemas from, names every key encode_log writes, in the order it writes them."""
+    rec = message_record(
+        sequence_number=1, enqueued_time_ms=NOW, tail=b"pb", size=2,
+        properties_span=(0, 1), body_span=(1, 2),
+    )  # fmt: skip
+    data = encode_log(
+        namespace="ns", entity="q", queue="q", partition=0, offset=0,
+        event=LogEvent.ENQUEUED, record=rec, event_ms=NOW, with_body=True,
+    )  # fmt: skip
+    assert list(msgpack.unpackb(data)) == [name for name, _kind in LOG_FIELDS]
 
 
 def test_an_unencodable_value_is_refused() -> None:

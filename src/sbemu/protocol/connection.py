@@ -11,7 +11,7 @@ Links are ours to track: proton engine objects never carry partition state (hous
 AmqpConnection is assembled from parts that each own one thing (mixins, each naming what it
 uses of the connection under TYPE_CHECKING), as aioquic keeps loss recovery out of its
 connection: attach.py (link attach and detach), incoming.py (flow, transfers in and their
-settlement), fastevents.py (the per-message events on proton's C layer: transfers, accepts and
+settlement), messageevents.py (the per-message events on proton's C layer: transfers, accepts and
 flows of each read), deliveries.py (messages out on receive links, and the client's outcomes on
 them), requestlinks.py (request/reply links: $cbs put-token, $management). This module keeps
 the state machine: the IO surface, the event loop and the dispatch of its other events.
@@ -62,7 +62,6 @@ from .backpressure import OutputGate
 from .channels import EndedChannelFilter
 from .deliveries import OutgoingDeliveries
 from .detaching import DetachHold
-from .fastevents import PN_DELIVERY, PN_LINK_FLOW, FastEvents
 from .frames import FramePadder
 from .incoming import IncomingTransfers
 from .intake import Intakes
@@ -73,6 +72,7 @@ from .links import (
     LinkStateError,
     ReceiveLink,
 )
+from .messageevents import PN_DELIVERY, PN_LINK_FLOW, MessageEvents
 from .peeropen import PeerOpenFilter
 from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
@@ -106,14 +106,14 @@ _PN_IGNORED = frozenset(
 )
 _NULL = _ffi.NULL
 # The C functions of the event loop, bound once (`lib.name` is a lookup on cffi's library
-# object at every call); those of the events in are fastevents.py's.
+# object at every call); those of the events in are messageevents.py's.
 _pn_collector_peek = _lib.pn_collector_peek
 _pn_collector_pop = _lib.pn_collector_pop
 _pn_event_type = _lib.pn_event_type
 
 
 class AmqpConnection(
-    LinkAttach, IncomingTransfers, FastEvents, Intakes, OutgoingDeliveries, RequestLinks
+    LinkAttach, IncomingTransfers, MessageEvents, Intakes, OutgoingDeliveries, RequestLinks
 ):
     """One client connection."""
 
@@ -147,7 +147,7 @@ class AmqpConnection(
         # answered with close(resource-limit-exceeded) [limits.py].
         self.refuse_with: ServiceBusError | None = None
         self._remote_links = 0  # links the peer attached and has not detached yet
-        self._init_fast_events()  # the events of one read (fastevents.py)
+        self._init_message_events()  # the events of one read (messageevents.py)
         self._init_intakes()  # transfers taken over several turns (intake.py)
         self._detach_hold = DetachHold()  # detach replies waiting for their links' outcomes
         # Whether the peer may be given more (backpressure.py): deliveries and $management
@@ -455,7 +455,7 @@ class AmqpConnection(
             kind = _pn_event_type(ev)
             if kind == PN_DELIVERY or kind == PN_LINK_FLOW:  # (checked first: the most)
                 try:
-                    handled = self._fast_event(kind, ev)
+                    handled = self._message_event(kind, ev)
                 except Exception as exc:
                     self._fail(Event.wrap(ev), exc)
                     handled = True

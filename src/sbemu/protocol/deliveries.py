@@ -2,7 +2,7 @@
 C layer (peek-locked ones tagged with their lock tokens, their bytes from outgoing.py;
 receive-and-delete ones pre-settled), and the client's outcomes on them that take the wrapped
 path (release, abandon, defer, dead-letter, and any outcome in a transaction; the plain accept
-is fastevents.py's). A mixin of AmqpConnection (connection.py keeps the state machine and the
+is messageevents.py's). A mixin of AmqpConnection (connection.py keeps the state machine and the
 event loop).
 """
 

@@ -65,7 +65,7 @@ class IncomingTransfers:
         transactions: TransactionCoordinator
 
     def _on_link_flow(self, link: Link) -> None:
-        # (a receive link's or a send link's flow never gets here: fastevents takes them on
+        # (a receive link's or a send link's flow never gets here: messageevents takes them on
         # the C layer, a receive link's served after the read's dispositions)
         state = self._links.get(link)
         if isinstance(state, ReplyLink):

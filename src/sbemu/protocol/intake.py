@@ -1,6 +1,6 @@
 """Transfers whose intake is spread over several turns of the event loop, so that no single
-request holds it for long (issue 35: "no single request may hold the event loop more than
-50 ms"). A mixin of AmqpConnection, as fastevents.py is.
+request holds it for long: other connections, commits and /health are served between the
+steps. A mixin of AmqpConnection, as messageevents.py is.
 
 Two kinds take more than one turn, each a job with a `step()` that does a bounded piece and
 says whether the messages are ready:
@@ -45,7 +45,7 @@ READ_CHUNK = 4 * 1024 * 1024
 
 
 class Settles(Protocol):
-    """What _Acknowledge uses of the connection (fastevents.FastEvents._settle_many)."""
+    """What _Acknowledge uses of the connection (messageevents.MessageEvents._settle_many)."""
 
     def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None: ...
 

@@ -12,7 +12,7 @@ import pytest
 from amqp_harness import EnginePair, codec, run_commits
 from proton import Delivery, Message
 
-from sbemu.protocol import fastevents, intake, largescan
+from sbemu.protocol import intake, largescan, messageevents
 from sbemu.protocol.messages import SCAN_CHUNK
 
 Q = "queue.1"
@@ -99,7 +99,7 @@ def test_a_batch_refused_at_a_later_chunk_stores_nothing(pair, steps) -> None:
 
 def test_a_large_message_is_read_a_slice_a_step(pair, steps, monkeypatch) -> None:
     monkeypatch.setattr(intake, "READ_CHUNK", 16 * 1024)
-    monkeypatch.setattr(fastevents, "READ_CHUNK", 16 * 1024)
+    monkeypatch.setattr(messageevents, "READ_CHUNK", 16 * 1024)
     monkeypatch.setattr(largescan, "COPY_CHUNK", 16 * 1024)
     body = bytes(range(256)) * 800  # 200 KB (the queue takes 256 KB)
     snd = pair.sender(Q)

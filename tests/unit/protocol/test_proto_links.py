@@ -951,10 +951,10 @@ def test_credit_topped_up_once_per_read(pair):
 
 def test_transfer_larger_than_the_read_buffer_kept_whole(pair):
     # Transfers up to 64 KiB are read through one reused buffer, larger ones into their own.
-    from sbemu.protocol import fastevents
+    from sbemu.protocol import messageevents
 
     snd = pair.sender(Q)
-    sizes = [fastevents._RECV_SIZE - 200, fastevents._RECV_SIZE + 1000, 3]
+    sizes = [messageevents._RECV_SIZE - 200, messageevents._RECV_SIZE + 1000, 3]
     bodies = [bytes([i]) * n for i, n in enumerate(sizes)]
     dlvs = _burst(
         pair, snd, [Message(id=f"big-{i}", body=b).encode() for i, b in enumerate(bodies)]

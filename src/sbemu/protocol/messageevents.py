@@ -3,14 +3,14 @@ and stored per link once per read, settled after their commit), accepts in (comp
 peek-locked messages: pre-settled ones completed lazily per read, unsettled ones answered after
 their commit, in the client's order) and flows (a sender's credit topped up; a receiver's
 credit served after the read's dispositions). A mixin of AmqpConnection: connection.py's event
-loop (_process) hands these events to _fast_event and calls _send_pending, _complete_lazy and
+loop (_process) hands these events to _message_event and calls _send_pending, _complete_lazy and
 _serve_flows when a read is done (or before an event that must see their effects).
 
 Speed is this module's reason to exist (bench/hotpath.py, docs/performance.md): no proton
 Python wrapper is built per message, and the C functions are bound once as module-level names
 (`lib.name` is a lookup on cffi's library object at every call). Anything unusual (a partial,
 aborted or transactional transfer, an outcome other than accepted, an untracked link) returns
-False from _fast_event and takes the wrapped path (incoming.py, deliveries._on_disposition).
+False from _message_event and takes the wrapped path (incoming.py, deliveries._on_disposition).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ _WAITING = LinkPhase.WAITING
 _DETACHED = LinkPhase.DETACHED
 
 
-class FastEvents:
+class MessageEvents:
     """The part of AmqpConnection this module owns (see the module docstring)."""
 
     if TYPE_CHECKING:  # what it uses of AmqpConnection
@@ -106,8 +106,8 @@ class FastEvents:
         def _begin_intake(self, state: SendLink, d: Any, job: IntakeJob) -> None: ...
         def _large_transfer(self, state: SendLink, link: Any, d: Any, size: int) -> None: ...
 
-    def _init_fast_events(self) -> None:
-        """The state of the events of one read, gathered by _fast_event (called by __init__)."""
+    def _init_message_events(self) -> None:
+        """The state of the events of one read, gathered by _message_event (called by __init__)."""
         self._accepts = 0  # accepts taken on the fast path: their order, for _settle_completed
         # Completes confirmed by their commits, answered at the next flush in the order the
         # client accepted them (order, C delivery): proton coalesces contiguous ranges.
@@ -123,7 +123,7 @@ class FastEvents:
         self._flows: dict[ReceiveLink, Any] = {}
 
     def _serve_flows(self) -> None:
-        """Serve the receive links whose credit arrived in this read (gathered by _fast_event),
+        """Serve the receive links whose credit arrived in this read (gathered by _message_event),
         after the read's dispositions: a client that releases a message and asks for the next
         one in the same breath gets the released one again, not the one behind it."""
         pending, self._flows = self._flows, {}
@@ -144,7 +144,7 @@ class FastEvents:
                     lib.pn_link_drained(link)  # [AMQP 2.6.7] give back unused credit
 
     def _send_pending(self) -> None:
-        """Send the transfers _fast_event gathered, one Entity.send_many per link: each is
+        """Send the transfers _message_event gathered, one Entity.send_many per link: each is
         its own send, but those bound for one partition are staged and committed together,
         and each group is acknowledged at once after its commit."""
         pending, self._sends = self._sends, {}
@@ -164,8 +164,8 @@ class FastEvents:
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
 
     def _complete_lazy(self) -> None:
-        """Complete the pre-settled accepts _fast_event gathered: one Entity.complete_lazy
-        per link (nobody waits for these outcomes; see _fast_event)."""
+        """Complete the pre-settled accepts _message_event gathered: one Entity.complete_lazy
+        per link (nobody waits for these outcomes; see _message_event)."""
         pending, self._lazy_completes = self._lazy_completes, {}
         now_ms = self.now_ms
         for state, tokens in pending.items():
@@ -176,7 +176,7 @@ class FastEvents:
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
 
     def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
-        """Settle incoming transfers held by _fast_event (and drop our references)."""
+        """Settle incoming transfers held by _message_event (and drop our references)."""
         try:
             if error is None:
                 update, settle = _pn_delivery_update, _pn_delivery_settle
@@ -202,7 +202,7 @@ class FastEvents:
             cache[link] = state
         return state
 
-    def _fast_event(self, kind: int, ev: Any) -> bool:
+    def _message_event(self, kind: int, ev: Any) -> bool:
         """The hot events on the C layer; False hands the event to the wrapped path."""
         lib = _lib
         link = _pn_event_link(ev)
@@ -336,7 +336,7 @@ class FastEvents:
             lib.pn_decref(d)
 
     def _complete_raw(self, d: Any, error: Exception | None) -> None:
-        """Answer an unsettled accept taken by _fast_event now [contract 5.2] (its commit
+        """Answer an unsettled accept taken by _message_event now [contract 5.2] (its commit
         failed, or the connection is closing), and drop our reference."""
         try:
             if error is None:

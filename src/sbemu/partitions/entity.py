@@ -25,11 +25,11 @@ from .broker import SEQUENCE_BITS, PartitionBroker
 from .completions import Done, join_completions
 from .dedup import DuplicateHistory
 from .dispatch import EntityView
+from .entitystatus import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .forwarding import forward_target
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .specs import MAIN, EntitySpec, base_queue
-from .status import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .subqueue import Lock
 from .subscriptions import Subscriptions, subscription_queue
 from .tokens import partition_of_key

@@ -36,10 +36,10 @@ from ..errors import QuotaExceeded, ServiceBusError
 from .broker import DLQ_SUFFIX, PartitionBroker
 from .completions import Done, join_completions
 from .dedup import DuplicateHistory
+from .entitystatus import ReceiverSettings
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage, MessageRecord
 from .resend import ViewOf, incoming_from_record
-from .status import ReceiverSettings
 from .transitions import Route
 
 MAX_HOPS = 4  # Azure's limit on forwarding hops

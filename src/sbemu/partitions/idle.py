@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..atomicfile import atomic_write
-from .status import EntitySettings
+from .entitystatus import EntitySettings
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,13 @@ from .commits import DirtyPartitions
 from .completions import Done
 from .dispatch import EntityView
 from .entity import Entity
+from .entitystatus import EntitySettings
 from .forwarding import Forwarder, forward_target
 from .idle import IdleTracker
 from .layout import entity_dir, open_partitions, retire_entity_dir, stale_entity_dirs
 from .records import MessageRecord
 from .resend import ViewOf, incoming_from_record
 from .specs import MIB, EntitySpec, resolve_view_name, with_scheduled
-from .status import EntitySettings
 from .store import PartitionStore
 from .subqueue import SessionLock, SubQueueSettings
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from ..config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from ..errors import EntityNotFound
 from .broker import DLQ_SUFFIX
+from .entitystatus import EntitySettings, EntityStatus, ReceiverSettings
 from .forwarding import TRANSFER_DLQ_SUFFIX
-from .status import EntitySettings, EntityStatus, ReceiverSettings
 from .subqueue import SubQueueSettings
 from .subscriptions import RuleSource, SubscriptionSpec
 from .transitions import SCHEDULED_QUEUE

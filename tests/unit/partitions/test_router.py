@@ -18,11 +18,11 @@ from sbemu.errors import (
     ServerBusy,
 )
 from sbemu.partitions.broker import DLQ_SUFFIX
+from sbemu.partitions.entitystatus import EntitySettings, EntityStatus, ReceiverSettings
 from sbemu.partitions.forwarding import TRANSFER_DLQ_SUFFIX
 from sbemu.partitions.keys import partition_for_key
 from sbemu.partitions.layout import StorageLayoutError
 from sbemu.partitions.specs import MAIN, resolve_view_name
-from sbemu.partitions.status import EntitySettings, EntityStatus, ReceiverSettings
 from sbemu.partitions.subscriptions import RuleSource, subscription_queue
 
 

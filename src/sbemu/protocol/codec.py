@@ -18,71 +18,12 @@ Python mapping used by :func:`decode` and :func:`encode`:
 
 from __future__ import annotations
 
-from .amqptypes import DecodeError, Described, Symbol, Timestamp
+from . import amqptypes, decoder, encoder
+from .amqptypes import *  # noqa: F403 - each module's __all__ is the list of what it owns
+from .decoder import *  # noqa: F403
 from .decoder import _WIDTH as _WIDTH
 from .decoder import _decode as _decode
 from .decoder import _skip as _skip
-from .decoder import decode, skip
-from .encoder import (
-    enc_binary,
-    enc_bool,
-    enc_byte,
-    enc_described,
-    enc_double,
-    enc_float,
-    enc_int,
-    enc_list,
-    enc_long,
-    enc_long_array,
-    enc_map,
-    enc_map_body,
-    enc_null,
-    enc_short,
-    enc_string,
-    enc_symbol,
-    enc_symbol_array,
-    enc_timestamp,
-    enc_timestamp_array,
-    enc_ubyte,
-    enc_uint,
-    enc_ulong,
-    enc_ushort,
-    enc_uuid,
-    enc_uuid_array,
-    encode,
-)
+from .encoder import *  # noqa: F403
 
-__all__ = [
-    "DecodeError",
-    "Described",
-    "Symbol",
-    "Timestamp",
-    "decode",
-    "skip",
-    "encode",
-    "enc_null",
-    "enc_bool",
-    "enc_ubyte",
-    "enc_ushort",
-    "enc_uint",
-    "enc_ulong",
-    "enc_byte",
-    "enc_short",
-    "enc_int",
-    "enc_long",
-    "enc_float",
-    "enc_double",
-    "enc_timestamp",
-    "enc_uuid",
-    "enc_binary",
-    "enc_string",
-    "enc_symbol",
-    "enc_list",
-    "enc_map",
-    "enc_map_body",
-    "enc_described",
-    "enc_symbol_array",
-    "enc_uuid_array",
-    "enc_long_array",
-    "enc_timestamp_array",
-]
+__all__ = [*amqptypes.__all__, *decoder.__all__, *encoder.__all__]

@@ -44,16 +44,6 @@ __all__ = [
     "enc_timestamp_array",
 ]
 
-_S_b = struct.Struct(">b")
-_S_H = struct.Struct(">H")
-_S_h = struct.Struct(">h")
-_S_I = struct.Struct(">I")
-_S_i = struct.Struct(">i")
-_S_Q = struct.Struct(">Q")
-_S_q = struct.Struct(">q")
-_S_f = struct.Struct(">f")
-_S_d = struct.Struct(">d")
-_S_BB = struct.Struct(">BB")
 
 _NULL = b"\x40"
 _TRUE = b"\x41"
@@ -61,14 +51,16 @@ _FALSE = b"\x42"
 _UINT0 = b"\x43"
 _ULONG0 = b"\x44"
 
-_pack_H = _S_H.pack
-_pack_h = _S_h.pack
-_pack_I = _S_I.pack
-_pack_i = _S_i.pack
-_pack_Q = _S_Q.pack
-_pack_q = _S_q.pack
-_pack_BB = _S_BB.pack
-_pack_b = _S_b.pack
+_pack_H = struct.Struct(">H").pack
+_pack_h = struct.Struct(">h").pack
+_pack_I = struct.Struct(">I").pack
+_pack_i = struct.Struct(">i").pack
+_pack_Q = struct.Struct(">Q").pack
+_pack_q = struct.Struct(">q").pack
+_pack_f = struct.Struct(">f").pack
+_pack_d = struct.Struct(">d").pack
+_pack_BB = struct.Struct(">BB").pack
+_pack_b = struct.Struct(">b").pack
 
 
 def _range_error(kind: str, v: object) -> ValueError:
@@ -151,12 +143,12 @@ def enc_long(v: int) -> bytes:
 
 def enc_float(v: float) -> bytes:
     """Encode a 32-bit IEEE 754 float."""
-    return b"\x72" + _S_f.pack(v)
+    return b"\x72" + _pack_f(v)
 
 
 def enc_double(v: float) -> bytes:
     """Encode a 64-bit IEEE 754 double."""
-    return b"\x82" + _S_d.pack(v)
+    return b"\x82" + _pack_d(v)
 
 
 def enc_timestamp(ms: int) -> bytes:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import QuotaExceeded, ServiceBusError
@@ -131,6 +131,22 @@ class _Source:
     queue: str
 
 
+# a message to enqueue at a destination: its record, marker, incoming form and routes there
+_Move = tuple[MessageRecord, bytes, IncomingMessage, list[Route]]
+
+
+@dataclass(slots=True)
+class _Sorted:
+    """One step's messages that still have something to do after the step's first pass."""
+
+    # to enqueue, by destination partition (one commit each)
+    groups: dict[PartitionBroker, list[_Move]] = field(default_factory=dict)
+    # moved before a crash: the destination markers to delete once the source copies are gone
+    done_markers: list[tuple[PartitionBroker, bytes]] = field(default_factory=list)
+    # their destination partition is unavailable: made ready again, retried after RETRY_MS
+    retry: list[MessageRecord] = field(default_factory=list)
+
+
 class Forwarder:
     """Moves messages out of forwarding sub-queues; owned by the Router."""
 
@@ -220,86 +236,119 @@ class Forwarder:
         return any(at <= now_ms for at in self._retry_at.values())
 
     def _step(self, src: _Source, now_ms: int) -> None:
+        """Take up to STEP ready messages of one source and move each as its destination
+        allows: enqueued there (one commit per destination partition), dead-lettered, dropped
+        as a duplicate, or made ready again for a retry."""
+        target = self._target_now(src)
+        if target is None:
+            return
+        recs = src.broker.take_ready(src.queue, STEP)
+        if not recs:
+            return
+        entity = src.entity
+        ns = entity.spec.namespace
+        dest = self.router.entities.get((ns.lower(), target.lower()))
+        # a marker names its source message: namespace/entity/partition/sub-queue/sequence
+        prefix = (
+            f"{ns.lower()}/{entity.name.lower()}/{src.broker.partition_id}/{src.queue}/".encode()
+        )
+        step = _Sorted()
+        for rec in recs:
+            marker = prefix + rec.sequence_number.to_bytes(8, "big")
+            self._sort(src, dest, target, rec, marker, now_ms, step)
+        self._finish_step(src, dest, step, now_ms)
+
+    def _target_now(self, src: _Source) -> str | None:
+        """Where the source forwards to, when it may take a step now (None: not now)."""
         entity, broker, queue = src.entity, src.broker, src.queue
         target = forward_target(entity, queue)
         sq = broker.queues.get(queue)
         if target is None or sq is None or not broker.health.serving:
-            return
+            return None
         if (
             self.router.entities.get((entity.spec.namespace.lower(), entity.name.lower()))
             is not entity
         ):
-            return  # deleted
+            return None  # deleted
         if broker.in_line_before_commit(queue):
             # Put in line before its commit while the sub-queue did not forward yet (early
             # delivery; ForwardTo was set since): not stored yet, and its send may still
             # fail. The move's exactly-once steps need a stored message: go on after it lands.
             broker.after_commit(lambda _error: self._pending.add(src))
+            return None
+        return target
+
+    def _sort(
+        self,
+        src: _Source,
+        dest: ForwardingEntity | None,
+        target: str,
+        rec: MessageRecord,
+        marker: bytes,
+        now_ms: int,
+        step: _Sorted,
+    ) -> None:
+        """Decide one message's move: dead-lettered or dropped now, or put in `step` (to
+        enqueue, to retry, or only its source copy left to delete)."""
+        broker, queue = src.broker, src.queue
+        refusal = _refusal(dest, target, rec)
+        if refusal is not None:
+            self._dead_letter(src, rec, now_ms, *refusal)
             return
-        recs = broker.take_ready(queue, STEP)
-        if not recs:
-            return
-        ns = entity.spec.namespace
-        dest = self.router.entities.get((ns.lower(), target.lower()))
-        prefix = f"{ns.lower()}/{entity.name.lower()}/{broker.partition_id}/{queue}/".encode()
-        groups: dict[
-            PartitionBroker, list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]]
-        ] = {}
-        done_markers: list[tuple[PartitionBroker, bytes]] = []
-        retry: list[MessageRecord] = []
-        for rec in recs:
-            marker = prefix + rec.sequence_number.to_bytes(8, "big")
-            refusal = _refusal(dest, target, rec)
-            if refusal is not None:
-                self._dead_letter(src, rec, now_ms, *refusal)
-                continue
-            assert dest is not None
-            db = dest.partitions[_dest_partition(dest, rec, marker)]
-            if marker in self._markers.get(db, ()):
-                # applied before a crash: only the source copy is left to delete
-                broker.forward_out(
-                    queue, rec.sequence_number, now_ms, reason=f"forwarded to {dest.name}"
-                )
-                done_markers.append((db, marker))
-                self.transferred += 1
-                continue
-            if not db.health.serving:
-                retry.append(rec)
-                continue
-            if not db.health.accepting:
-                self._dead_letter_full(src, dest, [rec], now_ms)
-                continue
-            dest.touched = True
-            incoming = incoming_from_record(rec, self.router.view_of_record)
-            incoming.original_sequence_number = (
-                rec.original_sequence_number
-                if rec.original_sequence_number is not None
-                else rec.sequence_number
+        assert dest is not None
+        db = dest.partitions[_dest_partition(dest, rec, marker)]
+        if marker in self._markers.get(db, ()):
+            # applied before a crash: only the source copy is left to delete
+            broker.forward_out(
+                queue, rec.sequence_number, now_ms, reason=f"forwarded to {dest.name}"
             )
-            incoming.transfer_hops = rec.transfer_hops + 1
-            routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
-            if db.health.quota_error(incoming.size * len(routes)) is not None:
-                # checked before its MessageId enters the history
-                self._dead_letter_full(src, dest, [rec], now_ms)
-                continue
-            if dest.histories and not dest.histories[db.partition_id].admit([incoming], now_ms):
-                # a duplicate at a destination with duplicate detection: dropped, as a send
-                broker.forward_out(queue, rec.sequence_number, now_ms, reason="duplicate")
-                continue
-            groups.setdefault(db, []).append((rec, marker, incoming, routes))
-        if done_markers:
-            self._forget_markers(broker, done_markers)
-        for rec in retry:
-            broker.make_ready(queue, rec)
-        if retry:
+            step.done_markers.append((db, marker))
+            self.transferred += 1
+            return
+        if not db.health.serving:
+            step.retry.append(rec)
+            return
+        if not db.health.accepting:
+            self._dead_letter_full(src, dest, [rec], now_ms)
+            return
+        dest.touched = True
+        incoming = incoming_from_record(rec, self.router.view_of_record)
+        incoming.original_sequence_number = (
+            rec.original_sequence_number
+            if rec.original_sequence_number is not None
+            else rec.sequence_number
+        )
+        incoming.transfer_hops = rec.transfer_hops + 1
+        routes = _carry_properties(dest.routes_for(incoming, now_ms), self._carried(rec))
+        if db.health.quota_error(incoming.size * len(routes)) is not None:
+            # checked before its MessageId enters the history
+            self._dead_letter_full(src, dest, [rec], now_ms)
+            return
+        if dest.histories and not dest.histories[db.partition_id].admit([incoming], now_ms):
+            # a duplicate at a destination with duplicate detection: dropped, as a send
+            broker.forward_out(queue, rec.sequence_number, now_ms, reason="duplicate")
+            return
+        step.groups.setdefault(db, []).append((rec, marker, incoming, routes))
+
+    def _finish_step(
+        self, src: _Source, dest: ForwardingEntity | None, step: _Sorted, now_ms: int
+    ) -> None:
+        """Delete the markers of moves done before a crash, put the retries back, and enqueue
+        each group at its destination partition (the source is busy until all are applied)."""
+        broker = src.broker
+        if step.done_markers:
+            self._forget_markers(broker, step.done_markers)
+        for rec in step.retry:
+            broker.make_ready(src.queue, rec)
+        if step.retry:
             self._retry_at[src] = now_ms + RETRY_MS
             self._pending.add(src)
-        if not groups:
+        if not step.groups:
             self._after_step(src)
             return
         self._busy.add(src)
-        step_done = join_completions(len(groups), lambda error: self._step_done(src))
-        for db, items in groups.items():
+        step_done = join_completions(len(step.groups), lambda error: self._step_done(src))
+        for db, items in step.groups.items():
             self._apply(src, db, dest, items, now_ms, step_done)  # type: ignore[arg-type]
 
     def _apply(
@@ -307,7 +356,7 @@ class Forwarder:
         src: _Source,
         db: PartitionBroker,
         dest: ForwardingEntity,
-        items: list[tuple[MessageRecord, bytes, IncomingMessage, list[Route]]],
+        items: list[_Move],
         now_ms: int,
         step_done: Done,
     ) -> None:

@@ -88,83 +88,111 @@ class LinkAttach:
         transactions: TransactionCoordinator
 
     def _on_link_remote_open(self, link: Link) -> None:
-        self._remote_links += 1
-        limit = self.services.limits.max_links_per_connection
-        if self._remote_links > limit:
-            exc = QuotaExceeded(
-                f"Cannot attach more than {limit} links on one connection "
-                "(SBEMU_MAX_LINKS_PER_CONNECTION)."
-            )
-            if self._remote_links > 2 * limit and self._conn is not None:
-                # The peer ignores the refusals and keeps attaching: drop the connection.
-                self._conn.condition = error_condition(exc)
-                self._conn.close()
-                return
-            self._refuse(link, exc)
+        """The peer attached a link: within the connection's link limit, a coordinator, a
+        request or reply link, a sender or a receiver is checked and opened, or refused with
+        its AMQP condition; a session receiver may wait for a session first."""
+        if not self._within_link_limit(link):
             return
         if link.remote_target.type == Terminus.COORDINATOR:
-            link.source.copy(link.remote_source)
-            link.target.copy(link.remote_target)
-            link.rcv_settle_mode = Link.RCV_FIRST
-            coordinator = CoordinatorLink(link)
-            advance(coordinator, LinkPhase.ATTACHED)
-            self._links[link] = coordinator
-            link.open()
-            link.flow(SENDER_CREDIT)
+            self._attach_coordinator(link)
             return
         address = (
             link.remote_target.address if link.is_receiver else link.remote_source.address
         ) or ""
         path = cbs.normalize_entity_path(address)
         try:
-            if path == "$cbs":
-                state: LinkState = (
-                    RequestLink(link, "$cbs") if link.is_receiver else ReplyLink(link, "$cbs")
-                )
-            elif address.lower().rstrip("/").endswith("$management"):
-                entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize_link(link, path, ("Manage", "Listen", "Send"))
-                state = (
-                    RequestLink(link, path, entity, view)
-                    if link.is_receiver
-                    else ReplyLink(link, path)
-                )
+            if path == "$cbs" or address.lower().rstrip("/").endswith("$management"):
+                state: LinkState = self._request_link_state(link, path)
             elif link.is_receiver:
-                entity, view = self.services.router.lookup(self.namespace.name, path)
-                if view.queue != "main":
-                    raise InvalidOperation(
-                        f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
-                    )
-                self._authorize_link(link, path, ("Send",))
-                entity.check_sendable()
-                state = SendLink(link, entity, path)
+                state = self._send_link_state(link, address, path)
             else:
-                entity, view = self.services.router.lookup(self.namespace.name, path)
-                self._authorize_link(link, path, ("Listen",))
-                if not view.receivable:
-                    raise InvalidOperation(
-                        f"Cannot receive from topic '{path}': receive from one of its "
-                        "subscriptions ('<topic>/Subscriptions/<name>')."
-                    )
-                entity.check_receive(view.queue)
-                is_session, session_id = session_filter(link.remote_source.filter)
-                peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
-                state = ReceiveLink(self, link, entity, view, peek_lock)
-                if view.requires_session != is_session:
-                    raise InvalidOperation(
-                        f"It is not possible for an entity that requires sessions to create a "
-                        f"non-sessionful message receiver ('{path}')."
-                        if view.requires_session
-                        else f"The entity '{path}' does not require sessions; a session "
-                        "receiver cannot be created on it."
-                    )
+                receiver, is_session, session_id = self._receive_link_state(link, path)
                 if is_session:
-                    self._attach_session_receiver(link, state, session_id)
+                    self._attach_session_receiver(link, receiver, session_id)
                     return
+                state = receiver
         except ServiceBusError as exc:
             self._refuse(link, exc)
             return
-        # Echo the client's termini as given [contract 3.1, 4.4].
+        self._open_link(link, state)
+
+    def _within_link_limit(self, link: Link) -> bool:
+        """Count the attach; past the connection's link limit refuse it (False), and past
+        twice the limit close the connection of a peer that ignores the refusals."""
+        self._remote_links += 1
+        limit = self.services.limits.max_links_per_connection
+        if self._remote_links <= limit:
+            return True
+        exc = QuotaExceeded(
+            f"Cannot attach more than {limit} links on one connection "
+            "(SBEMU_MAX_LINKS_PER_CONNECTION)."
+        )
+        if self._remote_links > 2 * limit and self._conn is not None:
+            # The peer ignores the refusals and keeps attaching: drop the connection.
+            self._conn.condition = error_condition(exc)
+            self._conn.close()
+            return False
+        self._refuse(link, exc)
+        return False
+
+    def _attach_coordinator(self, link: Link) -> None:
+        """A transaction coordinator link: attached at once, with credit for its declares and
+        discharges."""
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        link.rcv_settle_mode = Link.RCV_FIRST
+        coordinator = CoordinatorLink(link)
+        advance(coordinator, LinkPhase.ATTACHED)
+        self._links[link] = coordinator
+        link.open()
+        link.flow(SENDER_CREDIT)
+
+    def _request_link_state(self, link: Link, path: str) -> LinkState:
+        """A request (client to service) or reply link of `$cbs` or an entity's `$management`."""
+        if path == "$cbs":
+            return RequestLink(link, "$cbs") if link.is_receiver else ReplyLink(link, "$cbs")
+        entity, view = self.services.router.lookup(self.namespace.name, path)
+        self._authorize_link(link, path, ("Manage", "Listen", "Send"))
+        return RequestLink(link, path, entity, view) if link.is_receiver else ReplyLink(link, path)
+
+    def _send_link_state(self, link: Link, address: str, path: str) -> SendLink:
+        """A link the client sends messages on: only to an entity itself, with Send rights."""
+        entity, view = self.services.router.lookup(self.namespace.name, path)
+        if view.queue != "main":
+            raise InvalidOperation(
+                f"Cannot send to '{address}': sub-queues and subscriptions are receive-only."
+            )
+        self._authorize_link(link, path, ("Send",))
+        entity.check_sendable()
+        return SendLink(link, entity, path)
+
+    def _receive_link_state(self, link: Link, path: str) -> tuple[ReceiveLink, bool, str | None]:
+        """A link the client receives on, with Listen rights, and whether it asks for a message
+        session (and which one: None for the next available)."""
+        entity, view = self.services.router.lookup(self.namespace.name, path)
+        self._authorize_link(link, path, ("Listen",))
+        if not view.receivable:
+            raise InvalidOperation(
+                f"Cannot receive from topic '{path}': receive from one of its "
+                "subscriptions ('<topic>/Subscriptions/<name>')."
+            )
+        entity.check_receive(view.queue)
+        is_session, session_id = session_filter(link.remote_source.filter)
+        peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
+        state = ReceiveLink(self, link, entity, view, peek_lock)
+        if view.requires_session != is_session:
+            raise InvalidOperation(
+                f"It is not possible for an entity that requires sessions to create a "
+                f"non-sessionful message receiver ('{path}')."
+                if view.requires_session
+                else f"The entity '{path}' does not require sessions; a session "
+                "receiver cannot be created on it."
+            )
+        return state, is_session, session_id
+
+    def _open_link(self, link: Link, state: LinkState) -> None:
+        """Answer an accepted attach: the client's termini echoed as given [contract 3.1, 4.4],
+        the settle modes and size limit, credit for a link the client sends on."""
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         if link.is_receiver:

@@ -85,13 +85,9 @@ class EndedChannelFilter:
             return data
         buf = self._carry + data if self._carry else data
         self._carry = b""
-        n = len(buf)
         pos = 0
-        limit = n  # bytes from `limit` on are carried to the next call
-        cuts: list[tuple[int, int, bytes]] = []  # [start, stop) replaced by bytes
-        ended, requests = self._ended, self._requests  # (the same objects all along)
         if not self._started:
-            if n < 8:
+            if len(buf) < 8:
                 self._carry = buf
                 return b""
             if buf[:4] != _AMQP_HEADER:
@@ -99,8 +95,18 @@ class EndedChannelFilter:
                 return buf
             self._started = True
             pos = 8
+        cuts: list[tuple[int, int, bytes]] = []  # [start, stop) replaced by bytes
+        limit = self._walk(buf, pos, cuts)
+        if limit < len(buf):
+            self._carry = buf[limit:]
+        return _splice(buf, cuts, limit)
+
+    def _walk(self, buf: bytes, pos: int, cuts: list[tuple[int, int, bytes]]) -> int:
+        """Walk the frames of `buf` from `pos`, adding to `cuts` what is dropped or rewritten;
+        return where the bytes to carry to the next call begin (len(buf): none)."""
+        n = len(buf)
         while pos < n:
-            if self._skip:
+            if self._skip:  # the rest of a frame begun in an earlier call
                 take = min(self._skip, n - pos)
                 if self._dropping:
                     cuts.append((pos, pos + take, b""))
@@ -108,54 +114,17 @@ class EndedChannelFilter:
                 pos += take
                 continue
             if n - pos < 8:
-                limit = pos
-                break
+                return pos
             size, doff, frame_type, channel = _FRAME_HEADER(buf, pos)
             if size < 8 or doff < 2 or doff * 4 > size:
                 self._off = True  # malformed: proton reports it properly
-                break
+                return n
             drop = False
-            body = pos + doff * 4
             if frame_type == 0 and size > doff * 4:  # an AMQP frame with a performative
-                if n - body >= 3 and buf[body] == 0x00 and buf[body + 1] == 0x53:
-                    code = buf[body + 2]  # the smallulong descriptor every peer sends
-                else:
-                    code = self._descriptor(buf, body, pos + size)
-                    if code is None:
-                        limit = pos
-                        break
-                if ended and channel in ended:
-                    if code == _BEGIN:
-                        ended.discard(channel)  # mapped again: tracked below
-                    elif code in _SESSION_LEVEL:
-                        drop = True
-                        log.debug(
-                            "connection %d: ignoring a frame (performative %#04x) on channel "
-                            "%d after the peer ended its session",
-                            self.connection_id,
-                            code,
-                            channel,
-                        )
-                elif code == _END:
-                    ended.add(channel)
-                    self._forget(channel)
-                if drop:
-                    pass
-                elif code == _TRANSFER:  # followed only on a session with a request link
-                    track = bool(requests) and bool(requests.get(channel))
-                else:
-                    track = code == _BEGIN or code == _ATTACH or code == _DETACH
-                if not drop and track:
-                    try:
-                        replacement = self._track(code, buf, pos, body, size, channel)
-                    except (IndexError, ValueError, TypeError, struct.error, RecursionError):
-                        if pos + size > n:  # the performative has not all arrived yet
-                            limit = pos
-                            break
-                        replacement = None  # malformed: proton reports it properly
-                    if replacement is not None:
-                        new_header, perf_end = replacement
-                        cuts.append((pos, perf_end, new_header))
+                verdict = self._performative(buf, pos, pos + doff * 4, size, channel, cuts)
+                if verdict is None:
+                    return pos
+                drop = verdict
             end = pos + size
             if end > n:
                 self._skip = end - n
@@ -164,19 +133,60 @@ class EndedChannelFilter:
             if drop:
                 cuts.append((pos, end, b""))
             pos = end
-        if limit < n:
-            self._carry = buf[limit:]
-        if not cuts:
-            return buf if limit == n else buf[:limit]
-        parts: list[bytes] = []
-        at = 0
-        for start, stop, new in cuts:
-            parts.append(buf[at:start])
-            if new:
-                parts.append(new)
-            at = stop
-        parts.append(buf[at:limit])
-        return b"".join(parts)
+        return n
+
+    def _performative(
+        self,
+        buf: bytes,
+        pos: int,
+        body: int,
+        size: int,
+        channel: int,
+        cuts: list[tuple[int, int, bytes]],
+    ) -> bool | None:
+        """Classify the frame at `pos` by its performative: True to drop it (a session frame
+        on a channel the peer ended), False to pass it (a renumbered transfer is added to
+        `cuts`), None when not enough of it has arrived to tell."""
+        n = len(buf)
+        if n - body >= 3 and buf[body] == 0x00 and buf[body + 1] == 0x53:
+            code = buf[body + 2]  # the smallulong descriptor every peer sends
+        else:
+            descriptor = self._descriptor(buf, body, pos + size)
+            if descriptor is None:
+                return None
+            code = descriptor
+        ended = self._ended
+        if ended and channel in ended:
+            if code == _BEGIN:
+                ended.discard(channel)  # mapped again: tracked below
+            elif code in _SESSION_LEVEL:
+                log.debug(
+                    "connection %d: ignoring a frame (performative %#04x) on channel "
+                    "%d after the peer ended its session",
+                    self.connection_id,
+                    code,
+                    channel,
+                )
+                return True
+        elif code == _END:
+            ended.add(channel)
+            self._forget(channel)
+        if code == _TRANSFER:  # followed only on a session with a request link
+            requests = self._requests
+            if not (requests and requests.get(channel)):
+                return False
+        elif code != _BEGIN and code != _ATTACH and code != _DETACH:
+            return False
+        try:
+            replacement = self._track(code, buf, pos, body, size, channel)
+        except (IndexError, ValueError, TypeError, struct.error, RecursionError):
+            if pos + size > n:  # the performative has not all arrived yet
+                return None
+            replacement = None  # malformed: proton reports it properly
+        if replacement is not None:
+            new_header, perf_end = replacement
+            cuts.append((pos, perf_end, new_header))
+        return False
 
     def _forget(self, channel: int) -> None:
         self._next_id.pop(channel, None)
@@ -290,3 +300,19 @@ class EndedChannelFilter:
                 return None if frame_end > n else -1
             return int.from_bytes(buf[body + 2 : body + 10], "big")
         return -1
+
+
+def _splice(buf: bytes, cuts: list[tuple[int, int, bytes]], limit: int) -> bytes:
+    """`buf` up to `limit` with each [start, stop) of `cuts` replaced by its bytes (in order,
+    not overlapping); `buf` itself when nothing is cut, so the common case copies nothing."""
+    if not cuts:
+        return buf if limit == len(buf) else buf[:limit]
+    parts: list[bytes] = []
+    at = 0
+    for start, stop, new in cuts:
+        parts.append(buf[at:start])
+        if new:
+            parts.append(new)
+        at = stop
+    parts.append(buf[at:limit])
+    return b"".join(parts)

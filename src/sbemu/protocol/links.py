@@ -143,7 +143,7 @@ class ReceiveLink:
     entity: Entity
     view: EntityView
     peek_lock: bool
-    # delivery tag -> its lock token's int (Lock.key; router.token_of makes the UUID)
+    # delivery tag -> its lock token's int (Lock.key; sbemu.partitions.token_of makes the UUID)
     unsettled: dict[bytes, int] = field(default_factory=dict)
     session: SessionHandle | None = None  # the accepted session of a session receiver
 

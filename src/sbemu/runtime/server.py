@@ -47,6 +47,8 @@ from .endpoints import EndpointError, ListenPort
 from .heap import HeapTrimmer, libc_free_bytes, libc_malloc_trim, map_large_blocks
 
 if TYPE_CHECKING:
+    import ssl
+
     from ..admin.dashboard import Dashboard
     from ..admin.idledeletion import IdleDeletion
 
@@ -152,22 +154,40 @@ class Server:
         self._loop = asyncio.get_running_loop()
         flusher = Flusher(self._loop)  # the output of a turn, written at its end
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+        self._take_data_dir()
+        self._load_entities()
+        self._start_workers(flusher)
+        services = self._share_services()
+        ssl_context = self._build_http(services, flusher)
+        await self._listen_amqp(services, flusher)
+        await self._listen_admin(ssl_context)
+        await self._start_endpoints()
+        self.started_at = self.clock()
+        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
+        if self.dashboard is not None:
+            self.dashboard.start()
+        log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
+
+    def _take_data_dir(self) -> None:
+        """Lock the data directory against a second server on it."""
         try:
             self._lock_fd = lock_data_dir(self.data_dir)
         except StorageLayoutError as exc:
             raise StartupError(str(exc)) from exc
         # LMDB reader tables that crashed processes left on tmpfs (partitions/lockfile.py)
         sweep_lock_files(self.clock())
+
+    def _load_entities(self) -> None:
+        """The router with the configured entities, the runtime catalog (admin API changes)
+        laid over them, forwarding markers checked and idle times restored."""
+        from ..admin.management import Management
+
         self.router = Router(
             self.data_dir, self._wake, encode_property, encode_symbol, view_of_record
         )
         self.router.log_bodies = self.log_bodies
         self.router.durable = self.durable
-        from ..admin.idledeletion import IdleDeletion
-        from ..admin.management import Management
-
         try:
-            # configured entities, with the runtime catalog (admin API changes) laid over them
             self.management = Management(
                 self.router, self.config.namespaces, self.data_dir, self.settle, clock=self.clock
             )
@@ -183,8 +203,13 @@ class Server:
         self.router.removal_listeners.append(self._entity_removed)
         self.router.forwarder.clean_stale_markers()
         self.router.idle.restore(*load_idle_times(self.data_dir))
-        # log retention passes and idle-time saves run here, off the loop (commits have their
-        # own threads: sbemu.runtime.commitloop)
+
+    def _start_workers(self, flusher: Flusher) -> None:
+        """The threads off the loop: log retention passes and idle-time saves on an executor
+        of their own, the commit turns on theirs (sbemu.runtime.commitloop)."""
+        from ..admin.idledeletion import IdleDeletion
+
+        assert self._loop is not None and self.router is not None
         self._executor = executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="sbemu-offloop"
         )
@@ -194,17 +219,25 @@ class Server:
             self._loop, self.router, self.clock, flusher, inline=not self.durable
         )
         self.commit_loop.wake()  # for what the start-up staged
+
+    def _share_services(self) -> Services:
+        """What every AMQP connection shares: the router, the namespaces, the limits."""
+        assert self.router is not None
         infos = {ns.name.lower(): namespace_info(ns) for ns in self.config.namespaces}
         try:
             limits = Limits.from_env()
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
-        services = Services(
+        self.services = Services(
             self.router, infos, self.config.namespaces[0].name.lower(), limits=limits
         )
-        self.services = services
+        return self.services
+
+    def _build_http(self, services: Services, flusher: Flusher) -> ssl.SSLContext:
+        """The admin site and Azure's 443 (the management API, AMQP over WebSockets), and the
+        first-byte sniffer the AMQP ports hand HTTP to; returns the TLS context they share."""
         from ..admin.certs import server_ssl_context
-        from ..admin.http import HttpService, start_admin
+        from ..admin.http import HttpService
         from ..admin.site import admin_site
 
         def new_protocol() -> AmqpProtocol:
@@ -221,16 +254,20 @@ class Server:
             self, self.management, WIRE_CODEC, (endpoints.PATH, self._websocket_handler)
         )
         self.routes, self.dashboard = site.routes, site.dashboard
-        # Azure's 443 (the management API, AMQP over WebSockets): the WebSocket port, and the
-        # AMQP ports for a first byte that is not AMQP's (sbemu.runtime.endpoints.FirstByte)
+        # the AMQP ports hand a first byte that is not AMQP's to it (endpoints.FirstByte)
         self._azure_http = HttpService(
             site.management,
             ssl_context=ssl_context,
             amqp=endpoints.amqp_stream_handler(new_protocol),
         )
         self._sniffing = functools.partial(
-            endpoints.FirstByte, new_protocol, self._azure_http, limits.handshake_timeout
+            endpoints.FirstByte, new_protocol, self._azure_http, services.limits.handshake_timeout
         )
+        return ssl_context
+
+    async def _listen_amqp(self, services: Services, flusher: Flusher) -> None:
+        """Bind the AMQP port, then each namespace's own."""
+        assert self._loop is not None
         try:
             self._amqp_server = await self._loop.create_server(
                 self._sniffing, self.host, self.amqp_port, reuse_address=True
@@ -242,6 +279,12 @@ class Server:
             ) from exc
         self.amqp_port = self._amqp_server.sockets[0].getsockname()[1]
         await self._listen_namespace_ports(services, flusher)
+
+    async def _listen_admin(self, ssl_context: ssl.SSLContext) -> None:
+        """Bind the admin port."""
+        from ..admin.http import start_admin
+
+        assert self._amqp_server is not None
         try:
             self._admin_server = await start_admin(
                 self.host, self.admin_port, self.routes, ssl_context=ssl_context
@@ -253,12 +296,6 @@ class Server:
                 + listen_hint(exc, "--admin-port")
             ) from exc
         self.admin_port = self._admin_server.sockets[0].getsockname()[1]
-        await self._start_endpoints()
-        self.started_at = self.clock()
-        self._timer = self._loop.call_later(TIMER_INTERVAL, self._on_timer)
-        if self.dashboard is not None:
-            self.dashboard.start()
-        log.info("sbemu %s started, data dir %s", __version__, self.data_dir)
 
     async def _start_endpoints(self) -> None:
         """AMQPS on the TLS port and AMQP over WebSockets on the WebSocket port, when asked."""
@@ -370,7 +407,7 @@ class Server:
     # ------------------------------------------------------------------ dashboard view
     @property
     def connections(self) -> set[AmqpProtocol]:
-        """The open AMQP connections (read by the dashboard: admin.dashboard.ServerStatus)."""
+        """The open AMQP connections (read by the dashboard: admin.serverstatus.ServerStatus)."""
         return self._connections
 
     def wake(self) -> None:

@@ -62,6 +62,16 @@ def _run(services, stream: bytes, chunk: int | None = None) -> tuple[AmqpConnect
     return conn, parse_frames(bytes(out))
 
 
+def _assert_same_in_pieces(stream: bytes, whole: bytes, *, seed: int, most_cuts: int) -> None:
+    """Fed in 200 random splits of up to `most_cuts` cuts, a new filter gives `whole`."""
+    rng = random.Random(seed)
+    for _ in range(200):
+        f = EndedChannelFilter()
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, most_cuts)))
+        parts = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        assert b"".join(f.feed(p) for p in parts) == whole
+
+
 AFTER_END = (
     AMQP_HEADER
     + OPEN_FRAME
@@ -117,12 +127,7 @@ def test_filter_is_chunking_independent():
     assert whole == AMQP_HEADER + OPEN_FRAME + begin(0) + begin(1) + end(1) + begin(1) + flow(0) + (
         frame_bytes(TRANSFER, [codec.enc_uint(0)], payload=b"x" * 3000)
     )
-    rng = random.Random(7)
-    for _ in range(200):
-        f = EndedChannelFilter()
-        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 12)))
-        parts = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-        assert b"".join(f.feed(p) for p in parts) == whole
+    _assert_same_in_pieces(stream, whole, seed=7, most_cuts=12)
 
 
 def test_unchanged_stream_is_not_copied():
@@ -216,9 +221,4 @@ def test_renumbering_is_chunking_independent():
     whole = EndedChannelFilter().feed(stream)
     ids = [f.field(1) for f in parse_frames(whole) if f.code == TRANSFER]
     assert ids == [0, 1, 2, 3]  # a new request link: the next transfer gives the id again
-    rng = random.Random(11)
-    for _ in range(200):
-        f = EndedChannelFilter()
-        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 15)))
-        parts = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-        assert b"".join(f.feed(p) for p in parts) == whole
+    _assert_same_in_pieces(stream, whole, seed=11, most_cuts=15)

@@ -1,10 +1,10 @@
-"""A queue or topic and its partitions: the send path, settlement, sessions and deferred
-messages across partitions.
+"""A queue or topic and its partitions: its Status, the door of its send path, settlement,
+sessions and deferred messages across partitions.
 
-Sends are routed by key [SB partitioning P6, P7] or round-robin [P8]; every send, alone or
-several at once (send_many), goes one way: checked, grouped by partition, staged with one
-enqueue per partition. Lock keys (a lock token's int) carry their partition id, so a
-settlement goes straight to the right partition [P11].
+Every send, alone or several at once (send_many), goes one way: the entity checks its Status
+and hands the sends to its send path (sending.SendPath), which picks each send's partition
+and stages each partition's share with one enqueue. Lock keys (a lock token's int) carry their
+partition id, so a settlement goes straight to the right partition [SB partitioning P11].
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from ..errors import (
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
-    QuotaExceeded,
     ServerBusy,
     ServiceBusError,
 )
@@ -27,31 +26,14 @@ from .dedup import DuplicateHistory
 from .dispatch import EntityView
 from .entitystatus import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .forwarding import forward_target
-from .keys import partition_for_key, partition_key_of
+from .keys import partition_for_key
 from .records import IncomingMessage, MessageRecord
+from .sending import SendPath, Settle
 from .specs import MAIN, EntitySpec, base_queue
 from .subqueue import Lock
 from .subscriptions import Subscriptions, subscription_queue
 from .tokens import partition_of_key
 from .transitions import SCHEDULED_QUEUE, Route
-
-QUEUE_ROUTE = Route(MAIN)
-SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
-
-
-class _SettleOne:
-    """The completion of one send (or one group of sends) of Entity.send_many."""
-
-    __slots__ = ("indices", "settle")
-
-    def __init__(
-        self, settle: Callable[[list[int], Exception | None], None], indices: int | list[int]
-    ) -> None:
-        self.settle = settle
-        self.indices = indices if isinstance(indices, list) else [indices]
-
-    def __call__(self, error: Exception | None) -> None:
-        self.settle(self.indices, error)
 
 
 class Entity:
@@ -71,13 +53,9 @@ class Entity:
         self.views = {name: EntityView(self, name) for name in spec.subqueues}
         if MAIN not in self.views:  # a topic: its own address is for senders only
             self.views[MAIN] = EntityView(self, MAIN)
-        self._round_robin = 0
-        self._keyless_pid: int | None = None
         # Serves a view again on the next loop pass (set by the router; None: no such pass, a
         # dispatch serves all the credit at once)
         self.defer_dispatch: Callable[[EntityView], None] | None = None
-        # The partition key-less sends go to while its batch gathers: (partition, batch number)
-        self._keyless_batch: tuple[int, int] | None = None
         self.accessed_ms = 0  # last send or receive (admin API AccessedAt)
         # The admin API's full description of the entity (sbemu.admin.catalog): every property
         # the SDKs round-trip, incl. forward_to, status, auto_delete_on_idle_ms.
@@ -88,6 +66,7 @@ class Entity:
             if spec.requires_duplicate_detection
             else []
         )
+        self._send_path = SendPath(spec, partitions, subscriptions, self.histories)
         self.settings = EntitySettings()  # Status and forwarding; see Router.apply_settings
         self.touched = False  # any access since the idle tracker last looked (AutoDeleteOnIdle)
         # subscriptions ('subscriptions/<name>') received from, peeked, updated or given rules
@@ -209,7 +188,7 @@ class Entity:
         self,
         sends: list[list[IncomingMessage]],
         now_ms: int,
-        settle: Callable[[list[int], Exception | None], None],
+        settle: Settle,
     ) -> None:
         """Several sends at once (the transfers of one read on one link): each is checked and
         answered as its own send, but the sends bound for one partition are staged with one
@@ -226,12 +205,10 @@ class Entity:
         self,
         sends: list[list[IncomingMessage]],
         now_ms: int,
-        settle: Callable[[list[int], Exception | None], None],
+        settle: Settle,
     ) -> list[int]:
-        """The one send path: check each send (Status, session ids, keys, the partition's
-        health), group the sends by partition and stage each group with one enqueue. A send
-        whose messages name several partitions, and every send on an entity with duplicate
-        detection (its history admits per send), is staged on its own at once. Returns the
+        """The one send path: the entity's Status lets the sends in (or refuses them all),
+        then its send path checks, groups and stages them (SendPath.send). Returns the
         sequence numbers given (in staging order)."""
         self.touched = True
         try:
@@ -240,270 +217,11 @@ class Entity:
             settle(list(range(len(sends))), exc)
             return []
         self.accessed_ms = now_ms
-        needs_session = self.spec.requires_session
-        alone = bool(self.histories)  # duplicate detection: every send on its own
-        if len(self.partitions) == 1 and not alone:
-            return self._send_one_partition(sends, now_ms, settle, needs_session)
-        groups: dict[tuple[int, bool], tuple[list[IncomingMessage], list[int]]] = {}
-        keyless: int | None = None
-        available: set[int] = set()  # partitions checked in this call
-        numbers: list[int] = []
-        for i, msgs in enumerate(sends):
-            try:
-                if needs_session:
-                    self._check_session_ids(msgs)
-                pid = -1 if alone else self._partition_of(msgs)
-                if pid is None:  # key-less: the call's partition in turn
-                    if keyless is None:
-                        keyless = self._keyless_partition()
-                    pid = keyless
-                    key = (pid, True)
-                elif pid < 0:  # keys on several partitions, or a history: a send of its own
-                    numbers.extend(self._send_alone(msgs, now_ms, _SettleOne(settle, i)))
-                    continue
-                else:
-                    key = (pid, False)
-                if pid not in available:
-                    self._check_available(pid)
-                    available.add(pid)
-            except ServiceBusError as exc:
-                settle([i], exc)
-                continue
-            group = groups.get(key)
-            if group is None:
-                groups[key] = (list(msgs), [i])
-            else:
-                group[0].extend(msgs)
-                group[1].append(i)
-        for (pid, is_keyless), (msgs, indices) in groups.items():
-            numbers.extend(
-                self._enqueue(pid, msgs, now_ms, _SettleOne(settle, indices), is_keyless, 0)
-            )
-        return numbers
-
-    def _send_one_partition(
-        self,
-        sends: list[list[IncomingMessage]],
-        now_ms: int,
-        settle: Callable[[list[int], Exception | None], None],
-        needs_session: bool,
-    ) -> list[int]:
-        """_send() on an entity of one partition without duplicate detection (the plain
-        queue's send path): every send goes to partition 0, so only [P6]'s SessionId /
-        PartitionKey rule and the partition's health are checked per send, and all are staged
-        with one enqueue."""
-        msgs: list[IncomingMessage] = []
-        indices: list[int] = []
-        checked = False
-        for i, one in enumerate(sends):
-            try:
-                if needs_session:
-                    self._check_session_ids(one)
-                for msg in one:
-                    sid, key = msg.session_id, msg.partition_key
-                    if sid is not None and key is not None and key != sid:
-                        partition_key_of(sid, key, None, False)  # raises [P6]'s error
-                if not checked:
-                    self._check_available(0)
-                    checked = True
-            except ServiceBusError as exc:
-                settle([i], exc)
-                continue
-            if len(one) == 1:
-                msgs.append(one[0])
-            else:
-                msgs.extend(one)
-            indices.append(i)
-        if not indices:
-            return []
-        return self._enqueue(0, msgs, now_ms, _SettleOne(settle, indices), False, 0)
-
-    def _send_alone(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
-        """Stage one send message by message (its keys may name several partitions; key-less
-        messages share one), through the duplicate history if the entity keeps one; raises
-        what refuses it before anything is staged."""
-        groups = self._route(messages)
-        for pid in groups:
-            self._check_available(pid)
-        if self.histories:
-            for pid, msgs in groups.items():  # a refused MessageId must not enter the history
-                need = sum(
-                    m.size * len(t) for m, t in zip(msgs, self._targets(msgs, now_ms), strict=True)
-                )
-                refused = self.partitions[pid].health.refuse_over_quota(need)
-                if refused is not None:
-                    raise refused
-            groups = {
-                pid: kept
-                for pid, msgs in groups.items()
-                if (kept := self.histories[pid].admit(msgs, now_ms))
-            }
-            if not groups:
-                done(None)
-                return []
-        part_done = join_completions(len(groups), done)
-        numbers: list[int] = []
-        for pid, msgs in groups.items():
-            keyless = pid == self._keyless_pid
-            numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
-        return numbers
-
-    def _check_session_ids(self, messages: list[IncomingMessage]) -> None:
-        for msg in messages:
-            if msg.session_id is None:
-                raise InvalidOperation(
-                    f"The SessionId was not set on a message, and it cannot be sent to the "
-                    f"entity '{self.name}'. Entities that have session support enabled can "
-                    "only receive messages that have the SessionId set to a valid value."
-                )
-
-    def _partition_of(self, messages: list[IncomingMessage]) -> int | None:
-        """The partition one send's messages are pinned to by their keys [P6, P7]: None for
-        key-less messages (round-robin), -1 when they name several partitions."""
-        n = len(self.partitions)
-        dup = self.spec.requires_duplicate_detection
-        pid: int | None = None
-        if n == 1 and len(messages) == 1:
-            msg = messages[0]
-            if msg.session_id is None or msg.partition_key is None:
-                return 0  # no [P6] conflict possible: the one partition
-        for msg in messages:
-            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
-            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
-            if n == 1:
-                continue  # still enforces [P6]'s SessionId/PartitionKey rule
-            at = None if key is None else partition_for_key(key, n)
-            if msg is messages[0]:
-                pid = at
-            elif at != pid:
-                return -1
-        return 0 if n == 1 else pid
-
-    def _enqueue(
-        self,
-        pid: int,
-        msgs: list[IncomingMessage],
-        now_ms: int,
-        done: Done,
-        keyless: bool,
-        attempt: int,
-    ) -> list[int]:
-        """Enqueue on one partition; key-less messages fail over when it turns out full [P8]."""
-        broker = self.partitions[pid]
-
-        def on_done(error: Exception | None) -> None:
-            if (
-                error is not None
-                and keyless
-                and (not broker.health.accepting or isinstance(error, QuotaExceeded))
-            ):
-                if attempt + 1 < len(self.partitions):
-                    try:
-                        nxt = self._next_round_robin()
-                        self._check_available(nxt)
-                    except ServiceBusError as exc:
-                        done(exc)
-                        return
-                    self._enqueue(nxt, msgs, now_ms, done, keyless, attempt + 1)
-                    return
-            done(error)
-
-        got = broker.enqueue(msgs, self._targets(msgs, now_ms), now_ms, on_done)
-        return [n for n in got if n is not None]
-
-    def _check_available(self, pid: int) -> None:
-        """A send pinned to a partition fails while it is out of service or full [P7]."""
-        health = self.partitions[pid].health
-        error = health.send_error()
-        if error is None:
-            return
-        if (
-            health.serving
-            and not health.room_low
-            and all(not p.health.accepting for p in self.partitions)
-        ):
-            raise QuotaExceeded(
-                f"Every partition of '{self.name}' is full (MaxSizeInMegabytes reached)."
-            )
-        raise error
+        return self._send_path.send(sends, now_ms, settle)
 
     def routes_for(self, msg: IncomingMessage, now_ms: int) -> list[Route]:
         """Where one message sent here goes (the queue, or the matching subscriptions)."""
-        return self._targets([msg], now_ms)[0]
-
-    def _targets(self, messages: list[IncomingMessage], now_ms: int) -> list[list[Route]]:
-        """Where each message goes: the queue, or the matching subscriptions of a topic (a
-        topic's scheduled message waits in its scheduled sub-queue until it fires)."""
-        subs = self.subscriptions
-        if subs is None:
-            return [[QUEUE_ROUTE]] * len(messages)
-        return [
-            [SCHEDULED_ROUTE]
-            if msg.scheduled_enqueue_time_ms is not None and msg.scheduled_enqueue_time_ms > now_ms
-            else subs.route(msg)
-            for msg in messages
-        ]
-
-    def _route(self, messages: list[IncomingMessage]) -> dict[int, list[IncomingMessage]]:
-        """Group messages by partition; key-less messages of one send share one partition."""
-        n = len(self.partitions)
-        self._keyless_pid = None
-        if n == 1:
-            for msg in messages:  # still enforce [P6]'s SessionId/PartitionKey rule
-                partition_key_of(msg.session_id, msg.partition_key, None, False)
-            return {0: messages}
-        dup = self.spec.requires_duplicate_detection
-        groups: dict[int, list[IncomingMessage]] = {}
-        keys: set[str] = set()
-        keyless_pid: int | None = None
-        self._keyless_pid = None
-        for msg in messages:
-            mid = None if msg.message_id_assigned else msg.message_id  # sender's id only
-            key = partition_key_of(msg.session_id, msg.partition_key, mid, dup)
-            if key is None:
-                if keyless_pid is None:
-                    keyless_pid = self._keyless_pid = self._keyless_partition()
-                pid = keyless_pid
-            else:
-                keys.add(key)
-                pid = partition_for_key(key, n)
-            groups.setdefault(pid, []).append(msg)
-        if dup and len(keys) > 1:
-            raise InvalidOperation(
-                "Batching brokered messages with distinct SessionId, PartitionKey, or MessageId "
-                "is not supported for an entity with partitioning and duplicate detection enabled."
-            )
-        return groups
-
-    def _keyless_partition(self) -> int:
-        """[P8] Where key-less sends go: the partitions in turn, one commit's worth each.
-
-        Sends that arrive while the partition chosen last is still gathering its next batch
-        (its commit has not started: the partition is busy committing, or waits for a commit
-        slot of the entity) join that batch; once the batch is handed to the committer the
-        next send takes the next partition. One at a time (a sender waiting for each
-        acknowledgement) that is plain round-robin; a stream of sends fills one commit per
-        partition in turn instead of one small commit per partition per socket read, and
-        each commit's acknowledgements are one contiguous run (one disposition frame)."""
-        last = self._keyless_batch
-        if last is not None:
-            pid, number = last
-            broker = self.partitions[pid]  # (an entity's partitions never change)
-            if broker.batch_number == number and broker.health.serving and broker.health.accepting:
-                return pid
-        pid = self._next_round_robin()
-        self._keyless_batch = (pid, self.partitions[pid].batch_number)
-        return pid
-
-    def _next_round_robin(self) -> int:
-        """[P8] the next partition in turn that is in service and has room."""
-        n = len(self.partitions)
-        for _ in range(n):
-            pid = self._round_robin % n
-            self._round_robin += 1
-            if self.partitions[pid].health.serving and self.partitions[pid].health.accepting:
-                return pid
-        return self._round_robin % n
+        return self._send_path.routes_for(msg, now_ms)
 
     # ---------------------------------------------------------------- locks
     def _broker_for(self, key: int) -> PartitionBroker:
@@ -533,8 +251,7 @@ class Entity:
     def check_send(self, messages: list[IncomingMessage]) -> None:
         """Raise the error a send of these messages would get now (status, keys, availability)."""
         self.check_sendable()
-        for pid in self._route(messages):
-            self._check_available(pid)
+        self._send_path.check(messages)
 
     def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
         """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then

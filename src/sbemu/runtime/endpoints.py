@@ -16,7 +16,7 @@
   request on the admin port (``ws`` or ``wss``: that port tells TLS from HTTP by the first byte)
   or on the WebSocket port (``--ws-port``, default 443, where the SDKs look by default; like
   Azure's 443 it serves the management API too). The
-  admin HTTP server answers 101 and hands the connection to protocol.listener.serve_websocket,
+  admin HTTP server answers 101 and hands the connection to protocol.wslistener.serve_websocket,
   which feeds the same AmqpProtocol. No HTTP-level authentication: the AMQP connection
   authenticates itself with SAS on ``$cbs``, as on every other port, so any page origin may
   connect (a browser app is the point; a page without a key gets nothing).
@@ -36,8 +36,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..admin.http import AdminServer, HttpService, Request, Response, json_response, start_admin
-from ..protocol.listener import AmqpProtocol, ByteStream, serve_stream, serve_websocket
+from ..protocol.listener import AmqpProtocol
 from ..protocol.websocket import PATH, HandshakeRefused, accept_headers
+from ..protocol.wslistener import ByteStream, serve_stream, serve_websocket
 
 __all__ = [
     "PATH",

@@ -14,6 +14,7 @@ SBEMU_WRITE_STALL_TIMEOUT and keeps serving others.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import sys
@@ -39,7 +40,7 @@ QUEUE = "bpq"
 TRANSPORTS = ("amqp", "amqps", "ws", "wss")
 MESSAGES, MESSAGE_SIZE = 100, 200_000
 REQUESTS = 12
-STALL_TIMEOUT = 4.0  # SBEMU_WRITE_STALL_TIMEOUT for the probe's server
+STALL_TIMEOUT = 6.0  # SBEMU_WRITE_STALL_TIMEOUT for the probe's server
 WS_PATH = "/$servicebus/websocket"
 STALL_LOG = "the peer read nothing for"  # the server's warning when it closes a stuck peer
 
@@ -172,6 +173,29 @@ def _wait_for(condition: Any, seconds: float) -> bool:
     return True
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process `pid` has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(srv: Server, limit: float, window: float = 0.5, busy: float = 0.02) -> bool:
+    """Wait until the server used less than `busy` s of CPU over `window` s (it has done what
+    it will do for a stuck peer: produced its one answer and freed the rest), at most `limit`
+    s; True if it went idle. A fixed wait misjudges a loaded machine, where producing one
+    20 MB answer can take seconds."""
+    deadline = time.monotonic() + limit
+    last = cpu_seconds(srv.pid)
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        now = cpu_seconds(srv.pid)
+        if now - last < busy:
+            return True
+        last = now
+    return False
+
+
 def _sample_peak(srv: Server, seconds: float, stop: Any = None) -> float:
     peak, deadline = 0.0, time.monotonic() + seconds
     while time.monotonic() < deadline and (stop is None or not stop()):
@@ -181,12 +205,13 @@ def _sample_peak(srv: Server, seconds: float, stop: Any = None) -> float:
 
 
 def peek_probe(
-    srv: Server, transport: str, *, read: bool, requests: int = REQUESTS, settle: float = 3.0
+    srv: Server, transport: str, *, read: bool, requests: int = REQUESTS, settle: float = 1.0
 ) -> dict[str, Any]:
     """`requests` peek requests of 20 MB answers each, read or (`read` False) left unread by a
     peer with SO_RCVBUF 4096. The server's anonymous memory in MB: before, at its peak, and
-    `held` (after the answers were read, or after `settle` s stuck); for a stuck peer, when the
-    server closed it."""
+    `held` (after the answers were read, or, for a stuck peer, once the server went idle: at
+    least `settle` s after the requests); for a stuck peer, whether it went idle before the
+    stall timeout and when the server closed it."""
     peer = Peer(srv, transport, rcvbuf=None if read else 4096)
     open_management(peer)
     time.sleep(0.3)
@@ -207,6 +232,9 @@ def peek_probe(
         held = anon_mb(srv)
     else:
         peak = _sample_peak(srv, settle)
+        # held: once the server is idle, before the stall timeout closes the peer
+        out["idle"] = wait_idle(srv, started + STALL_TIMEOUT - 0.6 - time.monotonic())
+        peak = max(peak, anon_mb(srv))
         held = anon_mb(srv)
         # stuck: the server closes it after its stall timeout, saying so
         closed = _wait_for(lambda: srv.stderr_text().count(STALL_LOG) > stalls, STALL_TIMEOUT * 3)

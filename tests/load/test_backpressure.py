@@ -29,7 +29,9 @@ def test_a_peer_that_never_reads_its_peek_answers_costs_one_answer_and_is_closed
     stuck = bp.peek_probe(server, transport, read=False)
     normal = server.normal
     print(f"normal {normal}\nstuck {stuck}")
-    # twelve 20 MB answers asked for, none read: the server holds about one of them, not 240 MB
+    # twelve 20 MB answers asked for, none read: once idle, the server holds about one of
+    # them, not 240 MB
+    assert stuck["idle"], ("the server kept working for a stuck peer", stuck)
     assert stuck["held_growth_mb"] <= normal["peak_growth_mb"] + MARGIN_MB, (stuck, normal)
     assert stuck["closed_after_s"] is not None, server.stderr()
     assert bp.STALL_LOG in server.stderr()

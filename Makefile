@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load loop-hold image podman-check test-container
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load loop-hold image podman-check test-container bench-container
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -220,6 +220,9 @@ image: podman-check
 	@container/build.sh >/dev/null
 test-container: install podman-check
 	$(PY) -m pytest -q tests/container $(ARGS)
+# podman run to /health 200, median of 5 rounds; fails past 2 s: run it on a quiet machine
+bench-container: install podman-check
+	$(PY) bench/container_start.py $(ARGS)
 
 # The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
 docs: install

@@ -51,6 +51,7 @@ _TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
 _TAG_STRUCT.size = 8
 _TAG_STRUCT.start = _TAG_BYTES
 _TAG = _TAG_STRUCT[0]
+_OPEN_BOTH_SIDES = _lib.PN_LOCAL_ACTIVE | _lib.PN_REMOTE_ACTIVE  # an endpoint's state bits
 
 
 class RequestLinks:
@@ -230,11 +231,14 @@ class RequestLinks:
         if copies is None:
             return
         for reply, data in copies.take_due(now):
+            link = reply.link._impl
             if (
                 not self.gate.blocked  # the peer is not reading: no more for it
                 and reply.phase is LinkPhase.ATTACHED
+                # pyamqp ends a session before it detaches its $management links
+                and _lib.pn_session_state(_lib.pn_link_session(link)) == _OPEN_BOTH_SIDES
                 and not reply.pending
-                and _lib.pn_link_credit(reply.link._impl) > 1  # never a real answer's last
+                and _lib.pn_link_credit(link) > 1  # never a real answer's last
             ):
                 reply.pending.append(data)
                 self._flush_replies(reply)

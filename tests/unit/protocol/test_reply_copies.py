@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from amqp_harness import EnginePair, raw_tag
+from amqp_harness import TRANSFER, EnginePair, raw_tag
 from proton import Array, Data, Message, symbol
 
 from sbemu.protocol.replycopies import COPY_DELAYS, ReplyCopies, wants_copies
@@ -104,6 +104,22 @@ def test_no_copy_without_spare_credit(services):
     rcv.flow(1)  # two: the copy no longer would, but it was given up, not kept
     pair.pump()
     assert _later(pair, (snd, rcv), LATER) == []
+
+
+def test_no_copy_after_the_session_ended(services):
+    """pyamqp ends a closed receiver's session before it detaches its $management links."""
+    pair = _open(services, PYAMQP_AGENT)
+    token = _locked_message(pair)
+    links = pair.mgmt_links(Q)
+    assert _renew(pair, links, token).properties["statusCode"] == 200
+    mark = pair.mark()
+    pair.session.close()  # end, with the links still attached
+    pair.pump()
+    pair.now += LATER
+    pair.server.handle_timer(pair.now)
+    pair.pump()
+    assert [f for f in pair.frames_since(mark) if f.code == TRANSFER] == []
+    assert not pair.server.closed
 
 
 def test_copies_fall_due_in_order():

@@ -26,6 +26,7 @@ on the reply link and is skipped when that link has answers waiting, has no cred
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -38,6 +39,10 @@ from typing import Any
 # blocks every other thread's send; the later ones catch the tail, well inside the 10 s the
 # AutoLockRenewer leaves before a lock expires.
 COPY_DELAYS = (0.03, 0.3, 2.0)
+# Due times are rounded up to this grid, so that one timer tick sends every copy due in it
+# rather than one tick per copy (at hundreds of renewals a second the ticks cost more than the
+# copies).
+TICK = 0.01
 
 # the `$management` operations whose answers are copied: AutoLockRenewer's two renewals
 COPIED_OPERATIONS = frozenset({"com.microsoft:renew-lock", "com.microsoft:renew-session-lock"})
@@ -65,7 +70,7 @@ class ReplyCopies:
     def add(self, now: float, reply: Any, data: bytes) -> None:
         """Owe copies of `data` on `reply`, one COPY_DELAYS[i] from `now` for each i."""
         for delay, due in zip(COPY_DELAYS, self._due, strict=True):
-            due.append((now + delay, reply, data))
+            due.append((math.ceil(round((now + delay) / TICK, 6)) * TICK, reply, data))
 
     def next_deadline(self) -> float | None:
         """When the next copy falls due, if one is owed."""

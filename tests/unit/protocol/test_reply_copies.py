@@ -11,7 +11,7 @@ import pytest
 from amqp_harness import TRANSFER, EnginePair, raw_tag
 from proton import Array, Data, Message, symbol
 
-from sbemu.protocol.replycopies import COPY_DELAYS, ReplyCopies, wants_copies
+from sbemu.protocol.replycopies import COPY_DELAYS, TICK, ReplyCopies, wants_copies
 
 Q = "queue.1"
 LATER = max(COPY_DELAYS) * 2  # past every copy
@@ -62,9 +62,10 @@ def test_pyamqp_peer_gets_each_renewal_answer_again(services, status):
     assert first.properties["statusCode"] == status
     elapsed = 0.0
     for delay in COPY_DELAYS:
-        assert _later(pair, links, (delay - elapsed) / 2) == []  # not yet
-        (copy,) = _later(pair, links, (delay - elapsed) / 2)
-        elapsed = delay
+        halfway = (elapsed + delay) / 2
+        assert _later(pair, links, halfway - elapsed) == []  # not yet
+        (copy,) = _later(pair, links, delay + TICK - halfway)
+        elapsed = delay + TICK
         assert copy.correlation_id == first.correlation_id
         assert copy.properties == first.properties
         assert copy.body == first.body
@@ -125,13 +126,15 @@ def test_no_copy_after_the_session_ended(services):
 def test_copies_fall_due_in_order():
     copies = ReplyCopies()
     assert copies.next_deadline() is None
-    copies.add(100.0, "r1", b"a")
-    copies.add(100.001, "r2", b"b")
+    copies.add(100.001, "r1", b"a")
+    copies.add(100.004, "r2", b"b")  # due on the same tick: sent together
+    copies.add(100.013, "r3", b"c")  # the next tick
     for delay in COPY_DELAYS:
-        assert copies.next_deadline() == 100.0 + delay
-        assert copies.take_due(100.0 + delay - 0.0001) == []
-        assert copies.take_due(100.0 + delay) == [("r1", b"a")]
-        assert copies.take_due(100.001 + delay) == [("r2", b"b")]
+        due = copies.next_deadline()
+        assert due is not None and 100.004 + delay <= due < 100.001 + delay + TICK
+        assert copies.take_due(due - 0.0001) == []
+        assert copies.take_due(due) == [("r1", b"a"), ("r2", b"b")]
+        assert copies.take_due(due + TICK) == [("r3", b"c")]
     assert copies.next_deadline() is None
 
 

@@ -78,8 +78,9 @@ def test_ten_locks_renewed_concurrently_async(server):
 
 
 def test_renewal_answer_dropped_before_registration_comes_again(server, monkeypatch):
-    """The send, then another thread's read of the answer, then the registration: the answer
-    matches no operation and pyamqp drops it; the renewal still completes, with the copy."""
+    """A renewal right after another (a burst): the send, then another thread's read of the
+    answer, then the registration: the answer matches no operation and pyamqp drops it; the
+    renewal still completes, with the copy."""
     dropped: list[object] = []  # correlation-ids of answers that matched no waiting operation
     sent: list[object] = []  # message-ids of the requests sent the racy way
     real_received = ManagementLink._on_message_received
@@ -117,17 +118,20 @@ def test_renewal_answer_dropped_before_registration_comes_again(server, monkeypa
             (msg,) = receiver.receive_messages(max_wait_time=5)
             monkeypatch.setattr(ManagementLink, "_on_message_received", received)
             receiver.renew_message_lock(msg)  # the $management link opens, as usual
-            connection = receiver._handler._connection
-            deadline = time.monotonic() + 10
-            while len(dropped) < len(COPY_DELAYS) and time.monotonic() < deadline:
-                connection.listen(wait=0.1)
-            assert len(dropped) == len(COPY_DELAYS)  # the answer's copies came; pyamqp ignored them
-            dropped.clear()
-            monkeypatch.setattr(ManagementLink, "execute_operation", execute_operation)
             first_until = msg.locked_until_utc
+            # a second renewal at once, the racy way: with the first, a burst (replycopies.py)
+            monkeypatch.setattr(ManagementLink, "execute_operation", execute_operation)
             time.sleep(0.01)
             receiver.renew_message_lock(msg, timeout=10)  # OperationTimeoutError without the copy
             assert dropped[0] == sent[0]  # its answer was read before the registration
             assert msg.locked_until_utc > first_until
+            monkeypatch.undo()
+            # the later copies of both answers come and match nothing: pyamqp ignores them
+            monkeypatch.setattr(ManagementLink, "_on_message_received", received)
+            connection = receiver._handler._connection
+            deadline = time.monotonic() + max(COPY_DELAYS) + 5
+            while len(dropped) < 2 * len(COPY_DELAYS) and time.monotonic() < deadline:
+                connection.listen(wait=0.1)
+            assert len(dropped) == 2 * len(COPY_DELAYS), dropped
             monkeypatch.undo()
             receiver.complete_message(msg)

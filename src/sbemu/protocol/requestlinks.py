@@ -223,7 +223,7 @@ class RequestLinks:
         self._flush_replies(reply)
         self.on_output()
         if copy and self._reply_copies is not None:
-            self._reply_copies.add(self.now, reply, data)
+            self._reply_copies.add(self.now, reply, data, _lib.pn_link_credit(reply.link._impl))
 
     def _send_reply_copies(self, now: float) -> None:
         """Send the answer copies due by `now` that the reply link has room for."""
@@ -238,7 +238,7 @@ class RequestLinks:
                 # pyamqp ends a session before it detaches its $management links
                 and _lib.pn_session_state(_lib.pn_link_session(link)) == _OPEN_BOTH_SIDES
                 and not reply.pending
-                and _lib.pn_link_credit(link) > 1  # never a real answer's last
+                and _lib.pn_link_credit(link) > (reply.copy_floor or 1)  # kept for answers
             ):
                 reply.pending.append(data)
                 self._flush_replies(reply)

@@ -1,17 +1,19 @@
-"""A lock renewal's answer goes out again to a pyamqp peer (replycopies.py): at once and at each
-of COPY_DELAYS later, with the same correlation-id; other peers and other operations get one
-answer.
+"""A lock renewal's answer in a burst of renewals goes out again to a pyamqp peer
+(replycopies.py): at once and at each of COPY_DELAYS later, with the same correlation-id, never
+spending the half of the reply link's credit kept for answers; a lone renewal, other peers and
+other operations get one answer.
 """
 
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from amqp_harness import TRANSFER, EnginePair, raw_tag
 from proton import Array, Data, Message, symbol
 
-from sbemu.protocol.replycopies import COPY_DELAYS, TICK, ReplyCopies, wants_copies
+from sbemu.protocol.replycopies import BURST, COPY_DELAYS, TICK, ReplyCopies, wants_copies
 
 Q = "queue.1"
 LATER = max(COPY_DELAYS) * 2  # past every copy
@@ -30,6 +32,13 @@ def _locked_message(pair: EnginePair) -> uuid.UUID:
     pair.send(snd, Message(id="m-0", body=b"body"))
     ((dlv, _),) = pair.take(pair.receiver(Q, credit=1, name="plr"))
     return uuid.UUID(bytes_le=raw_tag(dlv))
+
+
+def _mgmt_links(pair: EnginePair, credit: int):
+    node = f"{Q}/$management"
+    return pair.sender(node, source=node), pair.receiver(
+        node, target=node, credit=credit, peek_lock=False
+    )
 
 
 def _renew(pair: EnginePair, links, token: uuid.UUID) -> Message:
@@ -54,22 +63,47 @@ def _decoded(raw: bytes) -> Message:
 
 
 @pytest.mark.parametrize("status", [200, 410])
-def test_pyamqp_peer_gets_each_renewal_answer_again(services, status):
+def test_pyamqp_peer_gets_the_answers_of_a_burst_of_renewals_again(services, status):
     pair = _open(services, PYAMQP_AGENT)
     token = _locked_message(pair) if status == 200 else uuid.uuid4()  # 410: no such lock
-    links = pair.mgmt_links(Q)
+    links = _mgmt_links(pair, credit=100)
     first = _renew(pair, links, token)
-    assert first.properties["statusCode"] == status
+    second = _renew(pair, links, token)  # the same moment: a burst
+    assert first.properties["statusCode"] == second.properties["statusCode"] == status
     elapsed = 0.0
     for delay in COPY_DELAYS:
         halfway = (elapsed + delay) / 2
         assert _later(pair, links, halfway - elapsed) == []  # not yet
-        (copy,) = _later(pair, links, delay + TICK - halfway)
+        copies = _later(pair, links, delay + TICK - halfway)
         elapsed = delay + TICK
-        assert copy.correlation_id == first.correlation_id
-        assert copy.properties == first.properties
-        assert copy.body == first.body
+        assert [c.correlation_id for c in copies] == [first.correlation_id, second.correlation_id]
+        for copy, answer in zip(copies, (first, second), strict=True):
+            assert copy.properties == answer.properties
+            assert copy.body == answer.body
     assert _later(pair, links, LATER) == []  # no more
+
+
+def test_a_lone_renewal_is_answered_once(services):
+    """One lock renewed every few seconds: no thread can drop its answer, no credit spent."""
+    pair = _open(services, PYAMQP_AGENT)
+    token = _locked_message(pair)
+    links = pair.mgmt_links(Q)
+    assert _renew(pair, links, token).properties["statusCode"] == 200
+    assert _later(pair, links, BURST + TICK) == []
+    assert _renew(pair, links, token).properties["statusCode"] == 200  # more than BURST later
+    assert _later(pair, links, LATER) == []
+
+
+def test_a_renewal_soon_after_makes_the_one_before_part_of_a_burst(services):
+    pair = _open(services, PYAMQP_AGENT)
+    token = _locked_message(pair)
+    links = _mgmt_links(pair, credit=100)
+    first = _renew(pair, links, token)
+    assert _later(pair, links, BURST / 2) == []  # its early copies were not owed yet: skipped
+    second = _renew(pair, links, token)
+    copies = _later(pair, links, LATER)
+    assert [c.correlation_id for c in copies].count(first.correlation_id) == 1  # its last copy
+    assert [c.correlation_id for c in copies].count(second.correlation_id) == len(COPY_DELAYS)
 
 
 @pytest.mark.parametrize("agent", [None, "azsdk-net-servicebus/7.18.0", "azsdk-js-azureservicebus"])
@@ -91,20 +125,21 @@ def test_other_operations_are_answered_once(services):
     assert _later(pair, links, LATER) == []
 
 
-def test_no_copy_without_spare_credit(services):
-    """The copy never takes the reply link's last credit: a real answer may need it."""
+def test_copies_keep_half_the_reply_links_credit_for_answers(services):
+    """pyamqp grants its reply link credit once: copies never spend the half it had left when
+    the first copy was owed."""
     pair = _open(services, PYAMQP_AGENT)
     token = _locked_message(pair)
-    node = f"{Q}/$management"
-    snd = pair.sender(node, source=node)
-    rcv = pair.receiver(node, target=node, credit=1, peek_lock=False)  # the answer's only
-    assert _renew(pair, (snd, rcv), token).properties["statusCode"] == 200
-    rcv.flow(1)  # one credit again: the copy would take the last one
-    pair.pump()
-    assert _later(pair, (snd, rcv), LATER) == []
-    rcv.flow(1)  # two: the copy no longer would, but it was given up, not kept
-    pair.pump()
-    assert _later(pair, (snd, rcv), LATER) == []
+    links = _mgmt_links(pair, credit=6)
+    rcv = links[1]
+    first = _renew(pair, links, token)  # 5 left: the floor is 2
+    second = _renew(pair, links, token)  # 4 left
+    copies = _later(pair, links, LATER)
+    # the first round of copies takes 4 -> 2; nothing more goes at the floor
+    assert [c.correlation_id for c in copies] == [first.correlation_id, second.correlation_id]
+    assert rcv.credit == 2
+    third = _renew(pair, links, token)  # a real answer still has credit
+    assert third.properties["statusCode"] == 200
 
 
 def test_no_copy_after_the_session_ended(services):
@@ -125,17 +160,19 @@ def test_no_copy_after_the_session_ended(services):
 
 def test_copies_fall_due_in_order():
     copies = ReplyCopies()
+    r1, r2, r3 = (SimpleNamespace(copy_floor=None) for _ in range(3))
     assert copies.next_deadline() is None
-    copies.add(100.001, "r1", b"a")
-    copies.add(100.004, "r2", b"b")  # due on the same tick: sent together
-    copies.add(100.013, "r3", b"c")  # the next tick
+    copies.add(100.001, r1, b"a", 10)
+    copies.add(100.004, r2, b"b", 10)  # due on the same tick: sent together
+    copies.add(100.013, r3, b"c", 10)  # the next tick
     for delay in COPY_DELAYS:
         due = copies.next_deadline()
         assert due is not None and 100.004 + delay <= due < 100.001 + delay + TICK
         assert copies.take_due(due - 0.0001) == []
-        assert copies.take_due(due) == [("r1", b"a"), ("r2", b"b")]
-        assert copies.take_due(due + TICK) == [("r3", b"c")]
+        assert copies.take_due(due) == [(r1, b"a"), (r2, b"b")]
+        assert copies.take_due(due + TICK) == [(r3, b"c")]
     assert copies.next_deadline() is None
+    assert r1.copy_floor == 5
 
 
 def test_wants_copies_reads_the_user_agent():

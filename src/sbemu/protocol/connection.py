@@ -74,6 +74,7 @@ from .links import (
 )
 from .messageevents import PN_DELIVERY, PN_LINK_FLOW, MessageEvents
 from .peeropen import PeerOpenFilter
+from .replycopies import ReplyCopies, wants_copies
 from .requestlinks import RequestLinks
 from .sasl import SaslError, SaslServer, SaslState
 from .services import NamespaceInfo, Services
@@ -154,6 +155,7 @@ class AmqpConnection(
         # answers wait while it is not reading; the adapter pauses and resumes it.
         self.gate = OutputGate()
         self._waiting_requests = deque()
+        self._reply_copies = None  # a pyamqp peer's, once its open names it (replycopies.py)
 
     # ------------------------------------------------------------------ IO surface
     def receive_data(self, data: bytes, now: float) -> None:
@@ -352,7 +354,8 @@ class AmqpConnection(
         if self._transport is None or self.closed:
             return None
         deadline = self._transport.tick(self.now) or None
-        for other in (self._grants.next_expiry(), self._detach_hold.next_deadline()):
+        copies = self._reply_copies.next_deadline() if self._reply_copies is not None else None
+        for other in (self._grants.next_expiry(), self._detach_hold.next_deadline(), copies):
             if other is not None:
                 deadline = other if deadline is None else min(deadline, other)
         return deadline
@@ -364,6 +367,7 @@ class AmqpConnection(
             self._transport.tick(now)
             self._expire_tokens(now)
             self._release_detaches()
+            self._send_reply_copies(now)
             self._process()
 
     def _expire_tokens(self, now: float) -> None:
@@ -530,6 +534,8 @@ class AmqpConnection(
             hostname = conn.remote_hostname
             if hostname and self._sasl.result and self._sasl.result.mechanism is None:
                 self.namespace = self.services.namespace_for(hostname)
+            if wants_copies(conn.remote_properties):
+                self._reply_copies = ReplyCopies()
             conn.open()
             self.opened_ms = self.now_ms
             self.services.stats.connection_opened(self.namespace.name)

@@ -98,6 +98,8 @@ class ReplyLink:
     link: Link
     node: str  # normalised node address the link is attached to
     pending: deque[bytes] = field(default_factory=deque)
+    # the credit kept for real answers: no copy of an answer goes at or below it (replycopies)
+    copy_floor: int | None = None
 
 
 @dataclass(eq=False)

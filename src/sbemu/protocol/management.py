@@ -30,6 +30,7 @@ from ..partitions import MessageState, join_completions
 from . import codec, sections
 from .links import RequestLink
 from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
+from .replycopies import COPIED_OPERATIONS
 from .services import NamespaceInfo, Services
 from .sizes import message_limit
 
@@ -47,8 +48,11 @@ class ManagementHost(Protocol):
     def now_ms(self) -> int:
         """The current time in Unix milliseconds."""
 
-    def send_reply(self, state: RequestLink, request: Message, response: Message) -> None:
-        """Send a response on the client's reply link [contract 6.1]."""
+    def send_reply(
+        self, state: RequestLink, request: Message, response: Message, copy: bool = False
+    ) -> None:
+        """Send a response on the client's reply link [contract 6.1] (`copy`: and again
+        later, to a peer that may drop it: replycopies.py)."""
 
 
 Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
@@ -76,7 +80,7 @@ def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -
             app["errorCondition"] = symbol(condition)
             conn.services.stats.error(conn.namespace.name, condition)  # for /metrics
         response = Message(correlation_id=request.id, properties=app, body=result or {})
-        conn.send_reply(state, request, response)
+        conn.send_reply(state, request, response, copy=operation in COPIED_OPERATIONS)
 
     def reply(
         status: int,

@@ -33,6 +33,7 @@ from .links import (
     RequestLink,
 )
 from .management import handle_request
+from .replycopies import ReplyCopies
 from .services import NamespaceInfo, Services
 
 log = logging.getLogger("sbemu.connection")
@@ -50,6 +51,7 @@ _TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
 _TAG_STRUCT.size = 8
 _TAG_STRUCT.start = _TAG_BYTES
 _TAG = _TAG_STRUCT[0]
+_OPEN_BOTH_SIDES = _lib.PN_LOCAL_ACTIVE | _lib.PN_REMOTE_ACTIVE  # an endpoint's state bits
 
 
 class RequestLinks:
@@ -77,6 +79,9 @@ class RequestLinks:
     # answered in order once it drained. At most what one read held: the adapter reads nothing
     # more meanwhile.
     _waiting_requests: deque[tuple[RequestLink, bytes]]
+    # Lock renewals' answers sent again a moment later to a pyamqp peer (replycopies.py);
+    # None for every other peer.
+    _reply_copies: ReplyCopies | None
 
     def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None:
         if not delivery.settled:
@@ -185,8 +190,11 @@ class RequestLinks:
         )
         self.send_reply(state, request, response)
 
-    def send_reply(self, state: RequestLink, request: Message, response: Message) -> None:
-        """Route a response to the client's reply link in this connection [contract 6.1]."""
+    def send_reply(
+        self, state: RequestLink, request: Message, response: Message, copy: bool = False
+    ) -> None:
+        """Route a response to the client's reply link in this connection [contract 6.1];
+        `copy`: send it again later to a peer that may drop it (replycopies.py)."""
         reply = self._find_reply_link(state, request.reply_to)
         if reply is None:
             self.services.unanswered.log(
@@ -210,9 +218,30 @@ class RequestLinks:
             )
             self.on_output()
             return
-        reply.pending.append(response.encode())
+        data = response.encode()
+        reply.pending.append(data)
         self._flush_replies(reply)
         self.on_output()
+        if copy and self._reply_copies is not None:
+            self._reply_copies.add(self.now, reply, data, _lib.pn_link_credit(reply.link._impl))
+
+    def _send_reply_copies(self, now: float) -> None:
+        """Send the answer copies due by `now` that the reply link has room for."""
+        copies = self._reply_copies
+        if copies is None:
+            return
+        for reply, data in copies.take_due(now):
+            link = reply.link._impl
+            if (
+                not self.gate.blocked  # the peer is not reading: no more for it
+                and reply.phase is LinkPhase.ATTACHED
+                # pyamqp ends a session before it detaches its $management links
+                and _lib.pn_session_state(_lib.pn_link_session(link)) == _OPEN_BOTH_SIDES
+                and not reply.pending
+                and _lib.pn_link_credit(link) > (reply.copy_floor or 1)  # kept for answers
+            ):
+                reply.pending.append(data)
+                self._flush_replies(reply)
 
     def _find_reply_link(self, state: RequestLink, reply_to: str | None) -> ReplyLink | None:
         candidates = [s for s in self._links.values() if isinstance(s, ReplyLink)]

@@ -29,7 +29,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
-from sbemu.testing.pytest_plugin import SbemuServer, _ca_bundle, start_server, stop_server
+from sbemu.testing.pytest_plugin import SbemuServer, start_server, stop_server, trusting_ca
 
 MIB = 1024 * 1024
 BIG_KB = 102_400  # Azure's largest MaxMessageSizeInKilobytes (100 MB)
@@ -81,18 +81,10 @@ def premium() -> Iterator[SbemuServer]:
         )
     )
     server = start_server(folder / "data", str(config))
-    saved = {k: os.environ.get(k) for k in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")}
-    os.environ["REQUESTS_CA_BUNDLE"] = os.environ["SSL_CERT_FILE"] = str(
-        _ca_bundle(server.ca_file, folder)
-    )
     try:
-        yield server
+        with trusting_ca(server.ca_file, folder):
+            yield server
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         stop_server(server)
 
 

@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ import pytest
 
 from .process import SbemuProcess, StartError
 
-__all__ = ["EntityFactory", "SbemuServer"]
+__all__ = ["EntityFactory", "SbemuServer", "trusting_ca"]
 
 START_TIMEOUT = 120.0  # an upper bound on the wait for the ready document
 _ATOM = "http://www.w3.org/2005/Atom"
@@ -106,6 +107,25 @@ def _ca_bundle(ca_file: Path, folder: Path) -> Path:
     return write_ca_bundle(ca_file, folder / "ca-bundle.pem")[0]
 
 
+@contextmanager
+def trusting_ca(ca_file: Path, folder: Path) -> Iterator[Path]:
+    """While inside: ``REQUESTS_CA_BUNDLE`` and ``SSL_CERT_FILE`` name a bundle of the
+    platform's CAs plus ``ca_file`` written in ``folder`` (the admin clients' HTTPS and the
+    SDKs' TLS trust sbemu); the two variables are restored on the way out."""
+    names = ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+    saved = {k: os.environ.get(k) for k in names}
+    bundle = _ca_bundle(ca_file, folder)
+    os.environ.update(dict.fromkeys(names, str(bundle)))
+    try:
+        yield bundle
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def start_server(data_dir: Path | None, config: str | None = None) -> SbemuServer:
     """Start ``sbemu serve`` on ephemeral ports (``sbemu.testing``) and wait until it is ready.
     ``data_dir`` None: ``--ephemeral`` (a temporary data dir deleted at exit, no fsync)."""
@@ -152,17 +172,10 @@ def sbemu_server(request: pytest.FixtureRequest) -> Iterator[SbemuServer]:
     folder = Path(tempfile.mkdtemp(prefix="sbemu-test-"))
     config = request.config.getoption("--sbemu-config") or os.environ.get("SBEMU_TEST_CONFIG")
     server = start_server(None, config)
-    saved = {k: os.environ.get(k) for k in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")}
-    bundle = _ca_bundle(server.ca_file, folder)
-    os.environ["REQUESTS_CA_BUNDLE"] = os.environ["SSL_CERT_FILE"] = str(bundle)
     try:
-        yield server
+        with trusting_ca(server.ca_file, folder):
+            yield server
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         stop_server(server)
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -134,6 +134,11 @@ def rss_parts_kb(pid: int) -> dict[str, int]:
     return out
 
 
+def rss_anon_mb(pid: int) -> float:
+    """The anonymous resident memory (the heap) of process ``pid`` in MB."""
+    return rss_parts_kb(pid)["RssAnon"] / 1024
+
+
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 

@@ -29,7 +29,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Ping, Request
 
 from . import amqpraw as raw
-from .common import Server, make_config, queue_def, rss_parts_kb
+from .common import Server, make_config, queue_def, rss_anon_mb
 
 __all__ = [
     "QUEUE", "TRANSPORTS", "Peer", "delivery_probe", "fill", "peek_probe", "ping_probe",
@@ -63,7 +63,7 @@ def fill(srv: Server, count: int = MESSAGES, size: int = MESSAGE_SIZE) -> None:
 
 def anon_mb(srv: Server) -> float:
     """The server's anonymous resident memory in MB."""
-    return rss_parts_kb(srv.pid)["RssAnon"] / 1024
+    return rss_anon_mb(srv.pid)
 
 
 class Peer:

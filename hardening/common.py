@@ -113,6 +113,18 @@ class Server(SbemuProcess):
         return json.loads(body)
 
 
+def plain_connection(
+    url: str, *, user: str = KEY_NAME, password: str = KEY, timeout: float = 10.0
+) -> Any:
+    """A python-qpid-proton BlockingConnection to ``url`` over SASL PLAIN (the root key unless
+    ``user`` and ``password`` are given)."""
+    from proton.utils import BlockingConnection
+
+    return BlockingConnection(
+        url, timeout=timeout, sasl_enabled=True, allowed_mechs="PLAIN", user=user, password=password
+    )
+
+
 def rss_kb(pid: int) -> int:
     """Resident set size of a process in KiB (VmRSS)."""
     with open(f"/proc/{pid}/status") as f:
@@ -132,6 +144,11 @@ def rss_parts_kb(pid: int) -> dict[str, int]:
                 name, value = line.split()[:2]
                 out[name.rstrip(":")] = int(value)
     return out
+
+
+def rss_anon_mb(pid: int) -> float:
+    """The anonymous resident memory (the heap) of process ``pid`` in MB."""
+    return rss_parts_kb(pid)["RssAnon"] / 1024
 
 
 def fd_count(pid: int) -> int:

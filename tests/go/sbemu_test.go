@@ -61,6 +61,16 @@ func kindName(partitioned bool) string {
 	return "plain"
 }
 
+// forKinds runs body as parallel subtests, "plain" and "partitioned", on entities of that kind.
+func forKinds(t *testing.T, body func(t *testing.T, partitioned bool)) {
+	for _, partitioned := range kinds() {
+		t.Run(kindName(partitioned), func(t *testing.T) {
+			t.Parallel()
+			body(t, partitioned)
+		})
+	}
+}
+
 func newQueue(t *testing.T, partitioned bool, props *admin.QueueProperties) string {
 	if props == nil {
 		props = &admin.QueueProperties{}
@@ -84,6 +94,20 @@ func newTopic(t *testing.T, partitioned bool) string {
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = adminClient(t).DeleteTopic(context.Background(), topic, nil) })
 	return topic
+}
+
+// queueListed tells whether the admin client's queue listing, all pages of it, holds queue q.
+func queueListed(t *testing.T, ac *admin.Client, q string) bool {
+	found := false
+	pager := ac.NewListQueuesPager(nil)
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		require.NoError(t, err)
+		for _, item := range page.Queues {
+			found = found || item.QueueName == q
+		}
+	}
+	return found
 }
 
 func msg(body string) *azservicebus.Message {

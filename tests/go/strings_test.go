@@ -35,16 +35,7 @@ func TestAdminClientWithTheApplicationsStrings(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, got)
 			require.Equal(t, int32(4), *got.MaxDeliveryCount)
-			found := false
-			pager := ac.NewListQueuesPager(nil)
-			for pager.More() {
-				page, err := pager.NextPage(ctx)
-				require.NoError(t, err)
-				for _, item := range page.Queues {
-					found = found || item.QueueName == q
-				}
-			}
-			require.True(t, found, "listed")
+			require.True(t, queueListed(t, ac, q), "listed")
 			_, err = ac.DeleteQueue(ctx, q, nil)
 			require.NoError(t, err)
 		})

@@ -22,11 +22,17 @@ func azureForm(t *testing.T) string {
 // refuses the server in its own TLS verification.
 func TestAMQPSRefusedWithoutTheCA(t *testing.T) {
 	t.Parallel()
-	c, err := azservicebus.NewClientFromConnectionString(azureForm(t), &azservicebus.ClientOptions{
+	requireRefusedByTLS(t, &azservicebus.ClientOptions{
 		CustomEndpoint: "localhost:" + env(t, "SBEMU_TLS_PORT"),
 		TLSConfig:      &tls.Config{RootCAs: x509.NewCertPool()},
-		RetryOptions:   azservicebus.RetryOptions{MaxRetries: -1},
 	})
+}
+
+// requireRefusedByTLS: a client made with options (which trust no root) and no retries fails
+// its first send in its own verification of the server's certificate.
+func requireRefusedByTLS(t *testing.T, options *azservicebus.ClientOptions) {
+	options.RetryOptions = azservicebus.RetryOptions{MaxRetries: -1}
+	c, err := azservicebus.NewClientFromConnectionString(azureForm(t), options)
 	require.NoError(t, err)
 	defer c.Close(context.Background())
 	sender, err := c.NewSender("testQueue", nil)
@@ -46,22 +52,19 @@ func TestAMQPS(t *testing.T) {
 	tlsPort := env(t, "SBEMU_TLS_PORT")
 	require.NotEmpty(t, os.Getenv("SSL_CERT_FILE"))
 	azureForm := azureForm(t)
-	for _, partitioned := range kinds() {
-		t.Run(kindName(partitioned), func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			q := newQueue(t, partitioned, nil)
-			c, err := azservicebus.NewClientFromConnectionString(azureForm, &azservicebus.ClientOptions{CustomEndpoint: "localhost:" + tlsPort})
-			require.NoError(t, err)
-			defer c.Close(ctx)
-			sender, err := c.NewSender(q, nil)
-			require.NoError(t, err)
-			require.NoError(t, sender.SendMessage(ctx, msg("over-tls"), nil))
-			r, err := c.NewReceiverForQueue(q, nil)
-			require.NoError(t, err)
-			got := receive(t, r, 1)
-			require.Equal(t, []string{"over-tls"}, bodies(got))
-			require.NoError(t, r.CompleteMessage(ctx, got[0], nil))
-		})
-	}
+	forKinds(t, func(t *testing.T, partitioned bool) {
+		ctx := context.Background()
+		q := newQueue(t, partitioned, nil)
+		c, err := azservicebus.NewClientFromConnectionString(azureForm, &azservicebus.ClientOptions{CustomEndpoint: "localhost:" + tlsPort})
+		require.NoError(t, err)
+		defer c.Close(ctx)
+		sender, err := c.NewSender(q, nil)
+		require.NoError(t, err)
+		require.NoError(t, sender.SendMessage(ctx, msg("over-tls"), nil))
+		r, err := c.NewReceiverForQueue(q, nil)
+		require.NoError(t, err)
+		got := receive(t, r, 1)
+		require.Equal(t, []string{"over-tls"}, bodies(got))
+		require.NoError(t, r.CompleteMessage(ctx, got[0], nil))
+	})
 }

@@ -76,6 +76,40 @@ def queue_def(
     return {"Name": name, "Properties": props}
 
 
+def sql_rule(name: str, expression: str, action: str | None = None) -> dict[str, Any]:
+    """A subscription rule with a SQL filter (and a SQL action when ``action`` is given)."""
+    props: dict[str, Any] = {"FilterType": "Sql", "SqlFilter": {"SqlExpression": expression}}
+    if action is not None:
+        props["Action"] = {"SqlExpression": action}
+    return {"Name": name, "Properties": props}
+
+
+def correlation_rule(name: str, **fields: Any) -> dict[str, Any]:
+    """A subscription rule with a correlation filter on ``fields``."""
+    return {"Name": name, "Properties": {"FilterType": "Correlation", "CorrelationFilter": fields}}
+
+
+def sub_def(name: str, rules: list[dict[str, Any]] | None = None, **props: Any) -> dict[str, Any]:
+    """One subscription entry of a Config.json (no ``rules``: the ``$Default`` rule)."""
+    properties: dict[str, Any] = {"LockDuration": "PT5S", "MaxDeliveryCount": 3}
+    properties.update(props)
+    sub: dict[str, Any] = {"Name": name, "Properties": properties}
+    if rules is not None:
+        sub["Rules"] = rules
+    return sub
+
+
+def topic_def(
+    name: str, subs: list[dict[str, Any]], *, partitioned: bool = False, **props: Any
+) -> dict[str, Any]:
+    """One topic entry of a Config.json with its subscriptions."""
+    properties: dict[str, Any] = {"DefaultMessageTimeToLive": "PT1H"}
+    if partitioned:
+        properties["EnablePartitioning"] = True
+    properties.update(props)
+    return {"Name": name, "Properties": properties, "Subscriptions": subs}
+
+
 # The queues the brief asks for, plus a few spare ones so tests in one module need not share.
 DEFAULT_QUEUES: list[dict[str, Any]] = [
     queue_def("q1"),
@@ -291,7 +325,22 @@ def start_server(
     return server.start()
 
 
-def _shutdown(server: ServerProcess) -> None:
+def start_topics_server(
+    tmp: Path, queues: Iterable[dict[str, Any]], topics: list[dict[str, Any]]
+) -> ServerProcess:
+    """Write a config with ``queues`` and ``topics`` (console logging) under ``tmp`` and start a
+    server on ``tmp/data``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = make_config(queues)
+    config["UserConfig"]["Namespaces"][0]["Topics"] = topics
+    config["UserConfig"]["Logging"] = {"Type": "Console"}
+    cfg = tmp / "config.json"
+    cfg.write_text(json.dumps(config, indent=2))
+    return ServerProcess(cfg, tmp / "data", tmp).start()
+
+
+def shutdown(server: ServerProcess) -> None:
+    """Stop ``server`` if it still runs (a fixture's teardown: a failed stop is not the test's)."""
     if server.running:
         try:
             server.stop()
@@ -311,7 +360,7 @@ def server(
     try:
         yield srv
     finally:
-        _shutdown(srv)
+        shutdown(srv)
 
 
 @pytest.fixture()
@@ -322,7 +371,7 @@ def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve
     try:
         yield srv
     finally:
-        _shutdown(srv)
+        shutdown(srv)
 
 
 TEST_TIMEOUT = float(os.environ.get("SBEMU_IT_TIMEOUT", "90"))  # seconds per test call

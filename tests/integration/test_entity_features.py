@@ -31,38 +31,14 @@ from integration_support import (
     NAMESPACE,
     ServerError,
     ServerProcess,
-    make_config,
     partition_of,
     queue_def,
     receive_n,
+    sql_rule,
+    start_topics_server,
+    sub_def,
+    topic_def,
 )
-
-
-def sub_def(name: str, rules: list[dict[str, Any]] | None = None, **props: Any) -> dict[str, Any]:
-    properties: dict[str, Any] = {"LockDuration": "PT5S", "MaxDeliveryCount": 3}
-    properties.update(props)
-    sub: dict[str, Any] = {"Name": name, "Properties": properties}
-    if rules is not None:
-        sub["Rules"] = rules
-    return sub
-
-
-def sql_rule(name: str, expression: str) -> dict[str, Any]:
-    return {
-        "Name": name,
-        "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": expression}},
-    }
-
-
-def topic_def(
-    name: str, subs: list[dict[str, Any]], *, partitioned: bool = False, **props: Any
-) -> dict[str, Any]:
-    properties: dict[str, Any] = {"DefaultMessageTimeToLive": "PT1H"}
-    if partitioned:
-        properties["EnablePartitioning"] = True
-    properties.update(props)
-    return {"Name": name, "Properties": properties, "Subscriptions": subs}
-
 
 QUEUES: list[dict[str, Any]] = [
     queue_def("sched-q"),
@@ -103,23 +79,9 @@ TOPICS: list[dict[str, Any]] = [
 ]
 
 
-def write_config(tmp: Path, queues: list[dict[str, Any]], topics: list[dict[str, Any]]) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    config = make_config(queues)
-    config["UserConfig"]["Namespaces"][0]["Topics"] = topics
-    config["UserConfig"]["Logging"] = {"Type": "Console"}
-    path = tmp / "config.json"
-    path.write_text(json.dumps(config, indent=2))
-    return path
-
-
-def start(tmp: Path, queues: list[dict[str, Any]], topics: list[dict[str, Any]]) -> ServerProcess:
-    return ServerProcess(write_config(tmp, queues, topics), tmp / "data", tmp).start()
-
-
 @pytest.fixture(scope="module")
 def feature_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = start(tmp_path_factory.mktemp("features"), QUEUES, TOPICS)
+    server = start_topics_server(tmp_path_factory.mktemp("features"), QUEUES, TOPICS)
     yield server
     server.stop()
     assert "Traceback" not in server.stderr_text()
@@ -297,7 +259,7 @@ DUP_QUEUES = [
 @pytest.mark.parametrize("kill", [False, True], ids=["restart", "kill9"])
 def test_duplicate_detection_survives_restart(tmp_path: Path, kill: bool) -> None:
     """A MessageId sent before a restart (clean or kill -9) is still a duplicate after it."""
-    server = start(tmp_path, DUP_QUEUES, [])
+    server = start_topics_server(tmp_path, DUP_QUEUES, [])
     try:
         ids = [f"order-{i}" for i in range(20)]
         with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
@@ -460,7 +422,7 @@ def test_configured_forwarding_loop_ends_in_transfer_dead_letter_queue(
 
 def test_missing_forward_destination_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(ServerError) as info:
-        start(tmp_path, [queue_def("a", ForwardTo="nowhere")], [])
+        start_topics_server(tmp_path, [queue_def("a", ForwardTo="nowhere")], [])
     assert "'nowhere' is not a queue or topic" in str(info.value)
 
 
@@ -537,7 +499,7 @@ def test_kill_during_steady_forwarding_loses_and_duplicates_nothing(
     process is killed once half the messages are acknowledged and the final queue holds some
     of them (observed through the admin API, not after a delay). The offline state is not
     durable: after the restart every partition is back and the forward completes."""
-    server = start(tmp_path, CRASH_QUEUES, CRASH_TOPICS)
+    server = start_topics_server(tmp_path, CRASH_QUEUES, CRASH_TOPICS)
     acked: set[str] = set()
     maybe: set[str] = set()
     next_id = 0
@@ -660,7 +622,7 @@ def test_auto_delete_on_idle(tmp_path: Path) -> None:
     topics = [
         topic_def("idle-t", [sub_def("s")], partitioned=True, SbemuTestAutoDeleteOnIdle="PT5S")
     ]
-    server = start(tmp_path, queues, topics)
+    server = start_topics_server(tmp_path, queues, topics)
     try:
         with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
             data = server.data_dir / NAMESPACE
@@ -688,7 +650,7 @@ def test_auto_delete_on_idle(tmp_path: Path) -> None:
     finally:
         server.stop()
     with pytest.raises(ServerError) as info:
-        start(tmp_path / "short", [queue_def("q", AutoDeleteOnIdle="PT1M")], [])
+        start_topics_server(tmp_path / "short", [queue_def("q", AutoDeleteOnIdle="PT1M")], [])
     assert "AutoDeleteOnIdle" in str(info.value)
 
 
@@ -717,7 +679,7 @@ def test_auto_delete_on_idle_subscriptions(tmp_path: Path, monkeypatch: pytest.M
         ),
         topic_def("idle-st2", [sub_def("r")], **idle),
     ]
-    server = start(tmp_path, [], topics)
+    server = start_topics_server(tmp_path, [], topics)
     try:
         with (
             admin_client(server, monkeypatch) as admin,
@@ -792,7 +754,7 @@ def test_idle_clock_survives_restart(tmp_path: Path, monkeypatch: pytest.MonkeyP
     idle = {"SbemuTestAutoDeleteOnIdle": "PT6S"}
     queues = [queue_def("rs-q", **idle), queue_def("rs-long", SbemuTestAutoDeleteOnIdle="PT2M")]
     topics = [topic_def("rs-t", [sub_def("s", **idle)])]
-    server = start(tmp_path, queues, topics)
+    server = start_topics_server(tmp_path, queues, topics)
     try:
         with ServiceBusClient.from_connection_string(server.conn_str, retry_total=0) as c:
             with c.get_queue_sender("rs-q") as sender:

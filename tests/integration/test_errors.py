@@ -101,23 +101,24 @@ def test_unknown_key_name_raises_authentication_error(server):
         _send_one(_client(server.conn_str_for("NoSuchPolicy", KEY)), "q1")
 
 
+def _token_send_arrives(server, token: str, body: str) -> None:
+    """A send to e-token with ``token`` is accepted and its message is there to receive."""
+    _send_one(_client(server.conn_str_with_token(token)), "e-token", body)
+    with _client(server.conn_str) as c, c.get_queue_receiver("e-token", max_wait_time=5) as r:
+        got = receive_n(r, 1)
+        assert [body_text(m) for m in got] == [body]
+        r.complete_message(got[0])
+
+
 def test_precomputed_token_for_the_entity_works(server):
     """Control for the token tests below: a token made by make_sas_token is accepted."""
     token = make_sas_token(server.audience("e-token"), KEY_NAME, KEY, int(time.time()) + 600)
-    _send_one(_client(server.conn_str_with_token(token)), "e-token", "with-token")
-    with _client(server.conn_str) as c, c.get_queue_receiver("e-token", max_wait_time=5) as r:
-        got = receive_n(r, 1)
-        assert [body_text(m) for m in got] == ["with-token"]
-        r.complete_message(got[0])
+    _token_send_arrives(server, token, "with-token")
 
 
 def test_namespace_wide_token_covers_every_entity(server):
     token = make_sas_token(server.audience(""), KEY_NAME, KEY, int(time.time()) + 600)
-    _send_one(_client(server.conn_str_with_token(token)), "e-token", "ns-token")
-    with _client(server.conn_str) as c, c.get_queue_receiver("e-token", max_wait_time=5) as r:
-        got = receive_n(r, 1)
-        assert [body_text(m) for m in got] == ["ns-token"]
-        r.complete_message(got[0])
+    _token_send_arrives(server, token, "ns-token")
 
 
 def test_expired_token_is_refused(server):

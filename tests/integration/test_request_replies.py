@@ -15,17 +15,15 @@ errors (sbemu's conftest checks it after each test).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hardening import fuzz
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from integration_support import ServerProcess, make_config, proton_connect, queue_def
+from integration_support import ServerProcess, proton_connect, queue_def, start_topics_server
 from proton import (
     UNDESCRIBED,
     Array,
@@ -204,12 +202,7 @@ def cbs_requests(draw: st.DrawFn) -> tuple[dict[Any, Any], Any]:
 # ----------------------------------------------------------------------------- the server
 @pytest.fixture(scope="module")
 def rr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    tmp: Path = tmp_path_factory.mktemp("sbemu-replies")
-    config = make_config(QUEUES)
-    config["UserConfig"]["Namespaces"][0]["Topics"] = TOPICS
-    config["UserConfig"]["Logging"] = {"Type": "Console"}
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    srv = ServerProcess(tmp / "config.json", tmp / "data", tmp).start()
+    srv = start_topics_server(tmp_path_factory.mktemp("sbemu-replies"), QUEUES, TOPICS)
     try:
         yield srv
     finally:

@@ -9,12 +9,10 @@ Config.json in Microsoft's emulator schema, with conftest's ``ServerProcess``.
 
 from __future__ import annotations
 
-import json
 import uuid
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,46 +26,21 @@ from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBu
 from integration_support import (
     NAMESPACE,
     PARTITIONS,
-    ServerError,
     ServerProcess,
     body_text,
-    make_config,
+    correlation_rule,
     partition_of,
     proton_connect,
     queue_def,
     receive_n,
+    shutdown,
+    sql_rule,
+    start_topics_server,
+    sub_def,
+    topic_def,
 )
 
 # ------------------------------------------------------------------------------- configuration
-
-
-def sql_rule(name: str, expression: str, action: str | None = None) -> dict[str, Any]:
-    props: dict[str, Any] = {"FilterType": "Sql", "SqlFilter": {"SqlExpression": expression}}
-    if action is not None:
-        props["Action"] = {"SqlExpression": action}
-    return {"Name": name, "Properties": props}
-
-
-def correlation_rule(name: str, **fields: Any) -> dict[str, Any]:
-    return {"Name": name, "Properties": {"FilterType": "Correlation", "CorrelationFilter": fields}}
-
-
-def sub_def(name: str, rules: list[dict[str, Any]] | None = None, **props: Any) -> dict[str, Any]:
-    properties: dict[str, Any] = {"LockDuration": "PT5S", "MaxDeliveryCount": 3}
-    properties.update(props)
-    sub: dict[str, Any] = {"Name": name, "Properties": properties}
-    if rules is not None:
-        sub["Rules"] = rules
-    return sub
-
-
-def topic_def(
-    name: str, subs: list[dict[str, Any]], *, partitioned: bool = False
-) -> dict[str, Any]:
-    props: dict[str, Any] = {"DefaultMessageTimeToLive": "PT1H"}
-    if partitioned:
-        props["EnablePartitioning"] = True
-    return {"Name": name, "Properties": props, "Subscriptions": subs}
 
 
 FANOUT_SUBS = ["all", "red", "like", "in", "isnull", "label", "corr"]
@@ -125,36 +98,13 @@ TOPICS: list[dict[str, Any]] = [
 QUEUES = [queue_def("tq-unused")]
 
 
-def write_config(tmp: Path, topics: list[dict[str, Any]]) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    config = make_config(QUEUES)
-    config["UserConfig"]["Namespaces"][0]["Topics"] = topics
-    config["UserConfig"]["Logging"] = {"Type": "Console"}
-    path = tmp / "config.json"
-    path.write_text(json.dumps(config, indent=2))
-    return path
-
-
-def start_topic_server(tmp: Path, topics: list[dict[str, Any]]) -> ServerProcess:
-    cfg = write_config(tmp, topics)
-    return ServerProcess(cfg, tmp / "data", tmp).start()
-
-
-def _shutdown(srv: ServerProcess) -> None:
-    if srv.running:
-        try:
-            srv.stop()
-        except ServerError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def topic_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_topic_server(tmp_path_factory.mktemp("sbemu-topics"), TOPICS)
+    srv = start_topics_server(tmp_path_factory.mktemp("sbemu-topics"), QUEUES, TOPICS)
     try:
         yield srv
     finally:
-        _shutdown(srv)
+        shutdown(srv)
 
 
 @pytest.fixture()
@@ -602,7 +552,7 @@ def test_rule_management_over_amqp(topic_server, client):
 
 def test_runtime_rules_persist_across_restart(tmp_path):
     topics = [topic_def("t-persist", [sub_def("s")])]
-    srv = start_topic_server(tmp_path / "sbemu", topics)
+    srv = start_topics_server(tmp_path / "sbemu", QUEUES, topics)
     try:
         mgmt = Mgmt(srv, "t-persist", "s")
         try:
@@ -627,4 +577,4 @@ def test_runtime_rules_persist_across_restart(tmp_path):
         rules_file = srv.data_dir / NAMESPACE / "t-persist" / "rules.json"
         assert rules_file.exists(), sorted(p.name for p in srv.data_dir.rglob("*"))[:20]
     finally:
-        _shutdown(srv)
+        shutdown(srv)

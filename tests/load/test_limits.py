@@ -9,7 +9,15 @@ import time
 
 import pytest
 from hardening import amqpraw as raw
-from hardening.common import SdkProbe, Server, fd_count, make_config, queue_def, rss_parts_kb
+from hardening.common import (
+    SdkProbe,
+    Server,
+    fd_count,
+    make_config,
+    plain_connection,
+    queue_def,
+    rss_parts_kb,
+)
 from hardening.fuzz import check_output, run_case
 
 MAX_CONNECTIONS = 400
@@ -193,7 +201,6 @@ def test_odd_entity_names_are_not_found(server, name):
 
 def test_large_prefetch_never_settling_is_bounded_and_others_are_served(server):
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
-    from proton.utils import BlockingConnection
 
     with (
         ServiceBusClient.from_connection_string(server.conn_str) as client,
@@ -202,14 +209,7 @@ def test_large_prefetch_never_settling_is_bounded_and_others_are_served(server):
         for _ in range(20):
             sender.send_messages([ServiceBusMessage(b"g" * 1024) for _ in range(100)])
     heap_before = rss_parts_kb(server.pid)["RssAnon"]
-    conn = BlockingConnection(
-        f"amqp://127.0.0.1:{server.port}",
-        timeout=20,
-        sasl_enabled=True,
-        allowed_mechs="PLAIN",
-        user="RootManageSharedAccessKey",
-        password="SAS_KEY_VALUE",
-    )
+    conn = plain_connection(f"amqp://127.0.0.1:{server.port}", timeout=20)
     try:
         greedy = conn.create_receiver("greedyq", credit=10_000)  # never settles anything
         got = 0

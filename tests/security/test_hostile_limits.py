@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from hardening.amqpraw import EncodedMessage
-from hardening.common import Server, make_config, queue_def
+from hardening.common import Server, make_config, queue_def, rss_anon_mb
 from proton import Delivery, Endpoint, Link, Message, Terminus
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached, SendException
@@ -33,14 +33,6 @@ NAMESPACE_QUEUE = "hostile"
 HUGE = "hostile-huge"
 MB = 1024 * 1024
 FIGURES: list[str] = []
-
-
-def rss_anon_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no RssAnon")
 
 
 @pytest.fixture(scope="module")

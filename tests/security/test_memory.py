@@ -15,20 +15,12 @@ import time
 
 import pytest
 from hardening import amqpraw as raw
-from hardening.common import Server, make_config, queue_def
+from hardening.common import Server, make_config, queue_def, rss_anon_mb
 
 from sbemu.runtime.heap import INTERVAL, SETTLE, HeapTrimmer, libc_malloc_trim
 
 CONNECTIONS = 400
 PARTIAL = 30_000  # bytes of a 60,000-byte frame each connection sends, then waits
-
-
-def rss_anon_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no RssAnon")
 
 
 @pytest.fixture(scope="module")

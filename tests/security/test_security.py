@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from hardening.common import KEY, KEY_NAME, Server, make_config, queue_def
+from hardening.common import KEY, KEY_NAME, Server, make_config, plain_connection, queue_def
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
@@ -66,6 +66,19 @@ def token(server, entity: str, *, key_name=KEY_NAME, key=KEY, ttl=3600, host="lo
     )
 
 
+def _put_secq_token(conn: BlockingConnection, server, key_name: str, key: str) -> None:
+    """Put a token of policy ``key_name`` for secq on ``conn``; the server takes it (202)."""
+    sas = token(server, "secq", key_name=key_name, key=key)
+    assert put_token(conn, "sb://localhost/secq", sas) == 202
+
+
+def _assert_unauthorized(attach, node: str) -> None:
+    """Attaching to ``node`` is refused with amqp:unauthorized-access."""
+    with pytest.raises(LinkDetached) as info:
+        attach(node)
+    assert "unauthorized-access" in str(info.value)
+
+
 @pytest.mark.parametrize(
     "make,entity",
     [
@@ -82,9 +95,7 @@ def test_bad_tokens_refused_and_attach_unauthorized(server, make, entity):
     conn = _anon(server)
     try:
         assert put_token(conn, f"sb://localhost/{entity}", make(server)) == 401
-        with pytest.raises(LinkDetached) as info:
-            conn.create_sender(entity)
-        assert "unauthorized-access" in str(info.value)
+        _assert_unauthorized(conn.create_sender, entity)
     finally:
         conn.close()
 
@@ -102,19 +113,10 @@ def test_token_for_another_namespace_signed_with_another_key_refused(server):
 def test_send_policy_cannot_listen_or_manage(server, node):
     conn = _anon(server)
     try:
-        assert (
-            put_token(
-                conn,
-                "sb://localhost/secq",
-                token(server, "secq", key_name="sendonly", key="SEND_KEY"),
-            )
-            == 202
-        )
+        _put_secq_token(conn, server, "sendonly", "SEND_KEY")
         conn.create_sender("secq").send(Message(body="send is allowed"))
         if node == "secq":
-            with pytest.raises(LinkDetached) as info:
-                conn.create_receiver(node)
-            assert "unauthorized-access" in str(info.value)
+            _assert_unauthorized(conn.create_receiver, node)
     finally:
         conn.close()
 
@@ -122,14 +124,7 @@ def test_send_policy_cannot_listen_or_manage(server, node):
 def test_listen_policy_cannot_send(server):
     conn = _anon(server)
     try:
-        assert (
-            put_token(
-                conn,
-                "sb://localhost/secq",
-                token(server, "secq", key_name="listenonly", key="LISTEN_KEY"),
-            )
-            == 202
-        )
+        _put_secq_token(conn, server, "listenonly", "LISTEN_KEY")
         with pytest.raises(LinkDetached):
             conn.create_sender("secq")
         conn.create_receiver("secq").close()
@@ -184,17 +179,9 @@ def test_rejected_token_and_plain_key_are_logged_with_key_name_reason_and_peer(s
     line = next(ln for ln in log.splitlines() if "$cbs put-token: invalid SAS signature" in ln)
     assert "WARNING" in line and f"'{KEY_NAME}'" in line and "from 127.0.0.1:" in line
     from proton import ConnectionException
-    from proton.utils import BlockingConnection
 
     with pytest.raises(ConnectionException):
-        BlockingConnection(
-            f"amqp://127.0.0.1:{server.port}",
-            timeout=10,
-            sasl_enabled=True,
-            allowed_mechs="PLAIN",
-            user="listenonly",
-            password="NOT_IT",
-        )
+        plain_connection(f"amqp://127.0.0.1:{server.port}", user="listenonly", password="NOT_IT")
     line = next(
         ln
         for ln in _wait_for(server, "SASL PLAIN: wrong key").splitlines()
@@ -229,7 +216,6 @@ def test_a_message_nesting_too_deep_is_refused_at_send_and_the_queue_stays_reada
     import urllib.request
 
     from proton import Delivery
-    from proton.utils import BlockingConnection
 
     def nested(depth: int) -> dict:
         value: dict = {"leaf": 1}
@@ -237,14 +223,7 @@ def test_a_message_nesting_too_deep_is_refused_at_send_and_the_queue_stays_reada
             value = {"k": value}
         return value
 
-    conn = BlockingConnection(
-        f"amqp://127.0.0.1:{server.port}",
-        timeout=10,
-        sasl_enabled=True,
-        allowed_mechs="PLAIN",
-        user=KEY_NAME,
-        password=KEY,
-    )
+    conn = plain_connection(f"amqp://127.0.0.1:{server.port}")
     try:
         sender = conn.create_sender("otherq")
         deep = Message(body=b"deep", properties={"p": nested(40)})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -139,27 +141,29 @@ q.close()
 """
 
 
-def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
-    """One cached read-only handle per path sees every new commit of a live writer, and is
-    re-opened when the writer grows the map beyond it (MapResizedError)."""
-    import subprocess
-    import sys
-
-    reopened = []
-    real_close = logreader._close
-    monkeypatch.setattr(logreader, "_close", lambda p: (reopened.append(p), real_close(p))[1])
-
-    data = str(tmp_path / "data")
+def start_writer(data: str) -> subprocess.Popen[str]:
+    """WRITER in a process of its own on the data folder ``data``."""
     here = os.path.dirname(__file__)  # spark_traffic, and beside it tests/ for its builders
     paths = [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    writer = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", WRITER, data],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+def test_reading_a_log_while_another_process_writes(tmp_path, monkeypatch):
+    """One cached read-only handle per path sees every new commit of a live writer, and is
+    re-opened when the writer grows the map beyond it (MapResizedError)."""
+    reopened = []
+    real_close = logreader._close
+    monkeypatch.setattr(logreader, "_close", lambda p: (reopened.append(p), real_close(p))[1])
+
+    data = str(tmp_path / "data")
+    writer = start_writer(data)
     try:
         assert writer.stdout.readline().strip() == "ready"
         path = logreader.discover_partitions(data)[0].path
@@ -220,21 +224,10 @@ def test_segment_path_gives_the_same_tables(spark, tmp_path):
 
 def test_export_follow_flushes_tails_and_never_overlaps(tmp_path):
     """--follow: partial tails are written after flush_interval; ranges stay contiguous."""
-    import subprocess
-    import sys
     import threading
 
     data, seg = str(tmp_path / "data"), str(tmp_path / "segments")
-    here = os.path.dirname(__file__)  # spark_traffic, and beside it tests/ for its builders
-    paths = [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, data],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    writer = start_writer(data)
     stop = threading.Event()
     part = os.path.join(seg, "sbemulatorns", "q", "partition-00")
 

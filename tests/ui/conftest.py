@@ -9,7 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from uihelpers import ARTIFACTS, CHROMEDRIVER, CHROMIUM, browser_missing, it, screenshot, ui_config
+from uihelpers import (
+    ARTIFACTS,
+    CHROMEDRIVER,
+    browser_missing,
+    chromium_options,
+    it,
+    screenshot,
+    ui_config,
+)
 
 # the per-test watchdog and the stderr-on-failure report of the integration suite apply here too
 pytest_runtest_call = it.pytest_runtest_call
@@ -50,11 +58,7 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         yield srv
     finally:
-        if srv.running:
-            try:
-                srv.stop()
-            except it.ServerError:
-                pass
+        it.shutdown(srv)
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +72,7 @@ def browser() -> Iterator[Any]:
     from selenium.webdriver.chrome.service import Service
 
     profile = tempfile.mkdtemp(prefix="sbemu-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM  # type: ignore[assignment]
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
+    options = chromium_options(profile, "--window-size=1400,1000")
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from uihelpers import CHROMEDRIVER, CHROMIUM, browser_missing, it
+from uihelpers import CHROMEDRIVER, browser_missing, chromium_options, it
 
 HERE = Path(__file__).resolve().parent
 JS_MODULES = HERE.parent / "js" / "node_modules"
@@ -119,21 +119,7 @@ def _chromium(home: str) -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM  # type: ignore[assignment]
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={home}/profile",
-    ):
-        options.add_argument(flag)
+    options = chromium_options(f"{home}/profile")
     service = Service(CHROMEDRIVER, env={**os.environ, "HOME": home})
     driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)

@@ -49,11 +49,7 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         yield srv
     finally:
-        if srv.running:
-            try:
-                srv.stop()
-            except it.ServerError:
-                pass
+        it.shutdown(srv)
 
 
 def shown_entities(driver: Any) -> list[str]:

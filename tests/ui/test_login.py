@@ -36,11 +36,7 @@ def remote_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         yield srv
     finally:
-        if srv.running:
-            try:
-                srv.stop()
-            except it.ServerError:
-                pass
+        it.shutdown(srv)
 
 
 def _http(

@@ -95,6 +95,30 @@ def ui_config() -> dict[str, Any]:
     return cfg
 
 
+def chromium_options(profile: str, *flags: str) -> Any:
+    """Selenium options for headless Debian Chromium on the ``profile`` folder, with no network
+    features (no QUIC, no component updates, no sync), plus ``flags``."""
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM  # type: ignore[assignment]
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        *flags,
+    ):
+        options.add_argument(flag)
+    return options
+
+
 def screenshot(driver: Any, name: str) -> Path:
     """Save a PNG of the current page as a test artefact."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -4,9 +4,6 @@ explorer's search (admin/msgsearch.py) over a real Router's messages, and the cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from sbemu.admin import explorer
@@ -14,27 +11,12 @@ from sbemu.admin.http import Request
 from sbemu.admin.msgsearch import MessageSearch
 from sbemu.admin.notfound import client_format, not_found
 from sbemu.admin.rates import PartitionRates
-from sbemu.config import NamespaceConfig, QueueConfig
 from sbemu.errors import ArgumentError
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
-from sbemu.partitions.specs import queue_spec
-from sbemu.protocol.views import encode_property, encode_symbol
 from sbemu.protocol.wirecodec import WIRE_CODEC
 
 NOW = 1_800_000_000_000
-
-
-@pytest.fixture()
-def router(tmp_path: Path) -> Iterator[Router]:
-    """A real Router over real LMDB stores: one queue of 4 partitions."""
-    r = Router(tmp_path, lambda: None, encode_property, encode_symbol)
-    ns = NamespaceConfig(name="ns")
-    r.add_entity(
-        queue_spec(ns, QueueConfig(name="orders", enable_partitioning=True, partition_count=4))
-    )
-    yield r
-    r.close()
 
 
 def send(router: Router, form: dict) -> None:

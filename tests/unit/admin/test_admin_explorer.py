@@ -4,18 +4,14 @@ peeks by state without locking, test sends through the normal path, resubmit and
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from sbemu.admin import explorer
-from sbemu.config import NamespaceConfig, QueueConfig
 from sbemu.errors import ArgumentError
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
-from sbemu.partitions.specs import queue_spec
 from sbemu.partitions.stats import totals
-from sbemu.protocol.views import encode_property, encode_symbol
 from sbemu.protocol.wirecodec import WIRE_CODEC
 
 NOW = 1_800_000_000_000
@@ -35,17 +31,6 @@ async def settle(router: Router, awaitable: object) -> object:
         pump(router)
         await asyncio.sleep(0)
     return task.result()
-
-
-@pytest.fixture()
-def router(tmp_path: Path):
-    r = Router(tmp_path, lambda: None, encode_property, encode_symbol)
-    ns = NamespaceConfig(name="ns")
-    r.add_entity(
-        queue_spec(ns, QueueConfig(name="orders", enable_partitioning=True, partition_count=4))
-    )
-    yield r
-    r.close()
 
 
 def send(router: Router, form: dict) -> list[int]:

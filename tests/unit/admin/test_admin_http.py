@@ -289,13 +289,23 @@ async def test_stream_is_chunked(port: int) -> None:
     assert b"data: 0" in body and b"data: 2" in body and body.endswith(b"0\r\n\r\n")
 
 
-async def test_tls_and_plain_on_the_same_port(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def tls_admin(tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
+    """An admin server with TLS (certificates under ``tmp_path``) on an ephemeral port, and a
+    client context that trusts its CA."""
     server = await start_admin(
         "127.0.0.1", 0, make_routes(), ssl_context=server_ssl_context(tmp_path)
     )
     try:
         port = server.sockets[0].getsockname()[1]
-        client = ssl.create_default_context(cafile=str(ca_path(tmp_path)))
+        yield port, ssl.create_default_context(cafile=str(ca_path(tmp_path)))
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_tls_and_plain_on_the_same_port(tmp_path: Path) -> None:
+    async with tls_admin(tmp_path) as (port, client):
         for host in ("localhost", "127.0.0.1"):
             reader, writer = await asyncio.open_connection(
                 "127.0.0.1", port, ssl=client, server_hostname=host
@@ -311,9 +321,6 @@ async def test_tls_and_plain_on_the_same_port(tmp_path: Path) -> None:
             await asyncio.open_connection(
                 "127.0.0.1", port, ssl=untrusting, server_hostname="localhost"
             )
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
@@ -331,12 +338,7 @@ def test_certificates_are_created_once_and_reused(tmp_path: Path) -> None:
 async def test_the_certificate_names_azure_host_names(tmp_path: Path) -> None:
     """Code that builds <namespace>.servicebus.windows.net itself, with a hosts-file line
     mapping it to loopback, verifies the certificate under that name; other names fail."""
-    server = await start_admin(
-        "127.0.0.1", 0, make_routes(), ssl_context=server_ssl_context(tmp_path)
-    )
-    try:
-        port = server.sockets[0].getsockname()[1]
-        client = ssl.create_default_context(cafile=str(ca_path(tmp_path)))
+    async with tls_admin(tmp_path) as (port, client):
         for host in ("sbemulatorns.servicebus.windows.net", "other.servicebus.chinacloudapi.cn"):
             _, writer = await asyncio.open_connection(
                 "127.0.0.1", port, ssl=client, server_hostname=host
@@ -345,9 +347,6 @@ async def test_the_certificate_names_azure_host_names(tmp_path: Path) -> None:
         for host in ("servicebus.windows.net", "a.b.servicebus.windows.net", "evil.example"):
             with pytest.raises(ssl.SSLCertVerificationError):
                 await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname=host)
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 def test_a_certificate_without_the_azure_names_is_reissued(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from amqp_harness import EnginePair, make_services  # noqa: E402
+from amqp_harness import EnginePair, make_services, session_config  # noqa: E402
 
 
 @pytest.fixture
@@ -29,3 +29,11 @@ def pair(services):
 def anon(services):
     """An open connection with SASL ANONYMOUS: authorisation only through $cbs."""
     return EnginePair(services, sasl="ANONYMOUS").open()
+
+
+@pytest.fixture
+def spair(tmp_path):
+    """An open SASL PLAIN connection to services with session-enabled queues (session_config)."""
+    svc = make_services(tmp_path / "sdata", session_config())
+    yield EnginePair(svc, sasl="PLAIN").open()
+    svc.router.close()

@@ -10,19 +10,12 @@ users report, e.g. azure-sdk-for-python#28495). Engine pair, in memory, on a mov
 from __future__ import annotations
 
 import pytest
-from amqp_harness import EnginePair, make_services, session_config
+from amqp_harness import EnginePair
 from proton import Link, Message, symbol, uint
 
 from sbemu.protocol.attach import timespan
 
 SOURCE = "amqps://localhost:5671/queue.session"
-
-
-@pytest.fixture
-def spair(tmp_path):
-    svc = make_services(tmp_path / "sdata", session_config())
-    yield EnginePair(svc, sasl="PLAIN").open()
-    svc.router.close()
 
 
 def _attach_next(pair: EnginePair, name: str, timeout_ms: int | None) -> Link:

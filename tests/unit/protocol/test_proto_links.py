@@ -702,15 +702,6 @@ def _ts(seconds: float):
 # ------------------------------------------------------------------------------ sessions
 
 
-@pytest.fixture
-def spair(tmp_path):
-    from amqp_harness import make_services, session_config
-
-    svc = make_services(tmp_path / "sdata", session_config())
-    yield EnginePair(svc, sasl="PLAIN").open()
-    svc.router.close()
-
-
 def _session_receiver(
     pair: EnginePair, session_id, name: str, source: str = "amqps://localhost:5671/queue.session"
 ):

@@ -32,8 +32,8 @@ from amqp_harness import (
     sasl_init_frame,
 )
 from hardening.amqpraw import EncodedMessage
+from hardening.common import plain_connection
 from proton import Delivery, Message
-from proton.utils import BlockingConnection
 
 from sbemu.protocol.connection import AmqpConnection
 from sbemu.testing import SbemuProcess
@@ -379,14 +379,7 @@ class RawSocket:
 def socket_roundtrip_works(server: ServerProc) -> None:
     """A fresh python-qpid-proton BlockingConnection sends and receives on queue.1."""
     assert server.alive(), server.stderr()
-    conn = BlockingConnection(
-        server.url,
-        timeout=10,
-        sasl_enabled=True,
-        allowed_mechs="PLAIN",
-        user=KEY_NAME,
-        password=KEY,
-    )
+    conn = plain_connection(server.url)
     try:
         body = f"alive-{uuid.uuid4()}"
         conn.create_sender("queue.1").send(Message(body=body))
@@ -485,14 +478,7 @@ def test_socket_transfer_on_unattached_handle(server):
 
 @pytest.mark.parametrize("name", ["not-a-section", "data-runs-past-end"])
 def test_socket_undecodable_body_rejected(server, name):
-    conn = BlockingConnection(
-        server.url,
-        timeout=10,
-        sasl_enabled=True,
-        allowed_mechs="PLAIN",
-        user=KEY_NAME,
-        password=KEY,
-    )
+    conn = plain_connection(server.url)
     try:
         snd = conn.create_sender("queue.1")
         dlv = snd.send(EncodedMessage(BAD_BODIES[name]), error_states=[])

@@ -15,15 +15,6 @@ from proton import Described, Message, int32, symbol, ulong
 SOURCE = "amqps://localhost:5671/queue.session"
 
 
-@pytest.fixture
-def spair(tmp_path):
-    from amqp_harness import make_services, session_config
-
-    svc = make_services(tmp_path / "sdata", session_config())
-    yield EnginePair(svc, sasl="PLAIN").open()
-    svc.router.close()
-
-
 def _attach(pair: EnginePair, value: object, name: str):
     rcv = pair.session.receiver(name)
     rcv.source.address = SOURCE

@@ -1,5 +1,6 @@
-"""Scan AMQP messages section by section, without a full decode (the rebuilding is
-``rebuild.py``, the shared codes and errors ``sectioncodes.py``; both re-exported here).
+"""Scan AMQP messages section by section, without a full decode (what is read in the less
+common section forms is ``sectionfields.py``, the rebuilding ``rebuild.py``, the shared codes
+and errors ``sectioncodes.py``; all re-exported here).
 
 [AMQP 1.0 3.2] A message is a sequence of sections, each a described value:
 header 0x70, delivery-annotations 0x71, message-annotations 0x72, properties
@@ -17,19 +18,10 @@ emits ``0x00 0x53 <code>`` because pyamqp reads the section code at byte 2
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
-from sbemu.protocol.codec import (
-    _WIDTH,
-    DecodeError,
-    _decode,
-    _skip,
-    enc_map_body,
-    enc_string,
-)
-from sbemu.protocol.decimals import DecimalRangeError, rewrite_decimals
-from sbemu.protocol.nesting import MAX_VALUE_DEPTH, OPENERS, too_deep
+from sbemu.protocol.codec import _WIDTH, DecodeError, _skip
+from sbemu.protocol.nesting import MAX_VALUE_DEPTH, too_deep
 from sbemu.protocol.rebuild import REMOVE as REMOVE
 from sbemu.protocol.rebuild import SYSTEM_OVERRIDE_PREFIX as SYSTEM_OVERRIDE_PREFIX
 from sbemu.protocol.rebuild import (
@@ -43,7 +35,6 @@ from sbemu.protocol.rebuild import (
 )
 from sbemu.protocol.sectioncodes import (
     _ALLOWED,
-    _DELIVERY_ANNOTATIONS_PREFIX,
     _FAILURES,
     AMQP_SEQUENCE,
     AMQP_VALUE,
@@ -63,10 +54,21 @@ from sbemu.protocol.sectioncodes import (
     SectionError,
     SectionTooDeep,
     TooManySections,
-    _map_entries,
     _section_code,
     _unpack_I,
     starts_section,
+)
+from sbemu.protocol.sectionfields import SERVICE_ANNOTATIONS as SERVICE_ANNOTATIONS
+from sbemu.protocol.sectionfields import PropertyValueError as PropertyValueError
+from sbemu.protocol.sectionfields import (
+    _header_fields,
+    _property_fields,
+    check_property_sizes,
+    header_too_large,
+    kept_delivery_annotations,
+    message_annotations,
+    service_decimals,
+    too_deep_error,
 )
 
 __all__ = [
@@ -92,31 +94,6 @@ __all__ = [
     "starts_section",
 ]
 
-# Keys the service owns (contract §3.5, §3.7): "Client-supplied service
-# annotations ... must be ignored/overwritten on enqueue".
-SERVICE_ANNOTATIONS: frozenset[str] = frozenset(
-    {
-        "x-opt-sequence-number",
-        "x-opt-enqueued-time",
-        "x-opt-locked-until",
-        "x-opt-partition-id",
-        "x-opt-message-state",
-        "x-opt-deadletter-source",
-        "x-opt-enqueue-sequence-number",
-        "x-opt-lock-token",
-    }
-)
-_SERVICE_B = frozenset(k.encode("ascii") for k in SERVICE_ANNOTATIONS)
-
-# Annotations the scan extracts; value = slot number used in scan_message.
-_PARTITION_KEY = 1
-_VIA_PARTITION_KEY = 2
-_SCHEDULED = 3
-_WANTED = {
-    b"x-opt-partition-key": _PARTITION_KEY,
-    b"x-opt-via-partition-key": _VIA_PARTITION_KEY,
-    b"x-opt-scheduled-enqueue-time": _SCHEDULED,
-}
 # Sections that may appear at most once [AMQP 1.0 3.2]; data and amqp-sequence repeat.
 _SINGLE = frozenset(
     {HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, FOOTER}
@@ -148,132 +125,6 @@ del _code, _allowed, _ctor, _w
 _ONE = b"\x00\x00\x00\x01"  # a list32's count of one field
 # A byte of a decimal's constructor (decimal64 0x84, decimal128 0x94) in a range: one search
 _DECIMAL_BYTES = re.compile(b"[\x84\x94]").search
-
-_SECTION_NAMES = {
-    HEADER: "header",
-    MESSAGE_ANNOTATIONS: "message-annotations",
-    PROPERTIES: "properties",
-    APPLICATION_PROPERTIES: "application-properties",
-    AMQP_SEQUENCE: "amqp-sequence",
-    AMQP_VALUE: "amqp-value",
-    FOOTER: "footer",
-}
-
-
-# properties fields the scan needs: message-id, to, subject, reply-to,
-# correlation-id, content-type, group-id, reply-to-group-id (bit i = field i)
-_PROPERTY_MASK = sum(1 << i for i in (0, 2, 3, 4, 5, 6, 10, 12))
-
-
-def _property_fields(buf: bytes, vpos: int, end: int) -> list[str | None]:
-    """Render the properties fields in _PROPERTY_MASK as text; 13 slots, others None.
-
-    Unwanted fields are skipped, not decoded, and the common str8 case is
-    decoded inline: this is the costliest part of a scan.
-    """
-    out: list[str | None] = [None] * 13
-    c = buf[vpos]
-    if c == 0xC0:
-        count, p = buf[vpos + 2], vpos + 3
-    elif c == 0xD0:
-        count, p = _unpack_I(buf, vpos + 5)[0], vpos + 9
-    else:  # list0 or null: every field absent
-        return out
-    n = len(buf)
-    mask = _PROPERTY_MASK
-    for i in range(count):
-        c = buf[p]
-        if c == 0x40:  # null: by far the most common field value
-            p += 1
-        elif not (mask >> i) & 1:  # also skips fields beyond the 13 we know
-            if c in OPENERS:  # the list's depth check, field by field (see _scan)
-                _field_depth(buf, p)
-            p = _skip(buf, p)
-        elif c == 0xA1:
-            q = p + 2 + buf[p + 1]
-            if q > n:
-                raise SectionError("truncated string field")
-            out[i] = buf[p + 2 : q].decode("utf-8")
-            p = q
-        else:
-            if c in OPENERS:
-                _field_depth(buf, p)
-            v, p = _decode(buf, p)
-            out[i] = _render(v)
-    if p != end:
-        raise SectionError("properties fields do not match the list size")
-    return out
-
-
-def _field_depth(buf: bytes, p: int) -> None:
-    """Refuse a properties field nesting deeper than its level (2) leaves room for."""
-    if too_deep(buf, p, _skip(buf, p), MAX_VALUE_DEPTH - 1):
-        raise _too_deep(PROPERTIES)
-
-
-def _too_deep(code: int) -> SectionTooDeep:
-    return SectionTooDeep(
-        f"section {_SECTION_NAMES.get(code, hex(code))} nests more than "
-        f"{MAX_VALUE_DEPTH} levels of lists, maps, arrays or described values"
-    )
-
-
-def _header_fields(
-    buf: bytes, vpos: int, end: int
-) -> tuple[bool | None, int | None, int | None, bool | None]:
-    """Return (durable, priority, ttl, first-acquirer) from the header list at vpos; durable
-    and first-acquirer as sent (None: not sent), as Azure hands them back [issue 36 C]."""
-    c = buf[vpos]
-    if c == 0xC0:
-        count, p = buf[vpos + 2], vpos + 3
-    elif c == 0xD0:
-        count, p = _unpack_I(buf, vpos + 5)[0], vpos + 9
-    else:  # list0 or null: all defaults
-        return None, None, None, None
-    fields: list[Any] = [None, None, None, None]
-    for i in range(count):
-        if i < 4:
-            fields[i], p = _decode(buf, p)
-        else:
-            p = _skip(buf, p)
-    if p != end:
-        raise SectionError("header fields do not match the list size")
-    durable, priority, ttl, first_acquirer = fields
-    if not (priority is None or type(priority) is int) or not (ttl is None or type(ttl) is int):
-        raise SectionError("header priority/ttl must be integers")
-    return (
-        durable if type(durable) is bool else None,
-        priority,
-        ttl,
-        first_acquirer if type(first_acquirer) is bool else None,
-    )
-
-
-def _render(v: Any) -> str | None:
-    """Render a message-id-like value as text (uuid -> str, int -> str, binary -> hex)."""
-    if v is None or type(v) is str:
-        return v
-    if isinstance(v, str):  # Symbol
-        return str(v)
-    if isinstance(v, uuid.UUID):
-        return str(v)
-    if isinstance(v, bytes):
-        return v.hex()
-    if isinstance(v, int):
-        return str(int(v))
-    return str(v)
-
-
-def _partition_key_text(v: Any) -> str | None:
-    """A partition key as text. A received message sent again carries it as AMQP binary
-    (pyamqp decodes the string the service sent into bytes and encodes bytes back as binary):
-    its UTF-8 text is the key the sender set, and what is compared with the SessionId [P6]."""
-    if type(v) is bytes:
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SectionError("x-opt-partition-key must be a string (or UTF-8 binary)") from None
-    return _render(v)
 
 
 def scan_message(buf: bytes, quotas: bool = True) -> ScannedMessage:
@@ -362,15 +213,15 @@ def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, .
             if big:  # Azure's quotas, checked before the section is read (sectioncodes)
                 head += end - pos
                 if head > MAX_HEADER_BYTES:
-                    raise _header_too_large(head)
+                    raise header_too_large(head)
                 if code == APPLICATION_PROPERTIES and end - vpos > MAX_PROPERTY_BYTES:
-                    _check_property_sizes(buf, vpos, end)
+                    check_property_sizes(buf, vpos, end)
         # stored sections that may hold structure (the header is re-built from its fields,
         # delivery-annotations are dropped, data sections are opaque, properties are checked
         # field by field); a value of at most MAX_VALUE_DEPTH bytes cannot nest that deep
         # (too_deep's first bound, inline)
         if structured and end - vpos > MAX_VALUE_DEPTH and too_deep(buf, vpos, end):
-            raise _too_deep(code)
+            raise too_deep_error(code)
         if code >= PROPERTIES:
             # A section stored as sent (properties, application-properties, the body, the
             # footer): joined to the run of tail sections before it when it follows it with a
@@ -398,7 +249,7 @@ def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, .
                 # Decimals are written as the service writes them (protocol/decimals.py): only
                 # a section with a 0x84 or 0x94 byte in it is walked, and only one holding a
                 # decimal is re-encoded.
-                rewritten = _service_decimals(buf, vpos, end)
+                rewritten = service_decimals(buf, vpos, end)
             if vpos == pos + 3 and pos == run_end and rewritten is None:
                 run_end = end  # contiguous with the previous tail section
                 at = flushed + pos - run_start  # where this section starts in the tail
@@ -466,68 +317,13 @@ def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, .
             else:
                 durable, priority, ttl, first_acquirer = _header_fields(buf, vpos, end)
         elif code == MESSAGE_ANNOTATIONS:
-            c = buf[vpos]
-            if c == 0xC1:
-                count, p = buf[vpos + 2], vpos + 3
-            elif c == 0xD1:
-                count, p = _unpack_I(buf, vpos + 5)[0], vpos + 9
-            else:  # null
-                count, p = 0, end
-            if count & 1:
-                raise SectionError("message-annotations map has an odd element count")
-            keep_from = p
-            for _ in range(count >> 1):
-                kpos = p
-                if buf[p] == 0xA3:  # sym8 key: compare raw bytes, no decode
-                    kend = p + 2 + buf[p + 1]
-                    key: Any = buf[p + 2 : kend]
-                else:  # sym32, a (non-conforming) string, or a ulong key
-                    kv, kend = _decode(buf, p)
-                    key = kv.encode("utf-8") if isinstance(kv, str) else None
-                p = _skip(buf, kend)
-                if key in _SERVICE_B:
-                    if keep_from < kpos:
-                        ann_parts.append(buf[keep_from:kpos])
-                    keep_from = p
-                    continue
-                ann_count += 1
-                slot = _WANTED.get(key) if key is not None else None
-                if slot is not None:
-                    value = _decode(buf, kend)[0]
-                    if slot == _SCHEDULED:
-                        if value is not None and (
-                            not isinstance(value, int) or value is True or value is False
-                        ):
-                            raise SectionError(
-                                "x-opt-scheduled-enqueue-time must be a timestamp or long"
-                            )
-                        scheduled = None if value is None else int(value)
-                    else:
-                        text = _partition_key_text(value)
-                        if slot == _PARTITION_KEY:
-                            partition_key = text
-                        else:
-                            via_partition_key = text
-                        if text is not None and type(value) is not str:
-                            # stored (and echoed) as the string the service keys on: .NET
-                            # reads it with a (string) cast [contract 3.7]
-                            if keep_from < kpos:
-                                ann_parts.append(buf[keep_from:kpos])
-                            ann_parts.append(buf[kpos:kend] + enc_string(text))
-                            keep_from = p
-            if p != end:
-                raise SectionError("message-annotations entries do not match the map size")
-            if keep_from < p:
-                ann_parts.append(buf[keep_from:p])
-        else:  # delivery-annotations
-            # Kept, as the service keeps them (they reach the receiver beside its
-            # x-opt-lock-token): stored at the front of the tail whatever their place in the
-            # message (pyamqp sends them after the body), and put back before the message
-            # annotations on the way out (build_message).
-            value = buf[vpos:end]
-            if buf.find(b"x-opt-lock-token", vpos, end) >= 0:  # a received message sent again
-                value = _without_lock_token(buf, vpos, end) or value
-            delivery_annotations = _DELIVERY_ANNOTATIONS_PREFIX + value
+            ann_count, partition_key, via_partition_key, scheduled = message_annotations(
+                buf, vpos, end, ann_parts
+            )
+        else:  # delivery-annotations: at the front of the tail whatever their place in the
+            # message (pyamqp sends them after the body), put back before the message
+            # annotations on the way out (build_message)
+            delivery_annotations = kept_delivery_annotations(buf, vpos, end)
             grown += len(delivery_annotations) - (end - pos)
         pos = end
     if delivery_annotations:  # at the front of the tail: the spans move behind them
@@ -575,62 +371,3 @@ def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, .
         first_acquirer,
         props_at,
     )
-
-
-def _header_too_large(size: int) -> HeaderTooLarge:
-    return HeaderTooLarge(
-        f"the message's properties and headers take more than {MAX_HEADER_BYTES} bytes "
-        f"(at least {size}): the size quota for the message header ({MAX_HEADER_BYTES}) has "
-        "been exceeded"
-    )
-
-
-def _check_property_sizes(buf: bytes, vpos: int, end: int) -> None:
-    """Refuse an application property whose encoded key and value pass MAX_PROPERTY_BYTES
-    (only called for a section larger than that: at most MAX_HEADER_BYTES to walk)."""
-    entries, count = _map_entries(buf, vpos, end)
-    p = 0
-    for _ in range(count):
-        q = _skip(entries, _skip(entries, p))
-        if q - p > MAX_PROPERTY_BYTES:
-            raise HeaderTooLarge(
-                f"an application property takes {q - p} bytes: the size quota for one "
-                f"property ({MAX_PROPERTY_BYTES}) has been exceeded"
-            )
-        p = q
-
-
-class PropertyValueError(SectionError):
-    """An application property value the service cannot hold (e.g. a decimal beyond .NET's)."""
-
-
-def _service_decimals(buf: bytes, vpos: int, end: int) -> bytes | None:
-    """The application-properties value at vpos with its decimals in the service's encoding,
-    or None when it holds none."""
-    try:
-        value_end, rewritten = rewrite_decimals(buf, vpos)
-    except DecimalRangeError as e:
-        raise PropertyValueError(f"an application property cannot be stored: {e}") from None
-    if value_end != end:
-        raise SectionError("application-properties: the value does not match the section")
-    return rewritten
-
-
-def _without_lock_token(buf: bytes, vpos: int, end: int) -> bytes | None:
-    """The delivery-annotations map at vpos without an x-opt-lock-token entry (the service
-    stamps its own on delivery); None when it has none."""
-    entries, count = _map_entries(buf, vpos, end)
-    kept: list[bytes] = []
-    p, dropped = 0, False
-    for _ in range(count):
-        k_end = _skip(entries, p)
-        v_end = _skip(entries, k_end)
-        key = _decode(entries, p)[0]
-        if key == "x-opt-lock-token":
-            dropped = True
-        else:
-            kept.append(entries[p:v_end])
-        p = v_end
-    if p != len(entries):
-        raise SectionError("delivery-annotations entries do not match the map size")
-    return enc_map_body(b"".join(kept), len(kept)) if dropped else None

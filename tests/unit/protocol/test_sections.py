@@ -8,7 +8,7 @@ import uuid
 import proton
 import pytest
 
-from sbemu.protocol import sections
+from sbemu.protocol import sectionfields
 from sbemu.protocol.codec import (
     Symbol,
     decode,
@@ -778,7 +778,7 @@ def test_fast_path_scans_as_the_generic_path(header: bytes, properties: bytes | 
     if properties == _list8(b"\xa1\x09m-1", 1):
         assert got is SectionError
         with pytest.raises((SectionError, IndexError, ValueError)):
-            sections._property_fields(properties, 0, len(properties))
+            sectionfields._property_fields(properties, 0, len(properties))
         return
     assert isinstance(got, dict)
     assert scan_message(fast).size == len(fast)
@@ -788,9 +788,9 @@ def test_fast_path_scans_as_the_generic_path(header: bytes, properties: bytes | 
         got["priority"],
         got["ttl_ms"],
         got["first_acquirer"],
-    ) == sections._header_fields(header, 0, len(header))
+    ) == sectionfields._header_fields(header, 0, len(header))
     fields = (
-        sections._property_fields(properties, 0, len(properties))
+        sectionfields._property_fields(properties, 0, len(properties))
         if properties is not None
         else [None] * 13
     )

@@ -22,7 +22,7 @@ from .backpressure import OutputGate
 from .detaching import DetachHold
 from .largedelivery import LARGE_DELIVERY, SEND_SLICE, LargeSend, Pieces
 from .links import LinkPhase, ReceiveLink
-from .messages import encode_delivery
+from .messages import encode_delivery, encode_delivery_parts
 from .outgoing import Locked, locked_deliveries
 from .settlement import settle_delivery
 from .transactions import TRANSACTIONAL_STATE, TransactionCoordinator
@@ -73,12 +73,13 @@ class OutgoingDeliveries:
             # SDK suite's backcompat tests expect delivery_tag None). proton writes it as null;
             # frames.py sends it as an empty binary, which go-amqp requires on a first
             # transfer.
-            data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
             delivery = lib.pn_delivery(link, (0, _NULL))
-            if len(data) > LARGE_DELIVERY:
+            if len(rec.tail) > LARGE_DELIVERY:  # its parts, not joined (largedelivery.py)
+                parts = encode_delivery_parts(rec, partition_id, None, delivery_stamps=[])
                 then = partial(self.send_deliveries, state, list(runs), partition_id)
-                self._start_large(state, delivery, data, True, then)
+                self._start_large(state, delivery, Pieces(parts), True, then)
                 break
+            data = encode_delivery(rec, partition_id, None, delivery_stamps=[])
             lib.pn_link_send(link, data, len(data))
             lib.pn_link_advance(link)
             lib.pn_delivery_settle(delivery)  # receive-and-delete: pre-settled [contract 4.2]

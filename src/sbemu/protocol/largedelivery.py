@@ -39,7 +39,7 @@ class Pieces:
 
     __slots__ = ("parts", "size")
 
-    def __init__(self, parts: Sequence[bytes]) -> None:
+    def __init__(self, parts: Sequence[bytes | memoryview]) -> None:
         self.parts = parts
         self.size = sum(len(p) for p in parts)
 

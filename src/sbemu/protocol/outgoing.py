@@ -28,6 +28,7 @@ from .messages import (
     K_PARTITION_ID,
     K_SEQUENCE,
     encode_delivery,
+    encode_delivery_parts,
     lock_token_stamp,
 )
 
@@ -147,6 +148,10 @@ def locked_deliveries(
             or rec.original_sequence_number is not None
         ):
             stamp = lock_token_stamp(key)
+            if len(rec.tail) > LARGE_DELIVERY:
+                parts = encode_delivery_parts(rec, partition_id, lock.until_ms, False, stamp)
+                append((tag, Pieces(parts), key))
+                continue
             data = encode_delivery(rec, partition_id, lock.until_ms, delivery_stamps=stamp)
             append((tag, data, key))
             continue

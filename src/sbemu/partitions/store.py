@@ -230,18 +230,27 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
-    def scan_values(
-        self, queue: str, start: int, limit: int, decode: Callable[[Any], Any]
-    ) -> list[Any]:
-        """scan() without the keys: up to `limit` decoded records from `start` on, in key
-        order (the read-ahead: a record carries its sequence number, so no key is read)."""
+    def read_ahead(
+        self, queue: str, start: int, limit: int, max_bytes: int, decode: Callable[[Any], Any]
+    ) -> tuple[list[Any], bool]:
+        """The read-ahead: up to `limit` decoded records from `start` on, in key order, without
+        their keys (a record carries its sequence number), stopping after the value that
+        brings what it read to `max_bytes` (one large message is decoded per read, not up to
+        `limit` of them); True with the records when it stopped so (more may follow)."""
         db = self._read_db(queue)
+        out: list[Any] = []
+        append, total = out.append, 0
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(_U64.pack(max(start, 0))):
-                    return []
-                return list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
+                    return out, False
+                for value in islice(cur.iternext(keys=False, values=True), limit):
+                    append(decode(value))
+                    total += len(value)
+                    if total >= max_bytes:
+                        return out, True
+                return out, False
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 

@@ -25,6 +25,9 @@ from .store import PartitionStore, StoreError
 from .tokens import token_of
 
 READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
+# ... and bytes: a read stops after the record that brings it to this many, so one pass decodes
+# (copies) at most one large message (up to 100 MB on Premium), not READ_AHEAD of them
+READ_AHEAD_BYTES = 4 * 1024 * 1024
 SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer tick
 _MISSING = object()
 
@@ -479,8 +482,10 @@ class SubQueueReader:
     # ---------------------------------------------------------------- the ready line
     def refill(self, sq: SubQueue) -> None:
         """Read the next few ready messages of a plain sub-queue from the store."""
-        recs = self.store.scan_values(sq.name, sq.scan_from, READ_AHEAD, decode_message)
-        if len(recs) < READ_AHEAD:
+        recs, cut = self.store.read_ahead(
+            sq.name, sq.scan_from, READ_AHEAD, READ_AHEAD_BYTES, decode_message
+        )
+        if len(recs) < READ_AHEAD and not cut:
             sq.more_in_store = False
         if not recs:
             return

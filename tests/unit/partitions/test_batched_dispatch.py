@@ -160,7 +160,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
 
     monkeypatch.setattr(subqueue_module, "READ_AHEAD", 2)
     broker_h.send(*[msg(i) for i in range(5)])
-    real_scan = broker_h.store.scan_values  # what the read-ahead reads with
+    real_scan = broker_h.store.read_ahead  # what the read-ahead reads with
     calls = []
 
     def scan(*args, **kw):
@@ -169,7 +169,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
             raise StoreUnavailable("disk gone")
         return real_scan(*args, **kw)
 
-    monkeypatch.setattr(broker_h.store, "scan_values", scan)
+    monkeypatch.setattr(broker_h.store, "read_ahead", scan)
     taken = broker_h.broker.take_batch(MAIN, 2000, 5)
     assert [r.message_id for r, _ in taken] == ["m0", "m1"]  # locked before the fault
     with pytest.raises(StoreUnavailable):
@@ -310,3 +310,22 @@ def test_a_run_of_locks_expires_together_and_leaves_no_timers_behind(tmp_path, m
         h.broker.complete_lazy([lock.key for _rec, lock in run if lock is not None], now)
     assert table.heap_keys <= 2 * len(table.by_key) + 64 + 7
     assert sum(len(e[3]) if len(e) == 4 else 1 for e in table.heap) == table.heap_keys
+
+
+def test_the_read_ahead_stops_at_its_byte_bound_and_reads_on_after_it(broker_h, monkeypatch):
+    from sbemu.partitions import subqueue as subqueue_module
+
+    monkeypatch.setattr(subqueue_module, "READ_AHEAD_BYTES", 1)  # each read: one record
+    broker_h.send(*[msg(i) for i in range(5)])
+    real_read = broker_h.store.read_ahead
+    reads: list[int] = []
+
+    def read(*args, **kw):
+        got, cut = real_read(*args, **kw)
+        reads.append(len(got))
+        return got, cut
+
+    monkeypatch.setattr(broker_h.store, "read_ahead", read)
+    taken = broker_h.broker.take_batch(MAIN, 2000, 10)
+    assert [r.message_id for r, _ in taken] == [f"m{i}" for i in range(5)]
+    assert reads[:5] == [1] * 5  # one record a read, none left behind by a short read

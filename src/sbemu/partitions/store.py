@@ -236,7 +236,7 @@ class PartitionStore:
         """The read-ahead: up to `limit` decoded records from `start` on, in key order, without
         their keys (a record carries its sequence number), stopping after the value that
         brings what it read to `max_bytes` (one large message is decoded per read, not up to
-        `limit` of them); True with the records when it stopped so (more may follow)."""
+        `limit` of them); True with the records when it stopped so and a record follows."""
         db = self._read_db(queue)
         out: list[Any] = []
         append, total = out.append, 0
@@ -248,8 +248,8 @@ class PartitionStore:
                 for value in islice(cur.iternext(keys=False, values=True), limit):
                     append(decode(value))
                     total += len(value)
-                    if total >= max_bytes:
-                        return out, True
+                    if total >= max_bytes:  # (cut: is there anything after it?)
+                        return out, cur.next()
                 return out, False
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc

@@ -453,8 +453,9 @@ def test_runs_of_deletes_remove_exactly_their_keys(tmp_path):
         rows = store.scan(MAIN, start, limit, bytes)
         values = [value for _seq, value in rows]
         assert store.read_ahead(MAIN, start, limit, 1 << 30, bytes) == (values, False)
-        if values:  # a byte bound stops after the value that reaches it
-            assert store.read_ahead(MAIN, start, limit, 1, bytes) == (values[:1], True)
+        if values:  # a byte bound stops after the value that reaches it (True: more follow)
+            more = start < max(kept)
+            assert store.read_ahead(MAIN, start, limit, 1, bytes) == (values[:1], more)
     assert [seq for seq, _ in store.scan(DLQ, 0, 1000, bytes)] == [
         s for s in range(1, 301) if s != 7
     ]

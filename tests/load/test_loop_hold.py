@@ -7,8 +7,9 @@ credit 1 that accepts it; only the delivery is watched), with a watch on the ser
 Here the bound is checked with a margin for a machine busy with other work: the loop thread's
 CPU between two runs of a callback due every millisecond stays under HELD_CPU_MS for a 99 MB
 message (400-600 ms before its intake was split over loop passes, 28-35 ms after, on a machine
-with a load of 3-10), and for its delivery (400-760 ms in one piece before it was handed to
-the engine a slice per pass, FILL after). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
+with a load of 3-10), and for its delivery (430-760 ms in one piece before it was handed to
+the engine a slice per pass; after, 22-28 ms while the message is in memory and 85-130 ms when
+it is read back from LMDB, its decode, at a load of 3-8: see docs/large-messages.md). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
 machine and 100-130 ms under a load of 10, where the whole batch was 50 and 200 ms: no margin
 a timed test could keep on a shared machine, so the batches here only have to get through the
 watched server and stay under BATCH_CPU_MS, and how a batch is split is checked exactly (a

@@ -8,8 +8,9 @@ event loop).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
+from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
 from cproton_ffi import ffi as _ffi  # the binding's C layer, for raw delivery tags
@@ -23,7 +24,7 @@ from .detaching import DetachHold
 from .largedelivery import LARGE_DELIVERY, SEND_SLICE, LargeSend, Pieces
 from .links import LinkPhase, ReceiveLink
 from .messages import encode_delivery, encode_delivery_parts
-from .outgoing import Locked, locked_deliveries
+from .outgoing import locked_deliveries
 from .settlement import settle_delivery
 from .transactions import TRANSACTIONAL_STATE, TransactionCoordinator
 
@@ -59,13 +60,33 @@ class OutgoingDeliveries:
         self.send_deliveries(state, [(delivered.record, delivered.lock)], delivered.partition_id)
 
     def send_deliveries(self, state: ReceiveLink, taken: Taken, partition_id: int | None) -> None:
-        if state.peek_lock:  # every message has its lock: the run's tags and bytes at once,
-            # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
-            self._send_locked(state, iter(locked_deliveries(taken, partition_id)))
-            return
         link = state.link._impl  # on proton's C layer: no wrapper per delivery
         lib = _lib
-        size = 0
+        size = 0  # the run's bytes, for the output bound (backpressure.py)
+        large = LARGE_DELIVERY  # a larger one goes a slice per loop pass (largedelivery.py)
+        if state.peek_lock:  # every message has its lock: the run's tags and bytes at once,
+            # each tag the lock token in .NET Guid byte order (UUID.bytes_le) [contract 4.6]
+            unsettled = state.unsettled
+            tag_bytes, tag, memmove = _TAG_BYTES, _TAG, _ffi.memmove
+            delivery, send, advance = lib.pn_delivery, lib.pn_link_send, _pn_link_advance
+            items = iter(locked_deliveries(taken, partition_id))
+            for tag_value, data, key in items:
+                # proton copies the tag (pn_delivery): the one buffer serves every delivery
+                memmove(tag_bytes, tag_value, 16)
+                d = delivery(link, tag)
+                unsettled[tag_value] = key
+                n = len(data)
+                if n > large:  # the rest of the run once it is complete
+                    rest = taken[len(taken) - length_hint(items) :]
+                    then = partial(self.send_deliveries, state, rest, partition_id)
+                    self._start_large(state, d, data, False, then)
+                    break
+                send(link, data, n)  # bytes: below LARGE_DELIVERY
+                advance(link)
+                size += n
+            self.gate.produced(size)
+            self.on_output()
+            return
         runs = iter(taken)
         for rec, _lock in runs:  # receive-and-delete: no locks
             # The delivery-annotations the service sends are the sender's or {}, and the
@@ -74,7 +95,7 @@ class OutgoingDeliveries:
             # frames.py sends it as an empty binary, which go-amqp requires on a first
             # transfer.
             delivery = lib.pn_delivery(link, (0, _NULL))
-            if len(rec.tail) > LARGE_DELIVERY:  # its parts, not joined (largedelivery.py)
+            if len(rec.tail) > large:  # its parts, not joined (largedelivery.py)
                 parts = encode_delivery_parts(rec, partition_id, None, delivery_stamps=[])
                 then = partial(self.send_deliveries, state, list(runs), partition_id)
                 self._start_large(state, delivery, Pieces(parts), True, then)
@@ -86,30 +107,6 @@ class OutgoingDeliveries:
             size += len(data)
         self.gate.produced(size)
         # Dispatch may run from another connection's commit: ask the adapter to flush us.
-        self.on_output()
-
-    def _send_locked(self, state: ReceiveLink, items: Iterator[Locked]) -> None:
-        """Peek-locked deliveries (outgoing.locked_deliveries) on the wire, in order; a large
-        one a slice per loop pass, the rest of the run after it."""
-        link = state.link._impl  # on proton's C layer: no wrapper per delivery
-        unsettled = state.unsettled
-        tag_bytes, tag, memmove = _TAG_BYTES, _TAG, _ffi.memmove
-        delivery, send, advance = _lib.pn_delivery, _lib.pn_link_send, _pn_link_advance
-        size = 0  # the run's bytes, for the output bound (backpressure.py)
-        for tag_value, data, key in items:
-            # proton copies the tag (pn_delivery): the one buffer serves every delivery
-            memmove(tag_bytes, tag_value, 16)
-            d = delivery(link, tag)
-            unsettled[tag_value] = key
-            n = len(data)
-            if n > LARGE_DELIVERY:
-                then = partial(self._send_locked, state, iter(list(items)))
-                self._start_large(state, d, data, False, then)
-                break
-            send(link, data, n)  # bytes: below LARGE_DELIVERY
-            advance(link)
-            size += n
-        self.gate.produced(size)
         self.on_output()
 
     def _start_large(

@@ -131,6 +131,7 @@ def locked_deliveries(
         pack, stamps_count, stamps_size = _STAMPS_PID.pack, 4, _STAMPS_PID.size
     heads: dict[int, bytes] = {}  # message-annotations section heads of this run
     k_seq, k_enq, k_lock, k_pid = _K_SEQ, _K_ENQ, _K_LOCK, _K_PID
+    large = LARGE_DELIVERY
     for rec, lock in taken:
         assert lock is not None  # peek-locked: each message has its lock
         key = lock.key
@@ -148,7 +149,7 @@ def locked_deliveries(
             or rec.original_sequence_number is not None
         ):
             stamp = lock_token_stamp(key)
-            if len(rec.tail) > LARGE_DELIVERY:
+            if len(rec.tail) > large:
                 parts = encode_delivery_parts(rec, partition_id, lock.until_ms, False, stamp)
                 append((tag, Pieces(parts), key))
                 continue
@@ -174,7 +175,7 @@ def locked_deliveries(
         if header is None:
             header = _header(*hkey)
         tail = rec.tail
-        if len(tail) > LARGE_DELIVERY:
+        if len(tail) > large:
             head = join((header, da_head, token, map_head, annotations, stamps))
             append((tag, Pieces((head, tail)), key))
             continue

@@ -231,24 +231,30 @@ class PartitionStore:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
     def read_ahead(
-        self, queue: str, start: int, limit: int, max_bytes: int, decode: Callable[[Any], Any]
+        self,
+        queue: str,
+        start: int,
+        limit: int,
+        decode: Callable[[Any], Any],
+        decode_large: Callable[[Any], Any],
     ) -> tuple[list[Any], bool]:
         """The read-ahead: up to `limit` decoded records from `start` on, in key order, without
-        their keys (a record carries its sequence number), stopping after the value that
-        brings what it read to `max_bytes` (one large message is decoded per read, not up to
-        `limit` of them); True with the records when it stopped so and a record follows."""
+        their keys (a record carries its sequence number). `decode` ends the read at a value
+        it does not take (by raising StopIteration: records.decode_ahead, a large message);
+        that value is then decoded alone by `decode_large` and ends the read, so one read
+        decodes at most one large message, not up to `limit` of them. True with the records
+        when the read was ended so and a record follows."""
         db = self._read_db(queue)
-        out: list[Any] = []
-        append, total = out.append, 0
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(_U64.pack(max(start, 0))):
-                    return out, False
-                for value in islice(cur.iternext(keys=False, values=True), limit):
-                    append(decode(value))
-                    total += len(value)
-                    if total >= max_bytes:  # (cut: is there anything after it?)
+                    return [], False
+                out = list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
+                if len(out) < limit:
+                    value = cur.value()  # empty once the cursor ran past the last record
+                    if value:
+                        out.append(decode_large(value))
                         return out, cur.next()
                 return out, False
         except lmdb.Error as exc:

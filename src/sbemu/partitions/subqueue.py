@@ -20,14 +20,11 @@ from typing import Protocol
 
 import msgspec
 
-from .records import MessageRecord, MessageState, decode_message
+from .records import MessageRecord, MessageState, decode_ahead, decode_message
 from .store import PartitionStore, StoreError
 from .tokens import token_of
 
 READ_AHEAD = 64  # records a plain sub-queue reads from the store per read transaction
-# ... and bytes: a read stops after the record that brings it to this many, so one pass decodes
-# (copies) at most one large message (up to 100 MB on Premium), not READ_AHEAD of them
-READ_AHEAD_BYTES = 4 * 1024 * 1024
 SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer tick
 _MISSING = object()
 
@@ -482,8 +479,9 @@ class SubQueueReader:
     # ---------------------------------------------------------------- the ready line
     def refill(self, sq: SubQueue) -> None:
         """Read the next few ready messages of a plain sub-queue from the store."""
+        # (a large message ends a read: records.decode_ahead)
         recs, cut = self.store.read_ahead(
-            sq.name, sq.scan_from, READ_AHEAD, READ_AHEAD_BYTES, decode_message
+            sq.name, sq.scan_from, READ_AHEAD, decode_ahead, decode_message
         )
         if len(recs) < READ_AHEAD and not cut:
             sq.more_in_store = False

@@ -312,20 +312,22 @@ def test_a_run_of_locks_expires_together_and_leaves_no_timers_behind(tmp_path, m
     assert sum(len(e[3]) if len(e) == 4 else 1 for e in table.heap) == table.heap_keys
 
 
-def test_the_read_ahead_stops_at_its_byte_bound_and_reads_on_after_it(broker_h, monkeypatch):
-    from sbemu.partitions import subqueue as subqueue_module
+def test_a_large_message_ends_a_read_and_the_next_read_goes_on_after_it(broker_h, monkeypatch):
+    from sbemu.partitions import records
 
-    monkeypatch.setattr(subqueue_module, "READ_AHEAD_BYTES", 1)  # each read: one record
-    broker_h.send(*[msg(i) for i in range(5)])
+    large = 2048  # a message this big or bigger ends a read: decoded alone, read to the end
+    monkeypatch.setattr(records.decode_ahead, "__defaults__", (records._DECODE, large))
+    big = b"\x00Sw\xb0" + large.to_bytes(4, "big") + b"x" * large  # an amqp-value of `large`
+    broker_h.send(*[msg(i, tail=big, size=len(big)) if i in (1, 2) else msg(i) for i in range(5)])
     real_read = broker_h.store.read_ahead
-    reads: list[int] = []
+    reads: list[list[str | None]] = []
 
     def read(*args, **kw):
-        got, cut = real_read(*args, **kw)
-        reads.append(len(got))
-        return got, cut
+        got, more = real_read(*args, **kw)
+        reads.append([r.message_id for r in got])
+        return got, more
 
     monkeypatch.setattr(broker_h.store, "read_ahead", read)
     taken = broker_h.broker.take_batch(MAIN, 2000, 10)
     assert [r.message_id for r, _ in taken] == [f"m{i}" for i in range(5)]
-    assert reads[:5] == [1] * 5  # one record a read, none left behind by a short read
+    assert reads == [["m0", "m1"], ["m2"], ["m3", "m4"]]  # none left behind by a short read

@@ -182,7 +182,9 @@ def batch_payload(kind: str) -> bytes:
 
 def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     """Send `rounds` transfers of `kind` (tiny, sdk: a batch; big: a 99 MB message) to
-    `queue`, each once the previous one was accepted; the milliseconds each took."""
+    `queue`, each once the previous one was accepted, or (recv) receive `rounds` messages
+    from it peek-locked, one at a time (credit 1), accepting each; the milliseconds each
+    took."""
     from proton import Message
     from proton.utils import BlockingConnection
 
@@ -190,6 +192,8 @@ def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
 
     url = f"amqp://{KEY_NAME}:{KEY}@127.0.0.1:{port}"
     conn = BlockingConnection(url, sasl_enabled=True, allowed_mechs="PLAIN", timeout=300)
+    if kind == "recv":
+        return _receive(conn, queue, rounds)
     sender = conn.create_sender(queue)
     took = []
     for _ in range(rounds):
@@ -204,21 +208,44 @@ def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     return {"accepted": len(took), "ack_ms": took}
 
 
-def measure(srv: WatchedServer, queue: str, kind: str, rounds: int) -> dict[str, Any]:
-    """One case: the client's rounds against `srv`, and the watch's figures meanwhile."""
-    assert srv.watch is not None
-    time.sleep(0.3)
-    srv.watch.take()
+def _receive(conn: Any, queue: str, rounds: int) -> dict[str, Any]:
+    receiver = conn.create_receiver(queue, credit=1)
+    took, sizes = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        message = receiver.receive(timeout=300)
+        receiver.accept()
+        took.append(round((time.perf_counter() - started) * 1000, 1))
+        sizes.append(len(message.body))
+    conn.close()
+    return {"accepted": len(took), "ack_ms": took, "sizes": sizes}
+
+
+def _client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    """Run the client in its own process (it takes no GIL from the server)."""
     out = subprocess.run(
-        [sys.executable, "-m", "hardening.loophold", "--client", str(srv.port), queue, kind,
+        [sys.executable, "-m", "hardening.loophold", "--client", str(port), queue, kind,
          str(rounds)],
         capture_output=True, text=True, timeout=600, check=False,
         cwd=Path(__file__).resolve().parent.parent,
     )  # fmt: skip
-    held = srv.watch.take()
     if out.returncode != 0:
         raise RuntimeError(f"client failed: {out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure(srv: WatchedServer, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    """One case: the client's rounds against `srv`, and the watch's figures meanwhile. A
+    `recv` case first sends its rounds' 99 MB messages (not watched), then watches only
+    their deliveries."""
+    assert srv.watch is not None
+    if kind == "recv":
+        _client(srv.port, queue, "big", rounds)
+    time.sleep(0.3)
+    srv.watch.take()
+    result = _client(srv.port, queue, kind, rounds)
+    held = srv.watch.take()
     return {"queue": queue, "kind": kind, **result, **held}
 
 
@@ -227,6 +254,7 @@ CASES = (
     (False, PLAIN, "sdk"),
     (False, PARTITIONED, "tiny"),
     (True, BIG, "big"),
+    (True, BIG, "recv"),
 )
 
 
@@ -241,7 +269,12 @@ def run(rounds: int, cases: tuple[tuple[bool, str, str], ...] = CASES) -> list[d
             try:
                 for queue, kind in chosen:
                     results.append(
-                        measure(srv, queue, kind, max(1, rounds // 2) if kind == "big" else rounds)
+                        measure(
+                            srv,
+                            queue,
+                            kind,
+                            max(1, rounds // 2) if kind in ("big", "recv") else rounds,
+                        )
                     )
             finally:
                 srv.stop()
@@ -252,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--limit-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--kinds", default="tiny,sdk,big,recv", help="the cases to run (default: all)"
+    )
     parser.add_argument("--client", nargs=4, metavar=("PORT", "QUEUE", "KIND", "ROUNDS"))
     args = parser.parse_args(argv)
     if args.client:
@@ -259,10 +295,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_client(int(port), queue, kind, int(rounds))))
         return 0
     load = os.getloadavg()
-    results = run(args.rounds)
+    kinds = set(args.kinds.split(","))
+    results = run(args.rounds, tuple(case for case in CASES if case[2] in kinds))
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores: quiet below 0.5)")
     print(f"{'queue':<12} {'transfer':<22} {'worst late':>11} {'worst CPU':>10} {'acks (ms)'}")
-    names = {"tiny": "4,500 msgs, no ids", "sdk": "4,500 msgs, ids+props", "big": "99 MB message"}
+    names = {
+        "tiny": "4,500 msgs, no ids",
+        "sdk": "4,500 msgs, ids+props",
+        "big": "99 MB message",
+        "recv": "99 MB delivery",
+    }
     worst = 0.0
     for r in results:
         worst = max(worst, r["worst_late_ms"])

@@ -1,12 +1,15 @@
 """No single request holds the event loop for long (issue 35: 50 ms at most): the largest
 batch the limits let through (4,500 messages in one transfer) on a plain and a 16-partition
-queue, and a 99 MB message on a Premium queue, with a watch on the server's loop
+queue, and a 99 MB message on a Premium queue, sent and delivered (`recv`: a receiver with
+credit 1 that accepts it; only the delivery is watched), with a watch on the server's loop
 (hardening/loophold.py, which `make loop-hold` runs with the strict 50 ms on a quiet machine).
 
 Here the bound is checked with a margin for a machine busy with other work: the loop thread's
 CPU between two runs of a callback due every millisecond stays under HELD_CPU_MS for a 99 MB
 message (400-600 ms before its intake was split over loop passes, 28-35 ms after, on a machine
-with a load of 3-10). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
+with a load of 3-10), and for its delivery (430-760 ms in one piece before it was handed to
+the engine a slice per pass; after, 22-28 ms while the message is in memory and 85-130 ms when
+it is read back from LMDB, its decode, at a load of 3-8: see docs/large-messages.md). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
 machine and 100-130 ms under a load of 10, where the whole batch was 50 and 200 ms: no margin
 a timed test could keep on a shared machine, so the batches here only have to get through the
 watched server and stay under BATCH_CPU_MS, and how a batch is split is checked exactly (a
@@ -28,6 +31,7 @@ ROUNDS = 3  # requests per case, each watched alone
         (False, loophold.PLAIN, "tiny"),
         (False, loophold.PARTITIONED, "tiny"),
         (True, loophold.BIG, "big"),
+        (True, loophold.BIG, "recv"),
     ],
 )
 def test_one_request_holds_the_loop_briefly(tmp_path, premium: bool, queue: str, kind: str):
@@ -44,4 +48,4 @@ def test_one_request_holds_the_loop_briefly(tmp_path, premium: bool, queue: str,
     # it did not run: CI once saw 555 ms for a batch's pass measured at 53-57 ms here beside
     # four busy processes) does not repeat. So the least of the rounds' worst passes is checked.
     least = min(got["worst_cpu_ms"] for got in rounds)
-    assert least < (HELD_CPU_MS if kind == "big" else BATCH_CPU_MS), rounds
+    assert least < (HELD_CPU_MS if kind in ("big", "recv") else BATCH_CPU_MS), rounds

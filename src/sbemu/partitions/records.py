@@ -279,6 +279,25 @@ _DECODE = msgspec.msgpack.Decoder(MessageRecord).decode
 _STATES = {s.value: s for s in MessageState}
 
 
+# A stored value of this many bytes or more (a large message, up to 100 MB on Premium) ends a
+# read-ahead: decoding it copies its body, so one read decodes one of them at most.
+LARGE_RECORD = 4 * 1024 * 1024
+
+
+def decode_ahead(
+    data: bytes, _decode: Callable[[Any], MessageRecord] = _DECODE, _large: int = LARGE_RECORD
+) -> MessageRecord:
+    """decode_message for the read-ahead (PartitionStore.read_ahead): a value of LARGE_RECORD
+    bytes or more is not decoded here but ends the read (StopIteration ends the map that calls
+    this; the store then decodes that value alone)."""
+    if len(data) >= _large:
+        raise StopIteration
+    try:
+        return _decode(data)
+    except msgspec.MsgspecError:
+        return decode_message(data)
+
+
 def decode_message(data: bytes) -> MessageRecord:
     """Deserialise a message record; refuses unknown schema versions.
 

@@ -230,18 +230,33 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
-    def scan_values(
-        self, queue: str, start: int, limit: int, decode: Callable[[Any], Any]
-    ) -> list[Any]:
-        """scan() without the keys: up to `limit` decoded records from `start` on, in key
-        order (the read-ahead: a record carries its sequence number, so no key is read)."""
+    def read_ahead(
+        self,
+        queue: str,
+        start: int,
+        limit: int,
+        decode: Callable[[Any], Any],
+        decode_large: Callable[[Any], Any],
+    ) -> tuple[list[Any], bool]:
+        """The read-ahead: up to `limit` decoded records from `start` on, in key order, without
+        their keys (a record carries its sequence number). `decode` ends the read at a value
+        it does not take (by raising StopIteration: records.decode_ahead, a large message);
+        that value is then decoded alone by `decode_large` and ends the read, so one read
+        decodes at most one large message, not up to `limit` of them. True with the records
+        when the read was ended so and a record follows."""
         db = self._read_db(queue)
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(_U64.pack(max(start, 0))):
-                    return []
-                return list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
+                    return [], False
+                out = list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
+                if len(out) < limit:
+                    value = cur.value()  # empty once the cursor ran past the last record
+                    if value:
+                        out.append(decode_large(value))
+                        return out, cur.next()
+                return out, False
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import msgspec
 
-from .records import MessageRecord, MessageState, decode_message
+from .records import MessageRecord, MessageState, decode_ahead, decode_message
 from .store import PartitionStore, StoreError
 from .tokens import token_of
 
@@ -479,8 +479,11 @@ class SubQueueReader:
     # ---------------------------------------------------------------- the ready line
     def refill(self, sq: SubQueue) -> None:
         """Read the next few ready messages of a plain sub-queue from the store."""
-        recs = self.store.scan_values(sq.name, sq.scan_from, READ_AHEAD, decode_message)
-        if len(recs) < READ_AHEAD:
+        # (a large message ends a read: records.decode_ahead)
+        recs, cut = self.store.read_ahead(
+            sq.name, sq.scan_from, READ_AHEAD, decode_ahead, decode_message
+        )
+        if len(recs) < READ_AHEAD and not cut:
             sq.more_in_store = False
         if not recs:
             return

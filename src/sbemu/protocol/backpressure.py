@@ -21,11 +21,17 @@ thus bounded by the socket's buffer, plus ``OUTPUT_BOUND``, plus the last run of
 the bound was reached. A peer that reads nothing for ``SBEMU_WRITE_STALL_TIMEOUT`` seconds is
 closed by the adapter (listener.py), which owns the clock.
 
+A large delivery (largedelivery.py) is handed to proton a slice at a time: while one is under
+way (`begin_send` .. `end_send`) the gate reads blocked, so nothing else is produced for the
+peer, and its next slice waits (`wait_for_room`) until what came before was taken.
+
 Hot path: a receive link's credit() reads one attribute (`blocked`); a run of deliveries adds
 its byte count once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 __all__ = ["OUTPUT_BOUND", "OutputGate"]
 
@@ -38,7 +44,7 @@ OUTPUT_BOUND = 4 * 1024 * 1024
 class OutputGate:
     """One connection's output bound; see the module docstring."""
 
-    __slots__ = ("blocked", "bound", "paused", "queued", "starved")
+    __slots__ = ("blocked", "bound", "paused", "queued", "sending", "starved", "_waiting")
 
     def __init__(self, bound: int = OUTPUT_BOUND) -> None:
         self.bound = bound
@@ -46,6 +52,29 @@ class OutputGate:
         self.paused = False  # the socket's write buffer is over its high-water mark
         self.blocked = False  # paused, or queued >= bound: produce nothing more
         self.starved = False  # something waited while blocked: serve it when it opens
+        self.sending = 0  # large deliveries under way: blocked until they are done
+        self._waiting: list[Callable[[], object]] = []  # their next slices, run once room
+
+    @property
+    def room(self) -> bool:
+        """A large delivery's next slice may go in: the socket keeps up and what was
+        produced before was taken."""
+        return not self.paused and self.queued < self.bound
+
+    def begin_send(self) -> None:
+        """A large delivery starts: produce nothing else until it is done."""
+        self.sending += 1
+        self.blocked = True
+
+    def end_send(self) -> bool:
+        """A large delivery is done (or dropped); True when the gate just opened for
+        something that waited."""
+        self.sending -= 1
+        return self._update()
+
+    def wait_for_room(self, then: Callable[[], object]) -> None:
+        """Run `then` once there is room (from taken or resume)."""
+        self._waiting.append(then)
 
     def produced(self, nbytes: int) -> None:
         """Deliveries or an answer of `nbytes` went into the engine."""
@@ -70,5 +99,10 @@ class OutputGate:
 
     def _update(self) -> bool:
         was = self.blocked
-        self.blocked = self.paused or self.queued >= self.bound
+        room = not self.paused and self.queued < self.bound
+        self.blocked = not room or self.sending > 0
+        if room and self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for then in waiting:
+                then()
         return was and not self.blocked and self.starved

@@ -36,6 +36,7 @@ from proton import Described, Link
 from ..errors import NotImplementedOperation, ServiceBusError, SessionLockLost
 from ..partitions import Delivered, Entity, EntityView, SessionHandle, Taken
 from .backpressure import OutputGate
+from .largedelivery import LargeSend
 
 
 class LinkPhase(enum.Enum):
@@ -148,6 +149,7 @@ class ReceiveLink:
     # delivery tag -> its lock token's int (Lock.key; sbemu.partitions.token_of makes the UUID)
     unsettled: dict[bytes, int] = field(default_factory=dict)
     session: SessionHandle | None = None  # the accepted session of a session receiver
+    sending: LargeSend | None = None  # a large delivery under way (largedelivery.py)
 
     def credit(self) -> int:
         """Credit the client granted and we have not used yet [AMQP 2.6.7]."""

@@ -136,6 +136,20 @@ def encode_delivery(
     """A stored message as sent to a client (delivery, peek, receive-by-sequence-number),
     with the service annotations of [contract 3.7] in their required AMQP types.
     `delivery_stamps` go into the delivery-annotations (see sections.build_message)."""
+    return b"".join(
+        encode_delivery_parts(rec, partition_id, locked_until_ms, with_state, delivery_stamps)
+    )
+
+
+def encode_delivery_parts(
+    rec: MessageRecord,
+    partition_id: int | None,
+    locked_until_ms: int | None,
+    with_state: bool = False,
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
+) -> list[bytes | memoryview]:
+    """encode_delivery's message as its parts, not joined (its stored tail, or a view of it,
+    last: a large message is not copied)."""
     stamps = [
         (K_SEQUENCE, codec.enc_long(rec.sequence_number)),
         (K_ENQUEUED, codec.enc_timestamp(rec.enqueued_time_ms)),
@@ -154,7 +168,7 @@ def encode_delivery(
         stamps.append((K_MESSAGE_STATE, codec.enc_int(int(state))))
     if rec.original_sequence_number is not None:  # auto-forwarded: its first sequence number
         stamps.append((K_ENQUEUE_SEQUENCE, codec.enc_long(rec.original_sequence_number)))
-    return encode_record(rec, stamps, delivery_stamps)
+    return encode_record_parts(rec, stamps, delivery_stamps)
 
 
 def lock_token_stamp(key: int) -> list[tuple[bytes, bytes]]:
@@ -169,6 +183,15 @@ def encode_record(
     delivery_stamps: list[tuple[bytes, bytes]] | None = None,
 ) -> bytes:
     """Rebuild a stored message for the wire with service annotations stamped on."""
+    return b"".join(encode_record_parts(rec, stamps, delivery_stamps))
+
+
+def encode_record_parts(
+    rec: MessageRecord,
+    stamps: list[tuple[bytes, bytes]],
+    delivery_stamps: list[tuple[bytes, bytes]] | None = None,
+) -> list[bytes | memoryview]:
+    """encode_record's message as its parts (sections.build_message_parts)."""
     overrides = rec.property_overrides
     if rec.dead_letter_reason is not None or rec.dead_letter_description is not None:
         overrides = dict(overrides or {})
@@ -180,7 +203,7 @@ def encode_record(
         stamps = stamps + [(K_DEADLETTER_SOURCE, codec.enc_string(rec.dead_letter_source))]
     if rec.scheduled_enqueue_time_ms is not None:
         stamps = stamps + [(K_SCHEDULED, codec.enc_timestamp(rec.scheduled_enqueue_time_ms))]
-    return sections.build_message(
+    return sections.build_message_parts(
         durable=rec.durable,
         first_acquirer=rec.first_acquirer,
         priority=rec.priority,

@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol
 
 from ..partitions import MessageRecord
 from . import sections
+from .largedelivery import LARGE_DELIVERY, Pieces
 from .messages import (
     K_ENQUEUED,
     K_LOCK_TOKEN,
@@ -27,6 +28,7 @@ from .messages import (
     K_PARTITION_ID,
     K_SEQUENCE,
     encode_delivery,
+    encode_delivery_parts,
     lock_token_stamp,
 )
 
@@ -100,6 +102,11 @@ class Held(Protocol):
     def until_ms(self) -> int: ...  # locked until (Unix ms)
 
 
+# (delivery tag, message bytes, lock key) of one peek-locked delivery: the bytes unjoined
+# (largedelivery.Pieces) for a message larger than LARGE_DELIVERY
+Locked = tuple[bytes, bytes | Pieces, int]
+
+
 class _Held(NamedTuple):
     key: int
     until_ms: int
@@ -107,11 +114,13 @@ class _Held(NamedTuple):
 
 def locked_deliveries(
     taken: Sequence[tuple[MessageRecord, Held | None]], partition_id: int | None
-) -> list[tuple[bytes, bytes, int]]:
+) -> list[Locked]:
     """(delivery tag, message bytes, lock key) of each peek-locked message of a run: the tag
     is the lock token in .NET byte order and the bytes are encode_delivery's exactly, built in
-    one loop (the receive hot path: one call per run, the constants looked up once)."""
-    out: list[tuple[bytes, bytes, int]] = []
+    one loop (the receive hot path: one call per run, the constants looked up once). A
+    message larger than LARGE_DELIVERY keeps its stored tail unjoined (Pieces), so it is not
+    copied here: largedelivery.py hands it to the engine a slice at a time."""
+    out: list[Locked] = []
     append = out.append
     be, le = _GUID_BE.unpack, _GUID_LE.pack
     headers, da_head, ann_head, client_da = _headers, _LOCK_TOKEN_HEAD, _ANNOTATIONS, _CLIENT_DA
@@ -122,6 +131,7 @@ def locked_deliveries(
         pack, stamps_count, stamps_size = _STAMPS_PID.pack, 4, _STAMPS_PID.size
     heads: dict[int, bytes] = {}  # message-annotations section heads of this run
     k_seq, k_enq, k_lock, k_pid = _K_SEQ, _K_ENQ, _K_LOCK, _K_PID
+    large = LARGE_DELIVERY
     for rec, lock in taken:
         assert lock is not None  # peek-locked: each message has its lock
         key = lock.key
@@ -139,6 +149,10 @@ def locked_deliveries(
             or rec.original_sequence_number is not None
         ):
             stamp = lock_token_stamp(key)
+            if len(rec.tail) > large:
+                parts = encode_delivery_parts(rec, partition_id, lock.until_ms, False, stamp)
+                append((tag, Pieces(parts), key))
+                continue
             data = encode_delivery(rec, partition_id, lock.until_ms, delivery_stamps=stamp)
             append((tag, data, key))
             continue
@@ -160,7 +174,12 @@ def locked_deliveries(
         header = headers.get(hkey)
         if header is None:
             header = _header(*hkey)
-        data = join((header, da_head, token, map_head, annotations, stamps, rec.tail))
+        tail = rec.tail
+        if len(tail) > large:
+            head = join((header, da_head, token, map_head, annotations, stamps))
+            append((tag, Pieces((head, tail)), key))
+            continue
+        data = join((header, da_head, token, map_head, annotations, stamps, tail))
         append((tag, data, key))
     return out
 
@@ -170,4 +189,5 @@ def delivery_bytes(
 ) -> bytes:
     """One peek-locked message as sent to its receiver, its lock token (Lock.key) in the
     delivery-annotations: locked_deliveries' bytes for a run of one."""
-    return locked_deliveries(((rec, _Held(lock_key, locked_until_ms)),), partition_id)[0][1]
+    data = locked_deliveries(((rec, _Held(lock_key, locked_until_ms)),), partition_id)[0][1]
+    return data if type(data) is bytes else bytes(data)

@@ -136,7 +136,12 @@ _UINT_MAX = 0xFFFFFFFF
 _FLAG = {None: _NULL, True: _TRUE, False: _FALSE}  # a header boolean as sent
 
 
-def build_message(
+def build_message(**fields: Any) -> bytes:
+    """build_message_parts' message joined."""
+    return b"".join(build_message_parts(**fields))
+
+
+def build_message_parts(
     *,
     durable: bool | None,
     priority: int | None,
@@ -149,9 +154,10 @@ def build_message(
     property_overrides: Mapping[str, bytes] | None = None,
     delivery_stamps: list[tuple[bytes, bytes]] | None = None,
     first_acquirer: bool | None = None,
-) -> bytes:
+) -> list[bytes | memoryview]:
     """Emit header, delivery-annotations, message-annotations (client entries + stamps) and
-    tail as one message.
+    tail as the parts of one message (the tail, or a view of it, last: nothing copies it but
+    the overrides).
 
     The message-annotations section is omitted only when there are neither
     client entries nor stamps. The delivery-annotations section holds the client's entries
@@ -177,11 +183,12 @@ def build_message(
             enc_uint(delivery_count),
         )
     )
-    parts = [_HEADER_PREFIX, bytes((len(hdr) + 1, 5)), hdr]
+    parts: list[bytes | memoryview] = [_HEADER_PREFIX, bytes((len(hdr) + 1, 5)), hdr]
+    rest: bytes | memoryview = tail
     if tail[:3] == _DELIVERY_ANNOTATIONS_PREFIX:  # the client's, stored first in the tail
         da_end = _skip(tail, 3)
         entries, count = _map_entries(tail, 3, da_end)
-        tail = tail[da_end:]
+        rest = memoryview(tail)[da_end:]  # a view: a large tail is not copied
         if delivery_stamps:
             entries += b"".join([k + v for k, v in delivery_stamps])
             count += len(delivery_stamps)
@@ -196,16 +203,14 @@ def build_message(
         parts.append(_ANNOTATIONS_PREFIX)
         parts.append(enc_map_body(body, annotation_count + len(stamps)))
     if property_overrides:
-        if type(tail) is not bytes:
-            tail = bytes(tail)
         try:
-            tail = _apply_overrides(tail, property_overrides)
+            rest = _apply_overrides(bytes(rest), property_overrides)
         except SectionError:
             raise
         except _FAILURES as e:
             raise SectionError(f"malformed tail: {e}") from e
-    parts.append(tail)
-    return b"".join(parts)
+    parts.append(rest)
+    return parts
 
 
 # property_overrides keys with this prefix name a properties-section field (set by a rule

@@ -27,6 +27,7 @@ from sbemu.protocol.rebuild import SYSTEM_OVERRIDE_PREFIX as SYSTEM_OVERRIDE_PRE
 from sbemu.protocol.rebuild import (
     assign_message_id,
     build_message,
+    build_message_parts,
     new_message_id,
     read_application_properties,
     read_properties,
@@ -85,6 +86,7 @@ __all__ = [
     "SectionTooDeep",
     "assign_message_id",
     "build_message",
+    "build_message_parts",
     "new_message_id",
     "read_application_properties",
     "read_properties",

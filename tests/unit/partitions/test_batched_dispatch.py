@@ -160,7 +160,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
 
     monkeypatch.setattr(subqueue_module, "READ_AHEAD", 2)
     broker_h.send(*[msg(i) for i in range(5)])
-    real_scan = broker_h.store.scan_values  # what the read-ahead reads with
+    real_scan = broker_h.store.read_ahead  # what the read-ahead reads with
     calls = []
 
     def scan(*args, **kw):
@@ -169,7 +169,7 @@ def test_take_batch_hands_over_what_it_locked_when_the_store_fails_midway(broker
             raise StoreUnavailable("disk gone")
         return real_scan(*args, **kw)
 
-    monkeypatch.setattr(broker_h.store, "scan_values", scan)
+    monkeypatch.setattr(broker_h.store, "read_ahead", scan)
     taken = broker_h.broker.take_batch(MAIN, 2000, 5)
     assert [r.message_id for r, _ in taken] == ["m0", "m1"]  # locked before the fault
     with pytest.raises(StoreUnavailable):
@@ -310,3 +310,24 @@ def test_a_run_of_locks_expires_together_and_leaves_no_timers_behind(tmp_path, m
         h.broker.complete_lazy([lock.key for _rec, lock in run if lock is not None], now)
     assert table.heap_keys <= 2 * len(table.by_key) + 64 + 7
     assert sum(len(e[3]) if len(e) == 4 else 1 for e in table.heap) == table.heap_keys
+
+
+def test_a_large_message_ends_a_read_and_the_next_read_goes_on_after_it(broker_h, monkeypatch):
+    from sbemu.partitions import records
+
+    large = 2048  # a message this big or bigger ends a read: decoded alone, read to the end
+    monkeypatch.setattr(records.decode_ahead, "__defaults__", (records._DECODE, large))
+    big = b"\x00Sw\xb0" + large.to_bytes(4, "big") + b"x" * large  # an amqp-value of `large`
+    broker_h.send(*[msg(i, tail=big, size=len(big)) if i in (1, 2) else msg(i) for i in range(5)])
+    real_read = broker_h.store.read_ahead
+    reads: list[list[str | None]] = []
+
+    def read(*args, **kw):
+        got, more = real_read(*args, **kw)
+        reads.append([r.message_id for r in got])
+        return got, more
+
+    monkeypatch.setattr(broker_h.store, "read_ahead", read)
+    taken = broker_h.broker.take_batch(MAIN, 2000, 10)
+    assert [r.message_id for r, _ in taken] == [f"m{i}" for i in range(5)]
+    assert reads == [["m0", "m1"], ["m2"], ["m3", "m4"]]  # none left behind by a short read

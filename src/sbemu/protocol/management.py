@@ -269,7 +269,7 @@ def _receive_by_sequence_number(
     assert entity is not None and view is not None
     if _session_of(state, body) is not None:
         _owned_session(conn, state, str(body["session-id"]))
-    numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
+    numbers = _sequence_numbers(body)
     mode = int(body.get("receiver-settle-mode") or 0)
     peek_lock = mode == 1
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
@@ -327,10 +327,24 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
     numbers.extend(entity.send(incoming, conn.now_ms, done))
 
 
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _sequence_numbers(body: dict) -> list[int]:
+    """The request's sequence-numbers: AMQP longs. Anything else (a uuid, a string, a number
+    past 64 bits) is the caller's error, com.microsoft:argument-error, not ours."""
+    numbers = []
+    for n in _elements(body.get("sequence-numbers")):
+        if not isinstance(n, int) or isinstance(n, bool) or not _LONG_MIN <= n <= _LONG_MAX:
+            raise ArgumentError(f"sequence-numbers must be an array of longs, not {n!r}.")
+        numbers.append(int(n))
+    return numbers
+
+
 def _cancel_scheduled(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity = state.entity
     assert entity is not None
-    numbers = [int(n) for n in _elements(body.get("sequence-numbers"))]
+    numbers = _sequence_numbers(body)
     entity.cancel_scheduled(numbers, conn.now_ms, _reply_error(reply))
 
 

@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load loop-hold image podman-check test-container bench-container
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite test-sdk-suite-alone compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load loop-hold image podman-check test-container bench-container
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -197,6 +197,9 @@ test-sdks:
 SDK_SUITE_WORKERS ?= 12
 test-sdk-suite: install netns-check
 	SDK_SUITE_WORKERS=$(SDK_SUITE_WORKERS) tests/sdk_suite/run.sh
+# its tests with a real deadline in the SDK's threads (tests/sdk_suite/alone.txt), alone
+test-sdk-suite-alone: install netns-check
+	tests/sdk_suite/run.sh --alone
 
 # docs/compatibility.md from the last test-sdk-suite run.
 compat-table: install

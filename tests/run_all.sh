@@ -6,7 +6,8 @@
 # the JS suite, the Java and Go suites and the azure-servicebus sdist's suite alongside (their
 # output follows pytest's). The CPU-heavy SERIAL_TESTS (Spark with its JVMs and standalone
 # cluster, headless Chromium) run after that, in one process, so they do not starve for CPU next
-# to the rest. TEST_WORKERS=0: everything in one process.
+# to the rest. Last, on a machine left to them, the sdist's tests that hold a real deadline in
+# the SDK's own threads (tests/sdk_suite/alone.txt). TEST_WORKERS=0: everything in one process.
 #
 # Environment (the Makefile sets them): PY (the virtual environment's python), MAKE,
 # TEST_WORKERS (default 4), SERIAL_TESTS (default "tests/spark tests/ui").
@@ -41,8 +42,11 @@ wait $suite; suite_rc=$?
 echo "---- azure-servicebus sdist's own suite (tests/sdk_suite, ran alongside pytest) ----"
 cat "$suite_log"; rm -f "$suite_log"
 
+echo "---- azure-servicebus sdist's tests with a deadline in the SDK's threads, alone ----"
+$MAKE --no-print-directory test-sdk-suite-alone; alone_rc=$?
+
 if [ $py -ne 0 ] || [ $serial -ne 0 ] || [ $js_rc -ne 0 ] || [ $sdk_rc -ne 0 ] \
-  || [ $suite_rc -ne 0 ]; then
-  echo "make test: pytest exit $py, $SERIAL_TESTS exit $serial, JS suite exit $js_rc, Java/Go suites exit $sdk_rc, azure-servicebus suite exit $suite_rc"
+  || [ $suite_rc -ne 0 ] || [ $alone_rc -ne 0 ]; then
+  echo "make test: pytest exit $py, $SERIAL_TESTS exit $serial, JS suite exit $js_rc, Java/Go suites exit $sdk_rc, azure-servicebus suite exit $suite_rc, alone $alone_rc"
   exit 1
 fi

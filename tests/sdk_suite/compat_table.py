@@ -75,7 +75,10 @@ def first_line(case: ET.Element) -> str:
 def build(results: Path) -> str:
     rows: dict[str, Row] = defaultdict(Row)
     failures: list[tuple[str, str, str]] = []
-    for case in ET.parse(results / "junit.xml").getroot().iter("testcase"):
+    # the parallel run's cases, then those run alone after it (run.sh --alone), when it ran
+    runs = [results / "junit.xml", results / "junit-alone.xml"]
+    cases = [c for run in runs if run.exists() for c in ET.parse(run).getroot().iter("testcase")]
+    for case in cases:
         module = module_path(case.get("classname", ""))
         state = outcome(case)
         rows[module].counts[state] += 1

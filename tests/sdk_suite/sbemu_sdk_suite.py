@@ -8,6 +8,10 @@
   test runs, and a failing one fails.
 - Tests listed in ``sdk_races.txt`` (a race inside the SDK, not in sbemu) run once more if
   they fail (pytest-rerunfailures' flaky mark); the summary counts the reruns.
+- Tests listed in ``alone.txt`` hold a real deadline in the SDK's own threads (a lock renewed
+  within its window): ``--sdk-suite-alone exclude`` leaves them out of the parallel run and
+  ``--sdk-suite-alone only`` runs just them (``run.sh --alone``: one process, after the rest
+  of ``make test``), so other suites' work does not take the CPU their threads need.
 - The terminal summary ends with one line: passed / failed / errors / not applicable of total.
 """
 
@@ -27,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 NOT_APPLICABLE = HERE / "not_applicable.txt"
 KNOWN_FAILURES = HERE / "known_failures.txt"
 SDK_RACES = HERE / "sdk_races.txt"
+ALONE = HERE / "alone.txt"
 
 
 def load_not_applicable(path: Path = NOT_APPLICABLE) -> list[tuple[str, str]]:
@@ -47,6 +52,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--sdk-suite-na-json",
         default=None,
         help="write the not-applicable tests and their reasons to this JSON file",
+    )
+    parser.addoption(
+        "--sdk-suite-alone",
+        choices=("all", "exclude", "only"),
+        default="all",
+        help="the tests of alone.txt: run with the rest (all), leave out (exclude), or only them",
     )
 
 
@@ -99,6 +110,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             dropped.append(item)
             config._sdk_na[item.nodeid] = reason  # type: ignore[attr-defined]
+    alone = config.getoption("--sdk-suite-alone")
+    if alone != "all":
+        entries_alone = load_not_applicable(ALONE)
+        want = alone == "only"
+        for item in list(keep):
+            if (_listed(item.nodeid, entries_alone) is not None) != want:
+                keep.remove(item)
+                dropped.append(item)  # deselected, not counted as not applicable
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

@@ -17,7 +17,7 @@ import pytest
 from hardening import amqpraw as raw
 from hardening.common import Server, make_config, queue_def, rss_anon_mb
 
-from sbemu.runtime.heap import INTERVAL, SETTLE, HeapTrimmer, libc_malloc_trim
+from sbemu.runtime.heap import ASK_INTERVAL, INTERVAL, SETTLE, HeapTrimmer, libc_malloc_trim
 
 CONNECTIONS = 400
 PARTIAL = 30_000  # bytes of a 60,000-byte frame each connection sends, then waits
@@ -112,6 +112,21 @@ def test_one_close_trims_when_the_heap_holds_much_free() -> None:
     assert t.due(1, 7.5)  # a big client closed: 100 MB free in the heap
     assert not t.due(0, 10.0) and not t.due(0, 16.0)  # within the interval
     assert t.due(0, 17.6)
+
+
+def test_large_answers_ask_for_trims_at_once_then_spaced_and_merged() -> None:
+    calls: list[int] = []
+    t = HeapTrimmer(lambda: calls.append(1))
+    assert t.ask(100.0) == 0.0  # the first: on the next pass
+    assert t.ask(100.1) is None  # planned already: it covers this answer too
+    t.run_asked()
+    assert calls == [1]
+    assert t.ask(100.2) == pytest.approx(ASK_INTERVAL - 0.2)  # spaced from the last
+    assert t.ask(100.3) is None
+    t.run_asked()
+    assert t.ask(200.0) == 0.0
+    assert calls == [1, 1]
+    assert HeapTrimmer(None).ask(0.0) is None  # no malloc_trim: never
 
 
 BIG_CLIENTS, BIG_SIZE = 6, 30 << 20  # at once, one message each way

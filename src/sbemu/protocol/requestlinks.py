@@ -45,6 +45,11 @@ log = logging.getLogger("sbemu.connection")
 # dropping answers silently would leave an honest client waiting for its timeout.
 MAX_PENDING_REPLIES = 1000
 
+# An answer from this size on (a peek of many messages) leaves megabytes of temporaries freed
+# in the C heap, which glibc keeps while the connection lives: the server is asked to give
+# them back (Services.trim_heap). Lock renewals and the like are far smaller.
+LARGE_ANSWER = 4 * 1024 * 1024
+
 # A reply's delivery tag (8 bytes, a counter), passed to pn_delivery by value
 _TAG_BYTES = _ffi.new("char[8]")
 _TAG_STRUCT = _ffi.new("pn_delivery_tag_t *")
@@ -222,6 +227,8 @@ class RequestLinks:
         reply.pending.append(data)
         self._flush_replies(reply)
         self.on_output()
+        if len(data) >= LARGE_ANSWER:
+            self.services.trim_heap()  # (the server trims on a later pass: temporaries freed)
         if copy and self._reply_copies is not None:
             self._reply_copies.add(self.now, reply, data, _lib.pn_link_credit(reply.link._impl))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..auth.rejections import LogThrottle, RejectionLog
@@ -55,6 +55,10 @@ class Services:
             "requests without a reply link", logging.getLogger("sbemu.connection")
         )
     )
+
+    # A large answer was produced and its temporaries freed: the server gives the freed heap
+    # back to the system (runtime/heap.py), which it otherwise keeps while the peer is connected
+    trim_heap: Callable[[], None] = field(default=lambda: None)
 
     def entity_rules(self, namespace: str, name: str) -> Sequence[SasRule]:
         """A queue's or topic's own SAS rules: the admin API's authorization_rules, kept in

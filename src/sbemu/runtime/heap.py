@@ -20,6 +20,13 @@ to the system within ``SETTLE`` + ``INTERVAL`` seconds (12 s) of the last close,
 ``FREE_LIMIT`` (16 MiB) left free in the heap, plus what glibc cannot give back (a free chunk
 below a live one at the top of an arena is returned page by page; a page holding any live
 allocation is not).
+A large answer (a peek of 100 messages of 200 KB: 20 MB) leaves its temporaries (the records
+read, each under ``LARGE_BLOCK``, so in the arenas) free in the heap while its peer holds the
+connection open: a peer that never reads it kept the server 20-35 MB above the answer itself,
+depending on what was allocated above them meanwhile. So the connection that produced one
+also asks for a trim (:meth:`HeapTrimmer.ask`): at once, or ``ASK_INTERVAL`` after the last
+asked one, several asks in between making one trim.
+
 On a libc without ``malloc_trim`` (musl, macOS) it does nothing; without ``mallinfo2`` (glibc
 before 2.33) only the ``MIN_CLOSED`` rule applies. Pure apart from the libc calls: the caller
 passes ``now``.
@@ -41,6 +48,7 @@ MIN_CLOSED = 64  # connections closed since the last trim
 INTERVAL = 10.0  # seconds between trims at least
 SETTLE = 2.0  # seconds the connection count must stay put (the closed ones' buffers freed)
 FREE_LIMIT = 16 * 1024 * 1024  # bytes held free in the heap worth a trim after a single close
+ASK_INTERVAL = 1.0  # seconds between the trims asked for by large answers at least
 
 
 def libc_malloc_trim() -> Callable[[], object] | None:
@@ -126,6 +134,8 @@ class HeapTrimmer:
         self._changed_at = float("-inf")  # when the open count last changed
         self._last = float("-inf")
         self._free_after = 0  # bytes held free right after the last trim
+        self._asked_at = float("-inf")  # when the last asked trim was planned for
+        self._asked = False  # an asked trim is planned and has not run yet
         self.trims = 0
 
     def due(self, open_connections: int, now: float) -> bool:
@@ -146,14 +156,32 @@ class HeapTrimmer:
         self._peak, self._last = open_connections, now
         return True
 
-    def run(self) -> None:
+    def ask(self, now: float) -> float | None:
+        """A large answer's temporaries were just freed: seconds from `now` after which to
+        call :meth:`run_asked`, or None when a trim is planned already (it covers this one)
+        or there is no trim."""
+        if self.trim is None or self._asked:
+            return None
+        self._asked = True
+        self._asked_at = max(now, self._asked_at + ASK_INTERVAL)
+        return self._asked_at - now
+
+    def run_asked(self) -> None:
+        """The trim :meth:`ask` planned (any thread). Without the cyclic collection: the
+        answer's temporaries are freed by reference counting, and a collection in another
+        thread would hold the interpreter lock from the event loop for as long as it takes."""
+        self._asked = False
+        self.run(collect=False)
+
+    def run(self, collect: bool = True) -> None:
         """Trim (any thread)."""
-        if self.trim is not None:
+        if self.trim is not None and collect:
             # Cycles first: a big transfer's buffers can hang on objects only the cyclic
             # collector frees (gcpolicy.py lets the young generation grow large, and an idle
             # server allocates too little to run it): 6 clients of 30 MB left 91 MB held
             # after a trim alone, 62 MB after the collection and the trim.
             gc.collect()
+        if self.trim is not None:
             self.trim()
             self.trims += 1
             # glibc still counts trimmed pages as free (they are only unmapped): what is freed

@@ -231,7 +231,18 @@ class Server:
         self.services = Services(
             self.router, infos, self.config.namespaces[0].name.lower(), limits=limits
         )
+        self.services.trim_heap = self._trim_heap_asked
         return self.services
+
+    def _trim_heap_asked(self) -> None:
+        """A connection produced a large answer (Services.trim_heap): trim off the event loop,
+        after this pass (its temporaries freed by then), at most once per heap.ASK_INTERVAL."""
+        loop, executor = self._loop, self._executor
+        if loop is None or executor is None:
+            return
+        delay = self._heap.ask(loop.time())
+        if delay is not None:
+            loop.call_later(delay, loop.run_in_executor, executor, self._heap.run_asked)
 
     def _build_http(self, services: Services, flusher: Flusher) -> ssl.SSLContext:
         """The admin site and Azure's 443 (the management API, AMQP over WebSockets), and the

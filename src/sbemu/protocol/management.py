@@ -327,16 +327,19 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
     numbers.extend(entity.send(incoming, conn.now_ms, done))
 
 
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_LONG_MAX = (1 << 63) - 1
 
 
 def _sequence_numbers(body: dict) -> list[int]:
-    """The request's sequence-numbers: AMQP longs. Anything else (a uuid, a string, a number
-    past 64 bits) is the caller's error, com.microsoft:argument-error, not ours."""
+    """The request's sequence-numbers: AMQP longs, none negative (a sequence number never is).
+    Anything else (a uuid, a string, -1, a number past 63 bits) is the caller's error,
+    com.microsoft:argument-error, not ours."""
     numbers = []
     for n in _elements(body.get("sequence-numbers")):
-        if not isinstance(n, int) or isinstance(n, bool) or not _LONG_MIN <= n <= _LONG_MAX:
-            raise ArgumentError(f"sequence-numbers must be an array of longs, not {n!r}.")
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= _LONG_MAX:
+            raise ArgumentError(
+                f"sequence-numbers must be an array of non-negative longs, not {n!r}."
+            )
         numbers.append(int(n))
     return numbers
 

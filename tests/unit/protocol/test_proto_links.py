@@ -1011,11 +1011,12 @@ def test_release_and_credit_in_one_read_serve_the_released_message_first(pair):
         Array(None, Data.UUID, uuid.UUID(int=1 << 100)),  # int() of a uuid: 101 bits
         Array(None, Data.STRING, "12"),
         [ulong(1 << 63)],  # an unsigned long past a long
+        Array(None, Data.LONG, -1),  # a long, but no sequence number is negative
     ],
-    ids=["uuid", "string", "past-64-bits"],
+    ids=["uuid", "string", "past-64-bits", "negative"],
 )
 def test_sequence_numbers_that_are_not_longs_are_an_argument_error(pair, operation, numbers):
     reply, _ = pair.mgmt(pair.mgmt_links(Q), operation, {"sequence-numbers": numbers})
     assert reply.properties["statusCode"] == 400
     assert reply.properties["errorCondition"] == "com.microsoft:argument-error"
-    assert "sequence-numbers must be an array of longs" in reply.properties["statusDescription"]
+    assert "must be an array of non-negative longs" in reply.properties["statusDescription"]

@@ -242,7 +242,12 @@ class Server:
             return
         delay = self._heap.ask(loop.time())
         if delay is not None:
-            loop.call_later(delay, loop.run_in_executor, executor, self._heap.run_asked)
+            loop.call_later(delay, self._run_asked_trim)
+
+    def _run_asked_trim(self) -> None:
+        """The trim asked for above, unless the server stopped meanwhile (its executor shut)."""
+        if not self._closed and self._loop is not None and self._executor is not None:
+            self._loop.run_in_executor(self._executor, self._heap.run_asked)
 
     def _build_http(self, services: Services, flusher: Flusher) -> ssl.SSLContext:
         """The admin site and Azure's 443 (the management API, AMQP over WebSockets), and the

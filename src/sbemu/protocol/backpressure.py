@@ -99,7 +99,7 @@ class OutputGate:
 
     def _update(self) -> bool:
         was = self.blocked
-        room = not self.paused and self.queued < self.bound
+        room = self.room
         self.blocked = not room or self.sending > 0
         if room and self._waiting:
             waiting, self._waiting = self._waiting, []

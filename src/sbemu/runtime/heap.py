@@ -175,16 +175,17 @@ class HeapTrimmer:
 
     def run(self, collect: bool = True) -> None:
         """Trim (any thread)."""
-        if self.trim is not None and collect:
+        if self.trim is None:
+            return
+        if collect:
             # Cycles first: a big transfer's buffers can hang on objects only the cyclic
             # collector frees (gcpolicy.py lets the young generation grow large, and an idle
             # server allocates too little to run it): 6 clients of 30 MB left 91 MB held
             # after a trim alone, 62 MB after the collection and the trim.
             gc.collect()
-        if self.trim is not None:
-            self.trim()
-            self.trims += 1
-            # glibc still counts trimmed pages as free (they are only unmapped): what is freed
-            # from now on is measured from here
-            self._free_after = self.free_bytes() if self.free_bytes is not None else 0
-            log.debug("heap trimmed (%d so far)", self.trims)
+        self.trim()
+        self.trims += 1
+        # glibc still counts trimmed pages as free (they are only unmapped): what is freed
+        # from now on is measured from here
+        self._free_after = self.free_bytes() if self.free_bytes is not None else 0
+        log.debug("heap trimmed (%d so far)", self.trims)

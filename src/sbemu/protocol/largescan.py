@@ -53,7 +53,8 @@ def scan_large(
         raise _refusal(exc) from exc
     except _SCAN_ERRORS:
         fields = None
-    if fields is None or fields[20]:  # an error to report, or a batch: scan_transfer's way
+    if fields is None or fields[sections.MAY_BE_BATCH]:  # an error to report, or a batch:
+        # scan_transfer's way
         return scan_transfer(data, limit, for_topic, batch_limit)
     return LargeScan(data, fields, for_topic)
 
@@ -68,14 +69,14 @@ class LargeScan:
         self.data = data
         self.fields = fields
         self.for_topic = for_topic
-        pieces: list[Piece] = list(fields[16])
-        self.size: int = fields[17]
-        self.spans: tuple[Any, Any] = (fields[18], fields[19])
-        self.message_id: str | None = fields[3]
+        pieces: list[Piece] = list(fields[sections.TAIL])
+        self.size: int = fields[sections.SIZE]
+        self.spans: tuple[Any, Any] = (fields[sections.PROPERTIES_SPAN], fields[sections.BODY_SPAN])
+        self.message_id: str | None = fields[sections.PROPERTY_VALUES][0]
         self.assigned = self.message_id is None
         if self.message_id is None:
             self.message_id = sections.new_message_id()
-            pieces = self._stamp_id(pieces, fields[22], self.message_id)
+            pieces = self._stamp_id(pieces, fields[sections.PROPERTIES_AT], self.message_id)
         self.pieces = pieces
         total = sum(len(p) if type(p) is bytes else p[1] - p[0] for p in pieces)
         # calloc'd: a block this large is fresh zero pages from the system, so nothing is
@@ -158,7 +159,7 @@ class LargeScan:
 
     def message(self) -> IncomingMessage:
         """The message, once step() said the tail is whole."""
-        scanned = sections.ScannedMessage(*self.fields[:20], *self.fields[21:22])
+        scanned = sections.scanned(self.fields)
         scanned.message_id, scanned.tail, scanned.size = self.message_id, self.tail, self.size
         scanned.properties_span, scanned.body_span = self.spans
         self.data = b""  # the transfer's bytes are not needed any more

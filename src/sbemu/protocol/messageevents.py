@@ -204,122 +204,131 @@ class MessageEvents:
 
     def _message_event(self, kind: int, ev: Any) -> bool:
         """The hot events on the C layer; False hands the event to the wrapped path."""
-        lib = _lib
         link = _pn_event_link(ev)
         state = self._links.by_ptr.get(link, _MISSING)  # type: ignore[attr-defined]
         if state is _MISSING:
             state = self._state_of(link)
         cls = type(state)
         if kind == PN_LINK_FLOW:
-            if cls is ReceiveLink:
-                if state.phase is _WAITING:
-                    return True
-                if state.session is not None:  # a receive request on the session
-                    state.session.touch(self.now_ms)
-                self._flows[state] = link  # served after the read's dispositions
-                return True
-            if cls is SendLink:
-                credit = lib.pn_link_credit(link)
-                if credit < SENDER_CREDIT // 2:
-                    lib.pn_link_flow(link, SENDER_CREDIT - credit)
-                return True
-            return False
-        d = _pn_event_delivery(ev)
+            return self._flow_event(cls, state, link)
         if cls is SendLink:
-            # A whole, plain (non-transactional) transfer: read it, store it (its credit is
-            # topped up with the link's other transfers of this read: _send_pending).
-            if (
-                _pn_delivery_partial(d)
-                or not _pn_delivery_readable(d)
-                or _pn_delivery_remote_state(d) != 0
-            ):
-                return False
-            pending = _pn_delivery_pending(d)
-            # (proton gives an aborted delivery a pending of 1, so only then is it asked)
-            if pending <= 0 or (pending == 1 and _pn_delivery_aborted(d)):
-                return False
-            if pending > READ_CHUNK and self.defer is not None:
-                _pn_incref(d)  # held until the commit settles it
-                self._large_transfer(state, link, d, pending)  # over several turns (intake.py)
-                return True
-            sends = self._sends.get(state)
-            if sends is None:
-                sends = self._sends[state] = ([], [], link)
-            if pending <= _RECV_SIZE:
-                got = _pn_link_recv(link, _RECV_BUF, pending)
-                _pn_link_advance(link)
-                data = _unpack(_RECV_BUF, got) if got > 0 else b""
-            else:
-                buf = bytearray(pending)
-                got = _pn_link_recv(link, _ffi.from_buffer(buf), pending)
-                _pn_link_advance(link)
-                data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
-                del buf  # not held beside its copy while the message is stored (up to 100 MB)
-            _pn_incref(d)  # held until the commit settles it
-            entity, tier = state.entity, self.namespace.max_message_size
-            try:  # sizes.message_limit / batch_limit, inline on the hot path
-                messages = scan_transfer(
-                    data,
-                    entity.spec.max_message_size or tier,
-                    entity.subscriptions is not None,
-                    tier,
-                    self.defer is not None,
-                )
-            except ServiceBusError as exc:
-                self._settle_many([d], exc)
-                return True
-            if isinstance(messages, BatchScan):  # a batch scanned over several turns (intake.py)
-                self._begin_intake(state, d, messages)
-                return True
-            # Stored with the link's other transfers of this read (_send_pending).
-            sends[0].append(messages)
-            sends[1].append(d)
-            return True
+            return self._transfer_event(state, link, _pn_event_delivery(ev))
         if cls is ReceiveLink:
-            # A client's accept (complete) of a peek-locked message [contract 5.1].
-            if _pn_delivery_remote_state(d) != _PN_ACCEPTED:
-                return False
-            tag = _pn_delivery_tag(d)
-            key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
-            if key is None:
-                if _pn_delivery_settled(d):
-                    _pn_delivery_settle(d)
-                return True
-            if _pn_delivery_settled(d):
-                # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
-                # so there is nothing to answer, now or after the commit. Let go of the
-                # delivery at once; the deletion is lazy (rides with the partition's next
-                # commit). A lost lock is nobody's to hear of: the message comes back. The
-                # accepts of one read are completed together, per partition.
-                _pn_delivery_settle(d)
-                lazy = self._lazy_completes.get(state)
-                if lazy is None:
-                    self._lazy_completes[state] = [key]  # completed by _complete_lazy
-                else:
-                    lazy.append(key)
-                return True
-            # An unsettled accept (the SDKs): answered after the commit of the deletion.
-            self._accepts += 1
-            order = self._accepts
-            lib.pn_incref(d)
-            hold = self._detach_hold
-            hold.started(state)
+            return self._accept_event(state, _pn_event_delivery(ev))
+        return False
 
-            def done(error: Exception | None) -> None:
-                hold.answered(state)
-                if error is None and not self.closed:
-                    if not self._completed:
-                        self.on_output()  # one flush request per batch: the flush empties it
-                    self._completed.append((order, d))
-                else:
-                    self._complete_raw(d, error)
-
-            try:
-                state.entity.complete(key, self.now_ms, done)
-            except ServiceBusError as exc:
-                done(exc)
+    def _flow_event(self, cls: type, state: Any, link: Any) -> bool:
+        """A flow on a link: a receiver's credit (served after the read's dispositions), a
+        sender's credit topped up once it falls below half."""
+        if cls is ReceiveLink:
+            if state.phase is _WAITING:
+                return True
+            if state.session is not None:  # a receive request on the session
+                state.session.touch(self.now_ms)
+            self._flows[state] = link  # served after the read's dispositions
+            return True
+        if cls is SendLink:
+            credit = _lib.pn_link_credit(link)
+            if credit < SENDER_CREDIT // 2:
+                _lib.pn_link_flow(link, SENDER_CREDIT - credit)
             return True
         return False
+
+    def _transfer_event(self, state: SendLink, link: Any, d: Any) -> bool:
+        """A whole, plain (non-transactional) transfer: read it, store it (its credit is
+        topped up with the link's other transfers of this read: _send_pending)."""
+        if (
+            _pn_delivery_partial(d)
+            or not _pn_delivery_readable(d)
+            or _pn_delivery_remote_state(d) != 0
+        ):
+            return False
+        pending = _pn_delivery_pending(d)
+        # (proton gives an aborted delivery a pending of 1, so only then is it asked)
+        if pending <= 0 or (pending == 1 and _pn_delivery_aborted(d)):
+            return False
+        if pending > READ_CHUNK and self.defer is not None:
+            _pn_incref(d)  # held until the commit settles it
+            self._large_transfer(state, link, d, pending)  # over several turns (intake.py)
+            return True
+        sends = self._sends.get(state)
+        if sends is None:
+            sends = self._sends[state] = ([], [], link)
+        if pending <= _RECV_SIZE:
+            got = _pn_link_recv(link, _RECV_BUF, pending)
+            _pn_link_advance(link)
+            data = _unpack(_RECV_BUF, got) if got > 0 else b""
+        else:
+            buf = bytearray(pending)
+            got = _pn_link_recv(link, _ffi.from_buffer(buf), pending)
+            _pn_link_advance(link)
+            data = bytes(buf) if got == pending else bytes(buf[: max(got, 0)])
+            del buf  # not held beside its copy while the message is stored (up to 100 MB)
+        _pn_incref(d)  # held until the commit settles it
+        entity, tier = state.entity, self.namespace.max_message_size
+        try:  # sizes.message_limit / batch_limit, inline on the hot path
+            messages = scan_transfer(
+                data,
+                entity.spec.max_message_size or tier,
+                entity.subscriptions is not None,
+                tier,
+                self.defer is not None,
+            )
+        except ServiceBusError as exc:
+            self._settle_many([d], exc)
+            return True
+        if isinstance(messages, BatchScan):  # a batch scanned over several turns (intake.py)
+            self._begin_intake(state, d, messages)
+            return True
+        # Stored with the link's other transfers of this read (_send_pending).
+        sends[0].append(messages)
+        sends[1].append(d)
+        return True
+
+    def _accept_event(self, state: ReceiveLink, d: Any) -> bool:
+        """A client's accept (complete) of a peek-locked message [contract 5.1]."""
+        if _pn_delivery_remote_state(d) != _PN_ACCEPTED:
+            return False
+        tag = _pn_delivery_tag(d)
+        key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
+        if key is None:
+            if _pn_delivery_settled(d):
+                _pn_delivery_settle(d)
+            return True
+        if _pn_delivery_settled(d):
+            # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
+            # so there is nothing to answer, now or after the commit. Let go of the
+            # delivery at once; the deletion is lazy (rides with the partition's next
+            # commit). A lost lock is nobody's to hear of: the message comes back. The
+            # accepts of one read are completed together, per partition.
+            _pn_delivery_settle(d)
+            lazy = self._lazy_completes.get(state)
+            if lazy is None:
+                self._lazy_completes[state] = [key]  # completed by _complete_lazy
+            else:
+                lazy.append(key)
+            return True
+        # An unsettled accept (the SDKs): answered after the commit of the deletion.
+        self._accepts += 1
+        order = self._accepts
+        _pn_incref(d)
+        hold = self._detach_hold
+        hold.started(state)
+
+        def done(error: Exception | None) -> None:
+            hold.answered(state)
+            if error is None and not self.closed:
+                if not self._completed:
+                    self.on_output()  # one flush request per batch: the flush empties it
+                self._completed.append((order, d))
+            else:
+                self._complete_raw(d, error)
+
+        try:
+            state.entity.complete(key, self.now_ms, done)
+        except ServiceBusError as exc:
+            done(exc)
+        return True
 
     def _settle_completed(self) -> None:
         """Answer the completes whose commits landed: accepted and settled, in the order the

@@ -22,6 +22,7 @@ from ..filters import MessageView
 from ..partitions import IncomingMessage, MessageRecord, MessageState
 from . import codec, sections
 from .sectioncodes import _FAILURES, _section_code
+from .sections import MAY_BE_BATCH
 from .views import message_view
 
 # Pre-encoded annotation keys (contract 3.7): the delivery path only encodes values.
@@ -263,15 +264,13 @@ def scan_transfer(
         raise _refusal(exc) from exc
     except _SCAN_ERRORS:
         fields = None
-    if fields is not None and not fields[20]:  # not a batch envelope: one scan, no split
-        if fields[3] is None or for_topic:  # an id to assign, or a filter view to attach
-            scanned = sections.ScannedMessage(*fields[:20], *fields[21:22])
-            return [to_incoming(scanned, for_topic)]
-        (
-            durable, priority, ttl, message_id, session_id, _, _, _, _, _, _,
-            partition_key, via_partition_key, scheduled, annotations, annotation_count,
-            tail, size, properties_span, body_span, _, first_acquirer, _,
-        ) = fields  # fmt: skip
+    if fields is not None and not fields[MAY_BE_BATCH]:  # not a batch: one scan, no split
+        header, props, ann, tail, size, properties_span, body_span, _, _ = fields
+        if props[0] is None or for_topic:  # an id to assign, or a filter view to attach
+            return [to_incoming(sections.scanned(fields), for_topic)]
+        durable, priority, ttl, first_acquirer = header
+        message_id, session_id, _, _, _, _, _, _ = props
+        partition_key, via_partition_key, scheduled, annotations, annotation_count = ann
         return [
             IncomingMessage(  # to_incoming() without the ScannedMessage
                 message_id,

@@ -82,7 +82,20 @@ def too_deep_error(code: int) -> SectionTooDeep:
 
 
 # ------------------------------------------------------------------------------------ header
-def _header_fields(
+_ONE = b"\x00\x00\x00\x01"  # a list32's count of one field
+_NO_HEADER: tuple[Any, ...] = (None, None, None, None)  # a message without a header
+# Headers of one field, durable alone (true, false or null), as most senders write them, as
+# sent (section descriptor and all) -> (durable, priority, ttl, first-acquirer): the scan reads
+# them with one lookup, any other header with header_fields(). Durable is kept as sent: Azure
+# hands durable=false back.
+SHORT_HEADERS = {
+    prefix + value: (durable, None, None, None)
+    for prefix in (b"\x00\x53\x70\xc0\x02\x01", b"\x00\x53\x70\xd0\x00\x00\x00\x05" + _ONE)
+    for value, durable in ((b"\x41", True), (b"\x42", False), (b"\x40", None))
+}
+
+
+def header_fields(
     buf: bytes, vpos: int, end: int
 ) -> tuple[bool | None, int | None, int | None, bool | None]:
     """Return (durable, priority, ttl, first-acquirer) from the header list at vpos; durable
@@ -117,22 +130,31 @@ def _header_fields(
 # properties fields the scan needs: message-id, to, subject, reply-to,
 # correlation-id, content-type, group-id, reply-to-group-id (bit i = field i)
 _PROPERTY_MASK = sum(1 << i for i in (0, 2, 3, 4, 5, 6, 10, 12))
+_NO_PROPERTIES: tuple[Any, ...] = (
+    None,
+) * 8  # property_values' answer for a message without properties
 
 
-def _property_fields(buf: bytes, vpos: int, end: int) -> list[str | None]:
-    """Render the properties fields in _PROPERTY_MASK as text; 13 slots, others None.
-
-    Unwanted fields are skipped, not decoded, and the common str8 case is
-    decoded inline: this is the costliest part of a scan.
-    """
-    out: list[str | None] = [None] * 13
+def property_values(buf: bytes, vpos: int, end: int) -> tuple[str | None, ...]:
+    """The properties the scan keeps, as text, in ScannedMessage's order: message-id,
+    session-id (group-id), reply-to-session-id (reply-to-group-id), correlation-id, subject,
+    to, reply-to, content-type. A list of one str8 field (a message-id alone, as most senders
+    set) is read at once; any other list field by field, unwanted fields skipped, not decoded,
+    and the common str8 case decoded inline: this is the costliest part of a scan."""
     c = buf[vpos]
+    if c == 0xC0 and buf[vpos + 2] == 1 and buf[vpos + 3] == 0xA1:
+        if end == vpos + 5 + buf[vpos + 4]:
+            return (buf[vpos + 5 : end].decode("utf-8"), None, None, None, None, None, None, None)
+    elif c == 0xD0 and buf[vpos + 5 : vpos + 9] == _ONE and buf[vpos + 9] == 0xA1:
+        if end == vpos + 11 + buf[vpos + 10]:
+            return (buf[vpos + 11 : end].decode("utf-8"), None, None, None, None, None, None, None)
+    out: list[str | None] = [None] * 13
     if c == 0xC0:
         count, p = buf[vpos + 2], vpos + 3
     elif c == 0xD0:
         count, p = _unpack_I(buf, vpos + 5)[0], vpos + 9
     else:  # list0 or null: every field absent
-        return out
+        return _NO_PROPERTIES
     n = len(buf)
     mask = _PROPERTY_MASK
     for i in range(count):
@@ -156,7 +178,7 @@ def _property_fields(buf: bytes, vpos: int, end: int) -> list[str | None]:
             out[i] = _render(v)
     if p != end:
         raise SectionError("properties fields do not match the list size")
-    return out
+    return (out[0], out[10], out[12], out[5], out[3], out[2], out[4], out[6])
 
 
 def _field_depth(buf: bytes, p: int) -> None:
@@ -182,12 +204,13 @@ def _render(v: Any) -> str | None:
 
 # ----------------------------------------------------------------------- message annotations
 def message_annotations(
-    buf: bytes, vpos: int, end: int, kept: list[bytes]
-) -> tuple[int, str | None, str | None, int | None]:
-    """Read the message-annotations map at vpos: its entries but the service's go to `kept` (as
-    sent, a partition key given as binary re-encoded as its string); returns (how many were
-    kept, partition key, via-partition key, scheduled enqueue time)."""
+    buf: bytes, vpos: int, end: int
+) -> tuple[str | None, str | None, int | None, bytes, int]:
+    """Read the message-annotations map at vpos: returns (partition key, via-partition key,
+    scheduled enqueue time, the entries but the service's, as sent (a partition key given as
+    binary re-encoded as its string), how many they are), in ScannedMessage's order."""
     partition_key = via_partition_key = scheduled = None
+    kept: list[bytes] = []
     c = buf[vpos]
     if c == 0xC1:
         count, p = buf[vpos + 2], vpos + 3
@@ -237,7 +260,7 @@ def message_annotations(
         raise SectionError("message-annotations entries do not match the map size")
     if keep_from < p:
         kept.append(buf[keep_from:p])
-    return kept_count, partition_key, via_partition_key, scheduled
+    return partition_key, via_partition_key, scheduled, b"".join(kept), kept_count
 
 
 def _scheduled_time(value: Any) -> int | None:

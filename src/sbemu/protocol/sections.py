@@ -59,18 +59,21 @@ from sbemu.protocol.sectioncodes import (
     _unpack_I,
     starts_section,
 )
-from sbemu.protocol.sectionfields import SERVICE_ANNOTATIONS as SERVICE_ANNOTATIONS
-from sbemu.protocol.sectionfields import PropertyValueError as PropertyValueError
 from sbemu.protocol.sectionfields import (
-    _header_fields,
-    _property_fields,
+    _NO_HEADER,
+    _NO_PROPERTIES,
+    SHORT_HEADERS,
     check_property_sizes,
+    header_fields,
     header_too_large,
     kept_delivery_annotations,
     message_annotations,
+    property_values,
     service_decimals,
     too_deep_error,
 )
+from sbemu.protocol.sectionfields import SERVICE_ANNOTATIONS as SERVICE_ANNOTATIONS
+from sbemu.protocol.sectionfields import PropertyValueError as PropertyValueError
 
 __all__ = [
     "MAX_BODY_SECTIONS",
@@ -124,7 +127,6 @@ for _code, _allowed in _ALLOWED.items():
                 _code in _STRUCTURED,
             )
 del _code, _allowed, _ctor, _w
-_ONE = b"\x00\x00\x00\x01"  # a list32's count of one field
 # A byte of a decimal's constructor (decimal64 0x84, decimal128 0x94) in a range: one search
 _DECIMAL_BYTES = re.compile(b"[\x84\x94]").search
 
@@ -133,13 +135,18 @@ def scan_message(buf: bytes, quotas: bool = True) -> ScannedMessage:
     """Scan an encoded message, extracting routing fields and opaque byte ranges. `quotas`:
     apply Azure's property quotas (a send); False for a stored message rebuilt with what sbemu
     added to it (dead-letter properties), which must stay movable."""
-    fields = scan_fields(buf, quotas)
-    return ScannedMessage(*fields[:20], *fields[21:22])  # first-acquirer after the spans
+    return scanned(scan_fields(buf, quotas))
+
+
+def scanned(fields: tuple[Any, ...]) -> ScannedMessage:
+    """The ScannedMessage of _scan's answer."""
+    header, props, ann, tail, size, properties_span, body_span, _, _ = fields
+    return ScannedMessage(header[0], header[1], header[2], *props, *ann, tail, size,  # type: ignore[call-arg]
+                          properties_span, body_span, header[3])  # fmt: skip
 
 
 def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
-    """scan_message()'s first 20 fields as a tuple in ScannedMessage's order, a 21st: whether
-    the message may be a batch envelope (see _scan), and a 22nd: the header's first-acquirer."""
+    """_scan(), its failures translated into SectionError."""
     if type(buf) is not bytes:  # bytearray/memoryview: slices must be hashable bytes
         buf = bytes(buf)
     try:
@@ -150,49 +157,48 @@ def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:
         raise SectionError(f"malformed message: {e}") from e
 
 
-def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, ...]:
-    """The scan itself (callers translate _FAILURES into SectionError): ScannedMessage's
-    fields, then whether the first body section is a data section whose payload starts like an
-    encoded message (a section descriptor, in any form: sectioncodes.starts_section), which
-    every batch envelope's is (messages._batch_payloads), so a plain message is not split and
-    copied section by section. The counts and sizes Azure limits are checked as each section's
-    bounds are known, before it is read (HeaderTooLarge, TooManySections).
+# _scan's answer, by index: the header's fields (durable, priority, ttl, first-acquirer: as
+# header_fields), the properties' (property_values), the message annotations'
+# (message_annotations), the tail and the message's size, the spans in the tail of the
+# application-properties map and of the body sections, whether the message may be a batch
+# envelope (its first body section a data section whose payload starts like an encoded
+# message), and, with `pieces`, where in the tail the properties section is.
+(HEADER_VALUES, PROPERTY_VALUES, ANNOTATION_VALUES, TAIL, SIZE, PROPERTIES_SPAN, BODY_SPAN,
+ MAY_BE_BATCH, PROPERTIES_AT) = range(9)  # fmt: skip
+# message_annotations' answer for a message without annotations
+_NO_ANNOTATIONS: tuple[Any, ...] = (None, None, None, b"", 0)
 
-    With `pieces`, the tail is not copied: the tail field is then a tuple of its pieces, bytes
-    (what the scan rewrote) and (start, end) spans of `buf` (what it keeps as sent), for the
-    caller to copy a slice at a time (a large message: largescan.py), and a 23rd field says
-    where in the tail the properties section is ((start, end); None: it has none)."""
+# How _scan reads a message, in one pass, each section's bounds known before it is read (so the
+# counts and sizes Azure limits are checked first: HeaderTooLarge, TooManySections): the form
+# every SDK sends is read inline (_FAST, SHORT_HEADERS, property_values' one-field list), any
+# other by sectionfields' readers; the sections stored as sent (properties on) make up the tail,
+# kept as runs of `buf` (a run: sections with smallulong descriptors one after the other), each
+# a slice, or with `pieces` a span, for the caller to copy a slice at a time (a large message:
+# largescan.py). MAY_BE_BATCH keeps a plain message from being split and copied section by
+# section (messages._batch_payloads: every batch envelope's payload starts with a section
+# descriptor, in any form: sectioncodes.starts_section). Its state: `parts` of the tail (bytes;
+# with `pieces`, spans too) and the open run [run_start, run_end) (-1: none), `flushed` bytes in
+# `parts`; `seen`, bits of the sections that may appear once; `grown`, bytes a rewritten
+# section added (or took) against the message as sent; `head`, bytes of the sections but the
+# body (Azure's header quota), summed only in a `big` message; `bodies`, Azure's batch count.
+
+
+def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, ...]:
+    """The fields above (callers translate _FAILURES into SectionError); with `pieces` a tail of
+    pieces: bytes it rewrote, (start, end) spans of `buf` it keeps as sent."""
     n = len(buf)
     if n == 0:
         raise SectionError("empty message: no sections")
-    durable = first_acquirer = None
-    priority = ttl = None
-    message_id = to = subject = reply_to = correlation_id = content_type = None
-    session_id = reply_to_session_id = None
-    partition_key = via_partition_key = None
-    scheduled = None
-    ann_parts: list[bytes] = []
-    ann_count = 0
-    tail_parts: list[Any] = []  # bytes (with `pieces`, spans too)
-    run_start = run_end = -1  # current contiguous run of tail sections
-    flushed = 0  # bytes of tail_parts
-    props_span = body_span = None
-    delivery_annotations = b""
-    seen = 0
-    grown = 0  # bytes a rewritten section added (or took) against the message as sent
-    # bytes of the sections other than the body (Azure's header quota), counted only in a
-    # message large enough to pass a quota (a count per section costs 4% of a small one's scan)
-    head = 0
-    big = quotas and n > MAX_PROPERTY_BYTES
-    bodies = 1  # body sections past the first (Azure's batch count)
-    props_at = None  # with `pieces`: the properties section's [start, end) in the tail
-    may_be_batch = False
-    pos = 0
-    fast = _FAST
+    header, props, ann = _NO_HEADER, _NO_PROPERTIES, _NO_ANNOTATIONS
+    parts: list[Any] = []
+    props_span = body_span = props_at = None
+    run_start = run_end = -1
+    flushed = seen = grown = head = pos = 0
+    front = b""  # the kept delivery annotations, put at the front of the tail
+    bodies, may_be_batch, fast, big = 1, False, _FAST, quotas and n > MAX_PROPERTY_BYTES
     while pos < n:
         hit = fast.get(buf[pos : pos + 4])
-        if hit is not None:
-            # _section_code and _skip inline for the form every SDK sends (see _FAST)
+        if hit is not None:  # _section_code and _skip inline for the form every SDK sends
             code, w, bit, structured = hit
             vpos = pos + 3
             if w >= 0:
@@ -204,172 +210,145 @@ def _scan(buf: bytes, quotas: bool = True, pieces: bool = False) -> tuple[Any, .
             if end > n:
                 raise DecodeError(f"value at {vpos} runs past the end of the buffer")
         else:
-            code, vpos = _section_code(buf, pos)
-            end = _skip(buf, vpos)
-            bit = (1 << (code - HEADER)) if code in _SINGLE else 0
-            structured = code in _STRUCTURED
+            code, vpos, end, bit, structured = _section(buf, pos)
         if bit:  # a section that may appear once: all but the body's
-            if seen & bit:
-                raise SectionError(f"duplicate section {code:#04x}")
+            if seen & bit or big:  # a duplicate, or Azure's quotas to apply (sectioncodes)
+                head = _once(buf, code, pos, vpos, end, head, seen & bit)
             seen |= bit
-            if big:  # Azure's quotas, checked before the section is read (sectioncodes)
-                head += end - pos
-                if head > MAX_HEADER_BYTES:
-                    raise header_too_large(head)
-                if code == APPLICATION_PROPERTIES and end - vpos > MAX_PROPERTY_BYTES:
-                    check_property_sizes(buf, vpos, end)
-        # stored sections that may hold structure (the header is re-built from its fields,
-        # delivery-annotations are dropped, data sections are opaque, properties are checked
-        # field by field); a value of at most MAX_VALUE_DEPTH bytes cannot nest that deep
-        # (too_deep's first bound, inline)
         if structured and end - vpos > MAX_VALUE_DEPTH and too_deep(buf, vpos, end):
-            raise too_deep_error(code)
-        if code >= PROPERTIES:
-            # A section stored as sent (properties, application-properties, the body, the
-            # footer): joined to the run of tail sections before it when it follows it with a
-            # smallulong descriptor, else a run of its own (re-emitted with one, contract
-            # §1.6), or, for application-properties with a decimal in it, rewritten.
-            rewritten = None
+            raise too_deep_error(code)  # (_STRUCTURED; too_deep's first bound inline)
+        if code >= PROPERTIES:  # stored as sent, but application-properties with a decimal
             if code == PROPERTIES:
-                # A list of one str8 field (a message-id alone, as most senders set) is read
-                # here; any other list field by field.
-                c = buf[vpos]
-                if c == 0xC0 and buf[vpos + 2] == 1 and buf[vpos + 3] == 0xA1:
-                    if end == vpos + 5 + buf[vpos + 4]:
-                        message_id = buf[vpos + 5 : end].decode("utf-8")
-                        c = -1
-                elif c == 0xD0 and buf[vpos + 5 : vpos + 9] == _ONE and buf[vpos + 9] == 0xA1:
-                    if end == vpos + 11 + buf[vpos + 10]:
-                        message_id = buf[vpos + 11 : end].decode("utf-8")
-                        c = -1
-                if c >= 0:
-                    (
-                        message_id, _, to, subject, reply_to, correlation_id, content_type,
-                        _, _, _, session_id, _, reply_to_session_id,
-                    ) = _property_fields(buf, vpos, end)  # fmt: skip
-            elif code == APPLICATION_PROPERTIES and _DECIMAL_BYTES(buf, vpos, end) is not None:
-                # Decimals are written as the service writes them (protocol/decimals.py): only
-                # a section with a 0x84 or 0x94 byte in it is walked, and only one holding a
-                # decimal is re-encoded.
-                rewritten = service_decimals(buf, vpos, end)
-            if vpos == pos + 3 and pos == run_end and rewritten is None:
-                run_end = end  # contiguous with the previous tail section
+                props = property_values(buf, vpos, end)
+            decimals = code == APPLICATION_PROPERTIES and _DECIMAL_BYTES(buf, vpos, end)
+            rewritten = service_decimals(buf, vpos, end) if decimals else None  # (None: none)
+            if vpos == pos + 3 and rewritten is None and (pos == run_end or run_end < 0):
+                run_start = pos if run_end < 0 else run_start
+                run_end = end  # the open run, this section added
                 at = flushed + pos - run_start  # where this section starts in the tail
             else:
-                if run_end >= 0:
-                    tail_parts.append(
-                        buf[run_start:run_end] if not pieces else (run_start, run_end)
-                    )
-                    flushed += run_end - run_start
-                at = flushed
-                if rewritten is not None:
-                    tail_parts.append(b"\x00\x53\x74" + rewritten)
-                    flushed += 3 + len(rewritten)
-                    grown += 3 + len(rewritten) - (end - pos)
-                    run_start = run_end = -1
-                    props_span = (at + 3, at + 3 + len(rewritten))
-                elif vpos == pos + 3:
-                    run_start, run_end = pos, end
+                at, flushed, run_start, run_end = _new_run(
+                    buf, pos, vpos, end, rewritten, parts, flushed, run_start, run_end, pieces
+                )
+            if DATA <= code < FOOTER:  # a body section
+                if body_span is None:
+                    body_span = (at, at + 3 + end - vpos)
+                    p = vpos + (2 if buf[vpos] == 0xA0 else 5)  # a data section's payload
+                    if code == DATA and p + 3 <= end and buf[p] == 0x00:  # starts described
+                        may_be_batch = starts_section(buf, p, end)
                 else:
-                    # Re-emit a ulong/symbolic descriptor as smallulong so the
-                    # stored tail is deliverable to pyamqp as is (contract §1.6).
-                    if not pieces:
-                        tail_parts.append(bytes((0x00, 0x53, code)) + buf[vpos:end])
-                    else:
-                        tail_parts += (bytes((0x00, 0x53, code)), (vpos, end))
-                    flushed += 3 + end - vpos
-                    run_start = run_end = -1
-            if pieces and code == PROPERTIES:
+                    body_span = (body_span[0], at + 3 + end - vpos)
+                    bodies += 1
+                    if bodies > MAX_BODY_SECTIONS:
+                        raise _too_many_sections()
+            elif code == APPLICATION_PROPERTIES:
+                size = end - vpos if rewritten is None else len(rewritten)
+                props_span = (at + 3, at + 3 + size)
+                grown += 0 if rewritten is None else 3 + size - (end - pos)
+            elif code == PROPERTIES and pieces:
                 props_at = (at, at + 3 + end - vpos)
-            if code >= DATA:
-                if code != FOOTER:
-                    if body_span is None:
-                        body_span = (at, at + 3 + end - vpos)
-                        if code == DATA:  # see the docstring
-                            p = vpos + (2 if buf[vpos] == 0xA0 else 5)
-                            if p + 3 <= end and buf[p] == 0x00:  # a descriptor (in any form)
-                                if buf[p + 1] == 0x53:  # smallulong, inline: every SDK's
-                                    may_be_batch = 0x70 <= buf[p + 2] <= 0x78
-                                else:
-                                    may_be_batch = starts_section(buf, p, end)
-                    else:
-                        body_span = (body_span[0], at + 3 + end - vpos)
-                        bodies += 1
-                        if bodies > MAX_BODY_SECTIONS:
-                            raise TooManySections(
-                                f"more than {MAX_BODY_SECTIONS} body sections (a batch of more "
-                                f"than {MAX_BODY_SECTIONS} messages)"
-                            )
-            elif code == APPLICATION_PROPERTIES and rewritten is None:
-                props_span = (at + 3, at + 3 + end - vpos)
         elif code == HEADER:
-            # A list of one field (durable alone, as most senders set it) is read here; any
-            # other list field by field.
-            c = buf[vpos]
-            if (c == 0xC0 and end == vpos + 4 and buf[vpos + 2] == 1) or (
-                c == 0xD0 and end == vpos + 10 and buf[vpos + 5 : vpos + 9] == _ONE
-            ):
-                c = buf[end - 1]
-                if c == 0x41:
-                    durable = True
-                elif c == 0x42:
-                    durable = False  # kept as sent: Azure hands durable=false back
-                elif c != 0x40:
-                    durable, priority, ttl, first_acquirer = _header_fields(buf, vpos, end)
-            else:
-                durable, priority, ttl, first_acquirer = _header_fields(buf, vpos, end)
+            header = SHORT_HEADERS.get(buf[pos:end]) or header_fields(buf, vpos, end)
         elif code == MESSAGE_ANNOTATIONS:
-            ann_count, partition_key, via_partition_key, scheduled = message_annotations(
-                buf, vpos, end, ann_parts
-            )
-        else:  # delivery-annotations: at the front of the tail whatever their place in the
-            # message (pyamqp sends them after the body), put back before the message
-            # annotations on the way out (build_message)
-            delivery_annotations = kept_delivery_annotations(buf, vpos, end)
-            grown += len(delivery_annotations) - (end - pos)
+            ann = message_annotations(buf, vpos, end)
+        else:  # delivery-annotations (build_message puts them back before the annotations)
+            front = kept_delivery_annotations(buf, vpos, end)
+            grown += len(front) - (end - pos)
         pos = end
-    if delivery_annotations:  # at the front of the tail: the spans move behind them
-        shift = len(delivery_annotations)
-        if props_span is not None:
-            props_span = (props_span[0] + shift, props_span[1] + shift)
-        if body_span is not None:
-            body_span = (body_span[0] + shift, body_span[1] + shift)
-        if props_at is not None:
-            props_at = (props_at[0] + shift, props_at[1] + shift)
-    tail: Any
-    if pieces:  # runs as spans of buf, copied by the caller
-        front = [delivery_annotations] if delivery_annotations else []
-        tail = (*front, *tail_parts, *([(run_start, run_end)] if run_end >= 0 else []))
-    elif tail_parts or delivery_annotations:
-        if run_end >= 0:
-            tail_parts.append(buf[run_start:run_end])
-        if delivery_annotations:
-            tail_parts.insert(0, delivery_annotations)
-        tail = b"".join(tail_parts)
+    if parts or front or pieces:
+        tail, props_span, body_span, props_at = _tail(
+            buf, parts, run_start, run_end, front, pieces, (props_span, body_span, props_at)
+        )
     else:  # one run of sections as sent (the common case)
         tail = buf[run_start:run_end] if run_end >= 0 else b""
-    return (
-        durable,
-        priority,
-        ttl,
-        message_id,
-        session_id,
-        reply_to_session_id,
-        correlation_id,
-        subject,
-        to,
-        reply_to,
-        content_type,
-        partition_key,
-        via_partition_key,
-        scheduled,
-        b"".join(ann_parts) if ann_parts else b"",
-        ann_count,
-        tail,
-        n + grown,
-        props_span,
-        body_span,
-        may_be_batch,
-        first_acquirer,
-        props_at,
+    return header, props, ann, tail, n + grown, props_span, body_span, may_be_batch, props_at
+
+
+def _section(buf: bytes, pos: int) -> tuple[int, int, int, int, bool]:
+    """A section in any form _FAST does not know: (code, where its value starts, its end, its
+    bit if it may appear only once, whether its value is checked for depth)."""
+    code, vpos = _section_code(buf, pos)
+    end = _skip(buf, vpos)
+    return code, vpos, end, (1 << (code - HEADER)) if code in _SINGLE else 0, code in _STRUCTURED
+
+
+def _once(buf: bytes, code: int, pos: int, vpos: int, end: int, head: int, duplicate: int) -> int:
+    """A section that may appear once, [pos, end), in a message large enough to pass Azure's
+    quotas, or a `duplicate`: refuses the duplicate, applies the header quota and (for
+    application-properties) the property quota; returns the header bytes so far."""
+    if duplicate:
+        raise SectionError(f"duplicate section {code:#04x}")
+    head += end - pos
+    if head > MAX_HEADER_BYTES:
+        raise header_too_large(head)
+    if code == APPLICATION_PROPERTIES and end - vpos > MAX_PROPERTY_BYTES:
+        check_property_sizes(buf, vpos, end)
+    return head
+
+
+def _too_many_sections() -> TooManySections:
+    return TooManySections(
+        f"more than {MAX_BODY_SECTIONS} body sections (a batch of more than "
+        f"{MAX_BODY_SECTIONS} messages)"
     )
+
+
+def _new_run(
+    buf: bytes,
+    pos: int,
+    vpos: int,
+    end: int,
+    rewritten: bytes | None,
+    parts: list[Any],
+    flushed: int,
+    run_start: int,
+    run_end: int,
+    pieces: bool,
+) -> tuple[int, int, int, int]:
+    """A tail section [pos, end) that does not extend the run before it: that run goes into
+    `parts` (a span of buf with `pieces`), and the section starts a run of its own, or, rewritten
+    (`rewritten`, application-properties) or with a ulong or symbolic descriptor, goes into
+    `parts` as well, re-emitted with a smallulong descriptor so the stored tail is deliverable
+    to pyamqp as is (contract §1.6). Returns (where the section starts in the tail, the bytes in
+    `parts`, the run's start and end: -1 when none is open)."""
+    if run_end >= 0:
+        parts.append(buf[run_start:run_end] if not pieces else (run_start, run_end))
+        flushed += run_end - run_start
+    at = flushed
+    if rewritten is not None:
+        parts.append(b"\x00\x53\x74" + rewritten)
+        return at, flushed + 3 + len(rewritten), -1, -1
+    if vpos == pos + 3:
+        return at, flushed, pos, end
+    code = bytes((0x00, 0x53, _section_code(buf, pos)[0]))
+    if not pieces:
+        parts.append(code + buf[vpos:end])
+    else:
+        parts += (code, (vpos, end))
+    return at, flushed + 3 + end - vpos, -1, -1
+
+
+def _tail(
+    buf: bytes,
+    parts: list[Any],
+    run_start: int,
+    run_end: int,
+    front: bytes,
+    pieces: bool,
+    spans: tuple[tuple[int, int] | None, ...],
+) -> tuple[Any, ...]:
+    """The message's tail, then `spans` (positions in it) moved behind what goes first:
+    `front` (the kept delivery annotations), then the sections in `parts` and the run still
+    open; with `pieces` a tuple of them (runs as spans of buf, for the caller to copy), else
+    one bytes."""
+    if front:
+        k = len(front)
+        spans = tuple(None if s is None else (s[0] + k, s[1] + k) for s in spans)
+    if pieces:  # runs as spans of buf, copied by the caller
+        kept = (front,) if front else ()
+        return ((*kept, *parts, *([(run_start, run_end)] if run_end >= 0 else [])), *spans)
+    if run_end >= 0:
+        parts.append(buf[run_start:run_end])
+    if front:
+        parts.insert(0, front)
+    return (b"".join(parts), *spans)

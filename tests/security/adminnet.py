@@ -197,6 +197,11 @@ class InProcessServer:
         assert self.server is not None
         return self.server.admin_port
 
+    @property
+    def alive(self) -> bool:
+        """Whether the server's event loop thread still runs."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         if self._loop is None or self.server is None:
             return

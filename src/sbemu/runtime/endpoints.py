@@ -35,7 +35,15 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..admin.http import AdminServer, HttpService, Request, Response, json_response, start_admin
+from ..admin.http import (
+    LISTEN_BACKLOG,
+    AdminServer,
+    HttpService,
+    Request,
+    Response,
+    json_response,
+    start_admin,
+)
 from ..protocol.listener import AmqpProtocol
 from ..protocol.websocket import PATH, HandshakeRefused, accept_headers
 from ..protocol.wslistener import ByteStream, serve_stream, serve_websocket
@@ -179,6 +187,7 @@ async def start_amqps(
             ssl=context,
             ssl_handshake_timeout=handshake_timeout,
             reuse_address=True,
+            backlog=LISTEN_BACKLOG,
         )
     except OSError as exc:
         hint = "serving without AMQPS (--tls-port P or 0 picks another port, off hides this)"

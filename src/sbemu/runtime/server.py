@@ -43,7 +43,7 @@ from ..protocol.views import encode_property, encode_symbol
 from ..protocol.wirecodec import WIRE_CODEC
 from . import endpoints
 from .commitloop import CommitLoop
-from .endpoints import EndpointError, ListenPort
+from .endpoints import LISTEN_BACKLOG, EndpointError, ListenPort
 from .heap import HeapTrimmer, libc_free_bytes, libc_malloc_trim, map_large_blocks
 
 if TYPE_CHECKING:
@@ -286,7 +286,11 @@ class Server:
         assert self._loop is not None
         try:
             self._amqp_server = await self._loop.create_server(
-                self._sniffing, self.host, self.amqp_port, reuse_address=True
+                self._sniffing,
+                self.host,
+                self.amqp_port,
+                reuse_address=True,
+                backlog=LISTEN_BACKLOG,
             )
         except OSError as exc:
             raise StartupError(
@@ -365,6 +369,7 @@ class Server:
                     self.host,
                     ns.amqp_port,
                     reuse_address=True,
+                    backlog=LISTEN_BACKLOG,
                 )
             except OSError as exc:
                 for other in (self._amqp_server, *self.namespace_servers.values()):

@@ -18,7 +18,7 @@ gives 500 and is logged; the listener keeps serving.
 """
 
 from .messages import Dispatcher, Handler, Request, Response, json_response, text_response
-from .server import AdminServer, HttpService, start_admin
+from .server import LISTEN_BACKLOG, AdminServer, HttpService, start_admin
 from .transports import UpgradedStream
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Response",
     "json_response",
     "start_admin",
+    "LISTEN_BACKLOG",
     "text_response",
     "UpgradedStream",
 ]

@@ -27,6 +27,10 @@ log = logging.getLogger("sbemu.admin.http")
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT = 5.0  # seconds for one request's head and body
+# Connections the kernel holds for a listener until the server accepts them, on every port:
+# asyncio's default (100) overflows under a burst of clients, and some network stacks (gVisor's)
+# then refuse the connection rather than drop the SYN for the client to retry.
+LISTEN_BACKLOG = 1024
 TLS_HANDSHAKE = 0x16
 AMQP_HEADER = b"AMQP"  # every AMQP connection's first bytes [AMQP 2.2]
 
@@ -138,7 +142,9 @@ async def start_admin(
         service = HttpService(
             routes, request_timeout=request_timeout, ssl_context=ssl_context, max_body=max_body
         )
-    server = await asyncio.start_server(service.on_connection, host, port, reuse_address=True)
+    server = await asyncio.start_server(
+        service.on_connection, host, port, reuse_address=True, backlog=LISTEN_BACKLOG
+    )
     return AdminServer(server, service.connections)
 
 

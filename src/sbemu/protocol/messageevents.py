@@ -213,9 +213,53 @@ class MessageEvents:
             return self._flow_event(cls, state, link)
         if cls is SendLink:
             return self._transfer_event(state, link, _pn_event_delivery(ev))
-        if cls is ReceiveLink:
-            return self._accept_event(state, _pn_event_delivery(ev))
-        return False
+        if cls is not ReceiveLink:
+            return False
+        # A client's accept (complete) of a peek-locked message [contract 5.1]: inline, the
+        # settle path's cost per message is mostly calls (hotpath.py)
+        d = _pn_event_delivery(ev)
+        if _pn_delivery_remote_state(d) != _PN_ACCEPTED:
+            return False
+        tag = _pn_delivery_tag(d)
+        key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
+        if key is None:
+            if _pn_delivery_settled(d):
+                _pn_delivery_settle(d)
+            return True
+        if _pn_delivery_settled(d):
+            # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
+            # so there is nothing to answer, now or after the commit. Let go of the
+            # delivery at once; the deletion is lazy (rides with the partition's next
+            # commit). A lost lock is nobody's to hear of: the message comes back. The
+            # accepts of one read are completed together, per partition.
+            _pn_delivery_settle(d)
+            lazy = self._lazy_completes.get(state)
+            if lazy is None:
+                self._lazy_completes[state] = [key]  # completed by _complete_lazy
+            else:
+                lazy.append(key)
+            return True
+        # An unsettled accept (the SDKs): answered after the commit of the deletion.
+        self._accepts += 1
+        order = self._accepts
+        _pn_incref(d)
+        hold = self._detach_hold
+        hold.started(state)
+
+        def done(error: Exception | None) -> None:
+            hold.answered(state)
+            if error is None and not self.closed:
+                if not self._completed:
+                    self.on_output()  # one flush request per batch: the flush empties it
+                self._completed.append((order, d))
+            else:
+                self._complete_raw(d, error)
+
+        try:
+            state.entity.complete(key, self.now_ms, done)
+        except ServiceBusError as exc:
+            done(exc)
+        return True
 
     def _flow_event(self, cls: type, state: Any, link: Any) -> bool:
         """A flow on a link: a receiver's credit (served after the read's dispositions), a
@@ -283,51 +327,6 @@ class MessageEvents:
         # Stored with the link's other transfers of this read (_send_pending).
         sends[0].append(messages)
         sends[1].append(d)
-        return True
-
-    def _accept_event(self, state: ReceiveLink, d: Any) -> bool:
-        """A client's accept (complete) of a peek-locked message [contract 5.1]."""
-        if _pn_delivery_remote_state(d) != _PN_ACCEPTED:
-            return False
-        tag = _pn_delivery_tag(d)
-        key = state.unsettled.pop(_ffi.unpack(tag.start, tag.size), None)
-        if key is None:
-            if _pn_delivery_settled(d):
-                _pn_delivery_settle(d)
-            return True
-        if _pn_delivery_settled(d):
-            # A pre-settled accept (rhea's auto-accept): the client waits for no outcome,
-            # so there is nothing to answer, now or after the commit. Let go of the
-            # delivery at once; the deletion is lazy (rides with the partition's next
-            # commit). A lost lock is nobody's to hear of: the message comes back. The
-            # accepts of one read are completed together, per partition.
-            _pn_delivery_settle(d)
-            lazy = self._lazy_completes.get(state)
-            if lazy is None:
-                self._lazy_completes[state] = [key]  # completed by _complete_lazy
-            else:
-                lazy.append(key)
-            return True
-        # An unsettled accept (the SDKs): answered after the commit of the deletion.
-        self._accepts += 1
-        order = self._accepts
-        _pn_incref(d)
-        hold = self._detach_hold
-        hold.started(state)
-
-        def done(error: Exception | None) -> None:
-            hold.answered(state)
-            if error is None and not self.closed:
-                if not self._completed:
-                    self.on_output()  # one flush request per batch: the flush empties it
-                self._completed.append((order, d))
-            else:
-                self._complete_raw(d, error)
-
-        try:
-            state.entity.complete(key, self.now_ms, done)
-        except ServiceBusError as exc:
-            done(exc)
         return True
 
     def _settle_completed(self) -> None:

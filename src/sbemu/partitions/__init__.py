@@ -9,7 +9,7 @@ inside). What a room outside uses, by who uses it:
   (``lock_data_dir``, ``sweep_lock_files``, ``load_idle_times``);
 - every side: ``Done``, the completion an operation calls once its group commit landed, and
   ``join_completions`` (one completion for several operations);
-- the AMQP side: ``Entity`` (send, settle, sessions), ``EntityView`` and ``SessionHandle``
+- the AMQP side: ``Entity`` (send, settle with an ``Outcome``, sessions), ``EntityView`` and ``SessionHandle``
   (receive), ``Delivered``/``Taken`` (what a receiver is handed), the message values
   (``IncomingMessage``, ``MessageRecord``, ``MessageState``), ``token_of``;
 - the admin side: the entity's sub-queue names (``MAIN``, ``DLQ_SUFFIX``, ``SCHEDULED_QUEUE``,
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .layout import StorageLayoutError, entity_dir, lock_data_dir
     from .lockfile import sweep_lock_files
     from .logdb import NEXT_OFFSET_META, TRIM_LIMIT, TRIMMED_BELOW_META, read_log_events
+    from .outcomes import COMPLETE, Outcome, OutcomeKind
     from .records import (
         LOG_FIELDS,
         LOG_SCHEMA_VERSION,
@@ -72,6 +73,9 @@ _HOME = {
     "SessionHandle": "dispatch",
     "Taken": "dispatch",
     "Entity": "entity",
+    "COMPLETE": "outcomes",
+    "Outcome": "outcomes",
+    "OutcomeKind": "outcomes",
     "TRANSFER_DLQ_SUFFIX": "forwarding",
     "forward_target": "forwarding",
     "SAVE_INTERVAL_MS": "idle",
@@ -131,6 +135,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "COMMITS_PER_ENTITY",
+    "COMPLETE",
     "DLQ_SUFFIX",
     "LOG_DB",
     "LOG_FIELDS",
@@ -156,6 +161,8 @@ __all__ = [
     "LogEvent",
     "MessageRecord",
     "MessageState",
+    "Outcome",
+    "OutcomeKind",
     "PartitionBroker",
     "PartitionStore",
     "Router",

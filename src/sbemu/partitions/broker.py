@@ -35,6 +35,7 @@ from .deadlines import Deadlines
 from .health import Health
 from .loader import PartitionLoader, stored_counts
 from .locks import LockTable
+from .outcomes import Outcome
 from .receiving import Receiving
 from .records import (
     IncomingMessage,
@@ -301,39 +302,17 @@ class PartitionBroker:
         return self.receiving.take_deferred(queue, seq, now_ms, peek_lock)
 
     # ---------------------------------------------------------------- settlement
-    def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
-        """Delete a locked message (see Receiving.complete)."""
-        self.receiving.complete(key, now_ms, done, lazy)
+    def settle(self, key: int, outcome: Outcome, now_ms: int, done: Done) -> None:
+        """Settle a locked message as `outcome` says (see Receiving.settle)."""
+        self.receiving.settle(key, outcome, now_ms, done)
 
     def complete_lazy(self, keys: list[int], now_ms: int) -> None:
         """Complete a run of locks nobody waits for (see Receiving.complete_lazy)."""
         self.receiving.complete_lazy(keys, now_ms)
 
-    def abandon(
-        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
-    ) -> None:
-        """Unlock with delivery count + 1 (see Receiving.abandon)."""
-        self.receiving.abandon(key, now_ms, overrides, done)
-
     def release(self, key: int, now_ms: int) -> None:
         """Unlock without counting a delivery attempt (see Receiving.release)."""
         self.receiving.release(key, now_ms)
-
-    def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
-        """Set a locked message aside (see Receiving.defer)."""
-        self.receiving.defer(key, now_ms, overrides, done)
-
-    def dead_letter(
-        self,
-        key: int,
-        now_ms: int,
-        reason: str | None,
-        description: str | None,
-        overrides: dict[str, bytes] | None,
-        done: Done,
-    ) -> None:
-        """Move a locked message to the dead-letter queue (see Receiving.dead_letter)."""
-        self.receiving.dead_letter(key, now_ms, reason, description, overrides, done)
 
     def renew(self, key: int, now_ms: int) -> int:
         """Extend a lock; returns the new locked-until (see Receiving.renew)."""

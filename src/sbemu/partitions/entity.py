@@ -27,6 +27,7 @@ from .dispatch import EntityView
 from .entitystatus import EntitySettings, EntityStatus, ReceiverSettings, check_receive, check_send
 from .forwarding import forward_target
 from .keys import partition_for_key
+from .outcomes import Outcome
 from .records import IncomingMessage, MessageRecord
 from .sending import SendPath, Settle
 from .specs import MAIN, EntitySpec, base_queue
@@ -253,10 +254,11 @@ class Entity:
         self.check_sendable()
         self._send_path.check(messages)
 
-    def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
-        """Complete a locked message (`lazy`: nobody waits for the outcome, `done` may then
-        be None; see PartitionBroker.complete)."""
-        self._check_settle(self._broker_for(key), key).complete(key, now_ms, done, lazy)
+    def settle(self, key: int, outcome: Outcome, now_ms: int, done: Done) -> None:
+        """Settle a locked message, by its lock token's int, as `outcome` says (complete,
+        abandon, defer, dead-letter: sbemu.partitions.outcomes); `done` runs after the
+        commit. Raises the error that refuses it (a lost lock, a receive-disabled entity)."""
+        self._check_settle(self._broker_for(key), key).settle(key, outcome, now_ms, done)
 
     def complete_lazy(self, keys: list[int], now_ms: int) -> None:
         """Complete locked messages whose outcome nobody waits for (pre-settled accepts), by
@@ -294,30 +296,6 @@ class Entity:
         except ServiceBusError:
             return False
         return True
-
-    def abandon(
-        self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
-    ) -> None:
-        """Abandon a locked message (delivery count + 1)."""
-        self._check_settle(self._broker_for(key), key).abandon(key, now_ms, overrides, done)
-
-    def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
-        """Defer a locked message."""
-        self._check_settle(self._broker_for(key), key).defer(key, now_ms, overrides, done)
-
-    def dead_letter(
-        self,
-        key: int,
-        now_ms: int,
-        reason: str | None,
-        description: str | None,
-        overrides: dict[str, bytes] | None,
-        done: Done,
-    ) -> None:
-        """Dead-letter a locked message."""
-        self._check_settle(self._broker_for(key), key).dead_letter(
-            key, now_ms, reason, description, overrides, done
-        )
 
     def release(self, key: int, now_ms: int) -> None:
         """Unlock without counting a delivery."""

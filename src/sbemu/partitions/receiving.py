@@ -15,12 +15,15 @@ from __future__ import annotations
 from ..errors import InvalidOperation, MessageNotFound, ServiceBusError
 from .completions import Done
 from .locks import LockTable
+from .outcomes import Outcome, OutcomeKind
 from .records import LogEvent, MessageRecord, MessageState
 from .staging import Staging
 from .store import StoreError
 from .subqueue import Lock, SessionLock, SubQueue, SubQueueReader
 from .tokens import make_lock_key, make_lock_keys
 from .transitions import Transitions, merge_overrides
+
+_COMPLETE, _ABANDON, _DEFER = OutcomeKind.COMPLETE, OutcomeKind.ABANDON, OutcomeKind.DEFER
 
 
 class Receiving:
@@ -151,24 +154,31 @@ class Receiving:
         return lock
 
     # ---------------------------------------------------------------- settlement
-    def complete(self, key: int, now_ms: int, done: Done | None, lazy: bool = False) -> None:
-        """Delete a locked message; `done` runs after the commit (None: nobody waits).
-
-        `lazy`: the client settled its accept without waiting for an outcome, so the
-        deletion may wait for the partition's next commit or the next timer tick (an
-        unconfirmed completion may come back after a crash: at least once)."""
-        lock = self.lock_table.live(key, now_ms)
-        rec = self.lock_table.unlock(lock)
-        sq = lock.queue
-        self.transitions.remove(sq, rec, lazy)
-        self.transitions.log(sq, LogEvent.COMPLETED, rec, now_ms, lazy=lazy)
-        if done is not None:
-            self.staging.after_commit(done, lazy)
+    def settle(self, key: int, outcome: Outcome, now_ms: int, done: Done) -> None:
+        """Settle a locked message as `outcome` says; `done` runs after the commit. A
+        completion deletes the message (here, the common case); the others: _abandon, _defer,
+        _dead_letter."""
+        kind = outcome.kind
+        if kind is _COMPLETE:
+            lock = self.lock_table.live(key, now_ms)
+            rec = self.lock_table.unlock(lock)
+            sq = lock.queue
+            self.transitions.remove(sq, rec, False)
+            self.transitions.log(sq, LogEvent.COMPLETED, rec, now_ms)
+            self.staging.after_commit(done)
+        elif kind is _ABANDON:
+            self._abandon(key, now_ms, outcome.overrides, done)
+        elif kind is _DEFER:
+            self._defer(key, now_ms, outcome.overrides, done)
+        else:
+            self._dead_letter(key, now_ms, outcome, done)
 
     def complete_lazy(self, keys: list[int], now_ms: int) -> None:
-        """complete(key, now_ms, None, lazy=True) for each lock token (by its int), in
-        order, a lost lock skipped: nobody waits for these outcomes (pre-settled accepts), so
-        a message whose lock was lost comes back as if its lock had expired, unannounced."""
+        """Complete each lock token's message (by its int), in order, a lost lock skipped:
+        nobody waits for these outcomes (pre-settled accepts), so the deletions are lazy (they
+        may wait for the partition's next commit or the next timer tick, and an unconfirmed
+        completion may come back after a crash: at least once), and a message whose lock was
+        lost comes back as if its lock had expired, unannounced."""
         table = self.lock_table
         locks = table.by_key
         log_run, remove_run = self.staging.log_run, self.transitions.remove_run
@@ -205,7 +215,7 @@ class Receiving:
                 log_run(sq.name, LogEvent.COMPLETED, run, now_ms, lazy=True)
             table.trim()
 
-    def abandon(
+    def _abandon(
         self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done
     ) -> None:
         """Unlock with delivery count + 1; dead-letter when MaxDeliveryCount is reached."""
@@ -225,7 +235,7 @@ class Receiving:
         self.transitions.log(lock.queue, LogEvent.RELEASED, rec, now_ms)
         self.transitions.on_ready(lock.queue.name)
 
-    def defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
+    def _defer(self, key: int, now_ms: int, overrides: dict[str, bytes] | None, done: Done) -> None:
         """Set a locked message aside; it is fetched later by sequence number."""
         lock = self.lock_table.live(key, now_ms)
         rec = self.lock_table.unlock(lock)
@@ -243,16 +253,9 @@ class Receiving:
         self.transitions.log(lock.queue, LogEvent.DEFERRED, rec, now_ms)
         self.staging.after_commit(done)
 
-    def dead_letter(
-        self,
-        key: int,
-        now_ms: int,
-        reason: str | None,
-        description: str | None,
-        overrides: dict[str, bytes] | None,
-        done: Done,
-    ) -> None:
-        """Move a locked message to the dead-letter queue with reason and description."""
+    def _dead_letter(self, key: int, now_ms: int, outcome: Outcome, done: Done) -> None:
+        """Move a locked message to the dead-letter queue with the outcome's reason and
+        description."""
         lock = self.lock_table.live(key, now_ms)
         sq = lock.queue
         if sq.settings.dead_letter_queue is None:
@@ -265,7 +268,9 @@ class Receiving:
                 "A message in a dead-letter queue cannot be dead-lettered again."
             )
         rec = self.lock_table.unlock(lock)
-        self.transitions.move_to_dlq(sq, rec, now_ms, reason, description, overrides)
+        self.transitions.move_to_dlq(
+            sq, rec, now_ms, outcome.reason, outcome.description, outcome.overrides
+        )
         self.staging.after_commit(done)
 
     def renew(self, key: int, now_ms: int) -> int:

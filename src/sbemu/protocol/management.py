@@ -24,7 +24,7 @@ from ..errors import (
     ServiceBusError,
     SessionLockLost,
 )
-from ..partitions import MessageState, join_completions
+from ..partitions import COMPLETE, MessageState, Outcome, join_completions
 from . import codec, sections
 from .links import RequestLink
 from .managementrules import RULE_OPERATIONS
@@ -238,26 +238,24 @@ def _update_disposition(conn: ManagementHost, state: RequestLink, body: dict, re
         _owned_session(conn, state, str(body["session-id"]))
     one_done = join_completions(len(tokens), _reply_error(reply))
 
+    if status == "completed":
+        outcome = COMPLETE
+    elif status == "abandoned":
+        outcome = Outcome.abandon(overrides)
+    elif status == "suspended":
+        reason = body.get("deadletter-reason")
+        description = body.get("deadletter-description")
+        outcome = Outcome.dead_letter(
+            str(reason) if reason is not None else None,
+            str(description) if description is not None else None,
+            overrides,
+        )
+    else:
+        outcome = Outcome.defer(overrides)
     now_ms = conn.now_ms
     for key in [t.int for t in tokens]:  # inside partitions/ a lock is its token's int
         try:
-            if status == "completed":
-                entity.complete(key, now_ms, one_done)
-            elif status == "abandoned":
-                entity.abandon(key, now_ms, overrides, one_done)
-            elif status == "suspended":
-                reason = body.get("deadletter-reason")
-                description = body.get("deadletter-description")
-                entity.dead_letter(
-                    key,
-                    now_ms,
-                    str(reason) if reason is not None else None,
-                    str(description) if description is not None else None,
-                    overrides,
-                    one_done,
-                )
-            else:
-                entity.defer(key, now_ms, overrides, one_done)
+            entity.settle(key, outcome, now_ms, one_done)
         except MessageLockLost as exc:
             one_done(exc)
 

@@ -28,7 +28,7 @@ from proton import (
 )
 
 from ..errors import ServiceBusError
-from ..partitions import IncomingMessage
+from ..partitions import COMPLETE, IncomingMessage
 from .backpressure import OutputGate
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
@@ -256,7 +256,7 @@ class MessageEvents:
                 self._complete_raw(d, error)
 
         try:
-            state.entity.complete(key, self.now_ms, done)
+            state.entity.settle(key, COMPLETE, self.now_ms, done)
         except ServiceBusError as exc:
             done(exc)
         return True

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from proton import Condition, Delivery, symbol
 
 from ..errors import InvalidOperation, MessageLockLost, ServerBusy, ServiceBusError, SessionLockLost
-from ..partitions import Entity, SessionHandle
+from ..partitions import COMPLETE, Entity, Outcome, SessionHandle
 from . import codec
 from .messages import plain_value
 
@@ -126,23 +126,22 @@ def apply_settlement(
     """Apply an outcome [contract 5.1]: accepted completes, released unlocks, modified
     abandons (or defers when undeliverable-here), rejected dead-letters."""
     key = token.int  # inside partitions/ a lock is its token's int
-    if outcome == Delivery.ACCEPTED:
-        entity.complete(key, now_ms, done)
-    elif outcome == Delivery.RELEASED:
+    if outcome == Delivery.RELEASED:
         entity.release(key, now_ms)
         done(None)
+        return
+    if outcome == Delivery.ACCEPTED:
+        settled = COMPLETE
     elif outcome == Delivery.MODIFIED:
         undeliverable, annotations = details or (False, None)
         overrides = encode_overrides(annotations)
-        if undeliverable:
-            entity.defer(key, now_ms, overrides, done)
-        else:
-            entity.abandon(key, now_ms, overrides, done)
+        settled = Outcome.defer(overrides) if undeliverable else Outcome.abandon(overrides)
     elif outcome == Delivery.REJECTED:
-        reason, description, overrides = dead_letter_details(details)
-        entity.dead_letter(key, now_ms, reason, description, overrides, done)
+        settled = Outcome.dead_letter(*dead_letter_details(details))
     else:
         done(InvalidOperation(f"Unsupported delivery outcome {outcome}."))
+        return
+    entity.settle(key, settled, now_ms, done)
 
 
 def encode_overrides(annotations: object) -> dict[str, bytes] | None:

@@ -9,6 +9,7 @@ import pytest
 
 from sbemu.admin import explorer
 from sbemu.errors import ArgumentError
+from sbemu.partitions import Outcome
 from sbemu.partitions.commits import GroupCommit
 from sbemu.partitions.router import Router
 from sbemu.partitions.stats import totals
@@ -126,7 +127,7 @@ def test_resubmit_and_purge(router: Router) -> None:
     broker = entity.partition_of_sequence(seq)
     rec, lock = broker.take_next("main", NOW, True)  # type: ignore[misc]
     done: list[Exception | None] = []
-    entity.dead_letter(lock.key, NOW, "Bad", "broken", None, done.append)
+    entity.settle(lock.key, Outcome.dead_letter("Bad", "broken", None), NOW, done.append)
     pump(router)
     assert done == [None]
     dlq = explorer.peek(WIRE_CODEC, entity, None, "deadletter", 0, 10, NOW)["messages"]

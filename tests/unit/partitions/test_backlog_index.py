@@ -11,6 +11,7 @@ import pytest
 from broker_harness import DLQ, MAIN, Harness, msg, open_broker
 
 from builders import message_record
+from sbemu.partitions import COMPLETE, Outcome
 from sbemu.partitions import deadlines as deadlines_module
 from sbemu.partitions import locks as locks_module
 from sbemu.partitions import subqueue as subqueue_module
@@ -66,13 +67,13 @@ def test_restart_reads_counters_not_the_backlog(h):
 def test_counts_by_state_survive_restart(h):
     h.send(msg(1), msg(2), msg(3, scheduled_enqueue_time_ms=50_000))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.defer(lock.key, 1000, None, lambda e: None)
+    h.broker.settle(lock.key, Outcome.defer(None), 1000, lambda e: None)
     h.commit()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     h.reopen()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 1, "scheduled": 1}
     rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
-    h.broker.complete(lock.key, 1000, lambda e: None)
+    h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     h.commit()
     h.reopen()
     assert h.broker.counts(MAIN) == {"active": 1, "deferred": 0, "scheduled": 1}
@@ -125,7 +126,7 @@ def test_scheduled_message_fires_after_restart(h):
 def test_completed_and_cancelled_messages_leave_no_timers(h):
     h.send(msg(1), msg(2, scheduled_enqueue_time_ms=9000))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.key, 1000, lambda e: None)
+    h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     assert h.broker.cancel_scheduled(MAIN, 2, 1000)
     h.commit()
     h.reopen()
@@ -136,13 +137,13 @@ def test_completed_and_cancelled_messages_leave_no_timers(h):
 def test_uncommitted_changes_are_seen_before_the_store(h):
     h.send(msg(1), msg(2))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.abandon(lock.key, 1000, {"k": b"\xa1\x01v"}, lambda e: None)
+    h.broker.settle(lock.key, Outcome.abandon({"k": b"\xa1\x01v"}), 1000, lambda e: None)
     # Not committed yet: peek and the next delivery see the abandoned copy.
     first = h.broker.peek(MAIN, 0, 10)[0]
     assert (first.delivery_count, first.property_overrides) == (1, {"k": b"\xa1\x01v"})
     rec, lock = h.broker.take_next(MAIN, 1000, True)
     assert (rec.sequence_number, rec.delivery_count) == (1, 1)
-    h.broker.complete(lock.key, 1000, lambda e: None)
+    h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
     h.commit()
     assert [r.sequence_number for r in h.broker.peek(MAIN, 0, 10)] == [2]
@@ -155,7 +156,7 @@ def test_dead_lettered_behind_the_scan_is_delivered_from_the_dlq(h):
     # The DLQ reader scans ahead first (sees nothing), then old messages are dead-lettered.
     assert h.broker.take_next(DLQ, 1000, True) is None
     for _rec, lock in reversed(taken):
-        h.broker.dead_letter(lock.key, 1000, "r", None, None, lambda e: None)
+        h.broker.settle(lock.key, Outcome.dead_letter("r", None, None), 1000, lambda e: None)
     got = [h.broker.take_next(DLQ, 1000, False)[0].sequence_number for _ in range(5)]
     assert got == [1, 2, 3, 4, 5]
     assert h.broker.take_next(DLQ, 1000, False) is None
@@ -293,7 +294,7 @@ def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
     h.send(*[msg(i) for i in range(n)])
     for _ in range(n - 1):  # a drain: every lock settled long before it would expire
         _rec, lock = h.broker.take_next(MAIN, 1000, True)
-        h.broker.complete(lock.key, 1000, lambda e: None)
+        h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     h.commit()
     assert len(h.broker.lock_table.heap) <= locks_module.LOCK_HEAP_SLACK + 1
     rec, lock = h.broker.take_next(MAIN, 1000, True)  # the last one: renewed, then it expires
@@ -398,7 +399,7 @@ def test_derived_expiry_passes_locked_and_deferred_messages_and_survives_restart
     h.send(msg(9), now=30_000)
     _rec, _lock = h.broker.take_next(MAIN, 57_000, True)  # m0 locked until 62 000
     _rec, lock1 = h.broker.take_next(MAIN, 57_000, True)
-    h.broker.defer(lock1.key, 57_000, None, lambda e: None)  # m1 deferred
+    h.broker.settle(lock1.key, Outcome.defer(None), 57_000, lambda e: None)  # m1 deferred
     h.commit()
     h.broker.on_timer(61_000)
     h.commit()

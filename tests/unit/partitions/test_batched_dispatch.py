@@ -10,6 +10,7 @@ import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import DLQ, MAIN, Harness, msg
 
+from sbemu.partitions import COMPLETE, Outcome
 from sbemu.partitions.dispatch import DISPATCH_RUN, Taken
 from sbemu.partitions.records import LogEvent, decode_log, expand_log, log_extent
 from sbemu.partitions.tokens import make_lock_key, partition_of_token
@@ -70,7 +71,7 @@ def test_one_receiver_gets_runs_from_every_partition_each_in_sequence_order(h):
     # every delivered message is locked: completing each works, and then nothing is left
     for _, taken in rcv.runs:
         for _rec, lock in taken:
-            q.complete(lock.key, NOW, None, True)
+            q.complete_lazy([lock.key], NOW)
     h.router.flush_lazy()
     h.commit()
     assert h.peek(q) == []
@@ -187,7 +188,7 @@ def test_complete_lazy_completes_across_partitions_and_skips_lost_locks(h):
     locks = [lock for _, taken in rcv.runs for _, lock in taken]
     assert len(locks) == 8 and len({partition_of_token(k.token) for k in locks}) == 4
     stale = locks[0]
-    q.complete(stale.key, NOW, None, True)  # completed once already: its lock is gone
+    q.complete_lazy([stale.key], NOW)  # completed once already: its lock is gone
     unknown = make_lock_key(2)  # a token of no lock
     keys = [k.key for k in locks[1:]] + [stale.key, unknown]  # tokens' ints
     assert all(k.token.int == k.key for k in locks)
@@ -226,7 +227,7 @@ def test_complete_lazy_removes_runs_of_two_sub_queues_and_their_counts_survive_a
     broker_h.send(*[msg(i) for i in range(6)])
     for _ in range(2):  # two dead-lettered, then locked on the dead-letter queue
         _, lock = b.take_next(MAIN, 1000, True)
-        b.dead_letter(lock.key, 1000, "why", "because", None, lambda e: None)
+        b.settle(lock.key, Outcome.dead_letter("why", "because", None), 1000, lambda e: None)
     broker_h.commit()
     main = [lock.key for _, lock in b.take_batch(MAIN, 1000, 4)]
     dlq = [b.take_next(DLQ, 1000, True)[1].key for _ in range(2)]
@@ -256,7 +257,9 @@ def test_take_batch_takes_messages_back_in_line_before_the_buffer_run(tmp_path):
     for hh in (one, run):
         hh.send(*[msg(i) for i in range(total)])
         first = hh.broker.take_batch(MAIN, 2000, 3)
-        hh.broker.abandon(first[1][1].key, 2000, None, lambda e: None)  # seq 2 back in line
+        hh.broker.settle(
+            first[1][1].key, Outcome.abandon(None), 2000, lambda e: None
+        )  # seq 2 back in line
         hh.commit()
     singles = []
     while (got := one.broker.take_next(MAIN, 2000, True)) is not None:
@@ -289,7 +292,7 @@ def test_a_run_of_locks_expires_together_and_leaves_no_timers_behind(tmp_path, m
     keys = [lock.key for _rec, lock in taken if lock is not None]
     table = h.broker.lock_table
     assert len(table.heap) == 1 and table.heap_keys == 6
-    h.broker.complete(keys[0], 1_001, lambda e: None)
+    h.broker.settle(keys[0], COMPLETE, 1_001, lambda e: None)
     h.broker.renew(keys[1], 2_000)  # now until 7,000
     assert [lock.key for lock in table.expired(5_999)] == []
     due = list(table.expired(6_000))

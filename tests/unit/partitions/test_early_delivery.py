@@ -8,6 +8,7 @@ import pytest
 from broker_harness import MAIN, commit, msg, open_broker
 
 from sbemu.errors import MessageLockLost, ServerBusy
+from sbemu.partitions import COMPLETE
 from sbemu.partitions.broker import PartitionBroker, Route
 from sbemu.partitions.records import decode_log
 from sbemu.partitions.store import StoreFull
@@ -56,7 +57,7 @@ def test_a_settlement_of_it_commits_after_the_message(tmp_path):
     taken = broker.take_commit()  # the message's commit is on its way
     assert taken is not None
     done: list[Exception | None] = []
-    broker.complete(lock.key, NOW, done.append)  # staged behind it
+    broker.settle(lock.key, COMPLETE, NOW, done.append)  # staged behind it
     batch, callbacks = taken
     broker.commit_batch(batch)
     broker.commit_done(callbacks, None)
@@ -112,7 +113,7 @@ def test_a_failed_commit_takes_back_what_was_delivered(tmp_path):
     broker.commit_done(callbacks, StoreFull("map full"))  # grows, reloads from the store
     assert len(acked) == 1 and isinstance(acked[0], ServerBusy)
     with pytest.raises(MessageLockLost):
-        broker.complete(lock.key, NOW, None)
+        broker.settle(lock.key, COMPLETE, NOW, lambda e: None)
     assert _ids(broker) == []
     assert broker.counts(MAIN)["active"] == 0
 

@@ -6,6 +6,7 @@ neither memory nor the deadlines database grows with the messages sent and compl
 from broker_harness import commit as commit_broker
 from broker_harness import msg, open_broker
 
+from sbemu.partitions import COMPLETE
 from sbemu.partitions.broker import Route, SubQueueSettings
 from sbemu.partitions.records import IncomingMessage
 
@@ -36,7 +37,7 @@ def test_timers_of_consumed_messages_do_not_accumulate(tmp_path):
         # default-TTL messages store no timer: their expiry is derived from the oldest one
         assert store.first_deadline(b"") is None
         while (taken := broker.take_next(MAIN, now, True)) is not None:
-            broker.complete(taken[1].key, now, lambda e: None)
+            broker.settle(taken[1].key, COMPLETE, now, lambda e: None)
         commit()
         now += 10
         assert store.first_deadline(b"") is None  # no timers were left behind

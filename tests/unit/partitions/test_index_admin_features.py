@@ -8,6 +8,7 @@ import pytest
 from broker_harness import DLQ, MAIN, Harness, msg, open_broker
 from broker_harness import commit as commit_broker
 
+from sbemu.partitions import COMPLETE, Outcome
 from sbemu.partitions.records import LogEvent, MessageState, decode_log
 from sbemu.partitions.subqueue import SubQueueSettings
 from sbemu.partitions.transitions import SCHEDULED_QUEUE, Route
@@ -26,9 +27,9 @@ def test_size_in_bytes_follows_every_move_and_survives_restart(h):
     h.send(msg(1), msg(2), msg(3))  # 10 bytes each
     assert h.broker.queues[MAIN].bytes == 30
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.key, 1000, lambda e: None)
+    h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.dead_letter(lock.key, 1000, "r", "d", None, lambda e: None)
+    h.broker.settle(lock.key, Outcome.dead_letter("r", "d", None), 1000, lambda e: None)
     h.commit()
     assert (h.broker.queues[MAIN].bytes, h.broker.queues[DLQ].bytes) == (10, 10)
     h.reopen()
@@ -44,7 +45,7 @@ def test_purge_streams_the_whole_backlog_with_pending_and_locked_messages(h):
     h.reopen()  # cold: nothing of the backlog in memory
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
     _rec, lock2 = h.broker.take_next(MAIN, 1000, True)
-    h.broker.abandon(lock2.key, 1000, None, lambda e: None)  # an uncommitted change
+    h.broker.settle(lock2.key, Outcome.abandon(None), 1000, lambda e: None)  # an uncommitted change
     assert h.broker.purge_queue(MAIN, 2000) == 2_500  # each message once
     assert h.broker.counts(MAIN) == {"active": 0, "deferred": 0, "scheduled": 0}
     assert h.broker.queues[MAIN].bytes == 0

@@ -5,6 +5,7 @@ at once. Real LMDB, commits run by the test as the committer would run them."""
 
 from broker_harness import commit, msg, open_broker
 
+from sbemu.partitions import COMPLETE
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker, Route, SubQueueSettings
 from sbemu.partitions.records import IncomingMessage, LogEvent, decode_log, expand_log
 
@@ -61,8 +62,7 @@ def test_delivery_and_settled_completion_wait_for_the_next_commit(tmp_path):
 
     rec, lock = broker.take_next(MAIN, 1_001, peek_lock=True)
     assert marks.take() == (0, 1)  # the delivery's log record is lazy
-    done: list[Exception | None] = []
-    broker.complete(lock.key, 1_002, done.append, lazy=True)
+    broker.complete_lazy([lock.key], 1_002)
     dirty, lazy = marks.take()
     assert dirty == 0 and lazy > 0  # so is a completion nobody waits for
     assert _logged(broker) == [LogEvent.ENQUEUED, LogEvent.ENQUEUED]
@@ -71,7 +71,7 @@ def test_delivery_and_settled_completion_wait_for_the_next_commit(tmp_path):
     broker.enqueue([_msg(3)], [[Route(MAIN)]], 1_003, acked.append)
     assert marks.take()[0] > 0
     _commit(broker)
-    assert done == [None] and acked == [None, None]
+    assert acked == [None, None]
     assert _logged(broker)[2:] == [LogEvent.DELIVERED, LogEvent.COMPLETED, LogEvent.ENQUEUED]
     assert broker.store.get(MAIN, rec.sequence_number, lambda b: b) is None
 
@@ -84,7 +84,7 @@ def test_completion_someone_waits_for_commits_at_once(tmp_path):
     marks.take()
     _rec, lock = broker.take_next(MAIN, 1_001, peek_lock=True)
     done: list[Exception | None] = []
-    broker.complete(lock.key, 1_002, done.append)
+    broker.settle(lock.key, COMPLETE, 1_002, done.append)
     assert marks.take()[0] > 0  # an unsettled accept is answered after its own commit
     _commit(broker)
     assert done == [None]
@@ -125,7 +125,7 @@ def test_a_run_of_settled_completions_stages_what_one_by_one_would(tmp_path):
         broker.take_commit()  # the deliveries' log records: out of the way
         if name == "one":
             for key in keys[:6]:
-                broker.complete(key, 1_002, lambda e: None, lazy=True)
+                broker.complete_lazy([key], 1_002)
         else:
             broker.complete_lazy(keys[:6], 1_002)
         brokers.append(broker)

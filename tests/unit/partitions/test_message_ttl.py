@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from broker_harness import commit, msg, open_broker
 
+from sbemu.partitions import COMPLETE
 from sbemu.partitions.broker import DLQ_SUFFIX
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.subqueue import SubQueueSettings
@@ -90,7 +91,7 @@ def test_completed_message_leaves_no_timer(b: _Broker) -> None:
     b.send(_msg(1))
     rec, lock = b.broker.take_next(MAIN, T0 + 1, True)
     assert lock is not None
-    b.broker.complete(lock.key, T0 + 2, lambda e: None)
+    b.broker.settle(lock.key, COMPLETE, T0 + 2, lambda e: None)
     b.commit()
     assert b.store.first_deadline(b"") is None
 

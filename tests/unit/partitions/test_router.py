@@ -17,6 +17,7 @@ from sbemu.errors import (
     QuotaExceeded,
     ServerBusy,
 )
+from sbemu.partitions import COMPLETE
 from sbemu.partitions.broker import DLQ_SUFFIX
 from sbemu.partitions.entitystatus import EntitySettings, EntityStatus, ReceiverSettings
 from sbemu.partitions.forwarding import TRANSFER_DLQ_SUFFIX
@@ -457,10 +458,10 @@ def test_settlement_follows_status_and_forwarding_changes(h):
     ):
         h.router.apply_settings(NS, "q", settings)
         with pytest.raises((EntityDisabled, InvalidOperation)):
-            q.complete(token, NOW, lambda error: None)
+            q.settle(token, COMPLETE, NOW, lambda error: None)
     h.router.apply_settings(NS, "q", EntitySettings(status=EntityStatus.SEND_DISABLED))
     outcome: list[Exception | None] = []
-    q.complete(token, NOW, outcome.append)
+    q.settle(token, COMPLETE, NOW, outcome.append)
     h.commit()
     assert outcome == [None]
     assert [rec.message_id for rec, _ in h.peek(q)] == ["b"]
@@ -478,8 +479,8 @@ def test_settlement_on_a_subscription_follows_its_own_status(h):
         EntitySettings(subscriptions={sub1: ReceiverSettings(EntityStatus.RECEIVE_DISABLED)}),
     )
     with pytest.raises(EntityDisabled):
-        t.complete(t1, NOW, lambda error: None)
+        t.settle(t1, COMPLETE, NOW, lambda error: None)
     outcome: list[Exception | None] = []
-    t.complete(t2, NOW, outcome.append)
+    t.settle(t2, COMPLETE, NOW, outcome.append)
     h.commit()
     assert outcome == [None]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from broker_harness import commit, msg, open_broker
 
+from sbemu.partitions import COMPLETE
 from sbemu.partitions.broker import DLQ_SUFFIX, PartitionBroker
 from sbemu.partitions.records import IncomingMessage
 from sbemu.partitions.store import PartitionStore
@@ -93,7 +94,7 @@ def test_peek_locked_messages_carry_the_extended_lock(p: _Partition) -> None:
     _, msg_lock = p.broker.take_next(MAIN, T0 + 2_000, True, lock)
     assert msg_lock is not None and msg_lock.until_ms == T0 + 2_000 + LOCK_MS
     p.broker.on_timer(T0 + LOCK_MS)
-    p.broker.complete(msg_lock.key, T0 + LOCK_MS + 1, lambda e: None)  # still held
+    p.broker.settle(msg_lock.key, COMPLETE, T0 + LOCK_MS + 1, lambda e: None)  # still held
 
 
 def test_activity_does_not_bring_a_lost_lock_back(p: _Partition) -> None:

@@ -6,6 +6,7 @@ import pytest
 from broker_harness import DLQ, MAIN, Harness, message_record, msg
 
 from sbemu.errors import MessageLockLost, MessageNotFound
+from sbemu.partitions import COMPLETE, Outcome
 from sbemu.partitions.records import (
     LogEvent,
     MessageRecord,
@@ -92,7 +93,7 @@ def test_peek_lock_complete(h):
     rec, lock = h.broker.take_next(MAIN, 1000, True)
     assert rec.sequence_number == 1 and lock.until_ms == 6000
     done = []
-    h.broker.complete(lock.key, 2000, done.append)
+    h.broker.settle(lock.key, COMPLETE, 2000, done.append)
     assert done == []
     h.commit()
     assert done == [None]
@@ -104,9 +105,9 @@ def test_complete_after_lock_expiry_is_lock_lost(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
     with pytest.raises(MessageLockLost):
-        h.broker.complete(lock.key, 6000, lambda e: None)
+        h.broker.settle(lock.key, COMPLETE, 6000, lambda e: None)
     with pytest.raises(MessageLockLost):
-        h.broker.complete(uuid.uuid4().int, 1000, lambda e: None)
+        h.broker.settle(uuid.uuid4().int, COMPLETE, 1000, lambda e: None)
 
 
 def test_lock_expiry_redelivers_with_count_and_renew_extends(h):
@@ -125,7 +126,7 @@ def test_abandon_counts_and_dead_letters_at_max_delivery_count(h):
     for attempt in range(3):
         rec, lock = h.broker.take_next(MAIN, 1000, True)
         assert rec.delivery_count == attempt
-        h.broker.abandon(lock.key, 1000, None, lambda e: None)
+        h.broker.settle(lock.key, Outcome.abandon(None), 1000, lambda e: None)
     h.commit()
     assert h.broker.take_next(MAIN, 1000, True) is None
     rec, lock = h.broker.take_next(DLQ, 1000, True)
@@ -146,7 +147,7 @@ def test_release_does_not_count(h):
 def test_dead_letter_with_reason(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.dead_letter(lock.key, 1000, "bad", "very bad", None, lambda e: None)
+    h.broker.settle(lock.key, Outcome.dead_letter("bad", "very bad", None), 1000, lambda e: None)
     h.commit()
     h.reopen()
     rec = h.broker.peek(DLQ, 0, 10)[0]
@@ -156,14 +157,14 @@ def test_dead_letter_with_reason(h):
 def test_defer_and_receive_deferred(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.defer(lock.key, 1000, None, lambda e: None)
+    h.broker.settle(lock.key, Outcome.defer(None), 1000, lambda e: None)
     h.commit()
     assert h.broker.take_next(MAIN, 1000, True) is None
     assert h.broker.peek(MAIN, 0, 10)[0].state == MessageState.DEFERRED
     with pytest.raises(MessageNotFound):
         h.broker.take_deferred(MAIN, 99, 1000, True)
     rec, lock = h.broker.take_deferred(MAIN, 1, 1000, True)
-    h.broker.complete(lock.key, 1000, lambda e: None)
+    h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     h.commit()
     assert h.broker.peek(MAIN, 0, 10) == []
 
@@ -197,7 +198,7 @@ def test_scheduled_message_activates_with_new_sequence_number(h):
 def test_log_records_every_change_in_the_same_commit(h):
     h.send(msg(1))
     _rec, lock = h.broker.take_next(MAIN, 1000, True)
-    h.broker.complete(lock.key, 1000, lambda e: None)
+    h.broker.settle(lock.key, COMPLETE, 1000, lambda e: None)
     h.commit()
     events = [decode_log(v)["event"] for _, v in h.store.read_log(0, 10)]
     assert events == [LogEvent.ENQUEUED.value, LogEvent.DELIVERED.value, LogEvent.COMPLETED.value]

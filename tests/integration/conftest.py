@@ -28,7 +28,6 @@ import pytest
 from sbemu.admin.access import is_loopback
 from sbemu.auth.sas import make_sas_token  # noqa: F401  (the suite's tests import it from here)
 from sbemu.testing import Ready, SbemuProcess, StartError
-from serverprobe import section as refusal_section
 
 NAMESPACE = "sbemulatorns"
 KEY_NAME = "RootManageSharedAccessKey"
@@ -424,6 +423,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append((f"sbemu server stderr ({alive})", text or "(empty)"))
             ports = {"amqp": srv.port, "admin": srv.admin_port, "amqps": srv.tls_port,
                      "ws": srv.ws_port}  # fmt: skip
+            # (imported here: the scenario scripts import this module from tests/integration
+            # alone, where tests/ is not on the path)
+            from serverprobe import section as refusal_section
+
             refusal = refusal_section(ports, str(report.longrepr), [f"server {alive}"])
             if refusal is not None:
                 report.sections.append(("sbemu server after a refused connection", refusal))

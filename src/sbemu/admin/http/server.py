@@ -28,8 +28,9 @@ log = logging.getLogger("sbemu.admin.http")
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT = 5.0  # seconds for one request's head and body
 # Connections the kernel holds for a listener until the server accepts them, on every port:
-# asyncio's default (100) overflows under a burst of clients, and some network stacks (gVisor's)
-# then refuse the connection rather than drop the SYN for the client to retry.
+# asyncio's default (100) overflows under a burst of clients (a pool opening its connections at
+# once, a test's thousands), and the kernel then drops their SYNs: each waits a retransmit, a
+# second or more, before it connects.
 LISTEN_BACKLOG = 1024
 TLS_HANDSHAKE = 0x16
 AMQP_HEADER = b"AMQP"  # every AMQP connection's first bytes [AMQP 2.2]

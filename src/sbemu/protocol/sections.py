@@ -141,8 +141,14 @@ def scan_message(buf: bytes, quotas: bool = True) -> ScannedMessage:
 def scanned(fields: tuple[Any, ...]) -> ScannedMessage:
     """The ScannedMessage of _scan's answer."""
     header, props, ann, tail, size, properties_span, body_span, _, _ = fields
-    return ScannedMessage(header[0], header[1], header[2], *props, *ann, tail, size,  # type: ignore[call-arg]
-                          properties_span, body_span, header[3])  # fmt: skip
+    durable, priority, ttl, first_acquirer = header
+    message_id, session_id, reply_session, correlation_id, subject, to, reply_to, ctype = props
+    partition_key, via_partition_key, scheduled, annotations, annotation_count = ann
+    return ScannedMessage(
+        durable, priority, ttl, message_id, session_id, reply_session, correlation_id,
+        subject, to, reply_to, ctype, partition_key, via_partition_key, scheduled, annotations,
+        annotation_count, tail, size, properties_span, body_span, first_acquirer,
+    )  # fmt: skip
 
 
 def scan_fields(buf: bytes, quotas: bool = True) -> tuple[Any, ...]:

@@ -236,7 +236,7 @@ def traffic_run1(data_dir: str) -> None:
     assert [r.message_id for r, _ in got] == ["a0", "a1", "a2", "a3", "a4", "a5"]
     locks = [lock for _, lock in got]
     for i, at in enumerate((1500, 2000, 3000, 5000)):
-        a.settle(0, COMPLETE, locks[i], T0 + at)
+        a.complete(0, locks[i], T0 + at)
     a.abandon(0, locks[4], T0 + 6000)
     a.dead_letter(0, locks[5], T0 + 7000, "poison")
     ((rec, lock),) = a.receive(0, T0 + 61_000)
@@ -251,9 +251,9 @@ def traffic_run1(data_dir: str) -> None:
     b.send(1, [message(f"b{i}", key="k1") for i in range(5)], T0 + 10_000)
     b.send(2, [message("c0"), message("c1")], T0 + 10_000)
     for i, (_rec, lock) in enumerate(b.receive(1, T0 + 20_000, 5)):
-        b.settle(1, COMPLETE, lock, T0 + 20_000 + i * 1000)
+        b.complete(1, lock, T0 + 20_000 + i * 1000)
     ((_rec, lock),) = b.receive(2, T0 + 20_000)
-    b.settle(2, COMPLETE, lock, T0 + 25_000)
+    b.complete(2, lock, T0 + 25_000)
     b.tick(2, T0 + 70_000)  # c1 expires (no dead-lettering on expiry here)
     b.close()
 
@@ -265,7 +265,7 @@ def traffic_run1(data_dir: str) -> None:
         targets=["subscriptions/s1", "subscriptions/s2"],
     )
     for _rec, lock in t.receive(0, T0 + 30_500, 2, queue="subscriptions/s1"):
-        t.settle(0, COMPLETE, lock, T0 + 31_000)
+        t.complete(0, lock, T0 + 31_000)
     t.close()
 
 
@@ -276,8 +276,8 @@ def traffic_run2(data_dir: str) -> None:
     a.send(0, [message("a8", scheduled=T0 + 3 * MINUTE)], T0 + 2 * MINUTE)
     got = a.receive(0, T0 + 2 * MINUTE, 2)
     assert [r.message_id for r, _ in got] == ["a6", "a7"]
-    a.settle(0, COMPLETE, got[0][1], T0 + 2 * MINUTE + 1000)
-    a.settle(0, COMPLETE, got[1][1], T0 + 2 * MINUTE + 2000)
+    a.complete(0, got[0][1], T0 + 2 * MINUTE + 1000)
+    a.complete(0, got[1][1], T0 + 2 * MINUTE + 2000)
     a.tick(0, T0 + 3 * MINUTE)  # a8 activated
     a.close()
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 from ..errors import InvalidOperation, QuotaExceeded, ServiceBusError
 from .broker import PartitionBroker
-from .completions import Done, join_completions
 from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage
@@ -28,17 +27,57 @@ SCHEDULED_ROUTE = Route(SCHEDULED_QUEUE)
 Settle = Callable[[list[int], Exception | None], None]
 
 
-class _SettleOne:
-    """The completion of one send (or one group of sends) of Entity.send_many."""
+class _Group:
+    """The sends of one Entity.send_many call staged with one enqueue on one partition, and
+    their completion: once their commit landed (or failed) it reports their indices to the
+    call's `settle` (the caller's one settlement object). A key-less group that its partition
+    refused as full or failing is first staged again on the next partition in turn [P8]."""
 
-    __slots__ = ("indices", "settle")
+    __slots__ = ("path", "settle", "indices", "msgs", "now_ms", "pid", "keyless", "attempt")
 
-    def __init__(self, settle: Settle, indices: int | list[int]) -> None:
+    def __init__(
+        self,
+        path: SendPath,
+        settle: Settle,
+        indices: list[int],
+        msgs: list[IncomingMessage],
+        now_ms: int,
+        pid: int,
+        keyless: bool,
+    ) -> None:
+        self.path = path
         self.settle = settle
-        self.indices = indices if isinstance(indices, list) else [indices]
+        self.indices = indices
+        self.msgs = msgs
+        self.now_ms = now_ms
+        self.pid = pid
+        self.keyless = keyless
+        self.attempt = 0
 
     def __call__(self, error: Exception | None) -> None:
+        if error is not None and self.keyless and self.path.fail_over(self, error):
+            return
         self.settle(self.indices, error)
+
+
+class _Joined:
+    """A Settle for one send staged on several partitions (SendPath._send_alone): reports
+    the send once, after the last partition's commit, with the first error any reported."""
+
+    __slots__ = ("settle", "index", "remaining", "error")
+
+    def __init__(self, settle: Settle, index: int, count: int) -> None:
+        self.settle = settle
+        self.index = index
+        self.remaining = count
+        self.error: Exception | None = None
+
+    def __call__(self, indices: list[int], error: Exception | None) -> None:
+        self.remaining -= 1
+        if error is not None and self.error is None:
+            self.error = error
+        if self.remaining == 0:
+            self.settle([self.index], self.error)
 
 
 class SendPath:
@@ -92,7 +131,7 @@ class SendPath:
                     pid = keyless
                     key = (pid, True)
                 elif pid < 0:  # keys on several partitions, or a history: a send of its own
-                    numbers.extend(self._send_alone(msgs, now_ms, _SettleOne(settle, i)))
+                    numbers.extend(self._send_alone(msgs, now_ms, settle, i))
                     continue
                 else:
                     key = (pid, False)
@@ -110,7 +149,7 @@ class SendPath:
                 group[1].append(i)
         for (pid, is_keyless), (msgs, indices) in groups.items():
             numbers.extend(
-                self._enqueue(pid, msgs, now_ms, _SettleOne(settle, indices), is_keyless, 0)
+                self._enqueue(_Group(self, settle, indices, msgs, now_ms, pid, is_keyless))
             )
         return numbers
 
@@ -149,9 +188,11 @@ class SendPath:
             indices.append(i)
         if not indices:
             return []
-        return self._enqueue(0, msgs, now_ms, _SettleOne(settle, indices), False, 0)
+        return self._enqueue(_Group(self, settle, indices, msgs, now_ms, 0, False))
 
-    def _send_alone(self, messages: list[IncomingMessage], now_ms: int, done: Done) -> list[int]:
+    def _send_alone(
+        self, messages: list[IncomingMessage], now_ms: int, settle: Settle, index: int
+    ) -> list[int]:
         """Stage one send message by message (its keys may name several partitions; key-less
         messages share one), through the duplicate history if the entity keeps one; raises
         what refuses it before anything is staged."""
@@ -172,13 +213,13 @@ class SendPath:
                 if (kept := self.histories[pid].admit(msgs, now_ms))
             }
             if not groups:
-                done(None)
+                settle([index], None)
                 return []
-        part_done = join_completions(len(groups), done)
+        joined = _Joined(settle, index, len(groups)) if len(groups) > 1 else settle
         numbers: list[int] = []
         for pid, msgs in groups.items():
             keyless = pid == self._keyless_pid
-            numbers.extend(self._enqueue(pid, msgs, now_ms, part_done, keyless, 0))
+            numbers.extend(self._enqueue(_Group(self, joined, [index], msgs, now_ms, pid, keyless)))
         return numbers
 
     def _check_session_ids(self, messages: list[IncomingMessage]) -> None:
@@ -212,37 +253,32 @@ class SendPath:
                 return -1
         return 0 if n == 1 else pid
 
-    def _enqueue(
-        self,
-        pid: int,
-        msgs: list[IncomingMessage],
-        now_ms: int,
-        done: Done,
-        keyless: bool,
-        attempt: int,
-    ) -> list[int]:
-        """Enqueue on one partition; key-less messages fail over when it turns out full [P8]."""
-        broker = self.partitions[pid]
-
-        def on_done(error: Exception | None) -> None:
-            if (
-                error is not None
-                and keyless
-                and (not broker.health.accepting or isinstance(error, QuotaExceeded))
-            ):
-                if attempt + 1 < len(self.partitions):
-                    try:
-                        nxt = self._next_round_robin()
-                        self.check_available(nxt)
-                    except ServiceBusError as exc:
-                        done(exc)
-                        return
-                    self._enqueue(nxt, msgs, now_ms, done, keyless, attempt + 1)
-                    return
-            done(error)
-
-        got = broker.enqueue(msgs, self.targets(msgs, now_ms), now_ms, on_done)
+    def _enqueue(self, group: _Group) -> list[int]:
+        """Stage a group with one enqueue on its partition; `group` is its completion."""
+        msgs = group.msgs
+        broker = self.partitions[group.pid]
+        got = broker.enqueue(msgs, self.targets(msgs, group.now_ms), group.now_ms, group)
         return [n for n in got if n is not None]
+
+    def fail_over(self, group: _Group, error: Exception) -> bool:
+        """Stage a key-less group its partition refused on the next partition in turn when
+        that partition is full or failing [P8]; False when the error stands (another kind of
+        failure, or every partition tried). The group reports through its own completion."""
+        broker = self.partitions[group.pid]
+        if broker.health.accepting and not isinstance(error, QuotaExceeded):
+            return False
+        if group.attempt + 1 >= len(self.partitions):
+            return False
+        try:
+            nxt = self._next_round_robin()
+            self.check_available(nxt)
+        except ServiceBusError as exc:
+            group.settle(group.indices, exc)
+            return True
+        group.pid = nxt
+        group.attempt += 1
+        self._enqueue(group)
+        return True
 
     def check_available(self, pid: int) -> None:
         """A send pinned to a partition fails while it is out of service or full [P7]."""

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cproton_ffi import ffi as _ffi
 from cproton_ffi import lib as _lib
+from proton import Delivery
 
 from ..errors import ServiceBusError
 from ..partitions import IncomingMessage
@@ -40,18 +41,28 @@ from .links import SendLink
 
 log = logging.getLogger("sbemu.connection")
 
+_PN_ACCEPTED = Delivery.ACCEPTED
+_pn_delivery_update = _lib.pn_delivery_update
+_pn_delivery_settle = _lib.pn_delivery_settle
+_pn_decref = _lib.pn_decref
+
 # A complete transfer larger than this is read from the engine this many bytes a step.
 READ_CHUNK = 4 * 1024 * 1024
 
 
 class Settles(Protocol):
-    """What _Acknowledge uses of the connection (messageevents.MessageEvents._settle_many)."""
+    """What Acknowledgement uses of the connection (messageevents.MessageEvents)."""
 
-    def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None: ...
+    def on_output(self) -> None: ...
+    def _refuse_many(self, deliveries: list[Any], error: Exception) -> None: ...
 
 
-class _Acknowledge:
-    """Settles the transfers of one Entity.send_many group once their commit is done."""
+class Acknowledgement:
+    """The one settlement object of an Entity.send_many call: the partitions call it once
+    per group of sends whose commit landed (or failed), with the sends' indices, and it
+    settles their transfers: accepted (the happy path, inline), or refused with the error
+    (messageevents._refuse_many). It holds the transfers' C deliveries (one reference each,
+    dropped here)."""
 
     __slots__ = ("conn", "deliveries")
 
@@ -61,10 +72,17 @@ class _Acknowledge:
 
     def __call__(self, indices: list[int], error: Exception | None) -> None:
         deliveries = self.deliveries
-        if len(indices) == len(deliveries):
-            self.conn._settle_many(deliveries, error)
-        else:
-            self.conn._settle_many([deliveries[i] for i in indices], error)
+        if len(indices) != len(deliveries):
+            deliveries = [deliveries[i] for i in indices]
+        if error is not None:
+            self.conn._refuse_many(deliveries, error)
+            return
+        update, settle, decref = _pn_delivery_update, _pn_delivery_settle, _pn_decref
+        for d in deliveries:
+            update(d, _PN_ACCEPTED)
+            settle(d)
+            decref(d)
+        self.conn.on_output()
 
 
 class IntakeJob(Protocol):
@@ -137,7 +155,7 @@ class Intakes:
 
         def _process(self) -> None: ...
         def _push(self, data: bytes) -> None: ...
-        def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None: ...
+        def _refuse_many(self, deliveries: list[Any], error: Exception) -> None: ...
         def close_link(self, link: Any, exc: ServiceBusError) -> None: ...
 
     def _init_intakes(self) -> None:
@@ -185,7 +203,7 @@ class Intakes:
             done = job.step()
         except ServiceBusError as exc:  # refused: the client hears why
             self._intake = None
-            self._settle_many([d], exc)
+            self._refuse_many([d], exc)
             self._resume_input()
             return
         except Exception as exc:  # not the peer's fault: the link ends, the server stays
@@ -210,7 +228,7 @@ class Intakes:
         if credit < SENDER_CREDIT // 2:
             _lib.pn_link_flow(link, SENDER_CREDIT - credit)
         try:
-            state.entity.send_many([messages], self.now_ms, _Acknowledge(self, [d]))
+            state.entity.send_many([messages], self.now_ms, Acknowledgement(self, [d]))
         except Exception as exc:  # not the peer's fault: the link ends, the server stays
             log.exception("connection %d: unexpected error storing transfers", self.id)
             self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))

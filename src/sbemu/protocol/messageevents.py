@@ -32,7 +32,7 @@ from ..partitions import COMPLETE, IncomingMessage
 from .backpressure import OutputGate
 from .detaching import DetachHold
 from .incoming import SENDER_CREDIT
-from .intake import READ_CHUNK, _Acknowledge
+from .intake import READ_CHUNK, Acknowledgement
 from .links import (
     LinkPhase,
     LinkState,
@@ -62,7 +62,6 @@ _pn_delivery_aborted = _lib.pn_delivery_aborted
 _pn_delivery_readable = _lib.pn_delivery_readable
 _pn_delivery_remote_state = _lib.pn_delivery_remote_state
 _pn_delivery_pending = _lib.pn_delivery_pending
-_pn_delivery_update = _lib.pn_delivery_update
 _pn_delivery_settle = _lib.pn_delivery_settle
 _pn_delivery_settled = _lib.pn_delivery_settled
 _pn_delivery_tag = _lib.pn_delivery_tag
@@ -158,7 +157,7 @@ class MessageEvents:
             if not sends:  # every transfer of the read was refused at its scan
                 continue
             try:
-                state.entity.send_many(sends, now_ms, _Acknowledge(self, deliveries))
+                state.entity.send_many(sends, now_ms, Acknowledgement(self, deliveries))
             except Exception as exc:  # not the peer's fault: the link ends, the server stays
                 log.exception("connection %d: unexpected error storing transfers", self.id)
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
@@ -175,18 +174,12 @@ class MessageEvents:
                 log.exception("connection %d: unexpected error completing messages", self.id)
                 self.close_link(state.link, ServiceBusError(f"Internal error: {exc}"))
 
-    def _settle_many(self, deliveries: list[Any], error: Exception | None) -> None:
-        """Settle incoming transfers held by _message_event (and drop our references)."""
+    def _refuse_many(self, deliveries: list[Any], error: Exception) -> None:
+        """Refuse incoming transfers held by _message_event with `error` (and drop our
+        references); accepted ones are settled by intake.Acknowledgement."""
         try:
-            if error is None:
-                update, settle = _pn_delivery_update, _pn_delivery_settle
-                for d in deliveries:
-                    update(d, _PN_ACCEPTED)
-                    settle(d)
-                self.on_output()
-            else:
-                for d in deliveries:
-                    self._settle_incoming(Delivery.wrap(d), error)
+            for d in deliveries:
+                self._settle_incoming(Delivery.wrap(d), error)
         finally:
             decref = _pn_decref
             for d in deliveries:
@@ -319,7 +312,7 @@ class MessageEvents:
                 self.defer is not None,
             )
         except ServiceBusError as exc:
-            self._settle_many([d], exc)
+            self._refuse_many([d], exc)
             return True
         if isinstance(messages, BatchScan):  # a batch scanned over several turns (intake.py)
             self._begin_intake(state, d, messages)

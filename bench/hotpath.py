@@ -28,6 +28,11 @@ each phase. Three measurements (``--mode``):
   profiler's own overhead inflates the totals: the shares are applied to the ``cpu`` figures;
 * ``callgrind``: the instruction count per message (valgrind --tool=callgrind, toggled per
   phase by client requests from the server process): repeatable on a busy machine, for before/after comparisons.
+* ``modules`` (not part of ``all``): which of sbemu's modules each phase enters, grouped by the
+  callback that entered them (the outermost sbemu frame of its thread's stack: the listener's
+  read, the commit thread, a commit's completion, a timer), from a profile hook on every
+  thread; ``--callgrind-count`` messages. The path of a message and its acknowledgement is the
+  union over the callbacks it drives (the timers are listed apart: they run whatever moves).
 
 ``--mode all`` (the default) runs all three and prints one table: microseconds per message per
 phase and part, and instructions per message. ``--json`` prints the figures as one JSON line.
@@ -130,6 +135,10 @@ class Probe:
             yappi.clear_stats()
             yappi.set_clock_type("cpu")
             yappi.start(builtins=True, profile_threads=False)  # the loop's thread only
+        if self.mode == "modules":
+            TRACE.roots.clear()
+            TRACE.active = True
+            sys.setprofile(TRACE)  # the loop's thread (the others had it from their start)
         self.cpu0 = self._cpu()
         self.main0 = time.thread_time()  # start() and stop() run on the loop's thread
         if self.cg is not None:
@@ -141,6 +150,10 @@ class Probe:
         main = time.thread_time() - self.main0
         cpu = self._cpu() - self.cpu0
         out: dict[str, Any] = {"cpu_s": cpu, "main_s": main}
+        if self.mode == "modules":
+            sys.setprofile(None)
+            TRACE.active = False
+            out["roots"] = {k: sorted(v) for k, v in sorted(TRACE.roots.items())}
         if self.mode == "yappi":
             import yappi
 
@@ -153,6 +166,32 @@ class Probe:
             # calls under a run_forever entered before profiling began (not inflated)
             out["unheld_s"] = max(0.0, main - sum(v[0] for v in out["parts"].values()))
         return out
+
+
+class ModuleTrace:
+    """A profile hook (sys.setprofile / threading.setprofile): the sbemu modules whose
+    functions are called while `active`, by the callback that entered them."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.roots: dict[str, set[str]] = {}
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or not self.active:
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("sbemu"):
+            return
+        root, f = frame, frame.f_back
+        while f is not None:
+            if f.f_globals.get("__name__", "").startswith("sbemu"):
+                root = f
+            f = f.f_back
+        key = f"{root.f_globals['__name__']}:{root.f_code.co_qualname}"
+        self.roots.setdefault(key, set()).add(module)
+
+
+TRACE = ModuleTrace()
 
 
 def _calls(n: int) -> None:
@@ -214,8 +253,17 @@ def _parts(stats: Any) -> dict[str, list[float]]:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    import threading
+
     from sbemu.config import load_config
-    from sbemu.runtime.server import Server
+
+    try:
+        from sbemu.runtime.server import Server
+    except ImportError:  # a tree from before runtime/ (comparisons across commits)
+        from sbemu.server import Server  # type: ignore[no-redef]
+
+    if args.profiler == "modules":
+        threading.setprofile(TRACE)  # the threads the server starts (commits, timers)
 
     server = Server(
         load_config(args.config),
@@ -276,7 +324,7 @@ class Child:
         cmd = [
             sys.executable, __file__, "--serve", "--config", str(workdir / "config.json"),
             "--data-dir", str(workdir / f"data-{mode}-{queue_name}-{time.monotonic_ns()}"),
-            "--profiler", "yappi" if mode == "yappi" else "none",
+            "--profiler", mode if mode in ("yappi", "modules") else "none",
         ]  # fmt: skip
         if mode == "callgrind":
             cmd = [
@@ -439,6 +487,8 @@ def _per_message(results: dict[str, dict[str, Any]], count: int) -> dict[str, An
             row["unheld_us"] = r["unheld_s"] * 1e6 / count
         if "instructions" in r:
             row["instructions"] = r["instructions"] / count
+        if "roots" in r:
+            row["roots"] = r["roots"]
         out[phase] = row
     return out
 
@@ -446,7 +496,7 @@ def _per_message(results: dict[str, dict[str, Any]], count: int) -> dict[str, An
 def _run(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     child = Child(workdir, mode, args.queue)
     try:
-        count = args.callgrind_count if mode == "callgrind" else args.count
+        count = args.callgrind_count if mode in ("callgrind", "modules") else args.count
         # the topic: sent to bencht (5 subscriptions, bench/bench.py), received from `all`
         source = f"{args.queue}/subscriptions/all" if args.queue == TOPIC else args.queue
         return _per_message(_drive(child, count, args.size, args.queue, source), count)
@@ -489,9 +539,39 @@ def _table(summary: dict[str, dict[str, Any]], calib: float | None) -> str:
     return "\n".join(lines)
 
 
+# the server's periodic work (expiries, idle entities, heap, stats), listed apart by
+# --mode modules: it runs whether messages move or not
+TIMERS = ("Server._on_timer",)
+
+
+def _print_modules(args: argparse.Namespace) -> int:
+    """``--mode modules``: each phase's callbacks and the sbemu modules each entered."""
+    with tempfile.TemporaryDirectory(prefix="sbemu-hotpath-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "config.json").write_text(json.dumps(_config()))
+        phases = _run("modules", args, workdir)
+    if args.json:
+        print(json.dumps({p: row["roots"] for p, row in phases.items()}))
+        return 0
+    for phase in PHASES:
+        roots = phases[phase]["roots"]
+        path = [m for root, m in roots.items() if not root.endswith(TIMERS)]
+        print(
+            f"{phase}: {len(set().union(*path))} modules under {len(path)} callbacks "
+            f"(the server's timers apart)"
+        )
+        for root, modules in roots.items():
+            print(
+                f"  {root} ({len(modules)}): {' '.join(m.removeprefix('sbemu.') for m in modules)}"
+            )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("all", "cpu", "yappi", "callgrind"), default="all")
+    ap.add_argument(
+        "--mode", choices=("all", "cpu", "yappi", "callgrind", "modules"), default="all"
+    )
     ap.add_argument(
         "--queue",
         default="bench",
@@ -515,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.run(_serve(args))
         return 0
 
+    if args.mode == "modules":
+        return _print_modules(args)
     modes = ("cpu", "yappi", "callgrind") if args.mode == "all" else (args.mode,)
     if "callgrind" in modes and not (
         shutil.which("valgrind") and shutil.which("cc") and Path(VALGRIND_H).exists()

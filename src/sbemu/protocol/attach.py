@@ -27,8 +27,8 @@ from ..partitions import Delivered, SessionHandle, Taken
 from . import cbs
 from .backpressure import OutputGate
 from .detaching import DetachHold
-from .incoming import SENDER_CREDIT
 from .links import (
+    SENDER_CREDIT,
     CoordinatorLink,
     LinkPhase,
     LinkState,

@@ -11,10 +11,11 @@ Links are ours to track: proton engine objects never carry partition state (hous
 
 AmqpConnection is assembled from parts that each own one thing (mixins, each naming what it
 uses of the connection under TYPE_CHECKING), as aioquic keeps loss recovery out of its
-connection: attach.py (link attach and detach), incoming.py (flow, transfers in and their
-settlement), messageevents.py (the per-message events on proton's C layer: transfers, accepts and
-flows of each read), deliveries.py (messages out on receive links, and the client's outcomes on
-them), requestlinks.py (request/reply links: $cbs put-token, $management), output.py (the
+connection: attach.py (link attach and detach), messageevents.py (the per-message events:
+transfers in and their settlement, the client's outcomes on what it received, and flows: the
+common case of each on proton's C layer, the rare ones as branches on the wrapped objects),
+intake.py (transfers taken over several turns), deliveries.py (messages out on receive
+links), requestlinks.py (request/reply links: $cbs put-token, $management), output.py (the
 bytes out, and production paused and resumed with the socket). This module keeps the state
 machine: bytes in, the timers, the event loop and the dispatch of its other events.
 
@@ -65,7 +66,6 @@ from .channels import EndedChannelFilter
 from .deliveries import OutgoingDeliveries
 from .detaching import DetachHold
 from .frames import FramePadder
-from .incoming import IncomingTransfers
 from .intake import Intakes
 from .links import (
     LinkMap,
@@ -117,7 +117,6 @@ _pn_event_type = _lib.pn_event_type
 
 class AmqpConnection(
     LinkAttach,
-    IncomingTransfers,
     MessageEvents,
     Intakes,
     OutgoingDeliveries,

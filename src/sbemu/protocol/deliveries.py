@@ -1,9 +1,8 @@
 """Messages out on receive links for AmqpConnection: a run of deliveries written on proton's
 C layer (peek-locked ones tagged with their lock tokens, their bytes from outgoing.py;
-receive-and-delete ones pre-settled), and the client's outcomes on them that take the wrapped
-path (release, abandon, defer, dead-letter, and any outcome in a transaction; the plain accept
-is messageevents.py's). A mixin of AmqpConnection (connection.py keeps the state machine and the
-event loop).
+receive-and-delete ones pre-settled), and large ones handed to the engine a slice per pass
+(largedelivery.py). The client's outcomes on them are messageevents.py's. A mixin of
+AmqpConnection (connection.py keeps the state machine and the event loop).
 """
 
 from __future__ import annotations
@@ -18,15 +17,14 @@ from cproton_ffi import lib as _lib
 from proton import Condition, Delivery
 
 from ..errors import ServiceBusError
-from ..partitions import Delivered, Taken, token_of
+from ..partitions import Delivered, Taken
 from .backpressure import OutputGate
 from .detaching import DetachHold
 from .largedelivery import LARGE_DELIVERY, SEND_SLICE, LargeSend, Pieces
 from .links import LinkPhase, ReceiveLink
 from .messages import encode_delivery, encode_delivery_parts
 from .outgoing import locked_deliveries
-from .settlement import settle_delivery
-from .transactions import TRANSACTIONAL_STATE, TransactionCoordinator
+from .transactions import TransactionCoordinator
 
 _NULL = _ffi.NULL
 # The delivery tag passed to pn_delivery (by value): 16 bytes that send_deliveries fills for
@@ -146,27 +144,6 @@ class OutgoingDeliveries:
         if gate.end_send():
             self.on_output()  # what waited behind it is served at the next flush
         job.then()
-
-    def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
-        key = state.unsettled.pop(raw_tag(delivery), None)
-        outcome = delivery.remote_state
-        if key is None or outcome is None:
-            if delivery.settled:
-                delivery.settle()
-            return
-        token = token_of(key)
-        if outcome == TRANSACTIONAL_STATE:
-            self.transactions.on_disposition(state.entity, token, delivery)
-        else:
-            # Only an unsettled outcome is answered, so only it may hold a detach: one the client
-            # settled itself (proton's reject(), release()) may be committed lazily, later.
-            answered = None
-            if not delivery.settled:
-                self._detach_hold.started(state)
-                answered = lambda: self._detach_hold.answered(state)  # noqa: E731
-            settle_delivery(
-                self, state.entity, token, delivery, outcome, state.session, answered=answered
-            )
 
 
 def raw_tag(delivery: Delivery) -> bytes:

@@ -35,9 +35,8 @@ from proton import Delivery
 
 from ..errors import ServiceBusError
 from ..partitions import IncomingMessage
-from .incoming import SENDER_CREDIT
 from .largescan import LargeScan, scan_large
-from .links import SendLink
+from .links import SENDER_CREDIT, SendLink
 
 log = logging.getLogger("sbemu.connection")
 

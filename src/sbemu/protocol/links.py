@@ -124,6 +124,9 @@ class CoordinatorLink:
     link: Link
 
 
+SENDER_CREDIT = 1000  # credit a sender link is topped up to
+
+
 @dataclass(eq=False)
 class SendLink:
     """A client sender to an entity."""

@@ -1,16 +1,20 @@
-"""The per-message events of AmqpConnection on proton's C layer: transfers in (read, scanned
-and stored per link once per read, settled after their commit), accepts in (completes of
-peek-locked messages: pre-settled ones completed lazily per read, unsettled ones answered after
-their commit, in the client's order) and flows (a sender's credit topped up; a receiver's
-credit served after the read's dispositions). A mixin of AmqpConnection: connection.py's event
-loop (_process) hands these events to _message_event and calls _send_pending, _complete_lazy and
-_serve_flows when a read is done (or before an event that must see their effects).
+"""The per-message events of AmqpConnection: transfers in (read, scanned and stored per link
+once per read, settled after their commit), the client's outcomes on what it received (an
+accept completes a peek-locked message: pre-settled ones lazily per read, unsettled ones
+answered after their commit, in the client's order) and flows (a sender's credit topped up; a
+receiver's credit served after the read's dispositions). A mixin of AmqpConnection:
+connection.py's event loop (_process) hands these events to _message_event and calls
+_send_pending, _complete_lazy and _serve_flows when a read is done (or before an event that
+must see their effects).
 
-Speed is this module's reason to exist (bench/hotpath.py, docs/performance.md): no proton
-Python wrapper is built per message, and the C functions are bound once as module-level names
-(`lib.name` is a lookup on cffi's library object at every call). Anything unusual (a partial,
-aborted or transactional transfer, an outcome other than accepted, an untracked link) returns
-False from _message_event and takes the wrapped path (incoming.py, deliveries._on_disposition).
+This module owns each of these events whole. The common case of each runs on proton's C
+layer, and speed is the reason (bench/hotpath.py, docs/performance.md): no proton Python
+wrapper is built per message, and the C functions are bound once as module-level names
+(`lib.name` is a lookup on cffi's library object at every call). The rare cases (a partial,
+aborted or transactional transfer; an outcome other than accepted; a flow or transfer on a
+request, reply or coordinator link; an untracked link) make _message_event return False, and
+the connection, once the read's gathered work is done, hands the wrapped event back to the
+branches at the end of this module (_on_delivery, _on_link_flow, _on_disposition).
 """
 
 from __future__ import annotations
@@ -22,26 +26,38 @@ from typing import TYPE_CHECKING, Any
 from cproton_ffi import ffi as _ffi  # the binding's C layer
 from cproton_ffi import lib as _lib
 from proton import (
+    Condition,
     Delivery,
     Event,
     Link,
+    Message,
 )
 
-from ..errors import ServiceBusError
-from ..partitions import COMPLETE, IncomingMessage
+from ..errors import InvalidOperation, MessageSizeExceeded, ServiceBusError
+from ..partitions import COMPLETE, IncomingMessage, token_of
 from .backpressure import OutputGate
+from .deliveries import raw_tag
 from .detaching import DetachHold
-from .incoming import SENDER_CREDIT
 from .intake import READ_CHUNK, Acknowledgement
 from .links import (
+    SENDER_CREDIT,
+    CoordinatorLink,
     LinkPhase,
     LinkState,
     ReceiveLink,
+    ReplyLink,
+    RequestLink,
     SendLink,
 )
 from .messages import BatchScan, scan_transfer
 from .services import NamespaceInfo
-from .settlement import error_condition, storage_error
+from .settlement import error_condition, settle_delivery, storage_error
+from .sizes import batch_limit, message_limit
+from .transactions import (
+    TRANSACTIONAL_STATE,
+    TransactionCoordinator,
+    transactional_outcome,
+)
 
 if TYPE_CHECKING:
     from .intake import IntakeJob
@@ -98,7 +114,11 @@ class MessageEvents:
         on_output: Callable[[], None]
 
         def close_link(self, link: Link, exc: ServiceBusError) -> None: ...
-        def _settle_incoming(self, delivery: Delivery, error: Exception | None) -> None: ...
+        def condition_for(self, exc: ServiceBusError) -> Condition: ...
+        def _flush_replies(self, reply: ReplyLink) -> None: ...
+        def _on_request(self, state: RequestLink, delivery: Delivery, data: bytes) -> None: ...
+
+        transactions: TransactionCoordinator
 
         defer: Callable[[Callable[[], None]], object] | None
 
@@ -352,3 +372,145 @@ class MessageEvents:
             self.on_output()
         finally:
             _lib.pn_decref(d)
+
+    # ---------------------------------------------- the wrapped path: the rare cases
+    # (connection._dispatch hands them here when _message_event returned False)
+
+    def _on_link_flow(self, link: Link) -> None:
+        # (a receive link's or a send link's flow never gets here: messageevents takes them on
+        # the C layer, a receive link's served after the read's dispositions)
+        state = self._links.get(link)
+        if isinstance(state, ReplyLink):
+            self._flush_replies(state)
+        elif isinstance(state, SendLink | RequestLink):
+            self._top_up_credit(link)
+
+    @staticmethod
+    def _top_up_credit(link: Link) -> None:
+        if link.credit < SENDER_CREDIT // 2:
+            link.flow(SENDER_CREDIT - link.credit)
+
+    # ------------------------------------------------------------------ deliveries in
+    def _on_delivery(self, link: Link, delivery: Delivery) -> None:
+        state = self._links.get(link)
+        if state is None:
+            if link.is_receiver and delivery.readable and not delivery.partial:
+                link.recv(delivery.pending)
+                link.advance()
+            delivery.settle()
+            return
+        if isinstance(state, ReceiveLink):
+            self._on_disposition(state, delivery)
+            return
+        if isinstance(state, ReplyLink):
+            if delivery.settled:
+                delivery.settle()
+            return
+        if delivery.aborted:
+            delivery.settle()
+            return
+        if delivery.partial:
+            limit = message_limit(getattr(state, "entity", None), self.namespace)
+            if isinstance(state, SendLink) and delivery.pending > limit + 64 * 1024:
+                # A message far beyond the limit: do not buffer it; close the link.
+                self.close_link(
+                    link,
+                    MessageSizeExceeded(
+                        f"The received message exceeds the maximum message size of {limit} bytes."
+                    ),
+                )
+            return
+        data = link.recv(delivery.pending) or b""  # an empty transfer payload comes back as None
+        link.advance()
+        self._top_up_credit(link)
+        if isinstance(state, CoordinatorLink):
+            control = Message()
+            try:
+                control.decode(data)
+            except Exception:
+                control.body = None
+            self.transactions.on_control(delivery, control.body)
+            return
+        if isinstance(state, SendLink):
+            self._on_message(state, delivery, data)
+        else:
+            self._on_request(state, delivery, data)
+
+    def _on_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
+        if delivery.remote_state == TRANSACTIONAL_STATE:
+            self._on_transactional_message(state, delivery, data)
+            return
+        try:
+            messages = scan_transfer(
+                data,
+                message_limit(state.entity, self.namespace),
+                state.entity.subscriptions is not None,
+                batch_limit(self.namespace),
+            )
+            state.entity.send(
+                messages, self.now_ms, lambda error: self._settle_incoming(delivery, error)
+            )
+        except ServiceBusError as exc:
+            self._settle_incoming(delivery, exc)
+
+    def _on_transactional_message(self, state: SendLink, delivery: Delivery, data: bytes) -> None:
+        """A send inside a transaction: staged, answered transactional-state{accepted}."""
+        data_fields = list(delivery.remote.data or []) + [None]
+        txn = None
+        try:
+            txn = self.transactions.transaction(data_fields[0])
+            messages = scan_transfer(
+                data,
+                message_limit(state.entity, self.namespace),
+                state.entity.subscriptions is not None,
+                batch_limit(self.namespace),
+            )
+            if state.entity.spec.requires_session:
+                for msg in messages:
+                    if msg.session_id is None:
+                        raise InvalidOperation(
+                            "A transactional message to a session-enabled entity must have a "
+                            "SessionId [P16]."
+                        )
+            self.transactions.stage_send(txn, state.entity, messages)
+        except ServiceBusError as exc:
+            if txn is not None:
+                self.transactions.fail(txn, exc.description)
+            self._settle_incoming(delivery, exc)
+            return
+        delivery.local.data = transactional_outcome(txn.txn_id, Delivery.ACCEPTED)
+        delivery.update(TRANSACTIONAL_STATE)
+        delivery.settle()
+        self.on_output()
+
+    def _settle_incoming(self, delivery: Delivery, error: Exception | None) -> None:
+        if error is None:
+            delivery.update(Delivery.ACCEPTED)
+        else:
+            if not isinstance(error, ServiceBusError):
+                error = storage_error(error)
+            delivery.local.condition = self.condition_for(error)
+            delivery.update(Delivery.REJECTED)
+        delivery.settle()
+        self.on_output()
+
+    def _on_disposition(self, state: ReceiveLink, delivery: Delivery) -> None:
+        key = state.unsettled.pop(raw_tag(delivery), None)
+        outcome = delivery.remote_state
+        if key is None or outcome is None:
+            if delivery.settled:
+                delivery.settle()
+            return
+        token = token_of(key)
+        if outcome == TRANSACTIONAL_STATE:
+            self.transactions.on_disposition(state.entity, token, delivery)
+        else:
+            # Only an unsettled outcome is answered, so only it may hold a detach: one the client
+            # settled itself (proton's reject(), release()) may be committed lazily, later.
+            answered = None
+            if not delivery.settled:
+                self._detach_hold.started(state)
+                answered = lambda: self._detach_hold.answered(state)  # noqa: E731
+            settle_delivery(
+                self, state.entity, token, delivery, outcome, state.session, answered=answered
+            )

@@ -923,8 +923,8 @@ def _burst(pair: EnginePair, snd, payloads: list[bytes]) -> list[Delivery]:
 
 def test_credit_topped_up_once_per_read(pair):
     # The transfers of one read take credit; it is topped up once, after them, for them all,
-    # whether they were stored or refused at their scan (sbemu.protocol.incoming.SENDER_CREDIT).
-    from sbemu.protocol.incoming import SENDER_CREDIT
+    # whether they were stored or refused at their scan (sbemu.protocol.links.SENDER_CREDIT).
+    from sbemu.protocol.links import SENDER_CREDIT
 
     snd = pair.sender(Q)
     assert snd.credit == SENDER_CREDIT

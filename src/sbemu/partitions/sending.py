@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from ..errors import InvalidOperation, QuotaExceeded, ServiceBusError
 from .broker import PartitionBroker
+from .completions import join_completions
 from .dedup import DuplicateHistory
 from .keys import partition_for_key, partition_key_of
 from .records import IncomingMessage
@@ -58,26 +59,6 @@ class _Group:
         if error is not None and self.keyless and self.path.fail_over(self, error):
             return
         self.settle(self.indices, error)
-
-
-class _Joined:
-    """A Settle for one send staged on several partitions (SendPath._send_alone): reports
-    the send once, after the last partition's commit, with the first error any reported."""
-
-    __slots__ = ("settle", "index", "remaining", "error")
-
-    def __init__(self, settle: Settle, index: int, count: int) -> None:
-        self.settle = settle
-        self.index = index
-        self.remaining = count
-        self.error: Exception | None = None
-
-    def __call__(self, indices: list[int], error: Exception | None) -> None:
-        self.remaining -= 1
-        if error is not None and self.error is None:
-            self.error = error
-        if self.remaining == 0:
-            self.settle([self.index], self.error)
 
 
 class SendPath:
@@ -215,7 +196,10 @@ class SendPath:
             if not groups:
                 settle([index], None)
                 return []
-        joined = _Joined(settle, index, len(groups)) if len(groups) > 1 else settle
+        joined = settle
+        if len(groups) > 1:  # the send is reported once, after its last partition's commit
+            done = join_completions(len(groups), lambda error: settle([index], error))
+            joined = lambda _indices, error: done(error)  # noqa: E731
         numbers: list[int] = []
         for pid, msgs in groups.items():
             keyless = pid == self._keyless_pid

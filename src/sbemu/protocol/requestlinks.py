@@ -33,7 +33,7 @@ from .links import (
     RequestLink,
 )
 from .management import handle_request
-from .replycopies import ReplyCopies
+from .replycopies import EMPTY_FRAME, ReplyCopies
 from .services import NamespaceInfo, Services
 
 log = logging.getLogger("sbemu.connection")
@@ -65,6 +65,7 @@ class RequestLinks:
     if TYPE_CHECKING:  # what it uses of AmqpConnection
         _grants: cbs.Grants
         _links: dict[Link, LinkState]
+        _out: bytearray  # bytes written before what proton frames next (output.py)
         gate: OutputGate
         _tag_counter: itertools.count[int]
         id: int
@@ -226,6 +227,8 @@ class RequestLinks:
         data = response.encode()
         reply.pending.append(data)
         self._flush_replies(reply)
+        if reply.pending and self._reply_copies is not None:
+            self._reply_copies.answer_waits(self.now)  # no credit yet: nudge (replycopies.py)
         self.on_output()
         if len(data) >= LARGE_ANSWER:
             self.services.trim_heap()  # (the server trims on a later pass: temporaries freed)
@@ -237,6 +240,13 @@ class RequestLinks:
         copies = self._reply_copies
         if copies is None:
             return
+        waiting = not self.gate.blocked and any(
+            isinstance(state, ReplyLink) and state.pending for state in self._links.values()
+        )
+        if copies.nudge_due(now, waiting):
+            # after whole frames only: data_to_send hands out nothing but complete frames
+            self._out += EMPTY_FRAME
+            self.on_output()
         for reply, data in copies.take_due(now):
             link = reply.link._impl
             if (

@@ -13,7 +13,15 @@ import pytest
 from amqp_harness import TRANSFER, EnginePair, raw_tag
 from proton import Array, Data, Message, symbol
 
-from sbemu.protocol.replycopies import BURST, COPY_DELAYS, TICK, ReplyCopies, wants_copies
+from sbemu.protocol.replycopies import (
+    BURST,
+    COPY_DELAYS,
+    NUDGE,
+    NUDGE_FOR,
+    TICK,
+    ReplyCopies,
+    wants_copies,
+)
 
 Q = "queue.1"
 LATER = max(COPY_DELAYS) * 2  # past every copy
@@ -156,6 +164,84 @@ def test_no_copy_after_the_session_ended(services):
     pair.pump()
     assert [f for f in pair.frames_since(mark) if f.code == TRANSFER] == []
     assert not pair.server.closed
+
+
+def _renew_without_credit(pair: EnginePair, token: uuid.UUID):
+    """A renewal on a new $management pair whose reply link has no credit yet (pyamqp's flow
+    not written yet): the answer waits."""
+    links = _mgmt_links(pair, credit=0)
+    request = Message(
+        id=uuid.uuid4(),
+        reply_to=links[0].target.address,
+        properties={"operation": "com.microsoft:renew-lock"},
+        body={"lock-tokens": Array(None, Data.UUID, token)},
+    )
+    pair.send(links[0], request)
+    assert pair.take(links[1]) == []
+    return links, request
+
+
+def _empty_frames_after(pair: EnginePair, seconds: float) -> int:
+    """Run the connection's timer at each deadline over `seconds`; the empty frames sent."""
+    mark, end = pair.mark(), pair.now + seconds
+    while True:
+        due = pair.server.next_deadline()
+        if due is None or due > end:
+            break
+        pair.now = due
+        pair.server.handle_timer(pair.now)
+        pair.pump()
+    pair.now = end
+    return sum(1 for f in pair.frames_since(mark) if f.code is None and f.header is None)
+
+
+def test_a_pyamqp_peer_whose_reply_link_has_no_credit_is_nudged_until_it_grants_some(services):
+    """pyamqp writes its reply link's credit under the lock its reading threads keep taking:
+    empty frames end their reads so the flow can go out; the answer goes with the credit."""
+    pair = _open(services, PYAMQP_AGENT)
+    token = _locked_message(pair)
+    links, request = _renew_without_credit(pair, token)
+    nudges = _empty_frames_after(pair, 0.5)
+    assert 0.5 / NUDGE - 2 <= nudges <= 0.5 / NUDGE + 1
+    links[1].flow(10)
+    pair.pump()
+    ((_, raw),) = pair.take(links[1])
+    assert _decoded(raw).correlation_id == request.id
+    assert _empty_frames_after(pair, 1.0) == 0  # nothing waits: no more
+    assert not pair.server.closed
+
+
+def test_nudges_stop_after_nudge_for(services):
+    """A peer that never grants credit is nudged for NUDGE_FOR seconds, then left alone."""
+    pair = _open(services, PYAMQP_AGENT)
+    token = _locked_message(pair)
+    _renew_without_credit(pair, token)
+    assert _empty_frames_after(pair, NUDGE_FOR) > 0
+    assert _empty_frames_after(pair, 1.0) == 0
+    assert pair.server.next_deadline() is None or pair.server.next_deadline() > pair.now + 1
+
+
+@pytest.mark.parametrize("agent", [None, "azsdk-js-azureservicebus/7.9.5 rhea/3.0.2"])
+def test_other_peers_are_not_nudged(services, agent):
+    pair = _open(services, agent)
+    token = _locked_message(pair)
+    _renew_without_credit(pair, token)
+    assert _empty_frames_after(pair, 1.0) == 0
+
+
+def test_nudges_fall_due_every_nudge_while_answers_wait():
+    copies = ReplyCopies()
+    copies.answer_waits(50.0)
+    assert copies.next_deadline() == pytest.approx(50.0 + NUDGE)
+    assert not copies.nudge_due(50.0, waiting=True)  # not yet
+    assert copies.nudge_due(50.0 + NUDGE, waiting=True)
+    assert copies.next_deadline() == pytest.approx(50.0 + 2 * NUDGE)
+    assert not copies.nudge_due(50.0 + 2 * NUDGE, waiting=False)  # credit came: stop
+    assert copies.next_deadline() is None
+    copies.answer_waits(60.0)
+    assert copies.nudge_due(60.0 + NUDGE_FOR, waiting=True)  # the last one
+    assert not copies.nudge_due(60.0 + NUDGE_FOR + NUDGE, waiting=True)
+    assert copies.next_deadline() is None
 
 
 def test_copies_fall_due_in_order():

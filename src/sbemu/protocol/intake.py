@@ -36,7 +36,7 @@ from proton import Delivery
 from ..errors import ServiceBusError
 from ..partitions import IncomingMessage
 from .largescan import LargeScan, scan_large
-from .links import SENDER_CREDIT, SendLink
+from .links import SendLink, top_up_sender_credit
 
 log = logging.getLogger("sbemu.connection")
 
@@ -222,10 +222,7 @@ class Intakes:
 
     def _store_intake(self, state: SendLink, d: Any, messages: list[IncomingMessage]) -> None:
         """Send the transfer's messages whole (one send: one commit); acknowledged after it."""
-        link = state.link._impl
-        credit = _lib.pn_link_credit(link)
-        if credit < SENDER_CREDIT // 2:
-            _lib.pn_link_flow(link, SENDER_CREDIT - credit)
+        top_up_sender_credit(state.link._impl)
         try:
             state.entity.send_many([messages], self.now_ms, Acknowledgement(self, [d]))
         except Exception as exc:  # not the peer's fault: the link ends, the server stays

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cproton_ffi import lib as _lib
 from proton import Described, Link
 
 from ..errors import NotImplementedOperation, ServiceBusError, SessionLockLost
@@ -125,6 +126,14 @@ class CoordinatorLink:
 
 
 SENDER_CREDIT = 1000  # credit a sender link is topped up to
+
+
+def top_up_sender_credit(link: Any, _credit: Any = _lib.pn_link_credit) -> None:
+    """Give a client's sender link (proton's C link) its credit back up to SENDER_CREDIT once
+    it fell below half: one flow for many transfers, not one each."""
+    credit = _credit(link)
+    if credit < SENDER_CREDIT // 2:
+        _lib.pn_link_flow(link, SENDER_CREDIT - credit)
 
 
 @dataclass(eq=False)

@@ -40,7 +40,6 @@ from .deliveries import raw_tag
 from .detaching import DetachHold
 from .intake import READ_CHUNK, Acknowledgement
 from .links import (
-    SENDER_CREDIT,
     CoordinatorLink,
     LinkPhase,
     LinkState,
@@ -48,6 +47,7 @@ from .links import (
     ReplyLink,
     RequestLink,
     SendLink,
+    top_up_sender_credit,
 )
 from .messages import BatchScan, scan_transfer
 from .services import NamespaceInfo
@@ -83,8 +83,6 @@ _pn_delivery_settled = _lib.pn_delivery_settled
 _pn_delivery_tag = _lib.pn_delivery_tag
 _pn_link_recv = _lib.pn_link_recv
 _pn_link_advance = _lib.pn_link_advance
-_pn_link_credit = _lib.pn_link_credit
-_pn_link_flow = _lib.pn_link_flow
 _pn_incref = _lib.pn_incref
 _pn_decref = _lib.pn_decref
 _unpack = _ffi.unpack
@@ -171,9 +169,7 @@ class MessageEvents:
         for state, (sends, deliveries, link) in pending.items():
             # the credit the link's transfers of this read took, topped up once for them all
             # (the flow goes out with this turn's output, as it did topped up per transfer)
-            credit = _pn_link_credit(link)
-            if credit < SENDER_CREDIT // 2:
-                _pn_link_flow(link, SENDER_CREDIT - credit)
+            top_up_sender_credit(link)
             if not sends:  # every transfer of the read was refused at its scan
                 continue
             try:
@@ -285,9 +281,7 @@ class MessageEvents:
             self._flows[state] = link  # served after the read's dispositions
             return True
         if cls is SendLink:
-            credit = _lib.pn_link_credit(link)
-            if credit < SENDER_CREDIT // 2:
-                _lib.pn_link_flow(link, SENDER_CREDIT - credit)
+            top_up_sender_credit(link)
             return True
         return False
 
@@ -383,12 +377,7 @@ class MessageEvents:
         if isinstance(state, ReplyLink):
             self._flush_replies(state)
         elif isinstance(state, SendLink | RequestLink):
-            self._top_up_credit(link)
-
-    @staticmethod
-    def _top_up_credit(link: Link) -> None:
-        if link.credit < SENDER_CREDIT // 2:
-            link.flow(SENDER_CREDIT - link.credit)
+            top_up_sender_credit(link._impl)
 
     # ------------------------------------------------------------------ deliveries in
     def _on_delivery(self, link: Link, delivery: Delivery) -> None:
@@ -428,7 +417,7 @@ class MessageEvents:
             return
         data = link.recv(delivery.pending) or b""  # an empty transfer payload comes back as None
         link.advance()
-        self._top_up_credit(link)
+        top_up_sender_credit(link._impl)
         if isinstance(state, CoordinatorLink):
             control = Message()
             try:

@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 ARGS ?=
 
-.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite test-sdk-suite-alone compat-table run test lint bench bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load loop-hold image podman-check test-container bench-container
+.PHONY: docs install install-spark java-check chromium-check disk-tools-check netns-check node-check js-deps test-js maven-check java-deps test-java go-check go-deps test-go dapr-deps test-dapr test-sdks test-sdk-suite test-sdk-suite-alone compat-table run test lint bench bench-renewals bench-profile valgrind-check bench-compare bench-node bench-node-tool bench-rabbitmq bench-artemis bench-sdk report clean fuzz crash-test soak load loop-hold image podman-check test-container bench-container
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -239,6 +239,10 @@ lint: install
 
 bench: install bench-node
 	$(PY) bench/bench.py $(ARGS)
+
+# Lock renewals per second through the sync Python SDK, one thread and five (bench/renewals.py).
+bench-renewals: install
+	$(PY) bench/renewals.py $(ARGS)
 
 # Where the server's CPU goes per message (send, receive, settle; protocol, broker, commit,
 # loop), in CPU us and callgrind instruction counts (docs/performance.md). ARGS="--queue benchp".

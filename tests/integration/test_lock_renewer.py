@@ -9,6 +9,10 @@ They also race on the answers: pyamqp registers a `$management` operation only a
 the request, so a renewing thread that loses the CPU in between finds its answer already read,
 and dropped, by another thread (replycopies.py). The last test makes that interleaving happen
 every time, with the SDK's own ManagementLink.
+
+And the first renewals wait for credit: pyamqp writes its reply link's flow under the socket
+lock the reading threads keep re-taking; sbemu's empty frames end those reads (replycopies.py),
+without which the flow once came 3.2 s late and these 5 s locks expired on a loaded machine.
 """
 
 from __future__ import annotations

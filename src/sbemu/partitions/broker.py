@@ -36,6 +36,7 @@ from .health import Health
 from .loader import PartitionLoader, stored_counts
 from .locks import LockTable
 from .outcomes import Outcome
+from .reader import SubQueueReader
 from .receiving import Receiving
 from .records import (
     IncomingMessage,
@@ -51,7 +52,6 @@ from .subqueue import (
     SessionLock,
     SessionOwner,
     SubQueue,
-    SubQueueReader,
     SubQueueSettings,
 )
 from .transitions import Route, Transitions
@@ -90,7 +90,11 @@ class PartitionBroker:
             stats=self.stats, mark_dirty=mark_dirty, mark_lazy=mark_lazy,
         )  # fmt: skip
         self.reader = SubQueueReader(
-            store, self.queues, self.staging.overlay, lambda queue: self.transitions.on_ready(queue)
+            store,
+            self.queues,
+            self.staging.overlay,
+            lambda queue: self.transitions.on_ready(queue),
+            self.staging.read_later,
         )
         self.lock_table = LockTable()
         self.locks = self.lock_table.by_key  # live locks by their token's int

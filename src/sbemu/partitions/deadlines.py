@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .reader import SubQueueReader
 from .records import MessageRecord, MessageState, decode_message
 from .staging import Staging
 from .store import PartitionStore, deadline_key, parse_deadline_key
-from .subqueue import SubQueue, SubQueueReader
+from .subqueue import SubQueue
 
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)
 EXPIRY, SCHEDULED_ACTIVATION = 0, 1  # deadline kinds

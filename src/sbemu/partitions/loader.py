@@ -24,9 +24,10 @@ from .deadlines import Deadlines
 from .health import Health
 from .locks import LockTable
 from .migrate import LAYOUT, migrate
+from .reader import SubQueueReader
 from .staging import Staging
 from .store import PartitionStore
-from .subqueue import SessionLock, SubQueue, SubQueueReader
+from .subqueue import SessionLock, SubQueue
 from .transitions import Transitions
 
 

@@ -16,10 +16,11 @@ from ..errors import InvalidOperation, MessageNotFound, ServiceBusError
 from .completions import Done
 from .locks import LockTable
 from .outcomes import Outcome, OutcomeKind
+from .reader import SubQueueReader
 from .records import LogEvent, MessageRecord, MessageState
 from .staging import Staging
 from .store import StoreError
-from .subqueue import Lock, SessionLock, SubQueue, SubQueueReader
+from .subqueue import Lock, SessionLock, SubQueue
 from .tokens import make_lock_key, make_lock_keys
 from .transitions import Transitions, merge_overrides
 

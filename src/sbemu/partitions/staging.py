@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .completions import Done
+from .largeread import NOT_READ
 from .records import (
     LogEvent,
     MessageRecord,
@@ -256,6 +257,23 @@ class Staging:
         """Run `done` once the writes queued so far are committed."""
         self.callbacks.append(done)
         self.dirty(lazy)
+
+    def read_later(
+        self,
+        queue: str,
+        seq: int,
+        decode: Callable[[object], object],
+        then: Callable[[object], None],
+    ) -> None:
+        """Have the next commit read record `seq` of `queue` after its writes, on its thread
+        (largeread.py), and give `then` what it read, on the loop."""
+        batch = self.batch
+        batch.reads.append((queue, seq, decode))
+
+        def done(error: Exception | None) -> None:
+            then(NOT_READ if error is not None else batch.read.get((queue, seq), NOT_READ))
+
+        self.after_commit(done)
 
     def dirty(self, lazy: bool = False) -> None:
         """Ask for a commit: in the next turn, or (`lazy`: nobody waits for these writes) with

@@ -382,6 +382,22 @@ class PartitionStore:
                 f"partition store {self.path} failed: {exc}{self.room.disk_full_note()}"
             ) from exc
         self.room.committed()
+        if batch.reads:
+            self._read_large(batch)
+
+    def _read_large(self, batch: WriteBatch) -> None:
+        """The large records the batch asks for, read after its writes (largeread.py); a read
+        that fails is left out (the read-ahead then reads the record on the loop)."""
+        for queue, seq, decode in batch.reads:
+            db = self._dbs.get(b"q:" + queue.encode("utf-8"))
+            if db is None:
+                continue
+            try:
+                with self._env.begin(db=db, buffers=True) as txn:
+                    value = txn.get(_U64.pack(seq))
+                    batch.read[(queue, seq)] = decode(value) if value else None
+            except (lmdb.Error, ValueError):
+                continue  # (the read-ahead reads it on the loop, and reports what fails)
 
     # ------------------------------------------------------------ room on the disk
     def _freed_bytes(self) -> int:

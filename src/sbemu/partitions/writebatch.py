@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 _memmove = ctypes.memmove  # a foreign call: the GIL is released while it copies
 
@@ -65,10 +66,19 @@ class WriteBatch:
     dedup_sweep_before: int | None = None
     # auto-forwarding markers (key, True: put / False: delete), see partitions/forwarding.py
     markers: list[tuple[bytes, bool]] = field(default_factory=list)
+    # large records to read back after the writes (sub-queue, sequence number, decoder), and
+    # what was read: the record, None when it is gone (largeread.py); none when a read failed
+    reads: list[tuple[str, int, Callable[[Any], Any]]] = field(default_factory=list)
+    read: dict[tuple[str, int], Any] = field(default_factory=dict)
 
     def put(self, queue: str, seq: int, value: bytes | LargeRecord) -> None:
         """Queue a put of one message record."""
         self.ops.append((0, queue, seq, value))
+
+    def off_the_loop(self) -> bool:
+        """Whether the commit has a large record to join or read (a commit thread's work even
+        where commits run inline)."""
+        return bool(self.reads) or self.has_large()
 
     def has_large(self) -> bool:
         """Whether a record is still to be joined (join_large)."""
@@ -116,4 +126,5 @@ class WriteBatch:
             or self.dedup
             or self.dedup_sweep_before is not None
             or self.markers
+            or self.reads
         )

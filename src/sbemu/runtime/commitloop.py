@@ -143,17 +143,17 @@ class CommitLoop:
 
 class _InlineUnlessLarge:
     """The runner of an inline CommitLoop: each commit inside the turn, but one that carries a
-    large message's record (writebatch.LargeRecord), which goes to the commit thread: there
-    the record is joined and written with the GIL released, where on the loop copying 99 MB
-    into new pages held it for 200 ms and more."""
+    large message's record (writebatch.LargeRecord), or reads one back (partitions' largeread),
+    which goes to the commit thread: there the record is joined and written, or read, with the
+    GIL released, where on the loop copying 99 MB into new pages held it for 200 ms and more."""
 
     def __init__(self, owner: CommitLoop) -> None:
         self._owner = owner
 
     def start(self, jobs: list[CommitJob]) -> None:
-        inline = [job for job in jobs if not job.batch.has_large()]
+        inline = [job for job in jobs if not job.batch.off_the_loop()]
         if len(inline) < len(jobs):
-            self._owner._threads.start([job for job in jobs if job.batch.has_large()])
+            self._owner._threads.start([job for job in jobs if job.batch.off_the_loop()])
         if inline:
             for job in inline:
                 job.run()

@@ -14,6 +14,7 @@ from builders import message_record
 from sbemu.partitions import COMPLETE, Outcome
 from sbemu.partitions import deadlines as deadlines_module
 from sbemu.partitions import locks as locks_module
+from sbemu.partitions import reader as reader_module
 from sbemu.partitions import subqueue as subqueue_module
 from sbemu.partitions.migrate import LAYOUT
 from sbemu.partitions.records import MessageState, encode_message
@@ -309,7 +310,7 @@ def test_settled_locks_leave_no_lock_timers_behind(h, monkeypatch):
 
 @pytest.fixture
 def small_scan(monkeypatch):
-    monkeypatch.setattr(subqueue_module, "SESSION_SCAN_CHUNK", 8)
+    monkeypatch.setattr(reader_module, "SESSION_SCAN_CHUNK", 8)
 
 
 def test_restart_reads_no_session_backlog_and_keeps_fifo_per_session(tmp_path, small_scan):

@@ -315,10 +315,12 @@ def test_a_run_of_locks_expires_together_and_leaves_no_timers_behind(tmp_path, m
     assert sum(len(e[3]) if len(e) == 4 else 1 for e in table.heap) == table.heap_keys
 
 
-def test_a_large_message_ends_a_read_and_the_next_read_goes_on_after_it(broker_h, monkeypatch):
-    from sbemu.partitions import records
+def test_a_large_message_ends_a_read_and_is_read_by_the_next_commit(broker_h, monkeypatch):
+    """The read-ahead stops at a large record and leaves it to the next commit to read, off
+    the loop (largeread.py); nothing after it joins the line before it (FIFO)."""
+    from sbemu.partitions import largeread, records
 
-    large = 2048  # a message this big or bigger ends a read: decoded alone, read to the end
+    large = 2048  # a message this big or bigger ends a read
     monkeypatch.setattr(records.decode_ahead, "__defaults__", (records._DECODE, large))
     big = b"\x00Sw\xb0" + large.to_bytes(4, "big") + b"x" * large  # an amqp-value of `large`
     broker_h.send(*[msg(i, tail=big, size=len(big)) if i in (1, 2) else msg(i) for i in range(5)])
@@ -327,10 +329,48 @@ def test_a_large_message_ends_a_read_and_the_next_read_goes_on_after_it(broker_h
 
     def read(*args, **kw):
         got, more = real_read(*args, **kw)
-        reads.append([r.message_id for r in got])
+        reads.append(["ahead" if type(r) is largeread.Ahead else r.message_id for r in got])
         return got, more
 
     monkeypatch.setattr(broker_h.store, "read_ahead", read)
+    took: list[list[str | None]] = []
+    for _ in range(3):
+        took.append([r.message_id for r, _ in broker_h.broker.take_batch(MAIN, 2000, 10)])
+        assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # the large one is being read
+        broker_h.commit()  # reads it, after its writes (the locks just taken)
+    assert took == [["m0"], ["m1"], ["m2", "m3", "m4"]]
+    assert reads == [["m0", "ahead"], ["ahead"], ["m3", "m4"]]  # none left behind
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []
+
+
+def test_a_large_message_gone_before_its_read_is_skipped(broker_h, monkeypatch):
+    from sbemu.partitions import records
+
+    large = 2048
+    monkeypatch.setattr(records.decode_ahead, "__defaults__", (records._DECODE, large))
+    big = b"\x00Sw\xb0" + large.to_bytes(4, "big") + b"x" * large
+    seqs = broker_h.send(msg(0, tail=big, size=len(big)), msg(1))
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # the read is asked for
+    broker_h.broker.staging.batch.delete(MAIN, seqs[0])  # gone in the commit that reads it
+    broker_h.broker.staging.dirty()
+    broker_h.commit()
+    assert [r.message_id for r, _ in broker_h.broker.take_batch(MAIN, 2000, 10)] == ["m1"]
+
+
+def test_a_large_read_that_fails_is_read_on_the_loop(broker_h, monkeypatch):
+    from sbemu.partitions import largeread, records
+
+    large = 2048
+    monkeypatch.setattr(records.decode_ahead, "__defaults__", (records._DECODE, large))
+    big = b"\x00Sw\xb0" + large.to_bytes(4, "big") + b"x" * large
+    broker_h.send(msg(0, tail=big, size=len(big)), msg(1))
+
+    def fails(value):
+        raise ValueError("unreadable")
+
+    monkeypatch.setattr(largeread, "read", fails)
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []
+    broker_h.commit()
     taken = broker_h.broker.take_batch(MAIN, 2000, 10)
-    assert [r.message_id for r, _ in taken] == [f"m{i}" for i in range(5)]
-    assert reads == [["m0", "m1"], ["m2"], ["m3", "m4"]]  # none left behind by a short read
+    assert [r.message_id for r, _ in taken] == ["m0", "m1"]
+    assert taken[0][0].tail == big

@@ -147,3 +147,37 @@ def test_the_explorer_shows_a_cut_body_of_a_large_message(tmp_path: Path) -> Non
         assert shown["body"]["size"] == len(text)
     finally:
         router.close()
+
+
+@pytest.mark.parametrize("size", [0, 5 * MIB + 3])
+def test_a_large_record_read_off_the_loop_is_the_record_decoded(size: int) -> None:
+    """largeread: the read-ahead notes only the sequence number; the commit's read gives the
+    record decode_message gives, its body a bytes object of its own (not a view of the map)."""
+    from sbemu.partitions import largeread
+
+    rec = _record(os.urandom(size), body_span=(0, size))
+    data = encode_message(rec)
+    data = data if isinstance(data, bytes) else b"".join(data)
+    view = memoryview(data)
+    ahead = largeread.ahead(view)
+    assert type(ahead) is largeread.Ahead and ahead.sequence_number == rec.sequence_number
+    got = largeread.read(view)
+    assert got == decode_message(data) == rec
+    assert type(got.tail) is bytes and type(got.state) is type(rec.state)
+
+
+def test_a_large_record_in_another_layout_reads_as_decode_message_reads_it() -> None:
+    """Older layouts read as decode_message reads them; one msgspec cannot take (a span
+    stored empty, hops stored nil) is decoded where the read-ahead meets it, as before."""
+    from sbemu.partitions import largeread
+
+    rec = _record(b"x" * 100)
+    encoded = encode_message(rec)
+    fields = msgpack.unpackb(encoded if isinstance(encoded, bytes) else b"".join(encoded))
+    for older in (msgpack.packb(fields[:22]), msgpack.packb(fields[:24])):
+        assert type(largeread.ahead(older)) is largeread.Ahead
+        assert largeread.read(older) == decode_message(older)
+    other = msgpack.packb([*fields[:22], [], [], None])
+    got = largeread.ahead(other)
+    assert type(got) is MessageRecord and got == decode_message(other)
+    assert largeread.read(other) == got

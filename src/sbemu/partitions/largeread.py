@@ -17,16 +17,12 @@ A record in an older layout is decoded whole where it is met, as before.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
-import cffi
 import msgspec
 
 from .records import MESSAGE_SCHEMA_VERSION, MessageRecord, decode_message
-
-_ffi = cffi.FFI()  # only for the address of a read-only buffer (LMDB's map)
-_memmove = ctypes.memmove  # a foreign call: the GIL is released while it copies
+from .writebatch import join_without_gil
 
 _FIELDS = msgspec.structs.fields(MessageRecord)
 _NAMES = tuple(f.name for f in _FIELDS)
@@ -79,16 +75,5 @@ def read(value: Any) -> MessageRecord:
         return decode_message(value)
     fields = [getattr(head, name) for name in _NAMES]
     view = fields[_TAIL]
-    size = len(view)
-    # calloc'd: fresh zero pages, faulted in by the copy, filled before anyone else sees it
-    tail = bytes(size)
-    if size:
-        source = _ffi.from_buffer(view)
-        _memmove(
-            ctypes.cast(ctypes.c_char_p(tail), ctypes.c_void_p).value or 0,
-            int(_ffi.cast("uintptr_t", source)),
-            size,
-        )
-        del source
-    fields[_TAIL] = tail
+    fields[_TAIL] = join_without_gil((view,), len(view))
     return MessageRecord(*fields)

@@ -13,7 +13,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cffi
+
 _memmove = ctypes.memmove  # a foreign call: the GIL is released while it copies
+_ffi = cffi.FFI()  # only for the address of a buffer that may be read-only (LMDB's map)
+
+
+def join_without_gil(parts: Sequence[bytes | memoryview], size: int) -> bytes:
+    """The `size` bytes of `parts` joined into a new bytes object, copied with the GIL
+    released (off the event loop: a large record's bytes on their way in or out)."""
+    # calloc'd (fresh zero pages for a block this large), filled in place before anyone else
+    # sees it
+    out = bytes(size)
+    at = ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value or 0
+    for part in parts:
+        n = len(part)
+        if n:
+            source = _ffi.from_buffer(part)
+            _memmove(at, int(_ffi.cast("uintptr_t", source)), n)
+            at += n
+    return out
 
 
 class LargeRecord:
@@ -38,13 +57,7 @@ class LargeRecord:
 
     def join(self) -> bytes:
         """The record's bytes (b"".join(parts)), copied without the GIL."""
-        # calloc'd (fresh zero pages for a block this large), filled in place before anyone
-        # else sees it
-        out = bytes(self.size)
-        at = ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value or 0
-        for part in self.parts:
-            _memmove(at, part, len(part))
-            at += len(part)
+        out = join_without_gil(self.parts, self.size)
         with LargeRecord._count_lock:
             LargeRecord.outstanding -= 1
         return out

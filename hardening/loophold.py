@@ -33,7 +33,7 @@ from sbemu.protocol import codec
 
 from .amqpraw import KEY, KEY_NAME
 
-PLAIN, PARTITIONED, BIG = "plain", "partitioned", "big"
+PLAIN, PARTITIONED, BIG, BIG_SESSIONS = "plain", "partitioned", "big", "bigsessions"
 BATCH = 4500  # Azure's count of messages in one batch
 HEADER = b"\x00\x53\x70\xc0\x02\x01\x41"
 # a data section holding a message with no MessageId (the service stamps one on each)
@@ -104,7 +104,13 @@ def _config(premium: bool) -> dict[str, Any]:
         ns: dict[str, Any] = {
             "Name": "sbemulatorns",
             "PremiumMessagingPartitions": 1,
-            "Queues": [{"Name": BIG, "Properties": {"MaxMessageSizeInKilobytes": 102_400}}],
+            "Queues": [
+                {"Name": BIG, "Properties": {"MaxMessageSizeInKilobytes": 102_400}},
+                {
+                    "Name": BIG_SESSIONS,
+                    "Properties": {"MaxMessageSizeInKilobytes": 102_400, "RequiresSession": True},
+                },
+            ],
         }
     else:
         ns = {
@@ -204,26 +210,38 @@ def batch_payload(kind: str) -> bytes:
     return HEADER + b"".join(parts)
 
 
-def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
-    """Send `rounds` transfers of `kind` (tiny, sdk: a batch; big: a 99 MB message) to
-    `queue`, each once the previous one was accepted, or (recv) receive `rounds` messages
-    from it peek-locked, one at a time (credit 1), accepting each; the milliseconds each
-    took."""
-    from proton import Message
+SESSION = "s-1"  # the session of the `session` case's messages
+
+
+def _connect(port: int) -> Any:
     from proton.utils import BlockingConnection
+
+    url = f"amqp://{KEY_NAME}:{KEY}@127.0.0.1:{port}"
+    return BlockingConnection(url, sasl_enabled=True, allowed_mechs="PLAIN", timeout=300)
+
+
+def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    """Send `rounds` transfers of `kind` (tiny, sdk: a batch; big: a 99 MB message, in
+    session SESSION on a session-enabled queue) to `queue`, each once the previous one was
+    accepted, or receive `rounds` messages from it peek-locked, one at a time (credit 1),
+    accepting each (recv; session: as a session receiver; again: each given back once
+    (abandoned) and received again by a new receiver, so it is read back from the store); the
+    milliseconds each took."""
+    from proton import Message
 
     from .amqpraw import EncodedMessage
 
-    url = f"amqp://{KEY_NAME}:{KEY}@127.0.0.1:{port}"
-    conn = BlockingConnection(url, sasl_enabled=True, allowed_mechs="PLAIN", timeout=300)
-    if kind == "recv":
-        return _receive(conn, queue, rounds)
+    if kind in ("recv", "session", "again"):
+        return _receive(port, queue, kind, rounds)
+    conn = _connect(port)
     sender = conn.create_sender(queue)
     took = []
+    session = SESSION if queue == BIG_SESSIONS else None
     for _ in range(rounds):
         started = time.perf_counter()
         if kind == "big":
-            sender.send(Message(body=b"b" * BIG_SIZE, durable=True), timeout=300)
+            message = Message(body=b"b" * BIG_SIZE, durable=True, group_id=session)
+            sender.send(message, timeout=300)
         else:
             sender.send(EncodedMessage(batch_payload(kind)), timeout=120)
         took.append(round((time.perf_counter() - started) * 1000, 1))
@@ -232,16 +250,31 @@ def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     return {"accepted": len(took), "ack_ms": took}
 
 
-def _receive(conn: Any, queue: str, rounds: int) -> dict[str, Any]:
-    receiver = conn.create_receiver(queue, credit=1)
+def _receive(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    from proton import symbol
+    from proton.reactor import Filter
+
+    options = None
+    if kind == "session":
+        options = Filter({symbol("com.microsoft:session-filter"): SESSION})
     took, sizes = [], []
     for _ in range(rounds):
         started = time.perf_counter()
+        if kind == "again":  # given back, then read back from the store by a new receiver
+            conn = _connect(port)
+            first = conn.create_receiver(queue)
+            first.receive(timeout=300)
+            first.release(delivered=True)  # modified, delivery failed: abandoned
+            conn.close()
+            time.sleep(0.3)  # (its change committed: the next read is the store's)
+        conn = _connect(port)
+        # (no prefetch: each receive() grants one credit, so no other message is locked)
+        receiver = conn.create_receiver(queue, options=options)
         message = receiver.receive(timeout=300)
         receiver.accept()
+        conn.close()
         took.append(round((time.perf_counter() - started) * 1000, 1))
         sizes.append(len(message.body))
-    conn.close()
     return {"accepted": len(took), "ack_ms": took, "sizes": sizes}
 
 
@@ -261,10 +294,10 @@ def _client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
 
 def measure(srv: WatchedServer, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     """One case: the client's rounds against `srv`, and the watch's figures meanwhile. A
-    `recv` case first sends its rounds' 99 MB messages (not watched), then watches only
-    their deliveries."""
+    receiving case (recv, session, again) first sends its rounds' 99 MB messages (not
+    watched), then watches only their deliveries."""
     assert srv.watch is not None
-    if kind == "recv":
+    if kind in ("recv", "session", "again"):
         _client(srv.port, queue, "big", rounds)
     time.sleep(0.3)
     srv.watch.take()
@@ -279,6 +312,8 @@ CASES = (
     (False, PARTITIONED, "tiny"),
     (True, BIG, "big"),
     (True, BIG, "recv"),
+    (True, BIG_SESSIONS, "session"),
+    (True, BIG, "again"),
 )
 
 
@@ -297,7 +332,7 @@ def run(rounds: int, cases: tuple[tuple[bool, str, str], ...] = CASES) -> list[d
                             srv,
                             queue,
                             kind,
-                            max(1, rounds // 2) if kind in ("big", "recv") else rounds,
+                            rounds if kind in ("tiny", "sdk") else max(1, rounds // 2),
                         )
                     )
             finally:
@@ -310,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--limit-ms", type=float, default=50.0)
     parser.add_argument(
-        "--kinds", default="tiny,sdk,big,recv", help="the cases to run (default: all)"
+        "--kinds",
+        default="tiny,sdk,big,recv,session,again",
+        help="the cases to run (default: all)",
     )
     parser.add_argument("--client", nargs=4, metavar=("PORT", "QUEUE", "KIND", "ROUNDS"))
     args = parser.parse_args(argv)
@@ -331,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         "sdk": "4,500 msgs, ids+props",
         "big": "99 MB message",
         "recv": "99 MB delivery",
+        "session": "99 MB, a session's",
+        "again": "99 MB, delivered again",
     }
     worst = 0.0
     for r in results:

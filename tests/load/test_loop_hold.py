@@ -1,7 +1,8 @@
 """No single request holds the event loop for long (issue 35: 50 ms at most): the largest
 batch the limits let through (4,500 messages in one transfer) on a plain and a 16-partition
 queue, and a 99 MB message on a Premium queue, sent and delivered (`recv`: a receiver with
-credit 1 that accepts it; only the delivery is watched), with a watch on the server's loop
+credit 1 that accepts it; only the delivery is watched; `session`: the same in a session;
+`again`: given back once and delivered again), with a watch on the server's loop
 (hardening/loophold.py, which `make loop-hold` runs with the strict 50 ms on a quiet machine).
 
 Here the bound is checked with a margin for a machine busy with other work: the loop thread's
@@ -9,7 +10,10 @@ CPU between two runs of a callback due every millisecond stays under HELD_CPU_MS
 message (400-600 ms before its intake was split over loop passes, 28-35 ms after, on a machine
 with a load of 3-10), and for its delivery (430-760 ms in one piece before it was handed to
 the engine a slice per pass; after, 22-28 ms while the message is in memory and 85-130 ms when
-it is read back from LMDB, its decode, at a load of 3-8: see docs/large-messages.md). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
+it is read back from LMDB, its decode, at a load of 3-8: see docs/large-messages.md; now that
+read is off the loop, for a first delivery, a session's message (`session`: 82-99 ms before on
+a quiet machine, 18 ms after) and one delivered again after an abandon (`again`: 79-108 ms
+before, 19-35 ms after)). A batch's largest piece (staging 4,500 messages) is 15-20 ms on a quiet
 machine and 100-130 ms under a load of 10, where the whole batch was 50 and 200 ms: no margin
 a timed test could keep on a shared machine, so the batches here only have to get through the
 watched server and stay under BATCH_CPU_MS, and how a batch is split is checked exactly (a
@@ -32,6 +36,8 @@ ROUNDS = 3  # requests per case, each watched alone
         (False, loophold.PARTITIONED, "tiny"),
         (True, loophold.BIG, "big"),
         (True, loophold.BIG, "recv"),
+        (True, loophold.BIG_SESSIONS, "session"),
+        (True, loophold.BIG, "again"),
     ],
 )
 def test_one_request_holds_the_loop_briefly(tmp_path, premium: bool, queue: str, kind: str):
@@ -48,4 +54,4 @@ def test_one_request_holds_the_loop_briefly(tmp_path, premium: bool, queue: str,
     # it did not run: CI once saw 555 ms for a batch's pass measured at 53-57 ms here beside
     # four busy processes) does not repeat. So the least of the rounds' worst passes is checked.
     least = min(got["worst_cpu_ms"] for got in rounds)
-    assert least < (HELD_CPU_MS if kind in ("big", "recv") else BATCH_CPU_MS), rounds
+    assert least < (BATCH_CPU_MS if kind in ("tiny", "sdk") else HELD_CPU_MS), rounds

@@ -12,6 +12,10 @@ the GIL released, as writebatch.LargeRecord joins a large record on its way in. 
 joins the line back on the loop, once the commit is done (SubQueueReader), checked against
 what was staged meanwhile.
 
+The same holds for a line's next record read alone (`small_or_ahead`): a message delivered
+again from the back line (abandoned, its lock lost) or a session's next message, whose line
+waits for it meanwhile (SubQueueReader.pop_ready).
+
 A record in an older layout is decoded whole where it is met, as before.
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from .records import MESSAGE_SCHEMA_VERSION, MessageRecord, decode_message
+from .records import LARGE_RECORD, MESSAGE_SCHEMA_VERSION, MessageRecord, decode_message
 from .writebatch import join_without_gil
 
 _FIELDS = msgspec.structs.fields(MessageRecord)
@@ -64,6 +68,14 @@ def ahead(value: Any) -> MessageRecord | Ahead:
         return Ahead(head.sequence_number)
     except msgspec.MsgspecError:
         return decode_message(value)
+
+
+def small_or_ahead(value: Any, _large: int = LARGE_RECORD) -> MessageRecord | Ahead:
+    """A line's next record read alone (the back line, a session's line): decoded when it is
+    small, noted (`ahead`) when it is LARGE_RECORD bytes or more."""
+    if len(value) >= _large:
+        return ahead(value)
+    return decode_message(value)
 
 
 def read(value: Any) -> MessageRecord:

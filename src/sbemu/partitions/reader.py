@@ -19,6 +19,8 @@ from .subqueue import Overlay, SubQueue
 
 SESSION_SCAN_CHUNK = 2_048  # records a restart's session scan reads per timer tick
 _MISSING = object()
+READING = object()  # SubQueue.read_alone: a commit is reading the record
+WAIT = object()  # _take: the line waits for its next record, read off the loop
 # Staging.read_later: (sub-queue, sequence number, decoder, then) where `then` is given the
 # record read after the next commit, None when it is gone, NOT_READ when the read failed
 ReadLater = Callable[[str, int, Callable[[object], object], Callable[[object], None]], None]
@@ -59,6 +61,45 @@ class SubQueueReader:
         if rec is not None:
             return rec
         return self.store.get(sq.name, seq, decode_message)
+
+    def _take(self, sq: SubQueue, seq: int) -> object:
+        """get() for the next record of the back line or a session's line, except that a
+        large record in the store is read by the next commit, off the loop (largeread.py):
+        WAIT until then; the line takes it once it is read."""
+        alone = sq.read_alone
+        if alone:
+            got = alone.get(seq, _MISSING)
+            if got is READING:
+                return WAIT
+            if got is not _MISSING:
+                del alone[seq]
+                hit = self.overlay.get((sq.name, seq), _MISSING)  # a change since is the truth
+                return got if hit is _MISSING else hit[0]  # type: ignore[index]
+        hit = self.overlay.get((sq.name, seq), _MISSING)
+        if hit is not _MISSING:
+            return hit[0]  # type: ignore[index]
+        lock = sq.locks.get(seq)
+        if lock is not None and lock.record is not None:
+            return lock.record
+        rec = sq.buffer.get(seq)
+        if rec is not None:
+            return rec
+        rec = self.store.get(sq.name, seq, largeread.small_or_ahead)
+        if type(rec) is largeread.Ahead:
+            alone[seq] = READING
+            self.read_later(sq.name, seq, largeread.read, partial(self._read_alone, sq, seq))
+            return WAIT
+        return rec
+
+    def _read_alone(self, sq: SubQueue, seq: int, rec: object) -> None:
+        """The large record `seq` a line waits for (_take), read by a commit: kept for the
+        line to take, and the line goes on."""
+        if sq.read_alone.get(seq) is not READING or self.queues.get(sq.name) is not sq:
+            return  # (out of line or the sub-queue dropped or rebuilt meanwhile)
+        if rec is NOT_READ:  # the read failed: on the loop, as before
+            rec = self.store.get(sq.name, seq, decode_message)
+        sq.read_alone[seq] = rec
+        self.on_ready(sq.name)
 
     def each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
         """Every stored record of a sub-queue, in sequence order (the store only)."""
@@ -262,12 +303,18 @@ class SubQueueReader:
                 return None
             heap, ready = sess.ready, sess.ready_set
             while heap:
-                seq = heapq.heappop(heap)
+                seq = heap[0]
                 if seq in ready:
+                    got = self._take(sq, seq)
+                    if got is WAIT:
+                        return None  # the session's line waits for it (FIFO)
                     ready.discard(seq)
-                    rec = self.get(sq, seq)
+                    heapq.heappop(heap)
+                    rec: MessageRecord | None = got  # type: ignore[assignment]
                     if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
                         return rec
+                else:
+                    heapq.heappop(heap)
             return None
         back, back_set = sq.back, sq.back_set
         while True:
@@ -281,9 +328,13 @@ class SubQueueReader:
                     return sq.buffer.pop(first)
             elif not back:
                 return None
-            seq = heapq.heappop(back)
+            seq = back[0]
+            got = self._take(sq, seq)
+            if got is WAIT:
+                return None  # the line waits for it: nothing after it goes first
+            heapq.heappop(back)
             back_set.discard(seq)
-            rec = self.get(sq, seq)
+            rec = got  # type: ignore[assignment]
             if rec is not None and rec.state == MessageState.ACTIVE and seq not in sq.locks:
                 return rec
 

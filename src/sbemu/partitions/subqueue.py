@@ -144,6 +144,10 @@ class SubQueue:
         # the forwarder takes nothing from this line until that batch landed (-1: none).
         self.early_batch = -1
         self.buffer: dict[int, MessageRecord] = {}
+        # The next record of the back line or of a session's line when it is large: read by
+        # a commit off the loop (largeread.py), by sequence number: READING until it is read,
+        # then the record (None: gone) until that line takes it.
+        self.read_alone: dict[int, object] = {}
         self.back: list[int] = []
         self.back_set: set[int] = set()
         self.locks: dict[int, Lock] = {}
@@ -191,6 +195,7 @@ class SubQueue:
     def clear_ready(self) -> None:
         """Forget every ready line and the read-ahead (the sub-queue was purged)."""
         self.buffer.clear()
+        self.read_alone.clear()
         self.back.clear()
         self.back_set.clear()
         for sess in self.sessions.values():
@@ -235,6 +240,8 @@ class SubQueue:
     def unready(self, rec: MessageRecord) -> None:
         """Take a message out of line (lazy: heap entries are skipped later)."""
         seq = rec.sequence_number
+        if self.read_alone:
+            self.read_alone.pop(seq, None)
         if self.settings.requires_session:
             sess = self.sessions.get(rec.session_id or "")
             if sess is not None:
@@ -246,6 +253,8 @@ class SubQueue:
     def removed(self, rec: MessageRecord) -> None:
         """A stored message was deleted: out of its session's count and every ready line."""
         seq = rec.sequence_number
+        if self.read_alone:
+            self.read_alone.pop(seq, None)
         if self.settings.requires_session:
             sess = self.sessions.get(rec.session_id or "")
             if sess is not None:
@@ -262,6 +271,9 @@ class SubQueue:
                 self.removed(rec)
         elif self.back_set:
             self.back_set.difference_update(seqs)
+            if self.read_alone:
+                for seq in seqs:
+                    self.read_alone.pop(seq, None)
 
     @property
     def ready_count(self) -> int:

@@ -6,6 +6,7 @@ Real LMDB in a temp dir, the group commit run inline, a recording receiver inste
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from routing_harness import NOW, RouterHarness, message, queue_spec
 from test_store_broker import DLQ, MAIN, Harness, msg
@@ -374,3 +375,81 @@ def test_a_large_read_that_fails_is_read_on_the_loop(broker_h, monkeypatch):
     taken = broker_h.broker.take_batch(MAIN, 2000, 10)
     assert [r.message_id for r, _ in taken] == ["m0", "m1"]
     assert taken[0][0].tail == big
+
+
+def _large_records_from(monkeypatch, large: int = 2048) -> bytes:
+    """Records of `large` bytes or more count as large (read off the loop); an amqp-value
+    body that makes one."""
+    from sbemu.partitions import largeread, records
+
+    monkeypatch.setattr(records.decode_ahead, "__defaults__", (records._DECODE, large))
+    monkeypatch.setattr(largeread.small_or_ahead, "__defaults__", (large,))
+    return b"\x00Sw\xb0" + large.to_bytes(4, "big") + b"x" * large
+
+
+def test_a_large_message_delivered_again_is_read_by_the_next_commit(broker_h, monkeypatch):
+    """A large message back in line (abandoned) is read from the store by the next commit,
+    off the loop, as the read-ahead's are (largeread.py); the line waits for it meanwhile, so
+    nothing after it goes first."""
+    from sbemu.partitions import largeread
+
+    big = _large_records_from(monkeypatch)
+    broker_h.send(msg(0, tail=big, size=len(big)), msg(1), msg(2))
+    assert broker_h.broker.take_batch(MAIN, 2000, 1) == []  # the read-ahead's read is asked
+    broker_h.commit()
+    [(first, lock)] = broker_h.broker.take_batch(MAIN, 2000, 1)
+    assert first.message_id == "m0"
+    broker_h.broker.settle(lock.key, Outcome.abandon(None), 2000, lambda e: None)
+    broker_h.commit()  # the abandon lands: the record is the store's again
+    reads: list[object] = []
+    real_get = broker_h.store.get
+
+    def get(queue, seq, decode):
+        got = real_get(queue, seq, decode)
+        reads.append("ahead" if type(got) is largeread.Ahead else got.message_id)
+        return got
+
+    monkeypatch.setattr(broker_h.store, "get", get)
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # m1, m2 wait behind it
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # asked once, not twice
+    assert reads == ["ahead"]
+    broker_h.commit()  # reads it
+    taken = broker_h.broker.take_batch(MAIN, 2000, 10)
+    assert [(r.message_id, r.delivery_count) for r, _ in taken] == [("m0", 1), ("m1", 0), ("m2", 0)]
+    assert taken[0][0].tail == big and reads == ["ahead"]
+
+
+def test_a_large_message_back_in_line_and_gone_before_its_read_is_skipped(broker_h, monkeypatch):
+    big = _large_records_from(monkeypatch)
+    seqs = broker_h.send(msg(0, tail=big, size=len(big)), msg(1))
+    assert broker_h.broker.take_batch(MAIN, 2000, 1) == []
+    broker_h.commit()
+    [(_rec, lock)] = broker_h.broker.take_batch(MAIN, 2000, 1)
+    broker_h.broker.settle(lock.key, Outcome.abandon(None), 2000, lambda e: None)
+    broker_h.commit()
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # its read is asked for
+    assert broker_h.broker.remove(MAIN, seqs[0], 2000).message_id == "m0"  # gone meanwhile
+    broker_h.commit()  # its read finds nothing to give the line
+    taken = broker_h.broker.take_batch(MAIN, 2000, 10)
+    assert [r.message_id for r, _ in taken] == ["m1"]
+    assert broker_h.broker.queues[MAIN].read_alone == {}  # nothing kept for it
+
+
+def test_a_session_s_large_message_is_read_by_the_next_commit(tmp_path, monkeypatch):
+    """A session's next message, when large, is read by the next commit off the loop; the
+    session's line waits for it (FIFO in the session), other sessions do not."""
+    from test_backlog_index import SessionHarness, smsg
+
+    big = _large_records_from(monkeypatch)
+    h = SessionHarness(tmp_path / "s")
+    large = msgspec.structs.replace(smsg(1, "a"), tail=big, size=len(big))
+    h.send(large, smsg(2, "a"), smsg(3, "b"))
+    lock_a = h.broker.accept_session(MAIN, "a", "owner", 1000)
+    lock_b = h.broker.accept_session(MAIN, "b", "owner", 1000)
+    assert h.broker.take_next(MAIN, 1000, True, lock_a) is None  # being read
+    assert h.broker.take_next(MAIN, 1000, True, lock_b)[0].message_id == "m3"
+    assert h.broker.take_next(MAIN, 1000, True, lock_a) is None  # still: m2 waits behind it
+    h.commit()
+    got = [h.broker.take_next(MAIN, 1000, True, lock_a)[0] for _ in range(2)]
+    assert [r.message_id for r in got] == ["m1", "m2"] and got[0].tail == big
+    assert h.broker.queues[MAIN].read_alone == {}

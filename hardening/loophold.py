@@ -233,6 +233,8 @@ def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
 
     if kind in ("recv", "session", "again"):
         return _receive(port, queue, kind, rounds)
+    if kind in ("peek", "deferred"):
+        return _by_request(port, queue, kind, rounds)
     conn = _connect(port)
     sender = conn.create_sender(queue)
     took = []
@@ -278,6 +280,36 @@ def _receive(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     return {"accepted": len(took), "ack_ms": took, "sizes": sizes}
 
 
+def _by_request(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
+    """Each of `rounds` messages in a management answer: peeked (peek), or deferred and then
+    received by its sequence number (deferred); with the Python SDK."""
+    from azure.servicebus import ServiceBusClient
+
+    conn_str = (
+        f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};"
+        f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;"
+    )
+    took, sizes = [], []
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_receiver(queue, max_wait_time=300) as receiver:
+            next_seq = 0
+            for _ in range(rounds):
+                started = time.perf_counter()
+                if kind == "peek":
+                    [message] = receiver.peek_messages(1, sequence_number=next_seq)
+                    next_seq = message.sequence_number + 1
+                else:
+                    [first] = receiver.receive_messages(1, max_wait_time=300)
+                    receiver.defer_message(first)
+                    time.sleep(0.3)  # (deferred and committed: the next read is the store's)
+                    [message] = receiver.receive_deferred_messages([first.sequence_number])
+                    receiver.complete_message(message)
+                took.append(round((time.perf_counter() - started) * 1000, 1))
+                body = message.body  # (an amqp-value: the bytes the sender gave)
+                sizes.append(len(body if isinstance(body, bytes) else b"".join(body)))
+    return {"accepted": len(took), "ack_ms": took, "sizes": sizes}
+
+
 def _client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     """Run the client in its own process (it takes no GIL from the server)."""
     out = subprocess.run(
@@ -297,7 +329,7 @@ def measure(srv: WatchedServer, queue: str, kind: str, rounds: int) -> dict[str,
     receiving case (recv, session, again) first sends its rounds' 99 MB messages (not
     watched), then watches only their deliveries."""
     assert srv.watch is not None
-    if kind in ("recv", "session", "again"):
+    if kind in ("recv", "session", "again", "peek", "deferred"):
         _client(srv.port, queue, "big", rounds)
     time.sleep(0.3)
     srv.watch.take()
@@ -314,6 +346,8 @@ CASES = (
     (True, BIG, "recv"),
     (True, BIG_SESSIONS, "session"),
     (True, BIG, "again"),
+    (True, BIG, "peek"),
+    (True, BIG, "deferred"),
 )
 
 
@@ -346,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-ms", type=float, default=50.0)
     parser.add_argument(
         "--kinds",
-        default="tiny,sdk,big,recv,session,again",
+        default="tiny,sdk,big,recv,session,again,peek,deferred",
         help="the cases to run (default: all)",
     )
     parser.add_argument("--client", nargs=4, metavar=("PORT", "QUEUE", "KIND", "ROUNDS"))
@@ -370,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         "recv": "99 MB delivery",
         "session": "99 MB, a session's",
         "again": "99 MB, delivered again",
+        "peek": "99 MB, peeked",
+        "deferred": "99 MB, deferred, by seq",
     }
     worst = 0.0
     for r in results:

@@ -62,6 +62,10 @@ def premium() -> Iterator[SbemuServer]:
                                     "Properties": {"MaxMessageSizeInKilobytes": BIG_KB},
                                 },
                                 {
+                                    "Name": "peeked",
+                                    "Properties": {"MaxMessageSizeInKilobytes": BIG_KB},
+                                },
+                                {
                                     "Name": "trickle",
                                     "Properties": {"MaxMessageSizeInKilobytes": BIG_KB},
                                 },
@@ -398,3 +402,29 @@ def test_a_message_over_64_mib_crosses_a_slow_small_buffer_peer_byte_for_byte(
     finally:
         conn.close()
         relay.close()
+
+
+def test_a_large_message_peeked_and_received_by_its_sequence_number(premium: SbemuServer) -> None:
+    """A message over 4 MiB in a `$management` answer: peeked beside a small one, then
+    deferred and received by its sequence number with its lock token (the answer is written
+    around the stored body and sent a slice per loop pass: protocol/largeanswer.py; the peek
+    reads it off the loop first: partitions/largeread.py)."""
+    body = os.urandom(6 * MIB)
+    with _client(premium, "amqp") as sb:
+        with sb.get_queue_sender("peeked") as sender:
+            sender.send_messages(ServiceBusMessage(body, application_properties={"n": 1}))
+            sender.send_messages(ServiceBusMessage(b"small", message_id="m-small"))
+        with _one_reader(sb, "peeked") as receiver:
+            peeked = receiver.peek_messages(max_message_count=2, timeout=60)
+            assert [b"".join(m.body) for m in peeked] == [body, b"small"]
+            assert peeked[0].application_properties[b"n"] == 1
+            assert peeked[1].message_id == "m-small"
+            assert peeked[0].sequence_number < peeked[1].sequence_number
+            [first] = receiver.receive_messages(max_message_count=1, max_wait_time=60)
+            assert first.sequence_number == peeked[0].sequence_number
+            receiver.defer_message(first)
+            [again] = receiver.receive_deferred_messages([first.sequence_number], timeout=60)
+            assert b"".join(again.body) == body and again.application_properties[b"n"] == 1
+            receiver.complete_message(again)  # its lock token came with it
+            [rest] = receiver.peek_messages(max_message_count=5, timeout=60)
+            assert rest.message_id == "m-small"

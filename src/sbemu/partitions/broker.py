@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from . import largeread
 from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
@@ -43,10 +44,11 @@ from .records import (
     LogEvent,
     MessageRecord,
     MessageState,
+    decode_message,
 )
 from .staging import Staging
 from .stats import PartitionStats
-from .store import PartitionStore
+from .store import PartitionStore, StoreError
 from .subqueue import (
     Lock,
     SessionLock,
@@ -328,10 +330,32 @@ class PartitionBroker:
 
     # ---------------------------------------------------------------- browsing
     def peek(
-        self, queue: str, from_seq: int, count: int, session_id: str | None = None
+        self,
+        queue: str,
+        from_seq: int,
+        count: int,
+        session_id: str | None = None,
+        large_later: bool = False,
     ) -> list[MessageRecord]:
-        """Up to `count` messages with sequence number >= from_seq, oldest first (locks ignored)."""
-        return self.reader.peek(self.queues[queue], from_seq, count, session_id)
+        """Up to `count` messages with sequence number >= from_seq, oldest first (locks
+        ignored; `large_later`: see SubQueueReader.peek)."""
+        return self.reader.peek(self.queues[queue], from_seq, count, session_id, large_later)
+
+    def read_large(
+        self, queue: str, seq: int, then: Callable[[MessageRecord | None], None]
+    ) -> None:
+        """Have the next commit read the large record `seq` of `queue` off the loop
+        (largeread.py); `then` gets it, None when it is gone."""
+
+        def done(rec: object) -> None:
+            if rec is largeread.NOT_READ:  # the read failed: on the loop, as before
+                try:
+                    rec = self.store.get(queue, seq, decode_message)
+                except StoreError:
+                    rec = None
+            then(rec)  # type: ignore[arg-type]
+
+        self.staging.read_later(queue, seq, largeread.read, done)
 
     def locked_until(self, queue: str, seq: int) -> int | None:
         """When a receiver's lock on message `seq` expires (Unix ms); None when it is unlocked."""

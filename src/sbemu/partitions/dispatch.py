@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from .broker import PartitionBroker
+from .largeread import Ahead
 from .records import MessageRecord
 from .specs import MAIN, EntitySpec
 from .subqueue import Lock, SessionLock, SessionOwner
@@ -324,12 +326,17 @@ class EntityView:
         return None
 
     def peek(
-        self, from_seq: int, count: int, session_id: str | None = None
+        self,
+        from_seq: int,
+        count: int,
+        session_id: str | None = None,
+        large_later: bool = False,
     ) -> list[tuple[MessageRecord, int | None]]:
         """Up to `count` messages from every partition with sequence >= from_seq, in order.
 
         [SB partitioning P12, P13] allow fewer or not-globally-oldest results; returning a
         merged, ordered page lets clients page with last-seen + 1 without skipping any.
+        `large_later`: a large message stored is only noted; read_peeked reads it.
         """
         found: list[tuple[MessageRecord, int | None]] = []
         brokers = self.entity.partitions
@@ -339,6 +346,37 @@ class EntityView:
             if not broker.health.serving:
                 continue
             pid = broker.partition_id if self.entity.partitioned else None
-            found.extend((rec, pid) for rec in broker.peek(self.queue, from_seq, count, session_id))
+            found.extend(
+                (rec, pid)
+                for rec in broker.peek(self.queue, from_seq, count, session_id, large_later)
+            )
         found.sort(key=lambda item: item[0].sequence_number)
         return found[:count]
+
+    def read_peeked(
+        self,
+        found: list[tuple[MessageRecord, int | None]],
+        then: Callable[[list[tuple[MessageRecord, int | None]]], None],
+    ) -> None:
+        """`then(found)` once the large messages a peek only noted (largeread.Ahead) were
+        read by their partitions' next commits, off the loop (gone ones left out); at once
+        when there are none."""
+        waiting = [i for i, (rec, _pid) in enumerate(found) if type(rec) is Ahead]
+        if not waiting:
+            then(found)
+            return
+        left = len(waiting)
+        brokers = {b.partition_id: b for b in self.entity.partitions}
+        first = self.entity.partitions[0]
+
+        def got(i: int, rec: MessageRecord | None) -> None:
+            nonlocal left
+            found[i] = (rec, found[i][1])  # type: ignore[assignment]
+            left -= 1
+            if not left:
+                then([item for item in found if item[0] is not None])
+
+        for i in waiting:
+            rec, pid = found[i]
+            broker = brokers.get(pid, first) if pid is not None else first
+            broker.read_large(self.queue, rec.sequence_number, partial(got, i))

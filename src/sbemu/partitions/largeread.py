@@ -52,12 +52,13 @@ NOT_READ = object()  # what a reader is given when the commit could not read the
 
 
 class Ahead:
-    """A large record the read-ahead stopped at, not read yet."""
+    """A large record the read-ahead (or a peek) stopped at, not read yet."""
 
-    __slots__ = ("sequence_number",)
+    __slots__ = ("sequence_number", "session_id")
 
-    def __init__(self, sequence_number: int) -> None:
+    def __init__(self, sequence_number: int, session_id: str | None) -> None:
         self.sequence_number = sequence_number
+        self.session_id = session_id
 
 
 def ahead(value: Any) -> MessageRecord | Ahead:
@@ -65,7 +66,7 @@ def ahead(value: Any) -> MessageRecord | Ahead:
     an older layout."""
     try:
         head: Any = _HEAD(value)
-        return Ahead(head.sequence_number)
+        return Ahead(head.sequence_number, head.session_id)
     except msgspec.MsgspecError:
         return decode_message(value)
 

@@ -148,9 +148,17 @@ class SubQueueReader:
                 yield rest
 
     def peek(
-        self, sq: SubQueue, from_seq: int, count: int, session_id: str | None
+        self,
+        sq: SubQueue,
+        from_seq: int,
+        count: int,
+        session_id: str | None,
+        large_later: bool = False,
     ) -> list[MessageRecord]:
-        """Up to `count` messages with sequence number >= from_seq, oldest first (locks ignored)."""
+        """Up to `count` messages with sequence number >= from_seq, oldest first (locks
+        ignored); `large_later`: a large one stored is only noted (largeread.Ahead), for the
+        caller to have it read off the loop (PartitionBroker.read_large)."""
+        decode = largeread.small_or_ahead if large_later else decode_message
         queue = sq.name
         pending = {
             seq: rec for (name, seq), (rec, _gen) in self.overlay.items()
@@ -160,7 +168,7 @@ class SubQueueReader:
         start = from_seq
         limit = max(count, subqueue.READ_AHEAD)
         while len(out) < count:
-            rows = self.store.scan(queue, start, limit, decode_message)
+            rows = self.store.scan(queue, start, limit, decode)
             for seq, stored in rows:
                 start = seq + 1
                 rec = pending.pop(seq) if seq in pending else stored

@@ -21,7 +21,7 @@ from ..partitions import Delivered, Taken
 from .backpressure import OutputGate
 from .detaching import DetachHold
 from .largedelivery import LARGE_DELIVERY, SEND_SLICE, LargeSend, Pieces
-from .links import LinkPhase, ReceiveLink
+from .links import LinkPhase, ReceiveLink, ReplyLink
 from .messages import encode_delivery, encode_delivery_parts
 from .outgoing import locked_deliveries
 from .transactions import TransactionCoordinator
@@ -109,7 +109,7 @@ class OutgoingDeliveries:
 
     def _start_large(
         self,
-        state: ReceiveLink,
+        state: ReceiveLink | ReplyLink,
         delivery: Any,
         data: Pieces | bytes,
         settle: bool,
@@ -122,7 +122,7 @@ class OutgoingDeliveries:
         self.gate.begin_send()
         self._large_step(state, job)
 
-    def _large_step(self, state: ReceiveLink, job: LargeSend) -> None:
+    def _large_step(self, state: ReceiveLink | ReplyLink, job: LargeSend) -> None:
         if state.sending is not job:
             return
         gate = self.gate

@@ -37,7 +37,7 @@ from proton import Described, Link
 from ..errors import NotImplementedOperation, ServiceBusError, SessionLockLost
 from ..partitions import Delivered, Entity, EntityView, SessionHandle, Taken
 from .backpressure import OutputGate
-from .largedelivery import LargeSend
+from .largedelivery import LargeSend, Pieces
 
 
 class LinkPhase(enum.Enum):
@@ -99,9 +99,10 @@ class ReplyLink:
 
     link: Link
     node: str  # normalised node address the link is attached to
-    pending: deque[bytes] = field(default_factory=deque)
+    pending: deque[bytes | Pieces] = field(default_factory=deque)
     # the credit kept for real answers: no copy of an answer goes at or below it (replycopies)
     copy_floor: int | None = None
+    sending: LargeSend | None = None  # a large answer under way (largeanswer.py)
 
 
 @dataclass(eq=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from proton import UNDESCRIBED as _UNDESCRIBED
@@ -26,9 +27,18 @@ from ..errors import (
 )
 from ..partitions import COMPLETE, MessageState, Outcome, join_completions
 from . import codec, sections
+from .largeanswer import Item, is_large
+from .largeanswer import answer as large_answer
+from .largedelivery import Pieces
 from .links import RequestLink
 from .managementrules import RULE_OPERATIONS
-from .messages import dotnet_ticks, encode_delivery, lock_token_stamp, plain_value, to_incoming
+from .messages import (
+    dotnet_ticks,
+    encode_delivery_parts,
+    lock_token_stamp,
+    plain_value,
+    to_incoming,
+)
 from .replycopies import COPIED_OPERATIONS
 from .services import NamespaceInfo, Services
 from .sizes import message_limit
@@ -48,13 +58,28 @@ class ManagementHost(Protocol):
         """The current time in Unix milliseconds."""
 
     def send_reply(
-        self, state: RequestLink, request: Message, response: Message, copy: bool = False
+        self,
+        state: RequestLink,
+        request: Message,
+        response: Message | Pieces,
+        copy: bool = False,
     ) -> None:
         """Send a response on the client's reply link [contract 6.1] (`copy`: and again
-        later, to a peer that may drop it: replycopies.py)."""
+        later, to a peer that may drop it: replycopies.py); a large one comes encoded, as
+        its parts (largeanswer.py)."""
 
 
-Reply = Callable[[int, str, dict[str, Any] | None, str | None], None]
+class LargeMessages:
+    """An answer's result that carries a large message: its messages, encoded as parts
+    (largeanswer.py), in place of {"messages": [...]}."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
+
+
+Reply = Callable[[int, str, "dict[str, Any] | LargeMessages | None", str | None], None]
 # A plain AMQP array has no descriptor: proton's UNDESCRIBED, not None (None encodes a null
 # descriptor, which proton-j, the Java SDK's codec, reads as an array of described values).
 # proton's stub types the descriptor as data, hence Any.
@@ -72,19 +97,26 @@ def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -
     replied = False
 
     def send(
-        status: int, description: str, result: dict[str, Any] | None, condition: str | None
+        status: int,
+        description: str,
+        result: dict[str, Any] | LargeMessages | None,
+        condition: str | None,
     ) -> None:
         app: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
         if condition is not None:
             app["errorCondition"] = symbol(condition)
             conn.services.stats.error(conn.namespace.name, condition)  # for /metrics
+        if isinstance(result, LargeMessages):  # the sections before the body are proton's
+            head = Message(correlation_id=request.id, properties=app).encode()
+            conn.send_reply(state, request, large_answer(head, result.items))
+            return
         response = Message(correlation_id=request.id, properties=app, body=result or {})
         conn.send_reply(state, request, response, copy=operation in COPIED_OPERATIONS)
 
     def reply(
         status: int,
         description: str,
-        result: dict[str, Any] | None = None,
+        result: dict[str, Any] | LargeMessages | None = None,
         condition: str | None = None,
     ) -> None:
         nonlocal replied
@@ -200,20 +232,40 @@ def _peek(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) ->
     count = int(body.get("message-count") or 1)
     if count <= 0:
         raise ArgumentError("message-count must be positive.")
-    found = state.view.peek(start, count, str(session_id) if session_id is not None else None)
+    view = state.view
+    sid = str(session_id) if session_id is not None else None
+    # a large message is read off the loop first (largeread.py): the answer follows
+    view.read_peeked(view.peek(start, count, sid, large_later=True), partial(_peeked, reply))
+
+
+def _peeked(reply: Reply, found: list[tuple[Any, int | None]]) -> None:
+    """Answer a peek with what it found."""
     if not found:
         reply(204, "No messages to peek.", {}, None)
         return
-    reply(
-        200,
-        "OK",
-        {
-            "messages": [
-                {"message": encode_delivery(rec, pid, None, with_state=True)} for rec, pid in found
-            ]
-        },
-        None,
-    )
+    try:
+        items: list[Item] = [
+            (encode_delivery_parts(rec, pid, None, with_state=True), None) for rec, pid in found
+        ]
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: answered, never left hanging
+        log.warning("management peek: the answer failed: %r", exc)
+        reply(500, f"The peek could not be answered: {exc!r}", None, INTERNAL)
+        return
+    reply(200, "OK", _messages(items), None)
+
+
+def _messages(items: list[Item]) -> dict[str, Any] | LargeMessages:
+    """A peek's or receive-by-sequence-number's result: {"messages": [{"message": binary,
+    "lock-token": uuid}, ...]}, or as parts when a message is large (largeanswer.py)."""
+    if is_large(items):
+        return LargeMessages(items)
+    messages = []
+    for parts, token in items:
+        item: dict[str, Any] = {"message": b"".join(parts)}
+        if token is not None:
+            item["lock-token"] = token
+        messages.append(item)
+    return {"messages": messages}
 
 
 DISPOSITIONS = ("completed", "abandoned", "suspended", "defered", "deferred")
@@ -271,22 +323,19 @@ def _receive_by_sequence_number(
     mode = int(body.get("receiver-settle-mode") or 0)
     peek_lock = mode == 1
     taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
-    messages = []
+    items: list[Item] = []
     for rec, lock, pid in taken:
         # azure-servicebus <= 7.14 reads the token from the embedded message's
         # delivery-annotations instead of the map [contract 3.7: x-opt-lock-token].
-        data = encode_delivery(
+        parts = encode_delivery_parts(
             rec,
             pid,
             lock.until_ms if lock else None,
             with_state=True,
             delivery_stamps=lock_token_stamp(lock.key) if lock is not None else None,
         )
-        item: dict[str, Any] = {"message": data}
-        if lock is not None:
-            item["lock-token"] = lock.token
-        messages.append(item)
-    reply(200, "OK", {"messages": messages}, None)
+        items.append((parts, lock.token if lock is not None else None))
+    reply(200, "OK", _messages(items), None)
 
 
 def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:

@@ -9,6 +9,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cproton_ffi import ffi as _ffi  # the binding's C layer: no wrapper per reply
@@ -26,9 +27,11 @@ from ..auth.sas import token_key_name
 from ..errors import QuotaExceeded, ServiceBusError
 from . import cbs, codec
 from .backpressure import OutputGate
+from .largedelivery import Pieces
 from .links import (
     LinkPhase,
     LinkState,
+    ReceiveLink,
     ReplyLink,
     RequestLink,
 )
@@ -75,6 +78,15 @@ class RequestLinks:
 
         @property
         def now_ms(self) -> int: ...
+
+        def _start_large(
+            self,
+            state: ReceiveLink | ReplyLink,
+            delivery: Any,
+            data: Pieces | bytes,
+            settle: bool,
+            then: Callable[[], None],
+        ) -> None: ...
 
         peer: str
         services: Services
@@ -197,10 +209,15 @@ class RequestLinks:
         self.send_reply(state, request, response)
 
     def send_reply(
-        self, state: RequestLink, request: Message, response: Message, copy: bool = False
+        self,
+        state: RequestLink,
+        request: Message,
+        response: Message | Pieces,
+        copy: bool = False,
     ) -> None:
         """Route a response to the client's reply link in this connection [contract 6.1];
-        `copy`: send it again later to a peer that may drop it (replycopies.py)."""
+        `copy`: send it again later to a peer that may drop it (replycopies.py). A large
+        answer comes encoded as its parts (largeanswer.py) and goes a slice per loop pass."""
         reply = self._find_reply_link(state, request.reply_to)
         if reply is None:
             self.services.unanswered.log(
@@ -224,7 +241,7 @@ class RequestLinks:
             )
             self.on_output()
             return
-        data = response.encode()
+        data = response if isinstance(response, Pieces) else response.encode()
         reply.pending.append(data)
         self._flush_replies(reply)
         if reply.pending and self._reply_copies is not None:
@@ -232,7 +249,7 @@ class RequestLinks:
         self.on_output()
         if len(data) >= LARGE_ANSWER:
             self.services.trim_heap()  # (the server trims on a later pass: temporaries freed)
-        if copy and self._reply_copies is not None:
+        if copy and self._reply_copies is not None and not isinstance(data, Pieces):
             self._reply_copies.add(self.now, reply, data, _lib.pn_link_credit(reply.link._impl))
 
     def _send_reply_copies(self, now: float) -> None:
@@ -280,11 +297,14 @@ class RequestLinks:
         # the cyclic garbage collector finds it, and with it the C delivery and its buffer (a
         # 20 MB peek answer each: twelve answers read by a client left 316 MB held).
         link = reply.link._impl
-        while reply.pending and _lib.pn_link_credit(link) > 0:
+        while reply.pending and reply.sending is None and _lib.pn_link_credit(link) > 0:
             data = reply.pending.popleft()
             tag = next(self._tag_counter).to_bytes(8, "big")
             _ffi.memmove(_TAG_BYTES, tag, 8)  # proton copies the tag
             delivery = _lib.pn_delivery(link, _TAG)
+            if type(data) is Pieces:  # a slice per loop pass; the answers after it follow
+                self._start_large(reply, delivery, data, True, partial(self._flush_replies, reply))
+                return
             _lib.pn_link_send(link, _ffi.from_buffer(data), len(data))  # bytes or bytearray
             _lib.pn_link_advance(link)
             _lib.pn_delivery_settle(delivery)  # pre-settled [contract 6.1]

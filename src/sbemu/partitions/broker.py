@@ -302,10 +302,26 @@ class PartitionBroker:
         return self.receiving.take_batch(queue, now_ms, limit)
 
     def take_deferred(
-        self, queue: str, seq: int, now_ms: int, peek_lock: bool
+        self,
+        queue: str,
+        seq: int,
+        now_ms: int,
+        peek_lock: bool,
+        read: MessageRecord | None = None,
     ) -> tuple[MessageRecord, Lock | None]:
         """A deferred message by sequence number (see Receiving.take_deferred)."""
-        return self.receiving.take_deferred(queue, seq, now_ms, peek_lock)
+        return self.receiving.take_deferred(queue, seq, now_ms, peek_lock, read)
+
+    def read_stored(
+        self, queue: str, seq: int, then: Callable[[MessageRecord | None], None]
+    ) -> None:
+        """`then(record)`: message `seq` of `queue` as stored (None: not stored), read at once
+        when small, by the next commit off the loop when large (largeread.py)."""
+        rec = self.store.get(queue, seq, largeread.small_or_ahead)
+        if type(rec) is largeread.Ahead:
+            self.read_large(queue, seq, then)
+        else:
+            then(rec)
 
     # ---------------------------------------------------------------- settlement
     def settle(self, key: int, outcome: Outcome, now_ms: int, done: Done) -> None:

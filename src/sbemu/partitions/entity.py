@@ -10,6 +10,7 @@ partition id, so a settlement goes straight to the right partition [SB partition
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..errors import (
@@ -352,16 +353,47 @@ class Entity:
         return self.partitions[pid]
 
     def receive_deferred(
-        self, queue: str, numbers: list[int], now_ms: int, peek_lock: bool
+        self,
+        queue: str,
+        numbers: list[int],
+        now_ms: int,
+        peek_lock: bool,
+        read: dict[int, MessageRecord] | None = None,
     ) -> list[tuple[MessageRecord, Lock | None, int | None]]:
-        """Fetch deferred messages by sequence number (all must exist)."""
+        """Fetch deferred messages by sequence number (all must exist); `read`: their
+        records as read_stored read them, where they were stored."""
         self.check_receive(queue)
         out = []
+        known = read or {}
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
-            rec, lock = broker.take_deferred(queue, seq, now_ms, peek_lock)
+            rec, lock = broker.take_deferred(queue, seq, now_ms, peek_lock, known.get(seq))
             out.append((rec, lock, broker.partition_id if self.partitioned else None))
         return out
+
+    def read_stored(
+        self, queue: str, numbers: list[int], then: Callable[[dict[int, MessageRecord]], None]
+    ) -> None:
+        """`then(records)`: the stored records of these sequence numbers, by number, a large
+        one read off the loop by its partition's next commit (for receive_deferred: its
+        answer then never decodes one on the loop); those not stored left out."""
+        self.check_receive(queue)
+        brokers = [self.partition_of_sequence(seq) for seq in numbers]
+        found: dict[int, MessageRecord] = {}
+        left = len(numbers)
+
+        def got(seq: int, rec: MessageRecord | None) -> None:
+            nonlocal left
+            if rec is not None:
+                found[seq] = rec
+            left -= 1
+            if not left:
+                then(found)
+
+        if not numbers:
+            then(found)
+        for seq, broker in zip(numbers, brokers, strict=True):
+            broker.read_stored(queue, seq, partial(got, seq))
 
     def cancel_scheduled(self, numbers: list[int], now_ms: int, done: Done) -> None:
         """Cancel scheduled messages by sequence number; unknown numbers are an error."""

@@ -49,8 +49,11 @@ class SubQueueReader:
         self.read_later = read_later  # staging's: a large record read by the next commit
         self.scanning: list[SubQueue] = []  # session-enabled sub-queues a restart scan rebuilds
 
-    def get(self, sq: SubQueue, seq: int) -> MessageRecord | None:
-        """A stored message as it is now: uncommitted changes first, then the store."""
+    def get(
+        self, sq: SubQueue, seq: int, read: MessageRecord | None = None
+    ) -> MessageRecord | None:
+        """A stored message as it is now: uncommitted changes first, then the store (`read`:
+        the store's record, read before)."""
         hit = self.overlay.get((sq.name, seq), _MISSING)
         if hit is not _MISSING:
             return hit[0]  # type: ignore[index]
@@ -60,6 +63,8 @@ class SubQueueReader:
         rec = sq.buffer.get(seq)
         if rec is not None:
             return rec
+        if read is not None:
+            return read
         return self.store.get(sq.name, seq, decode_message)
 
     def _take(self, sq: SubQueue, seq: int) -> object:

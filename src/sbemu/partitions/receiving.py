@@ -128,11 +128,17 @@ class Receiving:
         return out
 
     def take_deferred(
-        self, queue: str, seq: int, now_ms: int, peek_lock: bool
+        self,
+        queue: str,
+        seq: int,
+        now_ms: int,
+        peek_lock: bool,
+        read: MessageRecord | None = None,
     ) -> tuple[MessageRecord, Lock | None]:
-        """Fetch a deferred message by sequence number: locked, or removed (receive-and-delete)."""
+        """Fetch a deferred message by sequence number: locked, or removed (receive-and-delete);
+        `read`: the record as read before (PartitionBroker.read_stored), unless staged since."""
         sq = self.queues[queue]
-        rec = None if seq in sq.locks else self.reader.get(sq, seq)
+        rec = None if seq in sq.locks else self.reader.get(sq, seq, read)
         if rec is None or rec.state != MessageState.DEFERRED:
             raise MessageNotFound(
                 f"Failed to lock one or more specified messages. Either the message is already "

@@ -156,16 +156,39 @@ def handle_request(conn: ManagementHost, state: RequestLink, request: Message) -
                 f"'{state.node}' is a topic."
             )
         handler(conn, state, body, reply)
-    except ServiceBusError as exc:
+    except Exception as exc:  # noqa: BLE001 - every request is answered (see _answer_error)
+        _answer_error(reply, operation, state.node, exc)
+
+
+def _answer_error(reply: Reply, operation: str, node: str, exc: Exception) -> None:
+    """Answer a request that raised `exc`: a ServiceBusError with its condition, a field of
+    the wrong type or shape with com.microsoft:argument-error, anything else (a bug of ours)
+    with amqp:internal-error."""
+    if isinstance(exc, ServiceBusError):
         reply(exc.status_code, exc.description, None, exc.condition)
-    except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
+    elif isinstance(
+        exc, TypeError | ValueError | OverflowError | KeyError | IndexError | AttributeError
+    ):
         # A field of the wrong AMQP type or shape: the caller's error, never an internal one.
-        log.info("management %s on %s: invalid request: %r", operation, state.node, exc)
+        log.info("management %s on %s: invalid request: %r", operation, node, exc)
         error = ArgumentError(f"The request for '{operation}' is invalid: {exc}")
         reply(error.status_code, error.description, None, error.condition)
-    except Exception as exc:  # noqa: BLE001 - a bug of ours: answered, never left hanging
-        log.warning("management %s on %s failed: %r", operation, state.node, exc)
+    else:
+        log.warning("management %s on %s failed: %r", operation, node, exc)
         reply(500, f"The request for '{operation}' could not be served: {exc!r}", None, INTERNAL)
+
+
+def _later(reply: Reply, operation: str, node: str, fn: Callable[..., None]) -> Callable[..., None]:
+    """`fn`, to run later (once a large record was read off the loop), its errors answered
+    as handle_request answers them."""
+
+    def run(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - every request is answered
+            _answer_error(reply, operation, node, exc)
+
+    return run
 
 
 INTERNAL = "amqp:internal-error"
@@ -235,7 +258,8 @@ def _peek(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) ->
     view = state.view
     sid = str(session_id) if session_id is not None else None
     # a large message is read off the loop first (largeread.py): the answer follows
-    view.read_peeked(view.peek(start, count, sid, large_later=True), partial(_peeked, reply))
+    answer = _later(reply, "com.microsoft:peek-message", state.node, partial(_peeked, reply))
+    view.read_peeked(view.peek(start, count, sid, large_later=True), answer)
 
 
 def _peeked(reply: Reply, found: list[tuple[Any, int | None]]) -> None:
@@ -243,14 +267,9 @@ def _peeked(reply: Reply, found: list[tuple[Any, int | None]]) -> None:
     if not found:
         reply(204, "No messages to peek.", {}, None)
         return
-    try:
-        items: list[Item] = [
-            (encode_delivery_parts(rec, pid, None, with_state=True), None) for rec, pid in found
-        ]
-    except Exception as exc:  # noqa: BLE001 - a bug of ours: answered, never left hanging
-        log.warning("management peek: the answer failed: %r", exc)
-        reply(500, f"The peek could not be answered: {exc!r}", None, INTERNAL)
-        return
+    items: list[Item] = [
+        (encode_delivery_parts(rec, pid, None, with_state=True), None) for rec, pid in found
+    ]
     reply(200, "OK", _messages(items), None)
 
 
@@ -322,7 +341,24 @@ def _receive_by_sequence_number(
     numbers = _sequence_numbers(body)
     mode = int(body.get("receiver-settle-mode") or 0)
     peek_lock = mode == 1
-    taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock)
+    # the stored records first, a large one read off the loop (largeread.py): then the locks
+    receive = partial(_receive_deferred, conn, state, numbers, peek_lock, reply)
+    operation = "com.microsoft:receive-by-sequence-number"
+    entity.read_stored(view.queue, numbers, _later(reply, operation, state.node, receive))
+
+
+def _receive_deferred(
+    conn: ManagementHost,
+    state: RequestLink,
+    numbers: list[int],
+    peek_lock: bool,
+    reply: Reply,
+    read: dict[int, Any],
+) -> None:
+    """Take the deferred messages (their records as read) and answer with them."""
+    entity, view = state.entity, state.view
+    assert entity is not None and view is not None
+    taken = entity.receive_deferred(view.queue, numbers, conn.now_ms, peek_lock, read)
     items: list[Item] = []
     for rec, lock, pid in taken:
         # azure-servicebus <= 7.14 reads the token from the embedded message's

@@ -453,3 +453,29 @@ def test_a_session_s_large_message_is_read_by_the_next_commit(tmp_path, monkeypa
     got = [h.broker.take_next(MAIN, 1000, True, lock_a)[0] for _ in range(2)]
     assert [r.message_id for r in got] == ["m1", "m2"] and got[0].tail == big
     assert h.broker.queues[MAIN].read_alone == {}
+
+
+def test_a_large_deferred_message_is_read_by_the_next_commit_then_locked(broker_h, monkeypatch):
+    """read_stored: a small record at once, a large one by the next commit (off the loop);
+    take_deferred then locks the record as read (receive-by-sequence-number)."""
+    big = _large_records_from(monkeypatch)
+    seqs = broker_h.send(msg(0, tail=big, size=len(big)), msg(1))
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # the read-ahead's read
+    broker_h.commit()
+    taken = broker_h.broker.take_batch(MAIN, 2000, 10)
+    assert [r.message_id for r, _ in taken] == ["m0", "m1"]
+    for _rec, lock in taken:
+        broker_h.broker.settle(lock.key, Outcome.defer(None), 2000, lambda e: None)
+    broker_h.commit()
+    got: dict[int, object] = {}
+    broker_h.broker.read_stored(MAIN, seqs[1], lambda rec: got.setdefault(seqs[1], rec))
+    assert got[seqs[1]].message_id == "m1"  # small: at once
+    broker_h.broker.read_stored(MAIN, seqs[0], lambda rec: got.setdefault(seqs[0], rec))
+    assert seqs[0] not in got  # large: the next commit reads it
+    broker_h.commit()
+    assert got[seqs[0]].tail == big
+    rec, lock = broker_h.broker.take_deferred(MAIN, seqs[0], 3000, True, got[seqs[0]])
+    assert rec.message_id == "m0" and lock is not None and lock.record is rec
+    broker_h.broker.read_stored(MAIN, 999, lambda rec: got.setdefault(999, rec))
+    assert got[999] is None  # not stored
+

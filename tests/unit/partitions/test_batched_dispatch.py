@@ -478,4 +478,3 @@ def test_a_large_deferred_message_is_read_by_the_next_commit_then_locked(broker_
     assert rec.message_id == "m0" and lock is not None and lock.record is rec
     broker_h.broker.read_stored(MAIN, 999, lambda rec: got.setdefault(999, rec))
     assert got[999] is None  # not stored
-

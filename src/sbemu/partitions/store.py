@@ -176,8 +176,12 @@ class PartitionStore:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
+    def _opened_db(self, queue: str) -> _Database | None:
+        """A sub-queue's database if it is open (None: not yet)."""
+        return self._dbs.get(b"q:" + queue.encode("utf-8"))
+
     def _read_db(self, queue: str) -> _Database:
-        db = self._dbs.get(b"q:" + queue.encode("utf-8"))
+        db = self._opened_db(queue)
         if db is None:  # a sub-queue added at runtime: create its database once
             self.ensure_queues([queue])
             db = self._dbs[b"q:" + queue.encode("utf-8")]
@@ -389,7 +393,7 @@ class PartitionStore:
         """The large records the batch asks for, read after its writes (largeread.py); a read
         that fails is left out (the read-ahead then reads the record on the loop)."""
         for queue, seq, decode in batch.reads:
-            db = self._dbs.get(b"q:" + queue.encode("utf-8"))
+            db = self._opened_db(queue)  # (a commit's thread creates no database)
             if db is None:
                 continue
             try:

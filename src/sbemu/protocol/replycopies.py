@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # Seconds after the answer that its copies go. Under load (two `yes`, two test processes), a
@@ -148,13 +148,13 @@ class ReplyCopies:
             self._nudge_at = now + NUDGE
         self._nudge_until = now + NUDGE_FOR
 
-    def nudge_due(self, now: float, waiting: bool) -> bool:
-        """Whether an empty frame goes now; `waiting`: answers still wait for credit (once
-        none do, or NUDGE_FOR is over, nudging stops)."""
+    def nudge_due(self, now: float, waiting: Callable[[], bool]) -> bool:
+        """Whether an empty frame goes now; `waiting()`: whether answers still wait for credit
+        (asked only when a nudge is due: once none do, or NUDGE_FOR is over, nudging stops)."""
         at = self._nudge_at
         if at is None or at > now:
             return False
-        if not waiting or now > self._nudge_until:
+        if now > self._nudge_until or not waiting():
             self._nudge_at = None
             return False
         self._nudge_at = now + NUDGE

@@ -257,10 +257,7 @@ class RequestLinks:
         copies = self._reply_copies
         if copies is None:
             return
-        waiting = not self.gate.blocked and any(
-            isinstance(state, ReplyLink) and state.pending for state in self._links.values()
-        )
-        if copies.nudge_due(now, waiting):
+        if copies.nudge_due(now, self._answers_wait):
             # after whole frames only: data_to_send hands out nothing but complete frames
             self._out += EMPTY_FRAME
             self.on_output()
@@ -276,6 +273,12 @@ class RequestLinks:
             ):
                 reply.pending.append(data)
                 self._flush_replies(reply)
+
+    def _answers_wait(self) -> bool:
+        """Whether answers wait for the peer's credit (and the peer reads what it has)."""
+        return not self.gate.blocked and any(
+            isinstance(state, ReplyLink) and state.pending for state in self._links.values()
+        )
 
     def _find_reply_link(self, state: RequestLink, reply_to: str | None) -> ReplyLink | None:
         candidates = [s for s in self._links.values() if isinstance(s, ReplyLink)]

@@ -233,14 +233,14 @@ def test_nudges_fall_due_every_nudge_while_answers_wait():
     copies = ReplyCopies()
     copies.answer_waits(50.0)
     assert copies.next_deadline() == pytest.approx(50.0 + NUDGE)
-    assert not copies.nudge_due(50.0, waiting=True)  # not yet
-    assert copies.nudge_due(50.0 + NUDGE, waiting=True)
+    assert not copies.nudge_due(50.0, waiting=lambda: True)  # not yet
+    assert copies.nudge_due(50.0 + NUDGE, waiting=lambda: True)
     assert copies.next_deadline() == pytest.approx(50.0 + 2 * NUDGE)
-    assert not copies.nudge_due(50.0 + 2 * NUDGE, waiting=False)  # credit came: stop
+    assert not copies.nudge_due(50.0 + 2 * NUDGE, waiting=lambda: False)  # credit came: stop
     assert copies.next_deadline() is None
     copies.answer_waits(60.0)
-    assert copies.nudge_due(60.0 + NUDGE_FOR, waiting=True)  # the last one
-    assert not copies.nudge_due(60.0 + NUDGE_FOR + NUDGE, waiting=True)
+    assert copies.nudge_due(60.0 + NUDGE_FOR, waiting=lambda: True)  # the last one
+    assert not copies.nudge_due(60.0 + NUDGE_FOR + NUDGE, waiting=lambda: True)
     assert copies.next_deadline() is None
 
 

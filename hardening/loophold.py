@@ -233,7 +233,7 @@ def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
 
     if kind in ("recv", "session", "again"):
         return _receive(port, queue, kind, rounds)
-    if kind in ("peek", "deferred"):
+    if kind in ("peek", "deferred", "schedule"):
         return _by_request(port, queue, kind, rounds)
     conn = _connect(port)
     sender = conn.create_sender(queue)
@@ -290,6 +290,8 @@ def _by_request(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]
         f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;"
     )
     took, sizes = [], []
+    if kind == "schedule":
+        return _schedule(conn_str, queue, rounds)
     with ServiceBusClient.from_connection_string(conn_str) as client:
         with client.get_queue_receiver(queue, max_wait_time=300) as receiver:
             next_seq = 0
@@ -308,6 +310,26 @@ def _by_request(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]
                 body = message.body  # (an amqp-value: the bytes the sender gave)
                 sizes.append(len(body if isinstance(body, bytes) else b"".join(body)))
     return {"accepted": len(took), "ack_ms": took, "sizes": sizes}
+
+
+def _schedule(conn_str: str, queue: str, rounds: int) -> dict[str, Any]:
+    """Each of `rounds` 99 MB messages scheduled (a `$management` request that carries it),
+    then cancelled."""
+    import datetime as dt
+
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    took = []
+    when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            for _ in range(rounds):
+                started = time.perf_counter()
+                [seq] = sender.schedule_messages(ServiceBusMessage(b"s" * BIG_SIZE), when)
+                sender.cancel_scheduled_messages(seq)
+                took.append(round((time.perf_counter() - started) * 1000, 1))
+                time.sleep(0.2)
+    return {"accepted": len(took), "ack_ms": took, "sizes": [BIG_SIZE] * len(took)}
 
 
 def _client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
@@ -348,6 +370,7 @@ CASES = (
     (True, BIG, "again"),
     (True, BIG, "peek"),
     (True, BIG, "deferred"),
+    (True, BIG, "schedule"),
 )
 
 
@@ -380,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-ms", type=float, default=50.0)
     parser.add_argument(
         "--kinds",
-        default="tiny,sdk,big,recv,session,again,peek,deferred",
+        default="tiny,sdk,big,recv,session,again,peek,deferred,schedule",
         help="the cases to run (default: all)",
     )
     parser.add_argument("--client", nargs=4, metavar=("PORT", "QUEUE", "KIND", "ROUNDS"))
@@ -406,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         "again": "99 MB, delivered again",
         "peek": "99 MB, peeked",
         "deferred": "99 MB, deferred, by seq",
+        "schedule": "99 MB, scheduled",
     }
     worst = 0.0
     for r in results:

@@ -54,6 +54,16 @@ class SubQueueReader:
     ) -> MessageRecord | None:
         """A stored message as it is now: uncommitted changes first, then the store (`read`:
         the store's record, read before)."""
+        rec = self._in_memory(sq, seq)
+        if rec is not _MISSING:
+            return rec  # type: ignore[return-value]
+        if read is not None:
+            return read
+        return self.store.get(sq.name, seq, decode_message)
+
+    def _in_memory(self, sq: SubQueue, seq: int) -> object:
+        """Message `seq` as memory holds it now (a staged change, a locked copy, the
+        read-ahead); _MISSING when only the store has it."""
         hit = self.overlay.get((sq.name, seq), _MISSING)
         if hit is not _MISSING:
             return hit[0]  # type: ignore[index]
@@ -61,11 +71,7 @@ class SubQueueReader:
         if lock is not None and lock.record is not None:
             return lock.record
         rec = sq.buffer.get(seq)
-        if rec is not None:
-            return rec
-        if read is not None:
-            return read
-        return self.store.get(sq.name, seq, decode_message)
+        return _MISSING if rec is None else rec
 
     def _take(self, sq: SubQueue, seq: int) -> object:
         """get() for the next record of the back line or a session's line, except that a
@@ -80,14 +86,8 @@ class SubQueueReader:
                 del alone[seq]
                 hit = self.overlay.get((sq.name, seq), _MISSING)  # a change since is the truth
                 return got if hit is _MISSING else hit[0]  # type: ignore[index]
-        hit = self.overlay.get((sq.name, seq), _MISSING)
-        if hit is not _MISSING:
-            return hit[0]  # type: ignore[index]
-        lock = sq.locks.get(seq)
-        if lock is not None and lock.record is not None:
-            return lock.record
-        rec = sq.buffer.get(seq)
-        if rec is not None:
+        rec = self._in_memory(sq, seq)
+        if rec is not _MISSING:
             return rec
         rec = self.store.get(sq.name, seq, largeread.small_or_ahead)
         if type(rec) is largeread.Ahead:

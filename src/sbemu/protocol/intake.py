@@ -26,7 +26,7 @@ one (the in-memory test harness) every transfer is taken at once, as before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cproton_ffi import ffi as _ffi
@@ -76,12 +76,18 @@ class Acknowledgement:
         if error is not None:
             self.conn._refuse_many(deliveries, error)
             return
-        update, settle, decref = _pn_delivery_update, _pn_delivery_settle, _pn_decref
-        for d in deliveries:
-            update(d, _PN_ACCEPTED)
-            settle(d)
-            decref(d)
+        accept_all(deliveries)
         self.conn.on_output()
+
+
+def accept_all(deliveries: Iterable[Any]) -> None:
+    """Accept and settle transfers whose commit landed, in this order, and drop our reference
+    to each (the one place a stored send is acknowledged on proton's C layer)."""
+    update, settle, decref = _pn_delivery_update, _pn_delivery_settle, _pn_decref
+    for d in deliveries:
+        update(d, _PN_ACCEPTED)
+        settle(d)
+        decref(d)
 
 
 class IntakeJob(Protocol):

@@ -38,7 +38,7 @@ from ..partitions import COMPLETE, IncomingMessage, token_of
 from .backpressure import OutputGate
 from .deliveries import raw_tag
 from .detaching import DetachHold
-from .intake import READ_CHUNK, Acknowledgement
+from .intake import READ_CHUNK, Acknowledgement, accept_all
 from .links import (
     CoordinatorLink,
     LinkPhase,
@@ -344,11 +344,7 @@ class MessageEvents:
         partition by partition)."""
         completed, self._completed = self._completed, []
         completed.sort()
-        lib = _lib
-        for _, d in completed:
-            lib.pn_delivery_update(d, _PN_ACCEPTED)
-            lib.pn_delivery_settle(d)
-            lib.pn_decref(d)
+        accept_all([d for _, d in completed])
 
     def _complete_raw(self, d: Any, error: Exception | None) -> None:
         """Answer an unsettled accept taken by _message_event now [contract 5.2] (its commit

@@ -31,7 +31,6 @@ from .largedelivery import Pieces
 from .links import (
     LinkPhase,
     LinkState,
-    ReceiveLink,
     ReplyLink,
     RequestLink,
 )
@@ -79,14 +78,7 @@ class RequestLinks:
         @property
         def now_ms(self) -> int: ...
 
-        def _start_large(
-            self,
-            state: ReceiveLink | ReplyLink,
-            delivery: Any,
-            data: Pieces | bytes,
-            settle: bool,
-            then: Callable[[], None],
-        ) -> None: ...
+        _start_large: Callable[..., None]  # deliveries.OutgoingDeliveries: a slice per pass
 
         peer: str
         services: Services

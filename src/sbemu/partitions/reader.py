@@ -102,9 +102,20 @@ class SubQueueReader:
         if sq.read_alone.get(seq) is not READING or self.queues.get(sq.name) is not sq:
             return  # (out of line or the sub-queue dropped or rebuilt meanwhile)
         if rec is NOT_READ:  # the read failed: on the loop, as before
-            rec = self.store.get(sq.name, seq, decode_message)
+            rec = self._read_on_loop(sq, seq)
+            if rec is NOT_READ:
+                del sq.read_alone[seq]  # the line's next pop tries again
+                return
         sq.read_alone[seq] = rec
         self.on_ready(sq.name)
+
+    def _read_on_loop(self, sq: SubQueue, seq: int) -> object:
+        """A record a commit could not read, read here; NOT_READ when the store fails too
+        (this runs among a commit's completions: it must not raise into them)."""
+        try:
+            return self.store.get(sq.name, seq, decode_message)
+        except StoreError:
+            return NOT_READ
 
     def each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
         """Every stored record of a sub-queue, in sequence order (the store only)."""
@@ -279,7 +290,9 @@ class SubQueueReader:
             return  # (the sub-queue was dropped or rebuilt meanwhile)
         sq.large_read = None
         if rec is NOT_READ:  # the read failed: on the loop, as before
-            rec = self.store.get(sq.name, seq, decode_message)
+            rec = self._read_on_loop(sq, seq)
+            if rec is NOT_READ:
+                return  # the next read-ahead tries again (a commit's completions go on)
         if sq.scan_from <= seq:
             sq.scan_from = seq + 1
             if rec is not None:

@@ -478,3 +478,46 @@ def test_a_large_deferred_message_is_read_by_the_next_commit_then_locked(broker_
     assert rec.message_id == "m0" and lock is not None and lock.record is rec
     broker_h.broker.read_stored(MAIN, 999, lambda rec: got.setdefault(999, rec))
     assert got[999] is None  # not stored
+
+
+def test_a_large_read_that_fails_twice_leaves_the_line_to_try_again(broker_h, monkeypatch):
+    """A large record the commit could not read, and the store could not give on the loop
+    either: the commit's other completions still run (no exception into them) and the line's
+    next take reads it again."""
+    from sbemu.partitions import largeread
+    from sbemu.partitions.store import StoreUnavailable
+
+    big = _large_records_from(monkeypatch)
+    broker_h.send(msg(0, tail=big, size=len(big)), msg(1))
+    assert broker_h.broker.take_batch(MAIN, 2000, 1) == []  # the read-ahead's read
+    broker_h.commit()
+    [(_rec, lock)] = broker_h.broker.take_batch(MAIN, 2000, 1)
+    broker_h.broker.settle(lock.key, Outcome.abandon(None), 2000, lambda e: None)
+    broker_h.commit()
+
+    def fails(value):
+        raise ValueError("unreadable")
+
+    real_get = broker_h.store.get
+    failing = {"get": True}
+
+    def get(queue, seq, decode):
+        if failing["get"] and decode is not largeread.small_or_ahead:
+            raise StoreUnavailable("the disk is gone")
+        return real_get(queue, seq, decode)
+
+    monkeypatch.setattr(largeread, "read", fails)
+    monkeypatch.setattr(broker_h.store, "get", get)
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # its read is asked for
+    acked: list[object] = []
+    broker_h.broker.staging.after_commit(acked.append)  # another completion of that commit
+    broker_h.commit()
+    assert acked == [None]
+    assert broker_h.broker.queues[MAIN].read_alone == {}
+    failing["get"] = False
+    monkeypatch.undo()
+    big = _large_records_from(monkeypatch)
+    assert broker_h.broker.take_batch(MAIN, 2000, 10) == []  # asked again
+    broker_h.commit()
+    taken = broker_h.broker.take_batch(MAIN, 2000, 10)
+    assert [(r.message_id, r.delivery_count) for r, _ in taken] == [("m0", 1), ("m1", 0)]

@@ -36,7 +36,7 @@ from proton import Delivery
 from ..errors import ServiceBusError
 from ..partitions import IncomingMessage
 from .largescan import LargeScan, scan_large
-from .links import SendLink, top_up_sender_credit
+from .links import RequestLink, SendLink, top_up_sender_credit
 
 log = logging.getLogger("sbemu.connection")
 
@@ -88,6 +88,15 @@ def accept_all(deliveries: Iterable[Any]) -> None:
         update(d, _PN_ACCEPTED)
         settle(d)
         decref(d)
+
+
+class RequestJob(Protocol):
+    """A `$management` request's intake (largerequest.RequestRead): `step()` reads a bounded
+    piece, True once it is read; `request()` is then the request."""
+
+    def step(self) -> bool: ...
+    def request(self) -> Any: ...
+    def data(self) -> bytes: ...
 
 
 class IntakeJob(Protocol):
@@ -162,6 +171,7 @@ class Intakes:
         def _push(self, data: bytes) -> None: ...
         def _refuse_many(self, deliveries: list[Any], error: Exception) -> None: ...
         def close_link(self, link: Any, exc: ServiceBusError) -> None: ...
+        def _answer_read(self, state: RequestLink, d: Any, job: RequestJob) -> None: ...
 
     def _init_intakes(self) -> None:
         """(called by __init__)"""
@@ -171,7 +181,7 @@ class Intakes:
         # the listener may feed the connection again (its backlog, reading resumed)
         self.on_input_ready: Callable[[], None] = lambda: None
         # the transfer being taken: (its link's state, the C delivery, the job)
-        self._intake: tuple[SendLink, Any, IntakeJob] | None = None
+        self._intake: tuple[SendLink | RequestLink, Any, IntakeJob | RequestJob] | None = None
         self._held_input: bytes | None = None  # bytes read after it, fed once it is done
 
     @property
@@ -189,7 +199,9 @@ class Intakes:
 
         self._begin_intake(state, d, LargeTransfer(link, size, scan))
 
-    def _begin_intake(self, state: SendLink, d: Any, job: IntakeJob) -> None:
+    def _begin_intake(
+        self, state: SendLink | RequestLink, d: Any, job: IntakeJob | RequestJob
+    ) -> None:
         """Take the transfer `d` (held) with `job`; _process stops after the current event."""
         assert self.defer is not None
         self._intake = (state, d, job)
@@ -223,7 +235,10 @@ class Intakes:
             self.defer(self._intake_step)
             return
         self._intake = None
-        self._store_intake(state, d, job.messages)
+        if isinstance(state, RequestLink):  # a large request (largerequest.py): answered
+            self._answer_read(state, d, job)  # type: ignore[arg-type]
+        else:
+            self._store_intake(state, d, job.messages)  # type: ignore[union-attr]
         self._resume_input()
 
     def _store_intake(self, state: SendLink, d: Any, messages: list[IncomingMessage]) -> None:

@@ -30,6 +30,7 @@ from . import codec, sections
 from .largeanswer import Item, is_large
 from .largeanswer import answer as large_answer
 from .largedelivery import Pieces
+from .largescan import COPY_CHUNK, LargeScan, scan_large
 from .links import RequestLink
 from .managementrules import RULE_OPERATIONS
 from .messages import (
@@ -52,6 +53,9 @@ class ManagementHost(Protocol):
 
     namespace: NamespaceInfo
     services: Services
+    # run a function on a later loop pass (None: all at once): a large scheduled message is
+    # scanned over several (largescan.py)
+    defer: Callable[[Callable[[], None]], object] | None
 
     @property
     def now_ms(self) -> int:
@@ -377,7 +381,7 @@ def _receive_deferred(
 def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:
     entity = state.entity
     assert entity is not None
-    incoming = []
+    datas = []
     for item in _elements(body.get("messages")):
         if not isinstance(item, dict):
             raise ArgumentError("messages must be a list of maps.")
@@ -392,13 +396,59 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
             raise MessageSizeExceeded(
                 f"The message (size {len(data)} bytes) exceeds the limit of {limit} bytes."
             )
-        try:
-            scanned = sections.scan_message(bytes(data))
-        except sections.SectionError as exc:
-            raise ArgumentError(f"A scheduled message could not be decoded: {exc}") from exc
-        if scanned.scheduled_enqueue_time_ms is None:
+        datas.append(data)
+    for_topic, defer = entity.subscriptions is not None, conn.defer
+    # a large message is scanned and its tail copied over several loop passes (largescan.py)
+    scans: list[LargeScan | None] = []
+    for data in datas:
+        job = None
+        if defer is not None and len(data) > COPY_CHUNK:
+            scanned = scan_large(
+                bytes(data), message_limit(entity, conn.namespace), for_topic, None
+            )
+            job = scanned if isinstance(scanned, LargeScan) else None
+        scans.append(job)
+    send = partial(_schedule_scanned, conn, state, datas, scans, reply)
+    if not any(scans):
+        send()
+        return
+    assert defer is not None
+    operation = "com.microsoft:schedule-message"
+
+    def step() -> None:
+        for job in scans:
+            if job is not None and not job.step():
+                defer(_later(reply, operation, state.node, step))
+                return
+        send()
+
+    defer(_later(reply, operation, state.node, step))
+
+
+def _schedule_scanned(
+    conn: ManagementHost,
+    state: RequestLink,
+    datas: list[Any],
+    scans: list[LargeScan | None],
+    reply: Reply,
+) -> None:
+    """Schedule the request's messages, scanned (a large one by its LargeScan)."""
+    entity = state.entity
+    assert entity is not None
+    for_topic = entity.subscriptions is not None
+    incoming = []
+    for data, job in zip(datas, scans, strict=True):
+        if job is not None:
+            message = job.message()
+        else:
+            try:
+                scanned = sections.scan_message(bytes(data))
+            except sections.SectionError as exc:
+                raise ArgumentError(f"A scheduled message could not be decoded: {exc}") from exc
+            message = to_incoming(scanned, for_topic)
+        if message.scheduled_enqueue_time_ms is None:
             raise ArgumentError("A scheduled message needs x-opt-scheduled-enqueue-time.")
-        incoming.append(to_incoming(scanned, entity.subscriptions is not None))
+        incoming.append(message)
     numbers: list[int] = []
 
     def done(error: Exception | None) -> None:

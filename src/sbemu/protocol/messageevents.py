@@ -39,6 +39,7 @@ from .backpressure import OutputGate
 from .deliveries import raw_tag
 from .detaching import DetachHold
 from .intake import READ_CHUNK, Acknowledgement, accept_all
+from .largerequest import RequestRead
 from .links import (
     CoordinatorLink,
     LinkPhase,
@@ -60,7 +61,7 @@ from .transactions import (
 )
 
 if TYPE_CHECKING:
-    from .intake import IntakeJob
+    from .intake import IntakeJob, RequestJob
 
 log = logging.getLogger("sbemu.connection")
 
@@ -120,7 +121,9 @@ class MessageEvents:
 
         defer: Callable[[Callable[[], None]], object] | None
 
-        def _begin_intake(self, state: SendLink, d: Any, job: IntakeJob) -> None: ...
+        def _begin_intake(
+            self, state: SendLink | RequestLink, d: Any, job: IntakeJob | RequestJob
+        ) -> None: ...
         def _large_transfer(self, state: SendLink, link: Any, d: Any, size: int) -> None: ...
 
     def _init_message_events(self) -> None:
@@ -410,6 +413,15 @@ class MessageEvents:
             # An update on a transfer already read and advanced past (the fuzz found one under
             # load): nothing to read, and proton refuses a recv (PN_STATE_ERR) that was a
             # traceback; the transfer was answered when it was read.
+            return
+        if (
+            isinstance(state, RequestLink)
+            and delivery.pending > READ_CHUNK
+            and self.defer is not None
+            and state.node != "$cbs"
+        ):  # a message scheduled whole inside it: read over several passes (largerequest.py)
+            _pn_incref(delivery._impl)  # held until it is answered
+            self._begin_intake(state, delivery._impl, RequestRead(link._impl, delivery.pending))
             return
         data = link.recv(delivery.pending) or b""  # an empty transfer payload comes back as None
         link.advance()

@@ -27,12 +27,14 @@ from ..auth.sas import token_key_name
 from ..errors import QuotaExceeded, ServiceBusError
 from . import cbs, codec
 from .backpressure import OutputGate
+from .intake import RequestJob
 from .largedelivery import Pieces
 from .links import (
     LinkPhase,
     LinkState,
     ReplyLink,
     RequestLink,
+    top_up_sender_credit,
 )
 from .management import handle_request
 from .replycopies import EMPTY_FRAME, ReplyCopies
@@ -74,6 +76,7 @@ class RequestLinks:
         namespace: NamespaceInfo
         now: float
         on_output: Callable[[], None]
+        defer: Callable[[Callable[[], None]], object] | None
 
         @property
         def now_ms(self) -> int: ...
@@ -130,6 +133,22 @@ class RequestLinks:
                 self._cbs_reply(state, request, 500, f"The put-token could not be served: {exc!r}")
         else:
             handle_request(self, state, request)
+
+    def _answer_read(self, state: RequestLink, d: Any, job: RequestJob) -> None:
+        """A request read over several passes (largerequest.py): accepted, then answered as
+        one read at once is."""
+        if not _lib.pn_delivery_settled(d):
+            _lib.pn_delivery_update(d, Delivery.ACCEPTED)
+        _lib.pn_delivery_settle(d)
+        _lib.pn_decref(d)
+        top_up_sender_credit(state.link._impl)
+        try:
+            request = job.request()
+        except Exception as exc:  # noqa: BLE001 - what proton or codec refuse: answered
+            log.info("connection %d: undecodable request on %s: %s", self.id, state.node, exc)
+            self._refuse_undecodable(state, job.data(), exc)
+            return
+        handle_request(self, state, request)
 
     def _refuse_undecodable(self, state: RequestLink, data: bytes, exc: Exception) -> None:
         """Answer a request proton cannot decode (a described value it cannot hold, found by

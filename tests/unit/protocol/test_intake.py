@@ -122,3 +122,47 @@ def test_a_connection_gone_in_the_middle_of_a_batch_stores_nothing(pair, steps) 
     steps.run(pair)  # what was asked for runs into a closed connection: nothing happens
     run_commits(pair.router, int(pair.now * 1000))
     assert _active(pair) == 0
+
+
+def test_a_large_scheduled_message_is_read_and_scanned_a_slice_a_step(
+    pair, steps, monkeypatch
+) -> None:
+    """schedule-message with a large message inside the request (largerequest.py): the
+    request is read a slice a step, its message scanned and copied a slice a step, then
+    scheduled; due at once, it is delivered byte for byte."""
+    from proton import symbol, timestamp
+
+    from sbemu.protocol import largerequest, management
+
+    for module in (intake, messageevents, largerequest):
+        monkeypatch.setattr(module, "READ_CHUNK", 16 * 1024)
+    monkeypatch.setattr(largescan, "COPY_CHUNK", 16 * 1024)
+    monkeypatch.setattr(management, "COPY_CHUNK", 16 * 1024)
+    body = bytes(range(256)) * 800  # 200 KB (the queue takes 256 KB)
+    inner = Message(
+        body=body, annotations={symbol("x-opt-scheduled-enqueue-time"): timestamp(1000)}
+    )
+    snd, rcv = pair.mgmt_links(Q)
+    rcv.flow(10)
+    request = Message(
+        id="s-1",
+        reply_to=rcv.target.address,
+        properties={"operation": "com.microsoft:schedule-message"},
+        body={"messages": [{"message-id": "m-1", "message": inner.encode()}]},
+    )
+    pair.send(snd, request)
+    assert pair.server.busy  # the request is being read
+    chunk = 16 * 1024  # read past its first PREFIX bytes, then copied, a slice a step
+    assert steps.run(pair) >= (len(body) - largerequest.PREFIX) // chunk + len(body) // chunk
+    run_commits(pair.router, 10_000)
+    pair.pump()
+    [(_dlv, raw)] = pair.take(rcv)
+    reply = Message()
+    reply.decode(raw)
+    assert reply.properties["statusCode"] == 200, reply.properties
+    assert reply.correlation_id == "s-1" and len(reply.body["sequence-numbers"].elements) == 1
+    receiver = pair.receiver(Q, credit=1)
+    ((_, got_raw),) = pair.take(receiver)
+    got = Message()
+    got.decode(got_raw)
+    assert got.body == body and len(str(got.id)) == 32  # its id stamped, as on a send

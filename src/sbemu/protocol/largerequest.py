@@ -29,6 +29,7 @@ from . import codec
 from .intake import READ_CHUNK
 
 PREFIX = 64 * 1024  # bytes read first: the sections before the body and the body's start
+MAX_DEPTH = 16  # compounds inside compounds walked here (deeper: proton decodes the request)
 _AMQP_VALUE = 0x77
 _I = struct.Struct(">I")
 _LIST0, _LIST8, _LIST32, _MAP8, _MAP32 = 0x45, 0xC0, 0xD0, 0xC1, 0xD1
@@ -60,9 +61,11 @@ def _skip(buf: bytes, pos: int) -> int:
     return end
 
 
-def _walk(buf: bytes, pos: int) -> int:
+def _walk(buf: bytes, pos: int, depth: int = 0) -> int:
     """Skip the value whose constructor is at pos, raising _Found at the first binary over
     READ_CHUNK bytes outside an array; the position after it."""
+    if depth > MAX_DEPTH:
+        raise IndexError("nested too deep")  # (left to proton, which bounds its own)
     code = buf[pos]
     if code == _VBIN32:
         size = _I.unpack_from(buf, pos + 1)[0]
@@ -72,7 +75,7 @@ def _walk(buf: bytes, pos: int) -> int:
     if code in _COMPOUNDS:
         count, at = _count(buf, pos + 1, code)
         for _ in range(count):
-            at = _walk(buf, at)
+            at = _walk(buf, at, depth + 1)
         return at
     return _skip(buf, pos)
 
@@ -92,16 +95,20 @@ def find_large(prefix: bytes) -> tuple[int, int, int] | None:
                     return pos, found.at, found.size
                 return None
             pos = _skip(prefix, pos + 3)
-    except (IndexError, struct.error, codec.DecodeError):
+    except Exception:  # noqa: BLE001 - whatever the bytes are, proton decodes them as before
         return None
     return None
 
 
-def _value(buf: bytes, pos: int, large_at: int, large: bytes, code: int = -1) -> tuple[Any, int]:
+def _value(
+    buf: bytes, pos: int, large_at: int, large: bytes, code: int = -1, depth: int = 0
+) -> tuple[Any, int]:
     """The value at pos as proton gives it (maps as dicts, lists and arrays of them as lists),
     with `large` where its stand-in is (at large_at); `code`: an array's element
     constructor (the value has none of its own)."""
-    start = pos
+    if depth > MAX_DEPTH:
+        raise codec.DecodeError("nested too deep")
+    start, depth = pos, depth + 1
     if code < 0:
         if pos == large_at:
             return large, pos + len(_STAND_IN)
@@ -110,15 +117,15 @@ def _value(buf: bytes, pos: int, large_at: int, large: bytes, code: int = -1) ->
         count, pos = _count(buf, pos, code)
         out = []
         for _ in range(count):
-            item, pos = _value(buf, pos, large_at, large)
+            item, pos = _value(buf, pos, large_at, large, depth=depth)
             out.append(item)
         return out, pos
     if code in (_MAP8, _MAP32):
         count, pos = _count(buf, pos, code)
         mapped: dict[Any, Any] = {}
         for _ in range(count // 2):
-            key, pos = _value(buf, pos, large_at, large)
-            mapped[key], pos = _value(buf, pos, large_at, large)
+            key, pos = _value(buf, pos, large_at, large, depth=depth)
+            mapped[key], pos = _value(buf, pos, large_at, large, depth=depth)
         return mapped, pos
     if code in (_ARRAY8, _ARRAY32):
         count, at = _count(buf, pos, code)
@@ -126,7 +133,7 @@ def _value(buf: bytes, pos: int, large_at: int, large: bytes, code: int = -1) ->
             element, at = buf[at], at + 1
             items = []
             for _ in range(count):
-                item, at = _value(buf, at, large_at, large, element)
+                item, at = _value(buf, at, large_at, large, element, depth)
                 items.append(item)
             return items, at
     if code == _LIST0:

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from proton import UNDESCRIBED, Array, Data, Message, int32
 
-from sbemu.protocol import largerequest
+from sbemu.protocol import codec, largerequest
 from sbemu.protocol.largerequest import PREFIX, READ_CHUNK
 
 
@@ -56,3 +56,14 @@ def test_a_request_without_a_large_binary_up_front_is_read_whole() -> None:
     assert largerequest.find_large(arr.encode()[:PREFIX]) is None
     assert largerequest.find_large(b"\x00\x53") is None  # cut short: no answer, no error
     assert largerequest.find_large(b"garbage bytes") is None
+
+
+def test_deep_nesting_in_front_of_a_large_binary_is_left_to_proton() -> None:
+    """A hostile body (lists nested past MAX_DEPTH) is not walked here: the request is read
+    whole and decoded (or refused) by proton, as a small one is; no RecursionError."""
+    deep = b"\xc0\x03\x01" * 10_000  # list8 holding a list8 holding ...
+    data = b"\x00\x53\x77" + deep + b"\x40"
+    assert largerequest.find_large(data[:PREFIX]) is None
+    shadow = b"\x00\x53\x77\xc0\x03\x01" * 40
+    with pytest.raises(codec.DecodeError, match="nested too deep"):  # answered as undecodable
+        largerequest.assemble(shadow, (0, 10**6, READ_CHUNK + 1), b"", b"")

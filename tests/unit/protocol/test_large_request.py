@@ -64,6 +64,6 @@ def test_deep_nesting_in_front_of_a_large_binary_is_left_to_proton() -> None:
     deep = b"\xc0\x03\x01" * 10_000  # list8 holding a list8 holding ...
     data = b"\x00\x53\x77" + deep + b"\x40"
     assert largerequest.find_large(data[:PREFIX]) is None
-    shadow = b"\x00\x53\x77\xc0\x03\x01" * 40
+    shadow = b"\x00\x53\x77" + b"\xc0\x03\x01" * 40 + b"\x40"
     with pytest.raises(codec.DecodeError, match="nested too deep"):  # answered as undecodable
         largerequest.assemble(shadow, (0, 10**6, READ_CHUNK + 1), b"", b"")

@@ -469,12 +469,15 @@ class PartitionBroker:
             times.append(0)  # a restart's session scan goes on at every tick
         return min(times) if times else None
 
-    def cancel_scheduled(self, queue: str, seq: int, now_ms: int) -> bool:
-        """Drop a scheduled message by its sequence number; False if there is none."""
+    def cancel_scheduled(
+        self, queue: str, seq: int, now_ms: int, read: MessageRecord | None = None
+    ) -> bool:
+        """Drop a scheduled message by its sequence number; False if there is none (`read`:
+        its record as read_stored read it)."""
         sq = self.queues.get(queue)
         if sq is None:
             return False
-        rec = self.reader.get(sq, seq)
+        rec = self.reader.get(sq, seq, read)
         if rec is None or rec.state != MessageState.SCHEDULED:
             return False
         self.transitions.remove(sq, rec)

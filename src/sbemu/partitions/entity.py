@@ -377,7 +377,6 @@ class Entity:
         """`then(records)`: the stored records of these sequence numbers, by number, a large
         one read off the loop by its partition's next commit (for receive_deferred: its
         answer then never decodes one on the loop); those not stored left out."""
-        self.check_receive(queue)
         brokers = [self.partition_of_sequence(seq) for seq in numbers]
         found: dict[int, MessageRecord] = {}
         left = len(numbers)
@@ -395,12 +394,20 @@ class Entity:
         for seq, broker in zip(numbers, brokers, strict=True):
             broker.read_stored(queue, seq, partial(got, seq))
 
-    def cancel_scheduled(self, numbers: list[int], now_ms: int, done: Done) -> None:
-        """Cancel scheduled messages by sequence number; unknown numbers are an error."""
+    def cancel_scheduled(
+        self,
+        numbers: list[int],
+        now_ms: int,
+        done: Done,
+        read: dict[int, MessageRecord] | None = None,
+    ) -> None:
+        """Cancel scheduled messages by sequence number; unknown numbers are an error
+        (`read`: their records as read_stored read them from the scheduled sub-queue)."""
         brokers = []
+        known = read or {}
         for seq in numbers:
             broker = self.partition_of_sequence(seq)
-            if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms):
+            if not broker.cancel_scheduled(self.scheduled_queue, seq, now_ms, known.get(seq)):
                 raise MessageNotFound(
                     f"The scheduled message with sequence number {seq} was not found."
                 )

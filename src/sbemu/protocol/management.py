@@ -481,7 +481,15 @@ def _cancel_scheduled(conn: ManagementHost, state: RequestLink, body: dict, repl
     entity = state.entity
     assert entity is not None
     numbers = _sequence_numbers(body)
-    entity.cancel_scheduled(numbers, conn.now_ms, _reply_error(reply))
+
+    # the stored records first, a large one read off the loop (largeread.py): then the cancel
+    def cancel(read: dict[int, Any]) -> None:
+        entity.cancel_scheduled(numbers, conn.now_ms, _reply_error(reply), read)
+
+    operation = "com.microsoft:cancel-scheduled-message"
+    entity.read_stored(
+        entity.scheduled_queue, numbers, _later(reply, operation, state.node, cancel)
+    )
 
 
 # .NET DateTime.MaxValue in Unix ms, as the SDKs send it to mean "list every session" [6.3].

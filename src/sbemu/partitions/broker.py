@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import largeread
 from .completions import Done
 from .deadlines import Deadlines
 from .health import Health
@@ -44,11 +43,10 @@ from .records import (
     LogEvent,
     MessageRecord,
     MessageState,
-    decode_message,
 )
 from .staging import Staging
 from .stats import PartitionStats
-from .store import PartitionStore, StoreError
+from .store import PartitionStore
 from .subqueue import (
     Lock,
     SessionLock,
@@ -312,17 +310,6 @@ class PartitionBroker:
         """A deferred message by sequence number (see Receiving.take_deferred)."""
         return self.receiving.take_deferred(queue, seq, now_ms, peek_lock, read)
 
-    def read_stored(
-        self, queue: str, seq: int, then: Callable[[MessageRecord | None], None]
-    ) -> None:
-        """`then(record)`: message `seq` of `queue` as stored (None: not stored), read at once
-        when small, by the next commit off the loop when large (largeread.py)."""
-        rec = self.store.get(queue, seq, largeread.small_or_ahead)
-        if type(rec) is largeread.Ahead:
-            self.read_large(queue, seq, then)
-        else:
-            then(rec)
-
     # ---------------------------------------------------------------- settlement
     def settle(self, key: int, outcome: Outcome, now_ms: int, done: Done) -> None:
         """Settle a locked message as `outcome` says (see Receiving.settle)."""
@@ -356,22 +343,6 @@ class PartitionBroker:
         """Up to `count` messages with sequence number >= from_seq, oldest first (locks
         ignored; `large_later`: see SubQueueReader.peek)."""
         return self.reader.peek(self.queues[queue], from_seq, count, session_id, large_later)
-
-    def read_large(
-        self, queue: str, seq: int, then: Callable[[MessageRecord | None], None]
-    ) -> None:
-        """Have the next commit read the large record `seq` of `queue` off the loop
-        (largeread.py); `then` gets it, None when it is gone."""
-
-        def done(rec: object) -> None:
-            if rec is largeread.NOT_READ:  # the read failed: on the loop, as before
-                try:
-                    rec = self.store.get(queue, seq, decode_message)
-                except StoreError:
-                    rec = None
-            then(rec)  # type: ignore[arg-type]
-
-        self.staging.read_later(queue, seq, largeread.read, done)
 
     def locked_until(self, queue: str, seq: int) -> int | None:
         """When a receiver's lock on message `seq` expires (Unix ms); None when it is unlocked."""

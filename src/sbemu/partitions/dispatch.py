@@ -379,4 +379,4 @@ class EntityView:
         for i in waiting:
             rec, pid = found[i]
             broker = brokers.get(pid, first) if pid is not None else first
-            broker.read_large(self.queue, rec.sequence_number, partial(got, i))
+            broker.reader.read_large(self.queue, rec.sequence_number, partial(got, i))

@@ -392,7 +392,7 @@ class Entity:
         if not numbers:
             then(found)
         for seq, broker in zip(numbers, brokers, strict=True):
-            broker.read_stored(queue, seq, partial(got, seq))
+            broker.reader.read_stored(queue, seq, partial(got, seq))
 
     def cancel_scheduled(
         self,

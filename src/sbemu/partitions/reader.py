@@ -117,6 +117,34 @@ class SubQueueReader:
         except StoreError:
             return NOT_READ
 
+    def read_stored(
+        self, queue: str, seq: int, then: Callable[[MessageRecord | None], None]
+    ) -> None:
+        """`then(record)`: message `seq` of `queue` as stored (None: not stored), read at once
+        when small, by the next commit off the loop when large (a receive by sequence
+        number, a cancel)."""
+        rec = self.store.get(queue, seq, largeread.small_or_ahead)
+        if type(rec) is largeread.Ahead:
+            self.read_large(queue, seq, then)
+        else:
+            then(rec)
+
+    def read_large(
+        self, queue: str, seq: int, then: Callable[[MessageRecord | None], None]
+    ) -> None:
+        """Have the next commit read the large record `seq` of `queue` off the loop; `then`
+        gets it, None when it is gone (or the store fails here too)."""
+
+        def done(rec: object) -> None:
+            if rec is NOT_READ:  # the read failed: on the loop, as before
+                try:
+                    rec = self.store.get(queue, seq, decode_message)
+                except StoreError:
+                    rec = None
+            then(rec)  # type: ignore[arg-type]
+
+        self.read_later(queue, seq, largeread.read, done)
+
     def each_record(self, sq: SubQueue) -> Iterator[MessageRecord]:
         """Every stored record of a sub-queue, in sequence order (the store only)."""
         start = 0
@@ -173,7 +201,7 @@ class SubQueueReader:
     ) -> list[MessageRecord]:
         """Up to `count` messages with sequence number >= from_seq, oldest first (locks
         ignored); `large_later`: a large one stored is only noted (largeread.Ahead), for the
-        caller to have it read off the loop (PartitionBroker.read_large)."""
+        caller to have it read off the loop (SubQueueReader.read_large)."""
         decode = largeread.small_or_ahead if large_later else decode_message
         queue = sq.name
         pending = {

@@ -136,7 +136,7 @@ class Receiving:
         read: MessageRecord | None = None,
     ) -> tuple[MessageRecord, Lock | None]:
         """Fetch a deferred message by sequence number: locked, or removed (receive-and-delete);
-        `read`: the record as read before (PartitionBroker.read_stored), unless staged since."""
+        `read`: the record as read before (SubQueueReader.read_stored), unless staged since."""
         sq = self.queues[queue]
         rec = None if seq in sq.locks else self.reader.get(sq, seq, read)
         if rec is None or rec.state != MessageState.DEFERRED:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from .codec import enc_string, enc_uuid
 from .largedelivery import LARGE_DELIVERY, Pieces
@@ -63,3 +64,27 @@ def messages_section(items: Sequence[Item]) -> list[Part]:
 def answer(head: bytes, items: Sequence[Item]) -> Pieces:
     """The whole answer: `head` (its sections before the body, encoded) then the messages."""
     return Pieces([head, *messages_section(items)])
+
+
+class LargeMessages:
+    """A management result that carries a large message: its messages, encoded as parts,
+    in place of {"messages": [...]} (management.py answers it with `answer`)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
+
+
+def messages_result(items: list[Item]) -> dict[str, Any] | LargeMessages:
+    """A peek's or receive-by-sequence-number's result: {"messages": [{"message": binary,
+    "lock-token": uuid}, ...]}, or as parts when a message is large."""
+    if is_large(items):
+        return LargeMessages(items)
+    messages = []
+    for parts, token in items:
+        item: dict[str, Any] = {"message": b"".join(parts)}
+        if token is not None:
+            item["lock-token"] = token
+        messages.append(item)
+    return {"messages": messages}

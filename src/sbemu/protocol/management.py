@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..partitions import COMPLETE, MessageState, Outcome, join_completions
 from . import codec, sections
-from .largeanswer import Item, is_large
+from .largeanswer import Item, LargeMessages, messages_result
 from .largeanswer import answer as large_answer
 from .largedelivery import Pieces
 from .largescan import COPY_CHUNK, LargeScan, scan_large
@@ -71,16 +71,6 @@ class ManagementHost(Protocol):
         """Send a response on the client's reply link [contract 6.1] (`copy`: and again
         later, to a peer that may drop it: replycopies.py); a large one comes encoded, as
         its parts (largeanswer.py)."""
-
-
-class LargeMessages:
-    """An answer's result that carries a large message: its messages, encoded as parts
-    (largeanswer.py), in place of {"messages": [...]}."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: list[Item]) -> None:
-        self.items = items
 
 
 Reply = Callable[[int, str, "dict[str, Any] | LargeMessages | None", str | None], None]
@@ -274,21 +264,7 @@ def _peeked(reply: Reply, found: list[tuple[Any, int | None]]) -> None:
     items: list[Item] = [
         (encode_delivery_parts(rec, pid, None, with_state=True), None) for rec, pid in found
     ]
-    reply(200, "OK", _messages(items), None)
-
-
-def _messages(items: list[Item]) -> dict[str, Any] | LargeMessages:
-    """A peek's or receive-by-sequence-number's result: {"messages": [{"message": binary,
-    "lock-token": uuid}, ...]}, or as parts when a message is large (largeanswer.py)."""
-    if is_large(items):
-        return LargeMessages(items)
-    messages = []
-    for parts, token in items:
-        item: dict[str, Any] = {"message": b"".join(parts)}
-        if token is not None:
-            item["lock-token"] = token
-        messages.append(item)
-    return {"messages": messages}
+    reply(200, "OK", messages_result(items), None)
 
 
 DISPOSITIONS = ("completed", "abandoned", "suspended", "defered", "deferred")
@@ -375,7 +351,7 @@ def _receive_deferred(
             delivery_stamps=lock_token_stamp(lock.key) if lock is not None else None,
         )
         items.append((parts, lock.token if lock is not None else None))
-    reply(200, "OK", _messages(items), None)
+    reply(200, "OK", messages_result(items), None)
 
 
 def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply) -> None:

@@ -468,15 +468,15 @@ def test_a_large_deferred_message_is_read_by_the_next_commit_then_locked(broker_
         broker_h.broker.settle(lock.key, Outcome.defer(None), 2000, lambda e: None)
     broker_h.commit()
     got: dict[int, object] = {}
-    broker_h.broker.read_stored(MAIN, seqs[1], lambda rec: got.setdefault(seqs[1], rec))
+    broker_h.broker.reader.read_stored(MAIN, seqs[1], lambda rec: got.setdefault(seqs[1], rec))
     assert got[seqs[1]].message_id == "m1"  # small: at once
-    broker_h.broker.read_stored(MAIN, seqs[0], lambda rec: got.setdefault(seqs[0], rec))
+    broker_h.broker.reader.read_stored(MAIN, seqs[0], lambda rec: got.setdefault(seqs[0], rec))
     assert seqs[0] not in got  # large: the next commit reads it
     broker_h.commit()
     assert got[seqs[0]].tail == big
     rec, lock = broker_h.broker.take_deferred(MAIN, seqs[0], 3000, True, got[seqs[0]])
     assert rec.message_id == "m0" and lock is not None and lock.record is rec
-    broker_h.broker.read_stored(MAIN, 999, lambda rec: got.setdefault(999, rec))
+    broker_h.broker.reader.read_stored(MAIN, 999, lambda rec: got.setdefault(999, rec))
     assert got[999] is None  # not stored
 
 

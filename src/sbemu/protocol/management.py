@@ -358,6 +358,7 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
     entity = state.entity
     assert entity is not None
     datas = []
+    limit = message_limit(entity, conn.namespace)  # the entity's MaxMessageSizeInKilobytes
     for item in _elements(body.get("messages")):
         if not isinstance(item, dict):
             raise ArgumentError("messages must be a list of maps.")
@@ -365,7 +366,6 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
         data = item.get("message")
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ArgumentError("Each scheduled message needs an encoded 'message'.")
-        limit = message_limit(entity, conn.namespace)  # the entity's MaxMessageSizeInKilobytes
         if len(data) > limit:
             from ..errors import MessageSizeExceeded
 
@@ -379,9 +379,7 @@ def _schedule(conn: ManagementHost, state: RequestLink, body: dict, reply: Reply
     for data in datas:
         job = None
         if defer is not None and len(data) > COPY_CHUNK:
-            scanned = scan_large(
-                bytes(data), message_limit(entity, conn.namespace), for_topic, None
-            )
+            scanned = scan_large(bytes(data), limit, for_topic, None)
             job = scanned if isinstance(scanned, LargeScan) else None
         scans.append(job)
     send = partial(_schedule_scanned, conn, state, datas, scans, reply)

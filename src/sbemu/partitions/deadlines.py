@@ -1,7 +1,7 @@
 """When a partition's messages expire (TTL) or are activated (scheduled), and the scans that
 find them.
 
-Timers are a sorted database in the store (store.deadline_key: due time, kind, sequence
+Timers are a sorted database in the store (deadlinedb.deadline_key: due time, kind, sequence
 number, sub-queue), staged with the message that needs one and read in order from
 `deadline_from`. `deadline_at` caches the first due time; it is a lower bound (a timer
 removed with its message only makes a tick look early, which then reads the true first).
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .deadlinedb import deadline_key, parse_deadline_key
 from .reader import SubQueueReader
 from .records import MessageRecord, MessageState, decode_message
 from .staging import Staging
-from .store import PartitionStore, deadline_key, parse_deadline_key
+from .store import PartitionStore
 from .subqueue import SubQueue
 
 DEADLINES_PER_TICK = 5_000  # timers handled per on_timer call (a cold backlog expires in steps)

@@ -25,8 +25,8 @@ from typing import Any
 
 import msgspec
 
-from .records import LARGE_RECORD, MESSAGE_SCHEMA_VERSION, MessageRecord, decode_message
-from .writebatch import join_without_gil
+from .records import MESSAGE_SCHEMA_VERSION, MessageRecord, decode_message
+from .writebatch import LARGE_RECORD, join_without_gil
 
 _FIELDS = msgspec.structs.fields(MessageRecord)
 _NAMES = tuple(f.name for f in _FIELDS)

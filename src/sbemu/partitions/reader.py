@@ -89,7 +89,7 @@ class SubQueueReader:
         rec = self._in_memory(sq, seq)
         if rec is not _MISSING:
             return rec
-        rec = self.store.get(sq.name, seq, largeread.small_or_ahead)
+        rec = self.store.get(sq.name, seq, largeread.small_or_ahead, largeread.Ahead)
         if type(rec) is largeread.Ahead:
             alone[seq] = READING
             self.read_later(sq.name, seq, largeread.read, partial(self._read_alone, sq, seq))
@@ -123,7 +123,7 @@ class SubQueueReader:
         """`then(record)`: message `seq` of `queue` as stored (None: not stored), read at once
         when small, by the next commit off the loop when large (a receive by sequence
         number, a cancel)."""
-        rec = self.store.get(queue, seq, largeread.small_or_ahead)
+        rec = self.store.get(queue, seq, largeread.small_or_ahead, largeread.Ahead)
         if type(rec) is largeread.Ahead:
             self.read_large(queue, seq, then)
         else:
@@ -203,6 +203,7 @@ class SubQueueReader:
         ignored); `large_later`: a large one stored is only noted (largeread.Ahead), for the
         caller to have it read off the loop (SubQueueReader.read_large)."""
         decode = largeread.small_or_ahead if large_later else decode_message
+        ahead_of = largeread.Ahead if large_later else None
         queue = sq.name
         pending = {
             seq: rec for (name, seq), (rec, _gen) in self.overlay.items()
@@ -212,7 +213,7 @@ class SubQueueReader:
         start = from_seq
         limit = max(count, subqueue.READ_AHEAD)
         while len(out) < count:
-            rows = self.store.scan(queue, start, limit, decode)
+            rows = self.store.scan(queue, start, limit, decode, ahead_of)
             for seq, stored in rows:
                 start = seq + 1
                 rec = pending.pop(seq) if seq in pending else stored
@@ -298,8 +299,9 @@ class SubQueueReader:
         if sq.large_read is not None:
             return  # the line goes on once that record is read
         recs, cut = self.store.read_ahead(
-            sq.name, sq.scan_from, subqueue.READ_AHEAD, decode_ahead, largeread.ahead
-        )
+            sq.name, sq.scan_from, subqueue.READ_AHEAD, decode_ahead, largeread.ahead,
+            largeread.Ahead,
+        )  # fmt: skip
         if recs and type(recs[-1]) is largeread.Ahead:
             seq = recs.pop().sequence_number
             sq.large_read = seq

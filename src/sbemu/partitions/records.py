@@ -52,7 +52,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from .writebatch import LargeRecord
+from .writebatch import LARGE_RECORD, LargeRecord
 
 MESSAGE_SCHEMA_VERSION = 1
 LOG_SCHEMA_VERSION = 1
@@ -241,7 +241,7 @@ def encode_staged(r: MessageRecord) -> bytes | LargeRecord:
     """encode_message() for a record staged for a commit: a large one as its parts, joined on
     the commit's thread (writebatch.LargeRecord)."""
     if len(r.tail) > LARGE_TAIL:
-        return LargeRecord(_large_parts(r))
+        return LargeRecord(_large_parts(r), r.session_id)
     return _ENCODE(r)
 
 
@@ -279,9 +279,8 @@ _DECODE = msgspec.msgpack.Decoder(MessageRecord).decode
 _STATES = {s.value: s for s in MessageState}
 
 
-# A stored value of this many bytes or more (a large message, up to 100 MB on Premium) ends a
-# read-ahead: decoding it copies its body, so one read decodes one of them at most.
-LARGE_RECORD = 4 * 1024 * 1024
+# A stored value of LARGE_RECORD bytes or more (a large message, up to 100 MB on Premium) ends
+# a read-ahead: decoding it copies its body, so one read decodes one of them at most.
 
 
 def decode_ahead(

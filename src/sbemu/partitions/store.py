@@ -8,12 +8,12 @@ One LMDB environment per partition [SB partitioning P1]. Inside it:
   q:<sub-queue>   one database per sub-queue (queue, its DLQ, a subscription, ...),
                   key: 8-byte big-endian sequence number, value: records.encode_message()
   s:<sub-queue>   session state of a session-enabled sub-queue, key: UTF-8 session id
-  deadlines       the partition's timers on disk (TTL expiry, scheduled activation), key:
-                  8-byte big-endian due time (ms) + kind byte + 8-byte sequence number +
-                  UTF-8 sub-queue name (deadline_key()), value empty: the first key is the
-                  next thing due, so no message needs to be in memory for its timer to fire
+  deadlines       the partition's timers on disk (TTL expiry, scheduled activation): keys
+                  by due time, values empty (deadlinedb.py)
   fwd             auto-forwarding markers: source message key -> empty, written with a
                   forwarded message at its destination (see partitions/forwarding.py)
+  large           the large records (largeindex.py): 8-byte sequence number + UTF-8
+                  sub-queue name -> session id, so a read on the loop knows one unread
   dd:id           duplicate-detection history: UTF-8 MessageId -> 8-byte first-seen time (ms)
   dd:t            the same history in time order: 8-byte time + MessageId -> empty, so the
                   expired part is swept from the front (see partitions/dedup.py; written and
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 
-from . import dedupdb, logdb
+from . import deadlinedb, dedupdb, largeindex, logdb
 from .diskroom import MIB, DiskRoom
 from .lockfile import place_lock_file, release_lock_file
 from .logdb import TRIM_LIMIT
@@ -58,6 +58,7 @@ DEADLINE_DB = b"deadlines"
 FORWARD_DB = b"fwd"
 DEDUP_ID_DB = b"dd:id"
 DEDUP_TIME_DB = b"dd:t"
+LARGE_DB = b"large"
 READ_TXNS_KEPT = 2  # spare read transactions per store: the loop's reads and log retention's
 MAP_HEADROOM = 64 * MIB  # map room beyond twice the quota (log, timers, dedup, page churn)
 MAX_MAP_SIZE = 1 << 40  # grow() stops here: beyond it a full map is a fault, not growth
@@ -93,26 +94,6 @@ class StoredState:
     meta: dict[str, int]
     queues: dict[str, list[bytes]]
     session_states: dict[str, dict[str, bytes]]
-
-
-def key_of(seq: int) -> bytes:
-    """The LMDB key of a sequence number or log offset."""
-    return _U64.pack(seq)
-
-
-def deadline_key(at_ms: int, kind: int, seq: int, queue: str) -> bytes:
-    """The key of one timer: sorts by due time first."""
-    return _U64.pack(max(at_ms, 0)) + bytes((kind,)) + _U64.pack(seq) + queue.encode("utf-8")
-
-
-def parse_deadline_key(key: bytes) -> tuple[int, int, int, str]:
-    """(due time ms, kind, sequence number, sub-queue) of a deadline_key()."""
-    return (
-        _U64.unpack_from(key, 0)[0],
-        key[8],
-        _U64.unpack_from(key, 9)[0],
-        key[17:].decode("utf-8"),
-    )
 
 
 class PartitionStore:
@@ -162,6 +143,9 @@ class PartitionStore:
                 self._dd_id = self._env.open_db(DEDUP_ID_DB, txn=txn)
                 self._dd_t = self._env.open_db(DEDUP_TIME_DB, txn=txn)
                 self._fwd = self._env.open_db(FORWARD_DB, txn=txn)
+                self._large_db = self._env.open_db(LARGE_DB, txn=txn)
+                self._large = largeindex.LargeIndex()
+                self._large.load(txn.cursor(db=self._large_db))
         except lmdb.Error as exc:
             self._env.close()
             release_lock_file(self._lock_file)
@@ -209,27 +193,47 @@ class PartitionStore:
                     }
         return states
 
-    def get(self, queue: str, seq: int, decode: Callable[[Any], Any]) -> Any:
-        """One message record, decoded inside the read transaction (None if absent)."""
+    def get(
+        self,
+        queue: str,
+        seq: int,
+        decode: Callable[[Any], Any],
+        ahead_of: largeindex.AheadOf | None = None,
+    ) -> Any:
+        """One message record, decoded inside the read transaction (None if absent); with
+        `ahead_of`, a large one noted (largeindex.py) is `ahead_of(seq, session id)`, unread."""
         db = self._read_db(queue)
+        noted = self._large.of(queue) if ahead_of is not None else None
         try:
             with self._env.begin(db=db, buffers=True) as txn:
+                if noted and seq in noted:
+                    present = txn.cursor().set_key(_U64.pack(seq))
+                    return ahead_of(seq, noted[seq]) if present else None  # type: ignore[misc]
                 raw = txn.get(_U64.pack(seq))
                 return None if raw is None else decode(raw)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
     def scan(
-        self, queue: str, start: int, limit: int, decode: Callable[[Any], Any]
+        self,
+        queue: str,
+        start: int,
+        limit: int,
+        decode: Callable[[Any], Any],
+        ahead_of: largeindex.AheadOf | None = None,
     ) -> list[tuple[int, Any]]:
-        """Up to `limit` (sequence number, decoded record) from `start` on, in key order."""
+        """Up to `limit` (sequence number, decoded record) from `start` on, in key order; with
+        `ahead_of`, a large record noted (largeindex.py) is `ahead_of(seq, session id)`."""
         db = self._read_db(queue)
         unpack = _U64.unpack
+        noted = self._large.of(queue) if ahead_of is not None else None
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(_U64.pack(max(start, 0))):
                     return []
+                if noted and largeindex.noted_from(noted, start):
+                    return largeindex.scan_noting(cur, limit, noted, decode, ahead_of)  # type: ignore[arg-type]
                 return [(unpack(k)[0], decode(v)) for k, v in islice(cur, limit)]
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
@@ -241,55 +245,54 @@ class PartitionStore:
         limit: int,
         decode: Callable[[Any], Any],
         decode_large: Callable[[Any], Any],
+        ahead_of: largeindex.AheadOf | None = None,
     ) -> tuple[list[Any], bool]:
         """The read-ahead: up to `limit` decoded records from `start` on, in key order, without
         their keys (a record carries its sequence number). `decode` ends the read at a value
         it does not take (by raising StopIteration: records.decode_ahead, a large message);
         that value is then decoded alone by `decode_large` and ends the read, so one read
         decodes at most one large message, not up to `limit` of them. True with the records
-        when the read was ended so and a record follows."""
+        when the read was ended so and a record follows. With `ahead_of`, a large record
+        noted (largeindex.py) ends the read unread, as `ahead_of(seq, session id)`."""
         db = self._read_db(queue)
+        noted = self._large.of(queue) if ahead_of is not None else None
         try:
             with self._env.begin(db=db, buffers=True) as txn:
                 cur = txn.cursor()
-                if not cur.set_range(_U64.pack(max(start, 0))):
+                first = _U64.pack(max(start, 0))
+                if not cur.set_range(first):
                     return [], False
-                out = list(map(decode, islice(cur.iternext(keys=False, values=True), limit)))
-                if len(out) < limit:
+                stop = None  # (place, sequence number) of the first noted record within reach
+                if noted and largeindex.noted_from(noted, start):
+                    stop = largeindex.first_noted(cur, limit, noted)
+                    cur.set_range(first)
+                take = limit if stop is None else stop[0]
+                out = list(map(decode, islice(cur.iternext(keys=False, values=True), take)))
+                if len(out) < take:
                     value = cur.value()  # empty once the cursor ran past the last record
                     if value:
                         out.append(decode_large(value))
                         return out, cur.next()
+                elif stop is not None:
+                    out.append(ahead_of(stop[1], noted[stop[1]]))  # type: ignore[index,misc]
+                    return out, True
                 return out, False
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
     def due_deadlines(self, start: bytes, now_ms: int, limit: int) -> list[bytes]:
         """Up to `limit` timer keys >= `start` that are due at `now_ms`, in order."""
-        out: list[bytes] = []
         try:
             with self._env.begin(db=self._deadlines) as txn:
-                cur = txn.cursor()
-                if not cur.set_range(start):
-                    return out
-                for key in cur.iternext(keys=True, values=False):
-                    if _U64.unpack_from(key, 0)[0] > now_ms:
-                        break
-                    out.append(bytes(key))
-                    if len(out) >= limit:
-                        break
+                return deadlinedb.due(txn.cursor(), start, now_ms, limit)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
-        return out
 
     def first_deadline(self, start: bytes) -> int | None:
         """The due time of the first timer key >= `start` (None: no timers)."""
         try:
             with self._env.begin(db=self._deadlines) as txn:
-                cur = txn.cursor()
-                if not cur.set_range(start):
-                    return None
-                return int(_U64.unpack_from(cur.key(), 0)[0])
+                return deadlinedb.first_due(txn.cursor(), start)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"partition store {self.path} failed: {exc}") from exc
 
@@ -350,6 +353,8 @@ class PartitionStore:
         ops = batch.join_large()  # large records' bytes, made here: on the commit's thread
         try:
             with self._env.begin(write=True) as txn:
+                if batch.large:  # (before the ops: a delete among them forgets the note)
+                    self._large.note(txn, self._large_db, batch.large)
                 self._write_ops(txn, ops)
                 for queue, session_id, state in batch.session_ops:
                     db = self._db(queue, txn, b"s:")
@@ -422,7 +427,7 @@ class PartitionStore:
             main = env.stat()
             used = main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
             fixed = (self._meta, self._log, self._deadlines, self._dd_id, self._dd_t, self._fwd)
-            for db in (*fixed, *self._dbs.values()):
+            for db in (*fixed, self._large_db, *self._dbs.values()):
                 st = txn.stat(db)
                 used += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
             last = env.info()["last_pgno"]
@@ -471,6 +476,7 @@ class PartitionStore:
         order, mostly neighbours in the database: a cursor deletes each where the previous
         delete left it (the next record) and looks a key up only when it is elsewhere,
         instead of a search from the root per key."""
+        self._large.forget(txn, self._large_db, queue, keys)
         cur = txn.cursor(db=self._db(queue, txn))
         at = cur.key
         for key in keys:

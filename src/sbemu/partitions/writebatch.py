@@ -15,6 +15,11 @@ from typing import Any
 
 import cffi
 
+# A stored value of this many bytes or more is a large message (up to 100 MB on Premium): no
+# read on the event loop decodes it (records.decode_ahead, largeread.py), and the store notes
+# it when it writes it (largeindex.py)
+LARGE_RECORD = 4 * 1024 * 1024
+
 _memmove = ctypes.memmove  # a foreign call: the GIL is released while it copies
 _ffi = cffi.FFI()  # only for the address of a buffer that may be read-only (LMDB's map)
 
@@ -41,7 +46,7 @@ class LargeRecord:
     new pages took 100-120 ms on a developer machine; copied with the GIL released, so the
     loop runs meanwhile."""
 
-    __slots__ = ("parts", "size")
+    __slots__ = ("parts", "size", "session_id")
 
     # made and not joined yet, across batches: while none is, a commit looks for none (a
     # commit of thousands of small records pays nothing for the rare large one); one that
@@ -49,9 +54,10 @@ class LargeRecord:
     outstanding = 0
     _count_lock = threading.Lock()
 
-    def __init__(self, parts: tuple[bytes, ...]) -> None:
+    def __init__(self, parts: tuple[bytes, ...], session_id: str | None = None) -> None:
         self.parts = parts
         self.size = sum(len(p) for p in parts)
+        self.session_id = session_id  # (for the store's note of a large record: largeindex.py)
         with LargeRecord._count_lock:
             LargeRecord.outstanding += 1
 
@@ -83,6 +89,9 @@ class WriteBatch:
     # what was read: the record, None when it is gone (largeread.py); none when a read failed
     reads: list[tuple[str, int, Callable[[Any], Any]]] = field(default_factory=list)
     read: dict[tuple[str, int], Any] = field(default_factory=dict)
+    # the LARGE_RECORD-sized records join_large made, for the store to note (largeindex.py):
+    # (sub-queue, sequence number, session id)
+    large: list[tuple[str, int, str | None]] = field(default_factory=list)
 
     def put(self, queue: str, seq: int, value: bytes | LargeRecord) -> None:
         """Queue a put of one message record."""
@@ -107,6 +116,8 @@ class WriteBatch:
             for i, (op, queue, seq, value) in enumerate(ops):
                 if type(value) is LargeRecord:
                     ops[i] = (op, queue, seq, value.join())
+                    if value.size >= LARGE_RECORD:
+                        self.large.append((queue, seq, value.session_id))
         return ops  # type: ignore[return-value]  # (bytes only now)
 
     def delete(self, queue: str, seq: int) -> None:

@@ -404,8 +404,8 @@ def test_a_large_message_delivered_again_is_read_by_the_next_commit(broker_h, mo
     reads: list[object] = []
     real_get = broker_h.store.get
 
-    def get(queue, seq, decode):
-        got = real_get(queue, seq, decode)
+    def get(queue, seq, decode, *rest):
+        got = real_get(queue, seq, decode, *rest)
         reads.append("ahead" if type(got) is largeread.Ahead else got.message_id)
         return got
 
@@ -501,10 +501,10 @@ def test_a_large_read_that_fails_twice_leaves_the_line_to_try_again(broker_h, mo
     real_get = broker_h.store.get
     failing = {"get": True}
 
-    def get(queue, seq, decode):
+    def get(queue, seq, decode, *rest):
         if failing["get"] and decode is not largeread.small_or_ahead:
             raise StoreUnavailable("the disk is gone")
-        return real_get(queue, seq, decode)
+        return real_get(queue, seq, decode, *rest)
 
     monkeypatch.setattr(largeread, "read", fails)
     monkeypatch.setattr(broker_h.store, "get", get)

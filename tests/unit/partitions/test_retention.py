@@ -18,7 +18,7 @@ from sbemu.logs.retention import (
 )
 from sbemu.partitions.broker import PartitionBroker
 from sbemu.partitions.records import LogEvent, encode_log
-from sbemu.partitions.store import PartitionStore, key_of
+from sbemu.partitions.store import PartitionStore
 from sbemu.partitions.writebatch import WriteBatch
 
 NOW = 1_700_000_000_000
@@ -136,7 +136,7 @@ def test_size_cap_without_readers(tmp_path, store):
     _server_pass(tmp_path, store, 25)
     assert store.log_bounds() == (75, 100)
     assert store.read_log(0, 1)[0][0] == 75
-    assert store._env.begin().get(key_of(74), db=store._log) is None
+    assert store._env.begin().get((74).to_bytes(8, "big"), db=store._log) is None
 
 
 def test_size_cap_passing_a_reader_warns(tmp_path, store, caplog):

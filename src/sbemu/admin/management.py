@@ -61,6 +61,7 @@ from .catalog import (
     topic_config,
     validate,
 )
+from .explorer import step_through
 
 __all__ = ["Management"]
 
@@ -561,8 +562,11 @@ class Management:
             raise EntityNotFound(
                 f"The namespace '{namespace}' does not exist. {self._purge_hint(namespace)}"
             )
+        job = self.router.start_purge(ns.name, entity_name)
+        await step_through(job, self.now_ms)
         done, on_done = _completion()
-        counts = self.router.purge(ns.name, entity_name, self.now_ms(), on_done)
+        job.finish(on_done)
+        counts = job.counts
         error = await done
         if error is not None:
             raise error

@@ -14,7 +14,7 @@ inside). What a room outside uses, by who uses it:
   (``IncomingMessage``, ``MessageRecord``, ``MessageState``), ``token_of``;
 - the admin side: the entity's sub-queue names (``MAIN``, ``DLQ_SUFFIX``, ``SCHEDULED_QUEUE``,
   ``TRANSFER_DLQ_SUFFIX``), entity specs, statistics, and the operator's operations on an
-  entity (``locked_until``, ``purge_state``, ``message_counts``);
+  entity (``locked_until``, ``purge_state``, ``message_counts``, a ``PurgeJob`` to step);
 - the log readers (sbemu.logs, sparkjobs): the partition log's format (records and their keys,
   ``LOG_FIELDS``; the log and meta databases' names and keys).
 """
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .lockfile import sweep_lock_files
     from .logdb import NEXT_OFFSET_META, TRIM_LIMIT, TRIMMED_BELOW_META, read_log_events
     from .outcomes import COMPLETE, Outcome, OutcomeKind
+    from .purging import PurgeJob
     from .records import (
         LOG_FIELDS,
         LOG_SCHEMA_VERSION,
@@ -98,6 +99,7 @@ _HOME = {
     "decode_log": "records",
     "encode_log": "records",
     "log_extent": "records",
+    "PurgeJob": "purging",
     "locked_until": "registry",
     "message_counts": "registry",
     "purge_state": "registry",
@@ -186,6 +188,7 @@ __all__ = [
     "log_extent",
     "message_counts",
     "purge_state",
+    "PurgeJob",
     "queue_spec",
     "read_log_events",
     "resolve_view_name",

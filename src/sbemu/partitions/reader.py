@@ -156,16 +156,16 @@ class SubQueueReader:
             if len(rows) < 4096:
                 return
 
-    def current_records(self, sq: SubQueue) -> Iterator[MessageRecord]:
-        """Every message of a sub-queue as it is now, in sequence order: read from the store
-        in chunks, uncommitted changes and locked copies first (for purge; bounded memory)."""
+    def current_records(self, sq: SubQueue, start: int = 0) -> Iterator[MessageRecord]:
+        """Every message of a sub-queue from sequence number `start` on, as it is now, in
+        sequence order: read from the store in chunks, uncommitted changes and locked copies
+        first (for purge; bounded memory)."""
         name = sq.name
         pending = {
-            seq: rec for (q, seq), (rec, _gen) in self.overlay.items() if q == name
+            seq: rec for (q, seq), (rec, _gen) in self.overlay.items() if q == name and seq >= start
         }  # fmt: skip
         extra = sorted(pending)
         i = 0
-        start = 0
         while True:
             rows = self.store.scan(name, start, 1024, decode_message)
             for seq, stored in rows:

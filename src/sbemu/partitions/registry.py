@@ -17,6 +17,7 @@ from .completions import Done, join_completions
 from .dispatch import EntityView
 from .entity import Entity
 from .forwarding import TRANSFER_DLQ_SUFFIX, forward_target, transfer_counts
+from .purging import PurgeJob
 from .specs import MAIN, MIB, EntitySpec
 from .subqueue import SubQueueSettings
 from .subscriptions import Subscriptions, SubscriptionSpec, subscription_queue
@@ -152,24 +153,20 @@ def remove_subscription(
 
 def purge(entities: list[Entity], now_ms: int, done: Done) -> dict[str, int]:
     """Delete every message (active, locked, deferred, scheduled, dead-lettered) of these
-    entities, each logged as purged; `done` runs after the commits. Returns messages purged
-    per entity."""
+    entities at once, each logged as purged; `done` runs after the commits. Returns messages
+    purged per entity. (The admin API steps a PurgeJob instead: start_purge.)"""
+    job = start_purge(entities)
+    while not job.step(now_ms):
+        pass
+    job.finish(done)
+    return job.counts
+
+
+def start_purge(entities: list[Entity]) -> PurgeJob:
+    """A purge of these entities to be done a slice at a time (purging.py)."""
     for entity in entities:
         check_healthy(entity)
-    counts: dict[str, int] = {}
-    brokers = [b for e in entities for b in e.partitions]
-    part_done = join_completions(len(brokers), done) if brokers else done
-    for entity in entities:
-        total = 0
-        for broker in entity.partitions:
-            for queue in list(broker.queues):
-                total += broker.purge_queue(queue, now_ms)
-        counts[entity.name] = total
-    for broker in brokers:
-        broker.after_commit(part_done)
-    if not brokers:
-        done(None)
-    return counts
+    return PurgeJob(entities)
 
 
 def locked_until(entity: Entity, queue: str, seq: int) -> int | None:

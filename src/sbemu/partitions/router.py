@@ -32,6 +32,7 @@ from .entitystatus import EntitySettings
 from .forwarding import Forwarder, forward_target
 from .idle import IdleTracker
 from .layout import entity_dir, open_partitions, retire_entity_dir, stale_entity_dirs
+from .purging import PurgeJob
 from .records import MessageRecord
 from .resend import ViewOf, incoming_from_record
 from .specs import MIB, EntitySpec, resolve_view_name, with_scheduled
@@ -466,8 +467,18 @@ class Router:
         self, namespace: str, entity_name: str | None, now_ms: int, done: Done
     ) -> dict[str, int]:
         """Delete every message (active, locked, deferred, scheduled, dead-lettered) of one
-        entity, or of every entity of a namespace when ``entity_name`` is None. Each message is
-        logged as purged; `done` runs after the commits. Returns messages purged per entity."""
+        entity, or of every entity of a namespace when ``entity_name`` is None, at once. Each
+        message is logged as purged; `done` runs after the commits. Returns messages purged
+        per entity."""
+        return registry.purge(self._purged(namespace, entity_name), now_ms, done)
+
+    def start_purge(self, namespace: str, entity_name: str | None) -> PurgeJob:
+        """purge() as a job done a slice at a time (partitions/purging.py): the caller steps
+        it, letting the loop serve others between steps, then finishes it."""
+        return registry.start_purge(self._purged(namespace, entity_name))
+
+    def _purged(self, namespace: str, entity_name: str | None) -> list[Entity]:
+        """The entities a purge of `entity_name` (None: every one) in `namespace` covers."""
         if entity_name is None:
             ns = namespace.lower()
             entities = [e for (n, _), e in self.entities.items() if n == ns]
@@ -475,4 +486,4 @@ class Router:
                 raise EntityNotFound(f"The namespace '{namespace}' has no entities.")
         else:
             entities = [self._require(namespace, entity_name)]
-        return registry.purge(entities, now_ms, done)
+        return entities

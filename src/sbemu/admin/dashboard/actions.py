@@ -156,8 +156,11 @@ class DashboardActions:
         """Every message of the entity, all sub-queues and states: the admin API's purge."""
         router = self.server.router
         assert router is not None
+        job = router.start_purge(entity.spec.namespace, entity.name)
+        await explorer.step_through(job, self.data.now_ms)
         done, committed = explorer.completion()
-        counts = router.purge(entity.spec.namespace, entity.name, self.data.now_ms(), done)
+        job.finish(done)
+        counts = job.counts
         await committed
         log.info("dashboard: purged every message of %s/%s", entity.spec.namespace, entity.name)
         self.data.invalidate()

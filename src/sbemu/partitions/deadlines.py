@@ -20,9 +20,10 @@ transitions.py's: this module finds them and calls the `expire(sq, rec, now_ms)`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from .deadlinedb import deadline_key, parse_deadline_key
-from .reader import SubQueueReader
+from .reader import WAIT, SubQueueReader
 from .records import MessageRecord, MessageState, decode_message
 from .staging import Staging
 from .store import PartitionStore
@@ -175,7 +176,7 @@ class Deadlines:
     def _fire(self, now_ms: int, expire: Fire, activate: Fire) -> None:
         """TTL expiry and scheduled activation from the timers on disk, oldest first."""
         keys = self.store.due_deadlines(self.deadline_from, now_ms, DEADLINES_PER_TICK)
-        staging, get = self.staging, self.reader.get
+        staging, get = self.staging, self.reader.get_or_later
         for key in keys:
             self.deadline_from = key + b"\x00"  # the next key after this one
             staging.batch.delete_deadline(key)
@@ -184,21 +185,37 @@ class Deadlines:
             sq = self.queues.get(name)
             if sq is None:
                 continue
-            rec = get(sq, seq)
-            if rec is None:
-                continue
-            if kind == EXPIRY:
-                if not sq.settings.expires:
-                    continue  # the sub-queue's settings changed: its messages no longer expire
-                if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
-                    continue  # locked: checked again when it comes back; or no longer active
-                expire(sq, rec, now_ms)
-            elif rec.state == MessageState.SCHEDULED:
-                activate(sq, rec, now_ms)
+            fire = partial(self._fire_one, sq, kind, at, now_ms, expire, activate)
+            rec = get(sq, seq, fire)  # (a large one: read off the loop, then fired)
+            if rec is not WAIT:
+                fire(rec)  # type: ignore[arg-type]
         if len(keys) >= DEADLINES_PER_TICK:
             self.deadline_at = now_ms  # more are due: the next tick goes on
         else:
             self.refresh()
+
+    def _fire_one(
+        self,
+        sq: SubQueue,
+        kind: int,
+        at: int,
+        now_ms: int,
+        expire: Fire,
+        activate: Fire,
+        rec: MessageRecord | None,
+    ) -> None:
+        """One due timer's message, as it is now (None: gone)."""
+        if rec is None or self.queues.get(sq.name) is not sq:
+            return
+        if kind == EXPIRY:
+            if not sq.settings.expires:
+                return  # the sub-queue's settings changed: its messages no longer expire
+            seq = rec.sequence_number
+            if seq in sq.locks or rec.state != MessageState.ACTIVE or rec.expires_at_ms != at:
+                return  # locked: checked again when it comes back; or no longer active
+            expire(sq, rec, now_ms)
+        elif rec.state == MessageState.SCHEDULED:
+            activate(sq, rec, now_ms)
 
     def _expire_heads(self, now_ms: int, expire: Fire) -> None:
         """Derived TTL expiry (see the module comment): due messages the scan passes are

@@ -61,6 +61,21 @@ class SubQueueReader:
             return read
         return self.store.get(sq.name, seq, decode_message)
 
+    def get_or_later(
+        self, sq: SubQueue, seq: int, later: Callable[[MessageRecord | None], None]
+    ) -> object:
+        """get(), except that a large record only the store has is read by the next commit,
+        off the loop: WAIT then, and `later` gets the message as it is once read (a timer
+        that fires for it: deadlines.py)."""
+        rec = self._in_memory(sq, seq)
+        if rec is not _MISSING:
+            return rec
+        rec = self.store.get(sq.name, seq, largeread.small_or_ahead, largeread.Ahead)
+        if type(rec) is largeread.Ahead:
+            self.read_large(sq.name, seq, lambda stored: later(self.get(sq, seq, stored)))
+            return WAIT
+        return rec
+
     def _in_memory(self, sq: SubQueue, seq: int) -> object:
         """Message `seq` as memory holds it now (a staged change, a locked copy, the
         read-ahead); _MISSING when only the store has it."""

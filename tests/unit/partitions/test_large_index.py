@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from test_backlog_index import SessionHarness, smsg
-from test_store_broker import MAIN, Harness, msg
+from test_store_broker import DLQ, MAIN, Harness, msg
 
 from sbemu.partitions import COMPLETE, largeread, records, writebatch
 from sbemu.partitions.records import decode_message
@@ -103,3 +103,30 @@ def test_a_record_put_and_deleted_in_one_commit_leaves_no_note(tmp_path, monkeyp
     again = PartitionStore(str(tmp_path / "p"), map_size=1 << 26)
     assert again._large.of(MAIN) == {5: "s1"}
     again.close()
+
+
+def test_a_large_message_s_timer_fires_once_the_next_commit_read_it(tmp_path, big):
+    """A due timer (TTL expiry here) of a large record only the store has: the record is read
+    by the next commit, off the loop, then the timer fires for it as it is."""
+    from sbemu.partitions.records import decode_log
+
+    h = Harness(tmp_path / "p")
+    h.send(msg(0, ttl=500), msg(1, ttl=500, tail=big, size=len(big)))
+    h.reopen()  # (nothing of them in memory)
+    h.broker.on_timer(1600)
+    assert h.broker.counts(MAIN)["active"] == 1  # m0 expired; m1 is being read
+    h.commit()  # reads m1; its expiry is staged
+    assert h.broker.counts(MAIN)["active"] == 0
+    h.commit()
+    events = [
+        (decode_log(v)["event"], decode_log(v)["message_id"]) for _, v in h.store.read_log(0, 100)
+    ]
+    assert events[2:] == [
+        ("deadlettered", "m0"),
+        ("deadlettered", "m1"),
+    ]  # (dead-lettered on expiry)
+    h.reopen()
+    assert h.broker.peek(MAIN, 0, 10) == [] and h.store._large.of(MAIN) is None
+    moved = h.broker.peek(DLQ, 0, 10)
+    assert [r.message_id for r in moved] == ["m0", "m1"] and moved[1].tail == big
+    assert list(h.store._large.of(DLQ).values()) == [None]  # noted where it went

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import islice
 
-from . import largeread, subqueue
+from . import largeindex, largeread, subqueue
 from .largeread import NOT_READ
 from .records import MessageRecord, MessageState, decode_ahead, decode_message
 from .store import PartitionStore, StoreError
@@ -171,10 +171,13 @@ class SubQueueReader:
             if len(rows) < 4096:
                 return
 
-    def current_records(self, sq: SubQueue, start: int = 0) -> Iterator[MessageRecord]:
+    def current_records(
+        self, sq: SubQueue, start: int = 0, ahead_of: largeindex.AheadOf | None = None
+    ) -> Iterator[MessageRecord]:
         """Every message of a sub-queue from sequence number `start` on, as it is now, in
         sequence order: read from the store in chunks, uncommitted changes and locked copies
-        first (for purge; bounded memory)."""
+        first (for purge; bounded memory). `ahead_of`: a large one only the store has is
+        that, unread (store.py)."""
         name = sq.name
         pending = {
             seq: rec for (q, seq), (rec, _gen) in self.overlay.items() if q == name and seq >= start
@@ -182,7 +185,7 @@ class SubQueueReader:
         extra = sorted(pending)
         i = 0
         while True:
-            rows = self.store.scan(name, start, 1024, decode_message)
+            rows = self.store.scan(name, start, 1024, decode_message, ahead_of)
             for seq, stored in rows:
                 start = seq + 1
                 while i < len(extra) and extra[i] < seq:

@@ -130,3 +130,29 @@ def test_a_large_message_s_timer_fires_once_the_next_commit_read_it(tmp_path, bi
     moved = h.broker.peek(DLQ, 0, 10)
     assert [r.message_id for r in moved] == ["m0", "m1"] and moved[1].tail == big
     assert list(h.store._large.of(DLQ).values()) == [None]  # noted where it went
+
+
+def test_a_stepped_purge_has_a_large_message_read_off_the_loop(tmp_path, big):
+    from sbemu.partitions.purging import PurgeJob
+    from sbemu.partitions.records import decode_log
+
+    h = Harness(tmp_path / "p")
+    h.send(msg(0), msg(1, tail=big, size=len(big)), msg(2))
+    h.reopen()
+
+    class One:  # an entity of this one partition, as PurgeJob sees it
+        name = "q"
+        partitions = [h.broker]
+
+    job = PurgeJob([One()])  # type: ignore[list-item]
+    assert not job.step(2000) and job.waiting  # m0 purged; m1 asked of the next commit
+    assert job.counts == {"q": 1}
+    assert not job.step(2000) and job.counts == {"q": 1}  # still being read: asked once
+    h.commit()  # reads m1
+    assert not job.waiting
+    while not job.step(2000):
+        pass
+    assert job.counts == {"q": 3}
+    h.commit()
+    purged = [decode_log(v)["message_id"] for _, v in h.store.read_log(0, 100)][3:]
+    assert purged == ["m0", "m1", "m2"] and h.store._large.of(MAIN) is None

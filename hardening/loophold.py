@@ -39,6 +39,7 @@ HEADER = b"\x00\x53\x70\xc0\x02\x01\x41"
 # a data section holding a message with no MessageId (the service stamps one on each)
 TINY = b"\x00\x53\x75\xa0\x06" + b"\x00\x53\x77\xa1\x01x"
 BIG_SIZE = 99_000_000
+EXPIRE_TTL_S = 4.0  # the `expire` case's time to live: past the send (1-2 s), within the watch
 
 
 class LoopWatch:
@@ -241,8 +242,10 @@ def run_client(port: int, queue: str, kind: str, rounds: int) -> dict[str, Any]:
     session = SESSION if queue == BIG_SESSIONS else None
     for _ in range(rounds):
         started = time.perf_counter()
-        if kind == "big":
+        if kind in ("big", "bigttl"):
             message = Message(body=b"b" * BIG_SIZE, durable=True, group_id=session)
+            if kind == "bigttl":
+                message.ttl = EXPIRE_TTL_S
             sender.send(message, timeout=300)
         else:
             sender.send(EncodedMessage(batch_payload(kind)), timeout=120)
@@ -351,13 +354,58 @@ def measure(srv: WatchedServer, queue: str, kind: str, rounds: int) -> dict[str,
     receiving case (recv, session, again) first sends its rounds' 99 MB messages (not
     watched), then watches only their deliveries."""
     assert srv.watch is not None
-    if kind in ("recv", "session", "again", "peek", "deferred"):
+    if kind in ("recv", "session", "again", "peek", "deferred", "purge"):
         _client(srv.port, queue, "big", rounds)
+    if kind == "expire":
+        _client(srv.port, queue, "bigttl", rounds)
     time.sleep(0.3)
     srv.watch.take()
-    result = _client(srv.port, queue, kind, rounds)
+    if kind == "purge":
+        result = _purge(srv, queue)
+    elif kind == "expire":
+        result = _expired(srv, queue)
+    else:
+        result = _client(srv.port, queue, kind, rounds)
     held = srv.watch.take()
     return {"queue": queue, "kind": kind, **result, **held}
+
+
+def _purge(srv: WatchedServer, queue: str) -> dict[str, Any]:
+    """Purge `queue` through the admin API (the loopback CSRF token, as `sbemu purge`)."""
+    from urllib.request import Request, urlopen
+
+    base = f"http://127.0.0.1:{srv.server.admin_port}"
+    with urlopen(base + "/api/session", timeout=30) as answer:
+        token = json.loads(answer.read())["csrf"]
+    request = Request(f"{base}/purge/sbemulatorns/{queue}", data=b"", method="POST",
+                      headers={"X-CSRF-Token": token})  # fmt: skip
+    started = time.perf_counter()
+    with urlopen(request, timeout=300) as answer:
+        purged = json.loads(answer.read())["total"]
+    return {"accepted": purged, "ack_ms": [round((time.perf_counter() - started) * 1000, 1)]}
+
+
+def _expired(srv: WatchedServer, queue: str) -> dict[str, Any]:
+    """Wait until the messages of `queue` (sent with a TTL of EXPIRE_TTL_S) have expired: the
+    server's timers fire them (its clock is real: nothing to advance); how many went."""
+    from sbemu.partitions import message_counts
+
+    loop = srv._loop
+    assert loop is not None
+    entity = next(e for (_, name), e in srv.server.router.entities.items() if name == queue)
+
+    async def stored() -> int:
+        return int(message_counts(entity)["active"])
+
+    before = asyncio.run_coroutine_threadsafe(stored(), loop).result(30)
+    started = time.perf_counter()
+    deadline = time.monotonic() + EXPIRE_TTL_S + 60
+    left = before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = asyncio.run_coroutine_threadsafe(stored(), loop).result(30)
+    took = round((time.perf_counter() - started) * 1000, 1)
+    return {"accepted": before - left, "ack_ms": [took]}
 
 
 CASES = (
@@ -371,6 +419,8 @@ CASES = (
     (True, BIG, "peek"),
     (True, BIG, "deferred"),
     (True, BIG, "schedule"),
+    (True, BIG, "purge"),
+    (True, BIG, "expire"),
 )
 
 
@@ -403,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-ms", type=float, default=50.0)
     parser.add_argument(
         "--kinds",
-        default="tiny,sdk,big,recv,session,again,peek,deferred,schedule",
+        default="tiny,sdk,big,recv,session,again,peek,deferred,schedule,purge,expire",
         help="the cases to run (default: all)",
     )
     parser.add_argument("--client", nargs=4, metavar=("PORT", "QUEUE", "KIND", "ROUNDS"))
@@ -430,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         "peek": "99 MB, peeked",
         "deferred": "99 MB, deferred, by seq",
         "schedule": "99 MB, scheduled",
+        "purge": "99 MB, purged",
+        "expire": "99 MB, expired",
     }
     worst = 0.0
     for r in results:
